@@ -1,0 +1,109 @@
+"""`AlbertBackbone`: the ALBERT encoder as a Keras model with the official feature names."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from albert_tf import features
+from albert_tf.config import AlbertConfig
+from albert_tf.layers import AlbertEmbedding, AlbertEncoder
+from albert_tf.layers.common import truncated_normal
+
+LAYER_NORM_EPSILON = 1e-12  # official value everywhere, the MLM head included
+
+
+def _as_config(config) -> AlbertConfig:
+    if isinstance(config, AlbertConfig):
+        return config
+    if isinstance(config, dict):
+        return AlbertConfig.from_dict(config)
+    raise TypeError(f"`config` must be an AlbertConfig or a dict of its keys. "
+                    f"Received: {type(config).__name__}")
+
+
+def backbone_inputs() -> dict:
+    """Symbolic int32 [batch, seq] inputs named as the official features."""
+    return {name: keras.Input(shape=(None,), dtype="int32", name=name)
+            for name in features.BACKBONE_INPUTS}
+
+
+@keras.saving.register_keras_serializable(package="albert_tf")
+class AlbertBackbone(keras.Model):
+    """ALBERT encoder (arXiv 1909.11942): factorized embedding, shared post-LN blocks, pooler.
+
+    Args:
+        config: an `AlbertConfig` (or a dict of its keys).
+        dtype: optional dtype policy name for every layer (e.g. "mixed_bfloat16"); None uses the
+            global policy. LayerNorm and softmax are computed in float32 under any policy.
+
+    Inputs (dict of int32 [batch, seq]): `input_ids`, `input_mask` (1 = token, 0 = right
+    padding), `segment_ids`.
+
+    Outputs (dict): `sequence_output` [batch, seq, H]; `pooled_output` [batch, H] (tanh dense on
+    the first token); `hidden_states`, a list of L + 1 tensors [batch, seq, H] (the projected
+    embeddings, then every layer's output).
+
+    Example:
+        >>> cfg = AlbertConfig(vocab_size=100, embedding_size=8, hidden_size=12,
+        ...                    num_hidden_layers=2, num_attention_heads=3, intermediate_size=20)
+        >>> model = AlbertBackbone(cfg)
+        >>> ids = tf.constant([[2, 7, 9, 3, 0]])
+        >>> out = model({"input_ids": ids, "input_mask": tf.cast(ids > 0, tf.int32),
+        ...              "segment_ids": tf.zeros_like(ids)})
+        >>> out["sequence_output"].shape, len(out["hidden_states"])
+        (TensorShape([1, 5, 12]), 3)
+    """
+
+    def __init__(self, config, dtype=None, **kwargs):
+        config = _as_config(config)
+        inputs = backbone_inputs()
+        embeddings = AlbertEmbedding(
+            vocab_size=config.vocab_size, embedding_size=config.embedding_size,
+            hidden_size=config.hidden_size,
+            max_position_embeddings=config.max_position_embeddings,
+            type_vocab_size=config.type_vocab_size,
+            hidden_dropout_prob=config.hidden_dropout_prob,
+            initializer_range=config.initializer_range, layer_norm_epsilon=LAYER_NORM_EPSILON,
+            dtype=dtype, name="embeddings")
+        encoder = AlbertEncoder(
+            hidden_size=config.hidden_size, num_hidden_layers=config.num_hidden_layers,
+            num_attention_heads=config.num_attention_heads,
+            intermediate_size=config.intermediate_size,
+            num_hidden_groups=config.num_hidden_groups, inner_group_num=config.inner_group_num,
+            sharing=config.sharing, hidden_act=config.hidden_act,
+            hidden_dropout_prob=config.hidden_dropout_prob,
+            attention_probs_dropout_prob=config.attention_probs_dropout_prob,
+            initializer_range=config.initializer_range, layer_norm_epsilon=LAYER_NORM_EPSILON,
+            dtype=dtype, name="encoder")
+        pooler = keras.layers.Dense(
+            config.hidden_size, activation="tanh",
+            kernel_initializer=truncated_normal(config.initializer_range), dtype=dtype,
+            name="pooler")
+
+        x = embeddings(inputs[features.INPUT_IDS], inputs[features.SEGMENT_IDS])
+        hidden_states = encoder(x, inputs[features.INPUT_MASK])
+        sequence_output = hidden_states[-1]
+        pooled_output = pooler(sequence_output[:, 0, :])
+        outputs = {"sequence_output": sequence_output, "pooled_output": pooled_output,
+                   "hidden_states": hidden_states}
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
+
+        self.config = config
+        self._dtype_arg = dtype
+        self.embeddings = embeddings
+        self.encoder = encoder
+        self.pooler = pooler
+
+    @property
+    def word_embeddings(self) -> keras.layers.Embedding:
+        """The [V, E] table layer (tied to the MLM decoder)."""
+        return self.embeddings.word_embeddings
+
+    def get_config(self):
+        return {"config": self.config.to_dict(), "dtype": self._dtype_arg, "name": self.name,
+                "trainable": self.trainable}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

@@ -1,0 +1,292 @@
+"""The post-LN transformer block of ALBERT, and the encoder that reuses it across depth.
+
+A block is an attention sublayer followed by a feed-forward sublayer, each ending in
+`LayerNorm(residual + sublayer(x))` (post-LN, as BERT and the official ALBERT code). The two
+sublayers are separate Keras layers because the paper's sharing modes (Table 5) share them
+independently: shared-attention reuses one attention sublayer across layers while each layer has
+its own FFN, and shared-FFN the reverse.
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import tensorflow as tf
+
+from albert_tf.config import (ATTENTION_SHARED_MODES, FFN_SHARED_MODES, SHARING_MODES,
+                              layer_group)
+from albert_tf.layers.common import get_activation, truncated_normal
+
+# Added to the attention logits of padded keys (official value; HF uses dtype-min, which gives
+# the same softmax because exp(-10000) underflows to 0 in float32).
+MASK_ADDER = -10000.0
+
+
+@keras.saving.register_keras_serializable(package="albert_tf")
+class AlbertAttention(keras.layers.Layer):
+    """Multi-head self-attention sublayer: `LayerNorm(x + dropout(W_o . attention(x)))`.
+
+    Query/key/value/output are [H, H] dense kernels, the layout of the official checkpoint
+    (`attention_1/self/{query,key,value}`, `attention_1/output/dense`). Scores and softmax are
+    computed in float32 whatever the compute dtype.
+
+    Args:
+        hidden_size: H.
+        num_attention_heads: heads; must divide H.
+        attention_probs_dropout_prob: dropout on the attention probabilities.
+        hidden_dropout_prob: dropout on the projected output, before the residual.
+        initializer_range: stddev of the truncated-normal initializer.
+        layer_norm_epsilon: LayerNorm epsilon (official: 1e-12).
+
+    Call args:
+        x: [batch, seq, H].
+        attention_bias: float [batch, 1, 1, seq]; 0 for real tokens, -10000 for padding.
+
+    Returns:
+        [batch, seq, H].
+    """
+
+    def __init__(self, hidden_size, num_attention_heads, attention_probs_dropout_prob=0.0,
+                 hidden_dropout_prob=0.0, initializer_range=0.02, layer_norm_epsilon=1e-12,
+                 **kwargs):
+        super().__init__(**kwargs)
+        if hidden_size % num_attention_heads:
+            raise ValueError(
+                "`hidden_size` must be a multiple of `num_attention_heads`. Received: "
+                f"hidden_size={hidden_size}, num_attention_heads={num_attention_heads}")
+        self.hidden_size = hidden_size
+        self.num_attention_heads = num_attention_heads
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.initializer_range = initializer_range
+        self.layer_norm_epsilon = layer_norm_epsilon
+        self.head_size = hidden_size // num_attention_heads
+
+        init = truncated_normal(initializer_range)
+        dense = lambda name: keras.layers.Dense(  # noqa: E731
+            hidden_size, kernel_initializer=init, dtype=self.dtype_policy, name=name)
+        self.query = dense("query")
+        self.key = dense("key")
+        self.value = dense("value")
+        self.output_dense = dense("output_dense")
+        self.attention_dropout = keras.layers.Dropout(
+            attention_probs_dropout_prob, dtype=self.dtype_policy, name="attention_dropout")
+        self.output_dropout = keras.layers.Dropout(
+            hidden_dropout_prob, dtype=self.dtype_policy, name="output_dropout")
+        self.layer_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype="float32", name="LayerNorm")
+
+    def build(self, x_shape, attention_bias_shape=None):
+        shape = (None, None, self.hidden_size)
+        for layer in (self.query, self.key, self.value, self.output_dense):
+            layer.build(shape)
+        self.layer_norm.build(shape)
+        self.built = True
+
+    def _split_heads(self, x, batch, seq):
+        return tf.reshape(x, [batch, seq, self.num_attention_heads, self.head_size])
+
+    def call(self, x, attention_bias=None, training=None):
+        batch, seq = tf.shape(x)[0], tf.shape(x)[1]
+        q = self._split_heads(self.query(x), batch, seq)
+        k = self._split_heads(self.key(x), batch, seq)
+        v = self._split_heads(self.value(x), batch, seq)
+        scores = tf.einsum("bqnd,bknd->bnqk", q, k)
+        scores = tf.cast(scores, tf.float32) * (1.0 / math.sqrt(self.head_size))
+        if attention_bias is not None:
+            scores += tf.cast(attention_bias, tf.float32)
+        probs = tf.nn.softmax(scores, axis=-1)
+        probs = self.attention_dropout(tf.cast(probs, self.compute_dtype), training=training)
+        context = tf.einsum("bnqk,bknd->bqnd", probs, v)
+        context = tf.reshape(context, [batch, seq, self.hidden_size])
+        out = self.output_dropout(self.output_dense(context), training=training)
+        return self.layer_norm(out + tf.cast(x, out.dtype))
+
+    def compute_output_shape(self, x_shape, attention_bias_shape=None):
+        return tuple(x_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            hidden_size=self.hidden_size, num_attention_heads=self.num_attention_heads,
+            attention_probs_dropout_prob=self.attention_probs_dropout_prob,
+            hidden_dropout_prob=self.hidden_dropout_prob,
+            initializer_range=self.initializer_range, layer_norm_epsilon=self.layer_norm_epsilon)
+        return config
+
+
+@keras.saving.register_keras_serializable(package="albert_tf")
+class AlbertFeedForward(keras.layers.Layer):
+    """Feed-forward sublayer: `LayerNorm(x + dropout(W_2 . act(W_1 . x)))`.
+
+    Official names: `ffn_1/intermediate/dense` (W_1), `ffn_1/intermediate/output/dense` (W_2),
+    `LayerNorm_1`.
+
+    Args:
+        hidden_size: H.
+        intermediate_size: I.
+        hidden_act: official activation name ("gelu" = tanh approximation).
+        hidden_dropout_prob: dropout before the residual.
+        initializer_range: stddev of the truncated-normal initializer.
+        layer_norm_epsilon: LayerNorm epsilon (official: 1e-12).
+    """
+
+    def __init__(self, hidden_size, intermediate_size, hidden_act="gelu", hidden_dropout_prob=0.0,
+                 initializer_range=0.02, layer_norm_epsilon=1e-12, **kwargs):
+        super().__init__(**kwargs)
+        self.hidden_size = hidden_size
+        self.intermediate_size = intermediate_size
+        self.hidden_act = hidden_act
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.initializer_range = initializer_range
+        self.layer_norm_epsilon = layer_norm_epsilon
+
+        init = truncated_normal(initializer_range)
+        self.activation = get_activation(hidden_act)
+        self.intermediate = keras.layers.Dense(
+            intermediate_size, kernel_initializer=init, dtype=self.dtype_policy,
+            name="intermediate")
+        self.output_dense = keras.layers.Dense(
+            hidden_size, kernel_initializer=init, dtype=self.dtype_policy, name="output_dense")
+        self.dropout = keras.layers.Dropout(hidden_dropout_prob, dtype=self.dtype_policy,
+                                            name="dropout")
+        self.layer_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype="float32", name="LayerNorm_1")
+
+    def build(self, input_shape):
+        self.intermediate.build((None, None, self.hidden_size))
+        self.output_dense.build((None, None, self.intermediate_size))
+        self.layer_norm.build((None, None, self.hidden_size))
+        self.built = True
+
+    def call(self, x, training=None):
+        h = self.activation(self.intermediate(x))
+        out = self.dropout(self.output_dense(h), training=training)
+        return self.layer_norm(out + tf.cast(x, out.dtype))
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
+            hidden_act=self.hidden_act, hidden_dropout_prob=self.hidden_dropout_prob,
+            initializer_range=self.initializer_range, layer_norm_epsilon=self.layer_norm_epsilon)
+        return config
+
+
+def _owner_of_layer(layer_index, shared, num_hidden_layers, num_hidden_groups):
+    """Index of the parameter owner of a sublayer at depth `layer_index`: its group when the
+    sublayer kind is shared, else the layer itself."""
+    if shared:
+        return layer_group(layer_index, num_hidden_layers, num_hidden_groups)
+    return layer_index
+
+
+@keras.saving.register_keras_serializable(package="albert_tf")
+class AlbertEncoder(keras.layers.Layer):
+    """Applies `num_hidden_layers` post-LN blocks with ALBERT's cross-layer sharing.
+
+    Layer l (0-based) runs `inner_group_num` blocks in sequence. Each block is an attention
+    sublayer then an FFN sublayer. A shared sublayer kind is owned by group `int(l / L * G)`; an
+    unshared kind by layer l. `sharing`:
+
+    - "all": attention and FFN shared (official ALBERT; one block reused L times when G = 1);
+    - "attention": attention shared, each layer its own FFN;
+    - "ffn": FFN shared, each layer its own attention;
+    - "none": every layer its own block (BERT).
+
+    Sublayers are named `group_{o}_inner_group_{i}_attention` / `..._ffn`, where o is the owner:
+    the official checkpoint scope `transformer/group_{o}/inner_group_{i}` one-to-one.
+
+    Call args:
+        x: [batch, seq, H], the projected embeddings.
+        input_mask: int [batch, seq], 1 for real tokens, 0 for padding (right-padded).
+
+    Returns:
+        A list of L + 1 tensors [batch, seq, H]: the input, then every layer's output.
+    """
+
+    def __init__(self, hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
+                 num_hidden_groups=1, inner_group_num=1, sharing="all", hidden_act="gelu",
+                 hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                 initializer_range=0.02, layer_norm_epsilon=1e-12, **kwargs):
+        super().__init__(**kwargs)
+        if sharing not in SHARING_MODES:
+            raise ValueError(f"`sharing` must be one of {SHARING_MODES}. Received: {sharing!r}")
+        if not 1 <= num_hidden_groups <= num_hidden_layers:
+            raise ValueError(
+                "`num_hidden_groups` must be in [1, num_hidden_layers]. Received: "
+                f"num_hidden_groups={num_hidden_groups}, num_hidden_layers={num_hidden_layers}")
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
+        self.num_hidden_groups = num_hidden_groups
+        self.inner_group_num = inner_group_num
+        self.sharing = sharing
+        self.hidden_act = hidden_act
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        self.initializer_range = initializer_range
+        self.layer_norm_epsilon = layer_norm_epsilon
+
+        self.attention_shared = sharing in ATTENTION_SHARED_MODES
+        self.ffn_shared = sharing in FFN_SHARED_MODES
+        num_attention_owners = num_hidden_groups if self.attention_shared else num_hidden_layers
+        num_ffn_owners = num_hidden_groups if self.ffn_shared else num_hidden_layers
+        common = dict(hidden_dropout_prob=hidden_dropout_prob, initializer_range=initializer_range,
+                      layer_norm_epsilon=layer_norm_epsilon, dtype=self.dtype_policy)
+        # Flat lists indexed owner * inner_group_num + inner.
+        self.attention_layers = [
+            AlbertAttention(hidden_size, num_attention_heads,
+                            attention_probs_dropout_prob=attention_probs_dropout_prob,
+                            name=f"group_{o}_inner_group_{i}_attention", **common)
+            for o in range(num_attention_owners) for i in range(inner_group_num)]
+        self.ffn_layers = [
+            AlbertFeedForward(hidden_size, intermediate_size, hidden_act=hidden_act,
+                              name=f"group_{o}_inner_group_{i}_ffn", **common)
+            for o in range(num_ffn_owners) for i in range(inner_group_num)]
+
+    def attention_owner(self, layer_index: int) -> int:
+        return _owner_of_layer(layer_index, self.attention_shared, self.num_hidden_layers,
+                               self.num_hidden_groups)
+
+    def ffn_owner(self, layer_index: int) -> int:
+        return _owner_of_layer(layer_index, self.ffn_shared, self.num_hidden_layers,
+                               self.num_hidden_groups)
+
+    def build(self, x_shape, input_mask_shape=None):
+        for layer in self.attention_layers + self.ffn_layers:
+            layer.build((None, None, self.hidden_size))
+        self.built = True
+
+    def call(self, x, input_mask, training=None):
+        mask = tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]
+        attention_bias = (1.0 - mask) * MASK_ADDER
+        hidden_states = [x]
+        for layer_index in range(self.num_hidden_layers):
+            a = self.attention_owner(layer_index) * self.inner_group_num
+            f = self.ffn_owner(layer_index) * self.inner_group_num
+            for inner in range(self.inner_group_num):
+                x = self.attention_layers[a + inner](x, attention_bias, training=training)
+                x = self.ffn_layers[f + inner](x, training=training)
+            hidden_states.append(x)
+        return hidden_states
+
+    def compute_output_shape(self, x_shape, input_mask_shape=None):
+        return [tuple(x_shape)] * (self.num_hidden_layers + 1)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            hidden_size=self.hidden_size, num_hidden_layers=self.num_hidden_layers,
+            num_attention_heads=self.num_attention_heads,
+            intermediate_size=self.intermediate_size, num_hidden_groups=self.num_hidden_groups,
+            inner_group_num=self.inner_group_num, sharing=self.sharing,
+            hidden_act=self.hidden_act, hidden_dropout_prob=self.hidden_dropout_prob,
+            attention_probs_dropout_prob=self.attention_probs_dropout_prob,
+            initializer_range=self.initializer_range, layer_norm_epsilon=self.layer_norm_epsilon)
+        return config

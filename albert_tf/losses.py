@@ -1,0 +1,100 @@
+"""ALBERT pretraining loss and the four official metrics (official `run_pretraining.py`).
+
+- masked LM: sum(w * CE) / (sum(w) + 1e-5) over the `masked_lm_positions`, where w is
+  `masked_lm_weights` (1 for a real prediction, 0 for padding);
+- sentence order: mean CE over the batch;
+- total = masked LM + sentence order.
+
+Metrics, streamed like the official `tf.metrics` ones: `masked_lm_accuracy` and
+`masked_lm_loss` (weighted by `masked_lm_weights`), `sentence_order_accuracy` and
+`sentence_order_loss` (unweighted means).
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from albert_tf import features
+
+MLM_DENOMINATOR_GUARD = 1e-5  # official: keeps the loss finite for a batch with no predictions
+
+
+def _labels(features_dict, name):
+    return tf.reshape(tf.cast(features_dict[name], tf.int32), [-1])
+
+
+def _per_position_mlm(outputs, features_dict):
+    logits = tf.cast(outputs["mlm_logits"], tf.float32)
+    vocab = tf.shape(logits)[-1]
+    logits = tf.reshape(logits, [-1, vocab])
+    labels = _labels(features_dict, features.MASKED_LM_IDS)
+    weights = tf.reshape(tf.cast(features_dict[features.MASKED_LM_WEIGHTS], tf.float32), [-1])
+    per_position = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    return logits, labels, weights, per_position
+
+
+def _per_example_sop(outputs, features_dict):
+    logits = tf.cast(outputs["sop_logits"], tf.float32)
+    labels = _labels(features_dict, features.NEXT_SENTENCE_LABELS)
+    per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    return logits, labels, per_example
+
+
+def masked_lm_loss(outputs, features_dict) -> tf.Tensor:
+    """Weighted masked-LM cross entropy, official normalisation (sum(w) + 1e-5)."""
+    _, _, weights, per_position = _per_position_mlm(outputs, features_dict)
+    return tf.reduce_sum(weights * per_position) / (tf.reduce_sum(weights) + MLM_DENOMINATOR_GUARD)
+
+
+def sentence_order_loss(outputs, features_dict) -> tf.Tensor:
+    """Mean sentence-order-prediction cross entropy."""
+    return tf.reduce_mean(_per_example_sop(outputs, features_dict)[2])
+
+
+def pretraining_loss(outputs, features_dict) -> tf.Tensor:
+    """Total ALBERT pretraining loss: masked LM + sentence order.
+
+    Args:
+        outputs: `AlbertPretrainer` outputs (`mlm_logits` [B, P, V], `sop_logits` [B, 2]).
+        features_dict: `masked_lm_ids` [B, P], `masked_lm_weights` [B, P],
+            `next_sentence_labels` [B] or [B, 1].
+    """
+    return masked_lm_loss(outputs, features_dict) + sentence_order_loss(outputs, features_dict)
+
+
+class PretrainingMetrics:
+    """The four official pretraining metrics as streaming Keras metrics.
+
+    Example:
+        >>> metrics = PretrainingMetrics()
+        >>> metrics.update_state(outputs, batch)   # doctest: +SKIP
+        >>> metrics.result()                        # doctest: +SKIP
+        {'masked_lm_accuracy': ..., 'masked_lm_loss': ..., 'sentence_order_accuracy': ...,
+         'sentence_order_loss': ...}
+    """
+
+    NAMES = ("masked_lm_accuracy", "masked_lm_loss", "sentence_order_accuracy",
+             "sentence_order_loss")
+
+    def __init__(self):
+        self.metrics = {name: keras.metrics.Mean(name=name) for name in self.NAMES}
+
+    def update_state(self, outputs, features_dict):
+        mlm_logits, mlm_labels, weights, mlm_loss = _per_position_mlm(outputs, features_dict)
+        mlm_correct = tf.cast(tf.equal(tf.argmax(mlm_logits, -1, output_type=tf.int32),
+                                       mlm_labels), tf.float32)
+        self.metrics["masked_lm_accuracy"].update_state(mlm_correct, sample_weight=weights)
+        self.metrics["masked_lm_loss"].update_state(mlm_loss, sample_weight=weights)
+        sop_logits, sop_labels, sop_loss = _per_example_sop(outputs, features_dict)
+        sop_correct = tf.cast(tf.equal(tf.argmax(sop_logits, -1, output_type=tf.int32),
+                                       sop_labels), tf.float32)
+        self.metrics["sentence_order_accuracy"].update_state(sop_correct)
+        self.metrics["sentence_order_loss"].update_state(sop_loss)
+
+    def result(self) -> dict:
+        return {name: m.result() for name, m in self.metrics.items()}
+
+    def reset_state(self):
+        for m in self.metrics.values():
+            m.reset_state()

@@ -1,0 +1,203 @@
+"""Parameter counts: the closed formula, and the paper's Tables 1, 4 and 5 rebuilt from real models.
+
+    python -m albert_tf.params             # all three tables
+    python -m albert_tf.params --tables 1  # only Table 1
+
+Every count printed is `model.count_params()` of a model actually built with Keras, checked
+against the closed formula below. The paper (arXiv 1909.11942) rounds to millions, and not
+consistently: some cells are rounded to nearest, others truncated. Each row says which reading
+matches, or that none does and why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import math
+import sys
+
+from absl import app, flags
+
+from albert_tf.config import AlbertConfig
+
+
+# ---------------------------------------------------------------------------------------------
+# Closed formula.
+def embedding_params(c: AlbertConfig) -> int:
+    """Word/position/token-type tables [*, E], LayerNorm, projection E -> H."""
+    e = c.embedding_size
+    return (c.vocab_size + c.max_position_embeddings + c.type_vocab_size) * e + 2 * e \
+        + e * c.hidden_size + c.hidden_size
+
+
+def attention_params(c: AlbertConfig) -> int:
+    """Q, K, V, output projections and the post-attention LayerNorm."""
+    h = c.hidden_size
+    return 4 * (h * h + h) + 2 * h
+
+
+def ffn_params(c: AlbertConfig) -> int:
+    """H -> I -> H and the post-FFN LayerNorm."""
+    h, i = c.hidden_size, c.intermediate_size
+    return (h * i + i) + (i * h + h) + 2 * h
+
+
+def backbone_param_count(c: AlbertConfig) -> int:
+    """Parameters of `AlbertBackbone(c)`: embeddings, the owned sublayers, the pooler."""
+    attention_owners = c.num_hidden_groups if c.attention_shared else c.num_hidden_layers
+    ffn_owners = c.num_hidden_groups if c.ffn_shared else c.num_hidden_layers
+    return (embedding_params(c)
+            + c.inner_group_num * (attention_owners * attention_params(c)
+                                   + ffn_owners * ffn_params(c))
+            + c.hidden_size * c.hidden_size + c.hidden_size)
+
+
+def pretrainer_param_count(c: AlbertConfig) -> int:
+    """Backbone + MLM head (H -> E dense, LayerNorm, output bias [V]; decoder tied) + SOP."""
+    e, h = c.embedding_size, c.hidden_size
+    return backbone_param_count(c) + (h * e + e + 2 * e + c.vocab_size) + (2 * h + 2)
+
+
+def built_param_count(config: AlbertConfig) -> int:
+    """Builds `AlbertBackbone(config)` with Keras and returns `count_params()`."""
+    import keras
+
+    from albert_tf.backbone import AlbertBackbone
+
+    model = AlbertBackbone(config)
+    count = model.count_params()
+    del model
+    keras.backend.clear_session()
+    gc.collect()
+    return count
+
+
+# ---------------------------------------------------------------------------------------------
+# Paper comparison.
+@dataclasses.dataclass
+class Row:
+    label: str
+    config: AlbertConfig
+    paper_millions: float | None
+    note: str = ""
+
+
+def compare(count: int, paper_millions: float | None) -> str:
+    """How a paper figure (millions) relates to an exact count."""
+    if paper_millions is None:
+        return "-"
+    millions = count / 1e6
+    if round(millions) == paper_millions:
+        return "= (rounded)"
+    if math.floor(millions) == paper_millions:
+        return "= (truncated)"
+    return f"differs by {millions - paper_millions:+.2f}M"
+
+
+def base_shape(**changes) -> AlbertConfig:
+    return AlbertConfig.from_preset("albert-base").replace(**changes)
+
+
+# Reasons printed beside cells the architecture cannot reproduce.
+_BERT_NOTE = ("BERT has no E->H projection; without it and the pooler: {alt:.2f}M, "
+              "paper {alt_vs_paper}")
+_XXLARGE_NOTE = ("no ALBERT-xxlarge shape gives 235M: V=30000, E=128, H=4096, I=16384, one "
+                 "shared block is 222.60M (+0.56M MLM head); the paper's Table 3 says 233M")
+_XLARGE_NOTE = "Table 1 says 60M, Table 3 says 59M for the same model"
+
+
+def _without_projection_and_pooler(c: AlbertConfig, count: int) -> float:
+    h = c.hidden_size
+    return (count - (c.embedding_size * h + h) - (h * h + h)) / 1e6
+
+
+def table1_rows() -> list[Row]:
+    return [
+        Row("BERT base", AlbertConfig.from_preset("bert-base"), 108, _BERT_NOTE),
+        Row("BERT large", AlbertConfig.from_preset("bert-large"), 334, _BERT_NOTE),
+        Row("BERT xlarge", AlbertConfig.from_preset("bert-xlarge"), 1270, _BERT_NOTE),
+        Row("ALBERT base", AlbertConfig.from_preset("albert-base"), 12),
+        Row("ALBERT large", AlbertConfig.from_preset("albert-large"), 18),
+        Row("ALBERT xlarge", AlbertConfig.from_preset("albert-xlarge"), 60, _XLARGE_NOTE),
+        Row("ALBERT xxlarge", AlbertConfig.from_preset("albert-xxlarge"), 235, _XXLARGE_NOTE),
+    ]
+
+
+_PAPER_TABLE4 = {"none": {64: 87, 128: 89, 256: 93, 768: 108},
+                 "all": {64: 10, 128: 12, 256: 16, 768: 31}}
+_PAPER_TABLE5 = {768: {"all": 31, "attention": 83, "ffn": 57, "none": 108},
+                 128: {"all": 12, "attention": 64, "ffn": 38, "none": 89}}
+_SHARING_LABEL = {"all": "all-shared", "attention": "shared-attention", "ffn": "shared-FFN",
+                  "none": "not-shared"}
+_NOT_SHARED_768_NOTE = ("108M is the paper's BERT-base figure; this model keeps the E->H "
+                        "projection; without it and the pooler: {alt:.2f}M, paper {alt_vs_paper}")
+
+
+def table4_rows() -> list[Row]:
+    rows = []
+    for sharing in ("none", "all"):
+        for e, paper in _PAPER_TABLE4[sharing].items():
+            note = _NOT_SHARED_768_NOTE if (sharing, e) == ("none", 768) else ""
+            rows.append(Row(f"{_SHARING_LABEL[sharing]} E={e}",
+                            base_shape(embedding_size=e, sharing=sharing), paper, note))
+    return rows
+
+
+def table5_rows() -> list[Row]:
+    rows = []
+    for e, cells in _PAPER_TABLE5.items():
+        for sharing, paper in cells.items():
+            note = _NOT_SHARED_768_NOTE if (sharing, e) == ("none", 768) else ""
+            rows.append(Row(f"E={e} {_SHARING_LABEL[sharing]}",
+                            base_shape(embedding_size=e, sharing=sharing), paper, note))
+    return rows
+
+
+TABLES = {
+    "1": ("Table 1: presets (backbone parameters)", table1_rows),
+    "4": ("Table 4: embedding size E, ALBERT-base shape", table4_rows),
+    "5": ("Table 5: cross-layer sharing, ALBERT-base shape", table5_rows),
+}
+
+
+def render_table(title: str, rows: list[Row], counter=built_param_count) -> str:
+    """Builds each row's model, checks it against the closed formula, and formats the table."""
+    header = ("model", "L", "H", "E", "sharing", "parameters", "ours (M)", "paper (M)",
+              "paper vs ours", "note")
+    lines = []
+    for row in rows:
+        c = row.config
+        count = counter(c)
+        expected = backbone_param_count(c)
+        if count != expected:
+            raise AssertionError(f"{row.label}: built model has {count:,} parameters, closed "
+                                 f"formula gives {expected:,}")
+        alt = _without_projection_and_pooler(c, count)
+        note = row.note.format(alt=alt, alt_vs_paper=compare(round(alt * 1e6), row.paper_millions))
+        paper = "-" if row.paper_millions is None else f"{row.paper_millions:g}"
+        lines.append((row.label, str(c.num_hidden_layers), str(c.hidden_size),
+                      str(c.embedding_size), c.sharing, f"{count:,}", f"{count / 1e6:.2f}",
+                      paper, compare(count, row.paper_millions), note))
+    widths = [max(len(r[i]) for r in [header] + lines) for i in range(len(header))]
+    fmt = lambda r: "| " + " | ".join(v.ljust(w) for v, w in zip(r, widths)) + " |"  # noqa: E731
+    out = [title, fmt(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out += [fmt(r) for r in lines]
+    return "\n".join(out)
+
+
+flags.DEFINE_list("tables", ["1", "4", "5"], "Which paper tables to print: 1, 4, 5.")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    del argv
+    for key in FLAGS.tables:
+        if key not in TABLES:
+            raise app.UsageError(f"--tables: unknown table {key!r}; choose from {sorted(TABLES)}")
+    for key in FLAGS.tables:
+        title, rows = TABLES[key]
+        print(render_table(title, rows()), end="\n\n", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(app.run(main))

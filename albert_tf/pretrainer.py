@@ -1,0 +1,65 @@
+"""`AlbertPretrainer`: the backbone plus the MLM and SOP heads of ALBERT pretraining."""
+
+from __future__ import annotations
+
+import keras
+
+from albert_tf import features
+from albert_tf.backbone import LAYER_NORM_EPSILON, AlbertBackbone, _as_config
+from albert_tf.layers import AlbertMaskedLMHead
+from albert_tf.layers.common import truncated_normal
+
+
+@keras.saving.register_keras_serializable(package="albert_tf")
+class AlbertPretrainer(keras.Model):
+    """ALBERT with its pretraining heads: masked LM (tied decoder) and sentence-order prediction.
+
+    Args:
+        config: an `AlbertConfig` (or a dict of its keys).
+        dtype: optional dtype policy name for every layer; None uses the global policy. Logits
+            are returned in float32.
+
+    Inputs (dict of int32): the backbone's `input_ids`, `input_mask`, `segment_ids`
+    [batch, seq], and `masked_lm_positions` [batch, P].
+
+    Outputs (dict): the backbone's outputs, plus `mlm_logits` [batch, P, V] and `sop_logits`
+    [batch, 2] (float32). Loss and metrics: `albert_tf.losses`.
+
+    The backbone is `self.backbone`, reachable alone for fine-tuning and export.
+    """
+
+    def __init__(self, config, dtype=None, **kwargs):
+        config = _as_config(config)
+        backbone = AlbertBackbone(config, dtype=dtype, name="albert")
+        inputs = dict(backbone.input)
+        inputs[features.MASKED_LM_POSITIONS] = keras.Input(
+            shape=(None,), dtype="int32", name=features.MASKED_LM_POSITIONS)
+        outputs = dict(backbone({k: inputs[k] for k in features.BACKBONE_INPUTS}))
+
+        mlm_head = AlbertMaskedLMHead(
+            vocab_size=config.vocab_size, embedding_size=config.embedding_size,
+            hidden_size=config.hidden_size, word_embeddings=backbone.word_embeddings,
+            hidden_act=config.hidden_act, initializer_range=config.initializer_range,
+            layer_norm_epsilon=LAYER_NORM_EPSILON, dtype=dtype, name="predictions")
+        # Logits in float32 for a stable loss; the layer is tiny.
+        sop_head = keras.layers.Dense(
+            2, kernel_initializer=truncated_normal(config.initializer_range), dtype="float32",
+            name="seq_relationship")
+        outputs["mlm_logits"] = mlm_head(outputs["sequence_output"],
+                                         inputs[features.MASKED_LM_POSITIONS])
+        outputs["sop_logits"] = sop_head(outputs["pooled_output"])
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
+
+        self.config = config
+        self._dtype_arg = dtype
+        self.backbone = backbone
+        self.mlm_head = mlm_head
+        self.sop_head = sop_head
+
+    def get_config(self):
+        return {"config": self.config.to_dict(), "dtype": self._dtype_arg, "name": self.name,
+                "trainable": self.trainable}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
