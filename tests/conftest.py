@@ -1,0 +1,63 @@
+"""Shared test setup: quiet TensorFlow, Keras on TensorFlow, transformers without its TF classes,
+and the tiny configurations whose dimensions all differ (so a transposed or swapped tensor
+cannot pass by having the right shape)."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("USE_TF", "0")  # transformers: do not import its Keras-2 TF classes
+os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from albert_tf import AlbertConfig  # noqa: E402
+
+SHARED_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
+                          "shared")
+
+
+def tiny_config(**changes) -> AlbertConfig:
+    """V=97, E=10, H=24, heads=4 (head 6), I=37, L=5, G=2, inner=2, positions 40, types 3."""
+    values = dict(vocab_size=97, embedding_size=10, hidden_size=24, num_attention_heads=4,
+                  intermediate_size=37, num_hidden_layers=5, num_hidden_groups=2,
+                  inner_group_num=2, max_position_embeddings=40, type_vocab_size=3)
+    values.update(changes)
+    return AlbertConfig(**values)
+
+
+def random_batch(config: AlbertConfig, batch=3, seq=11, predictions=7, seed=0) -> dict:
+    """Int32 features with right padding of different lengths, both segment ids, positions
+    inside the real tokens, and SOP/MLM labels."""
+    rng = np.random.default_rng(seed)
+    lengths = np.linspace(seq, max(4, seq // 2), batch).astype(int)
+    input_ids = np.zeros((batch, seq), np.int32)
+    input_mask = np.zeros((batch, seq), np.int32)
+    segment_ids = np.zeros((batch, seq), np.int32)
+    positions = np.zeros((batch, predictions), np.int32)
+    weights = np.zeros((batch, predictions), np.float32)
+    for b, n in enumerate(lengths):
+        input_ids[b, :n] = rng.integers(5, config.vocab_size, n)
+        input_mask[b, :n] = 1
+        segment_ids[b, n // 2:n] = 1
+        k = min(predictions, n - 1) - b  # rows have different numbers of real predictions
+        positions[b, :k] = np.sort(rng.choice(np.arange(1, n), k, replace=False))
+        weights[b, :k] = 1.0
+    return {
+        "input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids,
+        "masked_lm_positions": positions,
+        "masked_lm_ids": rng.integers(0, config.vocab_size, (batch, predictions)).astype(np.int32),
+        "masked_lm_weights": weights,
+        "next_sentence_labels": rng.integers(0, 2, (batch, 1)).astype(np.int32),
+    }
+
+
+@pytest.fixture(autouse=True)
+def _fresh_keras_state():
+    keras.mixed_precision.set_global_policy("float32")
+    keras.utils.set_random_seed(1234)
+    yield
+    keras.mixed_precision.set_global_policy("float32")
+    keras.backend.clear_session()

@@ -1,0 +1,118 @@
+"""Every layer serializes: get_config() holds exactly the constructor arguments, from_config()
+rebuilds an equal layer, and the rebuilt layer with the same weights computes the same values."""
+
+import inspect
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from albert_tf.layers import (MASK_ADDER, AlbertAttention, AlbertEmbedding, AlbertEncoder,
+                              AlbertFeedForward, AlbertMaskedLMHead)
+
+BASE_KEYS = {"name", "trainable", "dtype"}  # keras.layers.Layer's own constructor kwargs
+RNG = np.random.default_rng(7)
+
+
+def _x(*shape):
+    return tf.constant(RNG.normal(size=shape).astype("float32"))
+
+
+def _ids(high, *shape):
+    return tf.constant(RNG.integers(0, high, shape).astype("int32"))
+
+
+def _layers_and_inputs():
+    mask = np.ones((2, 9), np.int32)
+    mask[1, 6:] = 0
+    bias = tf.constant(((1 - mask) * MASK_ADDER)[:, None, None, :].astype("float32"))
+    embedding = keras.layers.Embedding(31, 6, name="word_embeddings")
+    return [
+        (AlbertEmbedding(31, 6, 14, 12, 3, hidden_dropout_prob=0.1, initializer_range=0.3),
+         (_ids(31, 2, 9), _ids(3, 2, 9))),
+        (AlbertAttention(14, 2, attention_probs_dropout_prob=0.05, initializer_range=0.3),
+         (_x(2, 9, 14), bias)),
+        (AlbertFeedForward(14, 23, hidden_act="relu", initializer_range=0.3), (_x(2, 9, 14),)),
+        (AlbertEncoder(14, 3, 2, 23, num_hidden_groups=2, inner_group_num=2, sharing="ffn",
+                       initializer_range=0.3), (_x(2, 9, 14), tf.constant(mask))),
+        (AlbertMaskedLMHead(31, 6, 14, embedding, initializer_range=0.3),
+         (_x(2, 9, 14), _ids(9, 2, 4))),
+    ]
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_get_config_is_exactly_the_constructor_arguments(index):
+    layer, inputs = _layers_and_inputs()[index]
+    layer(*inputs)
+    config = layer.get_config()
+    params = set(inspect.signature(type(layer).__init__).parameters) - {"self", "kwargs"}
+    assert set(config) == params | BASE_KEYS
+    clone = type(layer).from_config(config)
+    assert clone.get_config() == config
+    clone(*inputs)
+    assert len(clone.weights) == len(layer.weights)
+    for source, target in zip(layer.weights, clone.weights):
+        assert source.shape == target.shape
+        target.assign(source)
+    a, b = layer(*inputs), clone(*inputs)
+    for x, y in zip(tf.nest.flatten(a), tf.nest.flatten(b)):
+        np.testing.assert_array_equal(x.numpy(), y.numpy())
+
+
+def test_attention_matches_numpy_with_padding():
+    """The attention sublayer against a NumPy transcription of the official formula."""
+    layer = AlbertAttention(14, 2, initializer_range=0.3)
+    x = _x(2, 9, 14)
+    mask = np.ones((2, 9), np.float32)
+    mask[1, 5:] = 0
+    bias = ((1 - mask) * MASK_ADDER)[:, None, None, :]
+    out = layer(x, tf.constant(bias)).numpy()
+    for v in layer.layer_norm.weights:  # non-trivial gamma/beta
+        v.assign(RNG.uniform(0.5, 1.5, v.shape).astype("float32"))
+    out = layer(x, tf.constant(bias)).numpy()
+
+    xn = x.numpy()
+    dense = lambda l, v: v @ l.kernel.numpy() + l.bias.numpy()  # noqa: E731
+    split = lambda v: v.reshape(2, 9, 2, 7).transpose(0, 2, 1, 3)  # noqa: E731
+    q, k, v = (split(dense(l, xn)) for l in (layer.query, layer.key, layer.value))
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(7) + bias
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    context = (probs @ v).transpose(0, 2, 1, 3).reshape(2, 9, 14)
+    y = dense(layer.output_dense, context) + xn
+    mean, var = y.mean(-1, keepdims=True), y.var(-1, keepdims=True)
+    expected = ((y - mean) / np.sqrt(var + 1e-12) * layer.layer_norm.gamma.numpy()
+                + layer.layer_norm.beta.numpy())
+    np.testing.assert_allclose(out, expected, atol=2e-5)
+    # Padded keys get no attention: changing them leaves the real rows of sequence 1 unchanged.
+    x2 = xn.copy()
+    x2[1, 5:] = RNG.normal(size=(4, 14))
+    out2 = layer(tf.constant(x2), tf.constant(bias)).numpy()
+    np.testing.assert_allclose(out2[1, :5], out[1, :5], atol=1e-6)
+    assert np.abs(out2[1, 5:] - out[1, 5:]).max() > 0.1
+
+
+def test_feed_forward_uses_tanh_gelu():
+    layer = AlbertFeedForward(14, 23, initializer_range=0.3)
+    x = _x(2, 9, 14)
+    out = layer(x).numpy()
+    xn = x.numpy()
+    h = xn @ layer.intermediate.kernel.numpy() + layer.intermediate.bias.numpy()
+    h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
+    y = h @ layer.output_dense.kernel.numpy() + layer.output_dense.bias.numpy() + xn
+    expected = (y - y.mean(-1, keepdims=True)) / np.sqrt(y.var(-1, keepdims=True) + 1e-12)
+    np.testing.assert_allclose(out, expected, atol=2e-5)
+
+
+def test_embedding_rejects_overlong_sequence():
+    layer = AlbertEmbedding(31, 6, 14, max_position_embeddings=8, type_vocab_size=2)
+    with pytest.raises(ValueError, match=r"sequence length 9 exceeds max_position_embeddings=8"):
+        layer(_ids(31, 2, 9), _ids(2, 2, 9))
+
+
+def test_embedding_equal_e_and_h_keeps_projection():
+    layer = AlbertEmbedding(31, 14, 14, 12, 2)
+    out = layer(_ids(31, 2, 9), _ids(2, 2, 9))
+    assert tuple(layer.projection.kernel.shape) == (14, 14)
+    assert tuple(out.shape) == (2, 9, 14)
