@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
 
 from albert_tf import features
 from albert_tf.config import AlbertConfig
@@ -22,6 +21,19 @@ def _as_config(config) -> AlbertConfig:
                     f"Received: {type(config).__name__}")
 
 
+class AlbertConfigSerialization:
+    """`get_config`/`from_config` for models whose constructor is `(config, dtype=None, **kw)`:
+    the config is stored as its official-key dict."""
+
+    def get_config(self):
+        return {"config": self.config.to_dict(), "dtype": self._dtype_arg, "name": self.name,
+                "trainable": self.trainable}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
 def backbone_inputs() -> dict:
     """Symbolic int32 [batch, seq] inputs named as the official features."""
     return {name: keras.Input(shape=(None,), dtype="int32", name=name)
@@ -29,7 +41,7 @@ def backbone_inputs() -> dict:
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")
-class AlbertBackbone(keras.Model):
+class AlbertBackbone(AlbertConfigSerialization, keras.Model):
     """ALBERT encoder (arXiv 1909.11942): factorized embedding, shared post-LN blocks, pooler.
 
     Args:
@@ -99,11 +111,3 @@ class AlbertBackbone(keras.Model):
     def word_embeddings(self) -> keras.layers.Embedding:
         """The [V, E] table layer (tied to the MLM decoder)."""
         return self.embeddings.word_embeddings
-
-    def get_config(self):
-        return {"config": self.config.to_dict(), "dtype": self._dtype_arg, "name": self.name,
-                "trainable": self.trainable}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)

@@ -59,7 +59,8 @@ class NamedWeight:
 
 
 def _dense(prefix, layer):
-    return [NamedWeight(f"{prefix}/kernel", layer.kernel), NamedWeight(f"{prefix}/bias", layer.bias)]
+    return [NamedWeight(f"{prefix}/kernel", layer.kernel),
+            NamedWeight(f"{prefix}/bias", layer.bias)]
 
 
 def _layer_norm(prefix, layer):
@@ -131,11 +132,14 @@ def model_weights(model) -> list[NamedWeight]:
 # ---------------------------------------------------------------------------------------------
 # Official TF1 name <-> Hugging Face key. (official regex, HF template, HF array is transpose)
 _HF_RULES = [
-    (r"bert/embeddings/(word|token_type|position)_embeddings", r"albert.embeddings.\1_embeddings.weight", False),
+    (r"bert/embeddings/(word|token_type|position)_embeddings",
+     r"albert.embeddings.\1_embeddings.weight", False),
     (r"bert/embeddings/LayerNorm/gamma", "albert.embeddings.LayerNorm.weight", False),
     (r"bert/embeddings/LayerNorm/beta", "albert.embeddings.LayerNorm.bias", False),
-    (r"bert/encoder/embedding_hidden_mapping_in/kernel", "albert.encoder.embedding_hidden_mapping_in.weight", True),
-    (r"bert/encoder/embedding_hidden_mapping_in/bias", "albert.encoder.embedding_hidden_mapping_in.bias", False),
+    (r"bert/encoder/embedding_hidden_mapping_in/kernel",
+     "albert.encoder.embedding_hidden_mapping_in.weight", True),
+    (r"bert/encoder/embedding_hidden_mapping_in/bias",
+     "albert.encoder.embedding_hidden_mapping_in.bias", False),
     (r"bert/encoder/transformer/group_(\d+)/inner_group_(\d+)/(.+)", None, None),  # see below
     (r"bert/pooler/dense/kernel", "albert.pooler.weight", True),
     (r"bert/pooler/dense/bias", "albert.pooler.bias", False),

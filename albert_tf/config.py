@@ -122,8 +122,8 @@ class AlbertConfig:
             object.__setattr__(self, name, float(value))
         value = self.initializer_range
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(
-                f"`initializer_range` must be a positive number. Received: initializer_range={value!r}")
+            raise ValueError("`initializer_range` must be a positive number. "
+                             f"Received: initializer_range={value!r}")
         object.__setattr__(self, "initializer_range", float(value))
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(

@@ -5,13 +5,14 @@ from __future__ import annotations
 import keras
 
 from albert_tf import features
-from albert_tf.backbone import LAYER_NORM_EPSILON, AlbertBackbone, _as_config
+from albert_tf.backbone import (LAYER_NORM_EPSILON, AlbertBackbone, AlbertConfigSerialization,
+                                _as_config)
 from albert_tf.layers import AlbertMaskedLMHead
 from albert_tf.layers.common import truncated_normal
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")
-class AlbertPretrainer(keras.Model):
+class AlbertPretrainer(AlbertConfigSerialization, keras.Model):
     """ALBERT with its pretraining heads: masked LM (tied decoder) and sentence-order prediction.
 
     Args:
@@ -55,11 +56,3 @@ class AlbertPretrainer(keras.Model):
         self.backbone = backbone
         self.mlm_head = mlm_head
         self.sop_head = sop_head
-
-    def get_config(self):
-        return {"config": self.config.to_dict(), "dtype": self._dtype_arg, "name": self.name,
-                "trainable": self.trainable}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)

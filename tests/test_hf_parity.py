@@ -6,8 +6,6 @@ one mapping function `albert_tf.checkpoint_names.load_hf_state_dict`, and both a
 with right padding of different lengths and both segment ids.
 """
 
-import os
-
 import numpy as np
 import pytest
 import tensorflow as tf
