@@ -6,8 +6,11 @@ import os as _os
 _os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from albert_tf.backbone import AlbertBackbone  # noqa: E402
+from albert_tf.checkpoints import load_pretrained  # noqa: E402
+from albert_tf.classifier import AlbertClassifier  # noqa: E402
 from albert_tf.config import PRESETS, SHARING_MODES, AlbertConfig  # noqa: E402
 from albert_tf.pretrainer import AlbertPretrainer  # noqa: E402
 
-__all__ = ["AlbertConfig", "AlbertBackbone", "AlbertPretrainer", "PRESETS", "SHARING_MODES"]
+__all__ = ["AlbertConfig", "AlbertBackbone", "AlbertPretrainer", "AlbertClassifier",
+           "load_pretrained", "PRESETS", "SHARING_MODES"]
 __version__ = "0.1.0"

@@ -113,13 +113,36 @@ def pretrainer_weights(pretrainer) -> list[NamedWeight]:
     ]
 
 
+def classifier_weights(classifier) -> list[NamedWeight]:
+    """Official names of an `AlbertClassifier`: backbone + the fine-tuning head, stored at the
+    root of an official fine-tuned checkpoint as `output_weights` [num_labels, H]."""
+    head = classifier.classifier_head
+    return backbone_weights(classifier.backbone) + [
+        NamedWeight("output_weights", head.kernel, transposed=True),
+        NamedWeight("output_bias", head.bias),
+    ]
+
+
+def model_kind(model) -> str:
+    """"pretrainer", "classifier" or "backbone"."""
+    from albert_tf.backbone import AlbertBackbone
+    from albert_tf.classifier import AlbertClassifier
+    from albert_tf.pretrainer import AlbertPretrainer
+
+    for cls, kind in ((AlbertPretrainer, "pretrainer"), (AlbertClassifier, "classifier"),
+                      (AlbertBackbone, "backbone")):
+        if isinstance(model, cls):
+            return kind
+    raise TypeError(f"Not an ALBERT model: {type(model).__name__}")
+
+
 def model_weights(model) -> list[NamedWeight]:
-    """`pretrainer_weights` or `backbone_weights`, whichever `model` is; checks that the table
-    covers every variable of the model exactly once (the contract cannot drift silently)."""
-    if hasattr(model, "mlm_head"):
-        named = pretrainer_weights(model)
-    else:
-        named = backbone_weights(model)
+    """The official names of every variable of `model` (backbone, pretrainer or classifier);
+    checks that the table covers every variable exactly once (the contract cannot drift
+    silently)."""
+    kind = model_kind(model)
+    named = {"pretrainer": pretrainer_weights, "classifier": classifier_weights,
+             "backbone": backbone_weights}[kind](model)
     ids = [id(w.variable) for w in named]
     model_ids = {id(v) for v in model.weights}
     if len(set(ids)) != len(ids) or set(ids) != model_ids:
@@ -150,6 +173,8 @@ _HF_RULES = [
     (r"cls/predictions/output_bias", "predictions.bias", False),
     (r"cls/seq_relationship/output_weights", "sop_classifier.classifier.weight", False),
     (r"cls/seq_relationship/output_bias", "sop_classifier.classifier.bias", False),
+    (r"output_weights", "classifier.weight", False),  # fine-tuned classifier head
+    (r"output_bias", "classifier.bias", False),
 ]
 _HF_BLOCK = {
     "attention_1/self/query": "attention.query", "attention_1/self/key": "attention.key",
@@ -184,53 +209,170 @@ def official_to_hf(official_name: str) -> tuple[str, bool]:
     raise KeyError(f"No Hugging Face name for official variable {official_name!r}")
 
 
+# Which config dimension each axis of an official variable is (for mismatch messages).
+_DIMENSIONS = [
+    (r".*/word_embeddings", ("vocab_size", "embedding_size")),
+    (r".*/token_type_embeddings", ("type_vocab_size", "embedding_size")),
+    (r".*/position_embeddings", ("max_position_embeddings", "embedding_size")),
+    (r"bert/embeddings/LayerNorm/.*", ("embedding_size",)),
+    (r".*/embedding_hidden_mapping_in/kernel", ("embedding_size", "hidden_size")),
+    (r".*/ffn_1/intermediate/dense/kernel", ("hidden_size", "intermediate_size")),
+    (r".*/ffn_1/intermediate/dense/bias", ("intermediate_size",)),
+    (r".*/ffn_1/intermediate/output/dense/kernel", ("intermediate_size", "hidden_size")),
+    (r"cls/predictions/transform/dense/kernel", ("hidden_size", "embedding_size")),
+    (r"cls/predictions/transform/(dense/bias|LayerNorm/.*)", ("embedding_size",)),
+    (r"cls/predictions/output_bias", ("vocab_size",)),
+    (r"cls/seq_relationship/output_weights", (None, "hidden_size")),
+    (r"output_weights", ("num_labels", "hidden_size")),
+    (r"output_bias", ("num_labels",)),
+    (r".*/kernel", ("hidden_size", "hidden_size")),
+    (r".*/(bias|gamma|beta)", ("hidden_size",)),
+]
+
+
+def dimension_names(official_name: str) -> tuple:
+    for pattern, dims in _DIMENSIONS:
+        if re.fullmatch(pattern, official_name):
+            return dims
+    return ()
+
+
+def explain_shape_mismatch(official_name, model_shape, checkpoint_shape) -> list[str]:
+    """['intermediate_size: config 37, checkpoint 38'] for each axis that differs."""
+    dims = dimension_names(official_name)
+    if len(model_shape) != len(checkpoint_shape):
+        return [f"rank of {official_name}: config {len(model_shape)}, "
+                f"checkpoint {len(checkpoint_shape)}"]
+    parts = []
+    for axis, (a, b) in enumerate(zip(model_shape, checkpoint_shape)):
+        if a != b:
+            name = dims[axis] if axis < len(dims) and dims[axis] else f"axis {axis} of {official_name}"
+            parts.append(f"{name}: config {a}, checkpoint {b}")
+    return parts
+
+
+# Block scopes in official names and in HF keys.
+_BLOCK_RES = (re.compile(r"bert/encoder/transformer/group_(\d+)/inner_group_(\d+)/"),
+              re.compile(r"(?:albert\.)?encoder\.albert_layer_groups\.(\d+)\.albert_layers\.(\d+)\."))
+
+
+def block_counts(names) -> tuple[int, int]:
+    """(number of block owners `group_g`, number of inner groups) among official names or HF
+    keys."""
+    groups, inners = set(), set()
+    for name in names:
+        for pattern in _BLOCK_RES:
+            m = pattern.match(name)
+            if m:
+                groups.add(int(m.group(1)))
+                inners.add(int(m.group(2)))
+    return (max(groups) + 1 if groups else 0), (max(inners) + 1 if inners else 0)
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint does not fit the model: names or shapes disagree. Nothing was assigned."""
+
+
+def assign_strict(model, keys, read, key_of, skip_reason, source: str) -> dict:
+    """Fills every variable of `model` from a checkpoint, or raises and assigns nothing.
+
+    Args:
+        model: an ALBERT model (backbone, pretrainer or classifier), built.
+        keys: the checkpoint's entry names.
+        read: `read(key) -> np.ndarray`.
+        key_of: `key_of(official_name) -> (key, transposed)` where `transposed` says the stored
+            array is the transpose of the official layout.
+        skip_reason: `skip_reason(key) -> str | None`; entries with a reason (optimizer slots,
+            buffers, heads the model does not have) are skipped and reported.
+        source: the checkpoint's path, for messages.
+
+    Returns:
+        {"assigned": [official names], "skipped": {key: reason}}.
+
+    Raises:
+        CheckpointMismatchError: listing every model weight with no entry, every entry that maps
+            to no model weight, and every shape mismatch with the config dimension it concerns.
+    """
+    keys = set(keys)
+    named = model_weights(model)
+    assignments, missing, mismatched, dimensions, used = [], [], [], [], set()
+    for weight in named:
+        key, transposed = key_of(weight.official_name)
+        if key not in keys:
+            missing.append(key)
+            continue
+        used.add(key)
+        value = _to_numpy(read(key))
+        value = weight.from_official(value.T if transposed else value)
+        model_shape, ckpt_shape = tuple(weight.variable.shape), tuple(value.shape)
+        if model_shape != ckpt_shape:
+            mismatched.append(f"{key} {ckpt_shape} vs {model_shape}")
+            for d in explain_shape_mismatch(weight.official_name, model_shape, ckpt_shape):
+                if d not in dimensions:
+                    dimensions.append(d)
+            continue
+        assignments.append((weight, value))
+    skipped, unused = {}, []
+    for key in sorted(keys - used):
+        reason = skip_reason(key)
+        if reason:
+            skipped[key] = reason
+        else:
+            unused.append(key)
+    if missing or unused or mismatched:
+        problems = []
+        if mismatched:
+            problems.append(f"the config disagrees with the checkpoint on {'; '.join(dimensions)} "
+                            f"-- shape mismatches (checkpoint vs model): {mismatched}")
+        ours = block_counts(w.official_name for w in named)
+        theirs = block_counts(keys)
+        if theirs != (0, 0) and ours != theirs:
+            problems.append(f"the checkpoint has {theirs[0]} block group(s) x {theirs[1]} inner "
+                            f"group(s), the model {ours[0]} x {ours[1]}: check num_hidden_groups, "
+                            "inner_group_num and sharing in the config")
+        if missing:
+            problems.append(f"model weights with no checkpoint entry: {missing}")
+        if unused:
+            problems.append(f"checkpoint entries that map to no model weight: {unused}")
+        raise CheckpointMismatchError(
+            f"Cannot load {source} into {type(model).__name__}; nothing was assigned. "
+            + "; ".join(problems))
+    for weight, value in assignments:
+        weight.variable.assign(value.astype(weight.variable.dtype))
+    return {"assigned": [w.official_name for w, _ in assignments], "skipped": skipped}
+
+
 def _to_numpy(value) -> np.ndarray:
     if hasattr(value, "detach"):  # torch tensor
         value = value.detach().cpu().numpy()
     return np.asarray(value)
 
 
-def load_hf_state_dict(model, state_dict: Mapping[str, object]) -> None:
-    """Copies a Hugging Face ALBERT `state_dict` into `model` (`AlbertBackbone` or
-    `AlbertPretrainer`), strictly.
+def load_hf_state_dict(model, state_dict: Mapping[str, object], source="state_dict") -> dict:
+    """Copies a Hugging Face ALBERT `state_dict` into `model` strictly (see `assign_strict`).
 
-    Keys may carry the `albert.` prefix (`AlbertForPreTraining`) or not (`AlbertModel`). Raises
-    `ValueError` listing every model weight without a key, every key that maps to nothing (head
-    keys are allowed when loading a backbone) and every shape mismatch; nothing is assigned
-    unless everything matches.
+    Keys may carry the `albert.` prefix (`AlbertForPreTraining`, `AlbertFor...`) or not
+    (`AlbertModel`). When loading a backbone, the heads' entries are skipped (reported).
     """
-    keys = set(state_dict)
-    prefixed = any(k.startswith("albert.") for k in keys)
-    to_state_key = (lambda k: k) if prefixed else (lambda k: k[len("albert."):]
-                                                  if k.startswith("albert.") else k)
-    is_backbone = not hasattr(model, "mlm_head")
-    assignments, missing, mismatched, used = [], [], [], set()
-    for named in model_weights(model):
-        hf_key, hf_transposed = official_to_hf(named.official_name)
-        key = to_state_key(hf_key)
-        if key not in state_dict:
-            missing.append(f"{key} (for {named.official_name})")
-            continue
-        used.add(key)
-        value = _to_numpy(state_dict[key])
-        value = named.from_official(value.T if hf_transposed else value)
-        if tuple(value.shape) != tuple(named.variable.shape):
-            mismatched.append(f"{key}: checkpoint {tuple(value.shape)} vs model "
-                              f"{tuple(named.variable.shape)} ({named.official_name})")
-            continue
-        assignments.append((named.variable, value))
-    derived = {to_state_key(k) for k in HF_DERIVED_KEYS}
-    unused = sorted(k for k in keys - used - derived
-                    if not (is_backbone and k.startswith(HF_HEAD_PREFIXES)))
-    problems = []
-    if missing:
-        problems.append(f"model weights with no checkpoint entry: {missing}")
-    if unused:
-        problems.append(f"checkpoint entries that map to no model weight: {unused}")
-    if mismatched:
-        problems.append(f"shape mismatches: {mismatched}")
-    if problems:
-        raise ValueError("Cannot load the Hugging Face weights; nothing was assigned. "
-                         + "; ".join(problems))
-    for variable, value in assignments:
-        variable.assign(value.astype(variable.dtype))
+    prefixed = any(k.startswith("albert.") for k in state_dict)
+
+    def key_of(official_name):
+        key, transposed = official_to_hf(official_name)
+        if not prefixed and key.startswith("albert."):
+            key = key[len("albert."):]
+        return key, transposed
+
+    derived = {k if prefixed else k.replace("albert.", "", 1) for k in HF_DERIVED_KEYS}
+    kind = model_kind(model)
+
+    def skip_reason(key):
+        if key in derived:
+            return "derived (buffer or tied copy)"
+        if kind != "pretrainer" and key.startswith(HF_HEAD_PREFIXES):
+            return f"pretraining head, not part of a {kind}"
+        if kind != "classifier" and key.startswith("classifier."):
+            return f"classifier head, not part of a {kind}" if kind == "backbone" else None
+        return None
+
+    return assign_strict(model, state_dict.keys(), lambda k: state_dict[k], key_of, skip_reason,
+                         source)

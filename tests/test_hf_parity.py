@@ -8,7 +8,6 @@ with right padding of different lengths and both segment ids.
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -16,45 +15,11 @@ transformers = pytest.importorskip("transformers")
 from albert_tf import AlbertBackbone, AlbertPretrainer  # noqa: E402
 from albert_tf.checkpoint_names import load_hf_state_dict  # noqa: E402
 from conftest import random_batch, tiny_config  # noqa: E402
+from hf_helpers import (gather_positions, hf_config, max_diff, randomize_torch,  # noqa: E402
+                        tf_inputs, torch_inputs)
 
 TOLERANCE = 1e-5
 MEASURED = {}  # max differences, printed at the end (pytest -s) for the record
-
-
-def hf_config(cfg):
-    """HF AlbertConfig for one of ours. "none" sharing = the official layout with G = L."""
-    groups = cfg.num_hidden_layers if cfg.sharing == "none" else cfg.num_hidden_groups
-    assert cfg.sharing in ("all", "none")
-    return transformers.AlbertConfig(
-        vocab_size=cfg.vocab_size, embedding_size=cfg.embedding_size,
-        hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_hidden_layers,
-        num_hidden_groups=groups, num_attention_heads=cfg.num_attention_heads,
-        intermediate_size=cfg.intermediate_size, inner_group_num=cfg.inner_group_num,
-        hidden_act="gelu_new", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-        classifier_dropout_prob=0.0, max_position_embeddings=cfg.max_position_embeddings,
-        type_vocab_size=cfg.type_vocab_size, layer_norm_eps=1e-12,
-        attn_implementation="eager")
-
-
-def _randomize_torch(model, seed):
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "LayerNorm" in name or "layer_norm" in name:
-                if name.endswith("weight"):
-                    p.copy_(0.5 + torch.rand(p.shape, generator=gen))
-                    continue
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.25)
-
-
-def _torch_inputs(batch):
-    return dict(input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
-                attention_mask=torch.tensor(batch["input_mask"], dtype=torch.long),
-                token_type_ids=torch.tensor(batch["segment_ids"], dtype=torch.long))
-
-
-def _ours(batch, keys):
-    return {k: tf.constant(batch[k]) for k in keys}
 
 
 def parity_config(sharing):
@@ -64,25 +29,21 @@ def parity_config(sharing):
     return tiny_config(sharing=sharing, inner_group_num=2 if sharing == "all" else 1)
 
 
-def _max_diff(a, b):
-    return float(np.abs(np.asarray(a) - np.asarray(b)).max())
-
-
 @pytest.mark.parametrize("sharing", ["all", "none"])
 def test_backbone_matches_hf_albert_model(sharing):
     cfg = parity_config(sharing)
     hf = transformers.AlbertModel(hf_config(cfg), add_pooling_layer=True).eval()
-    _randomize_torch(hf, seed=1)
+    randomize_torch(hf, seed=1)
     ours = AlbertBackbone(cfg)
     load_hf_state_dict(ours, hf.state_dict())
     batch = random_batch(cfg, batch=3, seq=11)
     with torch.no_grad():
-        ref = hf(**_torch_inputs(batch), output_hidden_states=True)
-    out = ours(_ours(batch, ("input_ids", "input_mask", "segment_ids")))
+        ref = hf(**torch_inputs(batch), output_hidden_states=True)
+    out = ours(tf_inputs(batch))
     diffs = {
-        "sequence_output": _max_diff(out["sequence_output"], ref.last_hidden_state),
-        "pooled_output": _max_diff(out["pooled_output"], ref.pooler_output),
-        "hidden_states": max(_max_diff(a, b) for a, b in
+        "sequence_output": max_diff(out["sequence_output"], ref.last_hidden_state),
+        "pooled_output": max_diff(out["pooled_output"], ref.pooler_output),
+        "hidden_states": max(max_diff(a, b) for a, b in
                              zip(out["hidden_states"], ref.hidden_states)),
     }
     assert len(out["hidden_states"]) == len(ref.hidden_states) == cfg.num_hidden_layers + 1
@@ -100,20 +61,20 @@ def test_pretrainer_matches_hf_albert_for_pretraining(sharing):
     # transformers 4.57.6 builds the MLM-head LayerNorm with config.layer_norm_eps; older
     # releases used 1e-5. Pin it to the official 1e-12 here so the test holds on either.
     hf.predictions.LayerNorm.eps = 1e-12
-    _randomize_torch(hf, seed=2)
+    randomize_torch(hf, seed=2)
     hf.tie_weights()
     ours = AlbertPretrainer(cfg)
     load_hf_state_dict(ours, hf.state_dict())
     batch = random_batch(cfg, batch=3, seq=11, predictions=7)
     with torch.no_grad():
-        ref = hf(**_torch_inputs(batch), output_hidden_states=True)
-    out = ours(_ours(batch, ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")))
-    positions = batch["masked_lm_positions"]
-    ref_mlm = np.take_along_axis(ref.prediction_logits.numpy(), positions[..., None], axis=1)
+        ref = hf(**torch_inputs(batch), output_hidden_states=True)
+    out = ours(tf_inputs(batch, ("input_ids", "input_mask", "segment_ids",
+                                 "masked_lm_positions")))
+    ref_mlm = gather_positions(ref.prediction_logits.numpy(), batch["masked_lm_positions"])
     diffs = {
-        "mlm_logits": _max_diff(out["mlm_logits"], ref_mlm),
-        "sop_logits": _max_diff(out["sop_logits"], ref.sop_logits),
-        "sequence_output": _max_diff(out["sequence_output"], ref.hidden_states[-1]),
+        "mlm_logits": max_diff(out["mlm_logits"], ref_mlm),
+        "sop_logits": max_diff(out["sop_logits"], ref.sop_logits),
+        "sequence_output": max_diff(out["sequence_output"], ref.hidden_states[-1]),
     }
     MEASURED[f"AlbertForPreTraining sharing={sharing}"] = diffs
     print(f"\nAlbertForPreTraining sharing={sharing}: {diffs}")
@@ -139,8 +100,9 @@ def test_loader_is_strict():
         load_hf_state_dict(ours, extra)
 
     wrong = transformers.AlbertForPreTraining(hf_config(tiny_config(intermediate_size=38)))
-    with pytest.raises(ValueError, match=r"shape mismatches: .*ffn.weight: checkpoint \(24, 38\) "
-                                         r"vs model \(24, 37\)"):
+    with pytest.raises(ValueError, match=r"disagrees with the checkpoint on intermediate_size: "
+                                         r"config 37, checkpoint 38 -- .*ffn.weight \(24, 38\) "
+                                         r"vs \(24, 37\)"):
         load_hf_state_dict(ours, wrong.state_dict())
     # Nothing was assigned by the failed loads.
     for v, b in zip(ours.weights, before):

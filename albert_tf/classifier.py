@@ -1,0 +1,54 @@
+"""`AlbertClassifier`: the backbone plus the official fine-tuning classification head."""
+
+from __future__ import annotations
+
+import keras
+
+from albert_tf.backbone import AlbertBackbone, AlbertConfigSerialization, _as_config
+from albert_tf.layers.common import truncated_normal
+
+
+@keras.saving.register_keras_serializable(package="albert_tf")
+class AlbertClassifier(AlbertConfigSerialization, keras.Model):
+    """ALBERT for sequence classification or regression (official `run_classifier.py` head):
+    dropout on the pooled output, then a dense layer to `num_labels` logits.
+
+    Official names of the head: `output_weights` [num_labels, H] and `output_bias`
+    [num_labels] (root scope of a fine-tuned checkpoint); Hugging Face: `classifier.weight`,
+    `classifier.bias`. `num_labels=1` is the regression head (STS-B).
+
+    Args:
+        config: an `AlbertConfig` (or a dict of its keys).
+        num_labels: number of classes (1 for regression).
+        dropout_rate: dropout on the pooled output (official: 0.1 while fine-tuning).
+        dtype: optional dtype policy name; the logits are float32.
+
+    Inputs: the backbone's `input_ids`, `input_mask`, `segment_ids`.
+    Outputs (dict): the backbone's outputs and `logits` [batch, num_labels].
+    """
+
+    def __init__(self, config, num_labels, dropout_rate=0.1, dtype=None, **kwargs):
+        config = _as_config(config)
+        if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
+            raise ValueError(f"`num_labels` must be a positive integer. Received: {num_labels!r}")
+        backbone = AlbertBackbone(config, dtype=dtype, name="albert")
+        inputs = dict(backbone.input)
+        outputs = dict(backbone(inputs))
+        dropout = keras.layers.Dropout(dropout_rate, dtype=dtype, name="classifier_dropout")
+        head = keras.layers.Dense(
+            num_labels, kernel_initializer=truncated_normal(config.initializer_range),
+            dtype="float32", name="classifier")
+        outputs["logits"] = head(dropout(outputs["pooled_output"]))
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
+
+        self.config = config
+        self.num_labels = num_labels
+        self.dropout_rate = dropout_rate
+        self._dtype_arg = dtype
+        self.backbone = backbone
+        self.classifier_head = head
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_labels=self.num_labels, dropout_rate=self.dropout_rate)
+        return config

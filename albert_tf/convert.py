@@ -1,0 +1,63 @@
+"""Convert ALBERT checkpoints: Google's TF1 checkpoints / TF-Hub modules and Hugging Face folders
+to our format, and our weights back to an official name-based TF1 checkpoint.
+
+    python -m albert_tf.convert --source tf1 --input albert_base/model.ckpt-best \
+        --output converted/albert_base
+    python -m albert_tf.convert --source hf --input hf_albert_base_v2/ --output converted/base
+    python -m albert_tf.convert --source albert_tf --input converted/base --target tf1 \
+        --output tf1_export/
+
+Then `albert_tf.load_pretrained("converted/albert_base")`.
+"""
+
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+from absl import app, flags  # noqa: E402
+
+flags.DEFINE_enum("source", None, ["tf1", "hf", "albert_tf"],
+                  "Input format: official TF1 checkpoint or TF-Hub module, Hugging Face "
+                  "save_pretrained folder, or an albert_tf directory / .keras file.")
+flags.DEFINE_string("input", None, "Checkpoint prefix, file or directory to read.")
+flags.DEFINE_string("output", None, "Directory to write (must be new or empty).")
+flags.DEFINE_enum("target", "albert_tf", ["albert_tf", "tf1"],
+                  "Output format: our directory format, or an official name-based TF1 "
+                  "checkpoint (model.ckpt + albert_config.json).")
+flags.DEFINE_string("albert_config_file", None,
+                    "Config JSON (official keys). Default: albert_config.json beside a TF1 "
+                    "checkpoint; config.json of a Hugging Face folder.")
+flags.DEFINE_enum("model", "auto", ["auto", "pretrainer", "classifier", "backbone"],
+                  "Model to build. auto: from the heads present in the checkpoint. backbone "
+                  "drops the heads (reported as skipped).")
+flags.DEFINE_bool("overwrite", False, "Replace a non-empty --output directory.")
+flags.mark_flags_as_required(["source", "input", "output"])
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    del argv
+    from albert_tf.checkpoints import CheckpointError, convert
+
+    try:
+        summary = convert(FLAGS.source, FLAGS.input, FLAGS.output, target=FLAGS.target,
+                          albert_config_file=FLAGS.albert_config_file, model=FLAGS.model,
+                          overwrite=FLAGS.overwrite)
+    except (CheckpointError, ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    skipped = summary.pop("skipped")
+    print(json.dumps(summary, indent=2))
+    if skipped:
+        reasons = {}
+        for reason in skipped.values():
+            reasons[reason] = reasons.get(reason, 0) + 1
+        print("skipped: " + ", ".join(f"{n} {r}" for r, n in sorted(reasons.items())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(app.run(main))
