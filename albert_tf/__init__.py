@@ -1,16 +1,37 @@
 """albert_tf: ALBERT (A Lite BERT, Lan et al., ICLR 2020, arXiv 1909.11942) in TensorFlow 2 /
-Keras 3."""
+Keras 3.
 
+The Keras models are imported on first use, so light modules (`albert_tf.config`,
+`albert_tf.tokenization`, `albert_tf.features`) load without TensorFlow; the data-generation
+workers rely on that.
+"""
+
+import importlib as _importlib
 import os as _os
 
 _os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from albert_tf.backbone import AlbertBackbone  # noqa: E402
-from albert_tf.checkpoints import load_pretrained  # noqa: E402
-from albert_tf.classifier import AlbertClassifier  # noqa: E402
 from albert_tf.config import PRESETS, SHARING_MODES, AlbertConfig  # noqa: E402
-from albert_tf.pretrainer import AlbertPretrainer  # noqa: E402
+
+_LAZY = {
+    "AlbertBackbone": "albert_tf.backbone",
+    "AlbertPretrainer": "albert_tf.pretrainer",
+    "AlbertClassifier": "albert_tf.classifier",
+    "load_pretrained": "albert_tf.checkpoints",
+}
 
 __all__ = ["AlbertConfig", "AlbertBackbone", "AlbertPretrainer", "AlbertClassifier",
            "load_pretrained", "PRESETS", "SHARING_MODES"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(_importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'albert_tf' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

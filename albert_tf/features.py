@@ -18,3 +18,29 @@ NEXT_SENTENCE_LABELS = "next_sentence_labels"
 BACKBONE_INPUTS = (INPUT_IDS, INPUT_MASK, SEGMENT_IDS)
 # Extra inputs of `AlbertPretrainer`.
 PRETRAINER_INPUTS = BACKBONE_INPUTS + (MASKED_LM_POSITIONS,)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pretraining TFRecord schema (official create_pretraining_data.py output) and its sidecar.
+def pretraining_schema(max_seq_length: int, max_predictions_per_seq: int) -> dict:
+    """Feature name -> (length, dtype) of one pretraining `tf.train.Example`, in the order the
+    official script writes them. Every feature is padded with zeros to its length."""
+    return {
+        INPUT_IDS: (max_seq_length, "int64"),
+        INPUT_MASK: (max_seq_length, "int64"),
+        SEGMENT_IDS: (max_seq_length, "int64"),
+        TOKEN_BOUNDARY: (max_seq_length, "int64"),
+        MASKED_LM_POSITIONS: (max_predictions_per_seq, "int64"),
+        MASKED_LM_IDS: (max_predictions_per_seq, "int64"),
+        MASKED_LM_WEIGHTS: (max_predictions_per_seq, "float32"),
+        NEXT_SENTENCE_LABELS: (1, "int64"),
+    }
+
+
+SIDECAR_FORMAT = "albert_pretraining_tfrecord"
+SIDECAR_VERSION = 1
+
+
+def sidecar_path(tfrecord_path: str) -> str:
+    """The JSON description written beside each generated TFRecord file."""
+    return tfrecord_path + ".json"

@@ -1,0 +1,283 @@
+"""The one ALBERT tokenizer: official text preprocessing + SentencePiece, in Python and in-graph.
+
+Official pipeline (google-research/albert `tokenization.py`):
+
+1. `preprocess_text`: collapse whitespace (Python `str.split()`), map the LaTeX-style quotes
+   `` and '' to ", strip accents (NFKD, then drop every character with a non-zero canonical
+   combining class), lowercase when `do_lower_case`.
+2. SentencePiece pieces; then every piece that ends in a digit followed by "," is re-split: the
+   part before the comma is encoded again on its own and the comma becomes its own piece (so
+   "1,000" style numbers tokenize consistently).
+
+`Tokenizer` does this in Python (data generation, fine-tuning preprocessing); `InGraphTokenizer`
+does the same with TensorFlow and tensorflow-text ops, for SavedModels that take raw text. Tests
+compare the two on the shipped corpora; the remaining divergence classes are documented on
+`InGraphTokenizer`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import sys
+import unicodedata
+
+SPIECE_UNDERLINE = "\u2581"
+
+# Official special pieces and ids (pad 0, unk 1, control symbols [CLS] 2, [SEP] 3, [MASK] 4).
+PAD_PIECE, UNK_PIECE = "<pad>", "<unk>"
+CLS_PIECE, SEP_PIECE, MASK_PIECE = "[CLS]", "[SEP]", "[MASK]"
+PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3, 4
+SPECIAL_IDS = {CLS_PIECE: CLS_ID, SEP_PIECE: SEP_ID, MASK_PIECE: MASK_ID}
+
+
+def preprocess_text(text: str, do_lower_case: bool = True) -> str:
+    """Official ALBERT text normalization (see module docstring)."""
+    out = " ".join(text.strip().split())
+    out = out.replace("``", '"').replace("''", '"')
+    out = unicodedata.normalize("NFKD", out)
+    out = "".join(c for c in out if not unicodedata.combining(c))
+    if do_lower_case:
+        out = out.lower()
+    return out
+
+
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class Tokenizer:
+    """SentencePiece tokenizer with the official preprocessing and digit-comma re-split.
+
+    Args:
+        spm_model_file: path of a SentencePiece `.model` with the official special ids.
+        do_lower_case: lowercase in preprocessing (the released v2 models: True).
+
+    Raises:
+        FileNotFoundError: no such model file.
+        ValueError: the model lacks the official special pieces/ids.
+
+    Example:
+        >>> tok = Tokenizer("30k-clean.model")           # doctest: +SKIP
+        >>> tok.encode("Hello, World! 1,000")            # doctest: +SKIP
+    """
+
+    def __init__(self, spm_model_file: str, do_lower_case: bool = True):
+        import sentencepiece as spm
+
+        if not os.path.exists(spm_model_file):
+            raise FileNotFoundError(f"SentencePiece model not found: {spm_model_file}")
+        self.spm_model_file = spm_model_file
+        self.do_lower_case = do_lower_case
+        self.sp = spm.SentencePieceProcessor()
+        try:
+            self.sp.Load(spm_model_file)
+        except (OSError, RuntimeError) as e:
+            raise ValueError(f"{spm_model_file} is not a valid SentencePiece model: {e}") from None
+        check_special_ids(self.sp, spm_model_file)
+        self.vocab_size = self.sp.GetPieceSize()
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        return file_sha256(self.spm_model_file)
+
+    @functools.cached_property
+    def model_proto(self) -> bytes:
+        with open(self.spm_model_file, "rb") as f:
+            return f.read()
+
+    @functools.cached_property
+    def start_piece_mask(self):
+        """numpy bool [V]: the piece starts a word (official `_is_start_piece_sp`: starts with
+        "▁" or "<", or is a single ASCII punctuation character)."""
+        import numpy as np
+
+        punctuation = set('!"#$%&\'()*+,-./:;?@[\\]^_`{|}~')
+        return np.array([p.startswith(SPIECE_UNDERLINE) or p.startswith("<") or p in punctuation
+                         for p in (self.sp.IdToPiece(i) for i in range(self.vocab_size))])
+
+    @functools.cached_property
+    def replacement_ids(self):
+        """numpy int32: ids a random MLM replacement may draw (not pad, unknown or control)."""
+        import numpy as np
+
+        return np.array([i for i in range(self.vocab_size)
+                         if not (self.sp.IsControl(i) or self.sp.IsUnknown(i)
+                                 or self.sp.IsUnused(i) or i == PAD_ID)], np.int32)
+
+    def preprocess(self, text: str) -> str:
+        return preprocess_text(text, self.do_lower_case)
+
+    def tokenize(self, text: str) -> list[str]:
+        """Pieces of `text` after preprocessing, with the official digit-comma re-split."""
+        pieces = self.sp.EncodeAsPieces(self.preprocess(text))
+        out = []
+        for piece in pieces:
+            if len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit():
+                sub = self.sp.EncodeAsPieces(piece[:-1].replace(SPIECE_UNDERLINE, ""))
+                if piece[0] != SPIECE_UNDERLINE and sub and sub[0][0] == SPIECE_UNDERLINE:
+                    if len(sub[0]) == 1:
+                        sub = sub[1:]
+                    else:
+                        sub[0] = sub[0][1:]
+                out.extend(sub)
+                out.append(piece[-1])
+            else:
+                out.append(piece)
+        return out
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text` (no [CLS]/[SEP])."""
+        return [self.sp.PieceToId(p) for p in self.tokenize(text)]
+
+    def pieces_to_ids(self, pieces):
+        return [self.sp.PieceToId(p) for p in pieces]
+
+    def ids_to_pieces(self, ids):
+        return [self.sp.IdToPiece(int(i)) for i in ids]
+
+    def in_graph(self) -> "InGraphTokenizer":
+        return InGraphTokenizer(self.model_proto, self.do_lower_case)
+
+
+def check_special_ids(sp, source: str) -> None:
+    """Raises ValueError unless `sp` has pad 0, unk 1, [CLS] 2, [SEP] 3, [MASK] 4."""
+    problems = []
+    if sp.GetPieceSize() <= MASK_ID:
+        problems.append(f"only {sp.GetPieceSize()} pieces")
+    else:
+        if sp.pad_id() != PAD_ID:
+            problems.append(f"pad id is {sp.pad_id()}, expected {PAD_ID}")
+        if sp.unk_id() != UNK_ID:
+            problems.append(f"unk id is {sp.unk_id()}, expected {UNK_ID}")
+        for piece, expected in SPECIAL_IDS.items():
+            got = sp.PieceToId(piece)
+            if got != expected or not sp.IsControl(expected):
+                problems.append(f"{piece} is id {got} (control: {sp.IsControl(got)}), "
+                                f"expected control id {expected}")
+    if problems:
+        raise ValueError(
+            f"{source} lacks the official ALBERT special ids ({'; '.join(problems)}). Train the "
+            "vocabulary with `python -m data.train_vocab`, which sets pad=0, unk=1 and control "
+            "symbols [CLS]=2, [SEP]=3, [MASK]=4.")
+
+
+# ---------------------------------------------------------------------------------------------
+# In-graph.
+def _ranges_class(predicate) -> str:
+    """An RE2 character class of every code point satisfying `predicate`."""
+    ranges, start, prev = [], None, None
+    for cp in range(sys.maxunicode + 1):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        if predicate(chr(cp)):
+            if start is None:
+                start = cp
+            prev = cp
+        elif start is not None:
+            ranges.append((start, prev))
+            start = None
+    if start is not None:
+        ranges.append((start, prev))
+    fmt = lambda cp: f"\\x{{{cp:x}}}"  # noqa: E731
+    return "[" + "".join(fmt(a) if a == b else f"{fmt(a)}-{fmt(b)}" for a, b in ranges) + "]"
+
+
+@functools.lru_cache(maxsize=None)
+def _whitespace_class() -> str:
+    # Exactly the characters Python's str.split() splits on.
+    return _ranges_class(str.isspace)
+
+
+@functools.lru_cache(maxsize=None)
+def _combining_class() -> str:
+    # Exactly the characters unicodedata.combining() reports non-zero (Python's Unicode tables).
+    return _ranges_class(unicodedata.combining)
+
+
+class InGraphTokenizer:
+    """The same tokenizer as TensorFlow ops (tensorflow-text SentencePiece), for SavedModels.
+
+    `__call__(strings)` maps a string tensor [batch] to a `tf.RaggedTensor` of int32 ids
+    [batch, (tokens)], equal to `Tokenizer.encode` element by element except in these divergence
+    classes (measured on the shipped corpora by `tests/test_tokenization.py`):
+
+    - characters whose NFKD decomposition differs between Python's Unicode tables and the ICU
+      tables inside TensorFlow (only where the two Unicode versions differ);
+    - context-dependent lowercasing: Python lowercases a word-final capital sigma to "ς", the
+      per-character lowering of `tf.strings.lower` gives "σ" (Greek text only).
+
+    Importing tensorflow_text registers the SentencePiece ops; any process that loads a
+    SavedModel using this must import tensorflow_text first.
+    """
+
+    def __init__(self, model_proto: bytes, do_lower_case: bool = True):
+        import tensorflow_text as tf_text
+
+        self.do_lower_case = do_lower_case
+        import tensorflow as tf
+
+        self._sp = tf_text.SentencepieceTokenizer(model=model_proto, out_type=tf.string)
+        self._whitespace = _whitespace_class() + "+"
+        self._combining = _combining_class()
+
+    def preprocess(self, strings):
+        import tensorflow as tf
+        import tensorflow_text as tf_text
+
+        x = tf.strings.regex_replace(strings, self._whitespace, " ")
+        x = tf.strings.regex_replace(x, "^ | $", "")
+        x = tf.strings.regex_replace(x, "``|''", '"')
+        x = tf_text.normalize_utf8(x, "NFKD")
+        x = tf.strings.regex_replace(x, self._combining, "")
+        if self.do_lower_case:
+            x = tf.strings.lower(x, encoding="utf-8")
+        return x
+
+    def tokenize_pieces(self, strings):
+        """Pieces (string RaggedTensor [batch, (pieces)]) with the digit-comma re-split."""
+        import tensorflow as tf
+
+        pieces = self._sp.tokenize(self.preprocess(strings))
+        flat = pieces.flat_values
+        n = tf.size(flat, out_type=tf.int64)
+        # Official test: len(piece) > 1, piece[-1] == "," and piece[-2].isdigit(). After NFKD the
+        # digits str.isdigit() accepts are the decimal digits \p{Nd}.
+        match = tf.strings.regex_full_match(flat, r"(?s).*\p{Nd},")
+        matched = tf.boolean_mask(flat, match)
+        m = tf.size(matched, out_type=tf.int64)
+        length = tf.strings.length(matched, unit="UTF8_CHAR")
+        core = tf.strings.regex_replace(
+            tf.strings.substr(matched, tf.zeros_like(length), length - 1, unit="UTF8_CHAR"),
+            SPIECE_UNDERLINE, "")
+        sub = self._sp.tokenize(core)  # never empty: the core holds at least the digit
+        first = tf.gather(sub.values, sub.row_starts())
+        # A piece that did not start with "▁" keeps no "▁" at the front of its re-encoding.
+        starts_plain = ~tf.strings.regex_full_match(matched, f"(?s){SPIECE_UNDERLINE}.*")
+        fix = starts_plain & tf.strings.regex_full_match(first, f"(?s){SPIECE_UNDERLINE}.*")
+        keep_first = ~(fix & tf.equal(first, SPIECE_UNDERLINE))
+        first_length = tf.strings.length(first, unit="UTF8_CHAR")
+        first = tf.where(fix, tf.strings.substr(first, tf.ones_like(first_length),
+                                                first_length - 1, unit="UTF8_CHAR"), first)
+        head = tf.RaggedTensor.from_row_lengths(tf.boolean_mask(first, keep_first),
+                                                tf.cast(keep_first, tf.int64))
+        comma = tf.RaggedTensor.from_row_lengths(tf.fill([m], ","), tf.ones([m], tf.int64))
+        replacement = tf.concat([head, sub[:, 1:], comma], axis=1)
+        singles = tf.RaggedTensor.from_row_lengths(flat, tf.ones([n], tf.int64))
+        # Row i of `rows`: piece i itself, or its replacement when it matched.
+        index = tf.where(match, n + tf.cumsum(tf.cast(match, tf.int64)) - 1,
+                         tf.range(n, dtype=tf.int64))
+        rows = tf.gather(tf.concat([singles, replacement], axis=0), index)
+        return tf.RaggedTensor.from_nested_row_splits(
+            rows.flat_values, [pieces.row_splits, rows.row_splits]).merge_dims(1, 2)
+
+    def __call__(self, strings):
+        import tensorflow as tf
+
+        pieces = self.tokenize_pieces(strings)
+        return tf.ragged.map_flat_values(self._sp.string_to_id, pieces)

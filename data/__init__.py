@@ -1,0 +1,1 @@
+"""Pretraining-data pipeline: corpus preparation, vocabulary training, TFRecord generation."""

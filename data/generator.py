@@ -1,0 +1,375 @@
+"""Parallel, resumable, reproducible generation of ALBERT pretraining TFRecords.
+
+Three phases, each over units whose results do not depend on how many workers run them, so the
+output is byte-identical for any `num_workers`:
+
+1. tokenize: each input file -> memory-mapped token cache (`data.token_cache`), in parallel
+   over files.
+2. map: documents are shuffled once (seeded), cut into blocks of about `tokens_per_unit` tokens;
+   each (block, dupe pass) is a unit with its own generator `default_rng([seed, block, pass])`.
+   A unit builds its examples, shuffles them, deals them round-robin to the output shards and
+   spills them, grouped by shard, to the work directory.
+3. reduce: each output shard gathers its examples from every unit (in unit order), shuffles
+   them with `default_rng([seed, REDUCE_STREAM, shard])` and writes the TFRecord and its JSON
+   sidecar (`albert_tf.features.sidecar_path`).
+
+Memory: a worker holds one unit's examples; the reducer one shard's. Every file is written under
+a temporary name and renamed, so a killed run never leaves a truncated file under a final name;
+rerun with the same arguments, it skips the finished tokenizations, units and shards (the work
+directory `.albert_pretraining_<hash>` beside the outputs is removed at the end).
+
+Difference from the official script: it shuffles all examples of the corpus together before
+dealing them to files; here examples are shuffled within a unit, dealt to shards, and shuffled
+again within each shard, which keeps memory bounded by one shard.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+
+from albert_tf import features as F
+from albert_tf.tokenization import Tokenizer, file_sha256
+from data.example_proto import encode_example
+from data.pretraining import (GenerationParams, Vocabulary, create_instances_from_document,
+                              instance_features)
+from data.text_io import InputError, expand_input_patterns
+from data.token_cache import TokenStore, is_tokenized, tokenize_file
+
+REDUCE_STREAM = 0x5EED  # separates the reducers' random streams from the units'
+FORMAT_VERSION = 1
+_STATS = ("examples", "masked_positions", "sentence_order_label_1", "random_document",
+          "short_target")
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationJob:
+    """Everything that determines the output files."""
+
+    input_files: tuple
+    output_files: tuple
+    spm_model_file: str
+    do_lower_case: bool = True
+    params: GenerationParams = GenerationParams()
+    dupe_factor: int = 40
+    random_seed: int = 12345
+    tokens_per_unit: int = 1_000_000
+
+    def __post_init__(self):
+        if self.dupe_factor < 1:
+            raise ValueError(f"--dupe_factor must be at least 1; got {self.dupe_factor}")
+        if not self.output_files:
+            raise ValueError("--output_file names no file")
+        if len(set(self.output_files)) != len(self.output_files):
+            raise ValueError(f"--output_file lists a file twice: {list(self.output_files)}")
+        if self.tokens_per_unit < 1:
+            raise ValueError(f"tokens_per_unit must be positive; got {self.tokens_per_unit}")
+
+
+def output_file_names(output_file: str, num_output_shards: int) -> list[str]:
+    """Comma-separated names, or `PREFIX-00000-of-0000N.tfrecord` when `num_output_shards` > 1."""
+    names = [n.strip() for n in output_file.split(",") if n.strip()]
+    if num_output_shards < 1:
+        raise ValueError(f"--num_output_shards must be at least 1; got {num_output_shards}")
+    if num_output_shards > 1:
+        if len(names) != 1:
+            raise ValueError("--num_output_shards needs a single --output_file prefix, got "
+                             f"{len(names)} names")
+        return [f"{names[0]}-{i:05d}-of-{num_output_shards:05d}.tfrecord"
+                for i in range(num_output_shards)]
+    return names
+
+
+class _Progress:
+    """One status line on stderr: done/total, examples, examples/s, ETA."""
+
+    def __init__(self, phase, total, enabled=True):
+        self.phase, self.total, self.enabled = phase, total, enabled
+        self.start = time.time()
+        self.last = 0.0
+        self.done = 0
+        self.examples = 0
+        self.tty = sys.stderr.isatty()
+
+    def update(self, done=1, examples=0, force=False):
+        self.done += done
+        self.examples += examples
+        now = time.time()
+        if not self.enabled or (not force and now - self.last < (0.5 if self.tty else 10)):
+            return
+        self.last = now
+        elapsed = max(now - self.start, 1e-9)
+        rate = self.examples / elapsed
+        eta = (self.total - self.done) * elapsed / self.done if self.done else float("nan")
+        line = (f"[{self.phase}] {self.done}/{self.total}  {self.examples:,} examples  "
+                f"{rate:,.1f} examples/s  elapsed {elapsed:,.0f}s  ETA {eta:,.0f}s")
+        print(("\r" + line) if self.tty else line, end="" if self.tty else "\n",
+              file=sys.stderr, flush=True)
+
+    def close(self):
+        self.update(0, force=True)
+        if self.enabled and self.tty:
+            print(file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker state (one per process) and the three kinds of tasks.
+_WORKER = {}
+
+
+def _init_worker(spm_model_file, do_lower_case, cache_prefixes=None):
+    _WORKER["tokenizer"] = Tokenizer(spm_model_file, do_lower_case)
+    _WORKER["vocab"] = Vocabulary.from_tokenizer(_WORKER["tokenizer"])
+    if cache_prefixes is not None:
+        _WORKER["store"] = TokenStore(cache_prefixes)
+
+
+def _tokenize_task(path, cache_prefix):
+    return tokenize_file(path, _WORKER["tokenizer"], cache_prefix)
+
+
+def _unit_task(job: GenerationJob, unit_dir, block, dupe, doc_ids, offset):
+    """Builds the examples of one (block, pass) unit and spills them grouped by shard."""
+    rng = np.random.default_rng([job.random_seed, block, dupe])
+    store, vocab, params = _WORKER["store"], _WORKER["vocab"], job.params
+    records, stats = [], []
+    for doc in doc_ids:
+        for inst in create_instances_from_document(store, int(doc), params, vocab, rng):
+            records.append(encode_example(instance_features(inst, params)))
+            stats.append((1, len(inst.masked_lm_positions), inst.next_sentence_label,
+                          int(inst.random_document), int(inst.short_target)))
+    num_shards = len(job.output_files)
+    order = rng.permutation(len(records))
+    shard_of = (np.arange(len(records)) + offset) % num_shards  # round-robin after the shuffle
+    grouped = [order[shard_of == s] for s in range(num_shards)]
+    lengths = np.array([len(records[i]) for g in grouped for i in g], np.int64)
+    counts = np.array([len(g) for g in grouped], np.int64)
+    shard_stats = np.zeros((num_shards, len(_STATS)), np.int64)
+    stats = np.asarray(stats, np.int64).reshape(-1, len(_STATS))
+    for s, g in enumerate(grouped):
+        shard_stats[s] = stats[g].sum(0)
+    name = os.path.join(unit_dir, f"unit-{block:06d}-{dupe:04d}")
+    with open(name + ".bin.tmp", "wb") as f:
+        for g in grouped:
+            for i in g:
+                f.write(records[i])
+    os.replace(name + ".bin.tmp", name + ".bin")
+    with open(name + ".idx.tmp", "wb") as f:
+        np.savez(f, counts=counts, lengths=lengths, stats=shard_stats)
+    os.replace(name + ".idx.tmp", name + ".idx")  # written last: marks the unit finished
+    return len(records)
+
+
+def _read_unit_shard(name, shard):
+    with np.load(name + ".idx") as idx:
+        counts, lengths, stats = idx["counts"], idx["lengths"], idx["stats"][shard]
+    first = int(counts[:shard].sum())
+    these = lengths[first:first + counts[shard]]
+    start = int(lengths[:first].sum())
+    with open(name + ".bin", "rb") as f:
+        f.seek(start)
+        blob = f.read(int(these.sum()))
+    ends = np.cumsum(these)
+    return [blob[e - n:e] for e, n in zip(ends.tolist(), these.tolist())], stats
+
+
+# ---------------------------------------------------------------------------------------------
+def _run_hash(job: GenerationJob, input_hashes, spm_hash) -> str:
+    description = {
+        "format_version": FORMAT_VERSION, "inputs": input_hashes, "spm": spm_hash,
+        "outputs": [os.path.basename(o) for o in job.output_files],
+        "do_lower_case": job.do_lower_case, "params": dataclasses.asdict(job.params),
+        "dupe_factor": job.dupe_factor, "random_seed": job.random_seed,
+        "tokens_per_unit": job.tokens_per_unit,
+    }
+    return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()
+
+
+def _blocks(store: TokenStore, job: GenerationJob):
+    """Documents in the seeded shuffled order, cut into blocks of ~tokens_per_unit tokens."""
+    order = np.random.default_rng([job.random_seed]).permutation(len(store))
+    sizes = store.document_tokens()[order]
+    blocks, current, tokens = [], [], 0
+    for doc, size in zip(order.tolist(), sizes.tolist()):
+        current.append(doc)
+        tokens += size
+        if tokens >= job.tokens_per_unit:
+            blocks.append(current)
+            current, tokens = [], 0
+    if current:
+        blocks.append(current)
+    return blocks
+
+
+def _executor(num_workers, initargs):
+    return concurrent.futures.ProcessPoolExecutor(
+        max_workers=num_workers, mp_context=multiprocessing.get_context("spawn"),
+        initializer=_init_worker, initargs=initargs)
+
+
+def _run_tasks(tasks, num_workers, initargs, progress: _Progress):
+    """Runs `(fn, args)` tasks, in this process when num_workers == 1; returns their results in
+    task order."""
+    results = [None] * len(tasks)
+    if num_workers == 1 or len(tasks) <= 1:
+        _init_worker(*initargs)
+        for i, (fn, args) in enumerate(tasks):
+            results[i] = fn(*args)
+            progress.update(1, results[i] if isinstance(results[i], int) else 0)
+        return results
+    with _executor(num_workers, initargs) as pool:
+        futures = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(tasks)}
+        try:
+            for future in concurrent.futures.as_completed(futures):
+                i = futures[future]
+                results[i] = future.result()
+                progress.update(1, results[i] if isinstance(results[i], int) else 0)
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+    return results
+
+
+def _check_existing_outputs(job, run_hash, work_dir):
+    """Returns the shards already finished by this run; refuses to touch files of another."""
+    finished = set()
+    writing = os.path.join(work_dir, "writing")
+    for shard, path in enumerate(job.output_files):
+        sidecar = F.sidecar_path(path)
+        if os.path.exists(sidecar):
+            try:
+                with open(sidecar, encoding="utf-8") as f:
+                    meta = json.load(f)
+            except (OSError, ValueError):
+                meta = {}
+            if meta.get("run_hash") == run_hash and os.path.exists(path):
+                finished.add(shard)
+                continue
+            raise InputError(
+                f"{path} already exists from a different run (other inputs or flags). Remove it "
+                "and its .json sidecar, or choose another --output_file; nothing was changed.")
+        if os.path.exists(path) and not os.path.exists(os.path.join(writing, str(shard))):
+            raise InputError(f"{path} already exists and was not written by this run. Remove "
+                             "it or choose another --output_file; nothing was changed.")
+    return finished
+
+
+def generate(job: GenerationJob, num_workers: int = 1, progress: bool = True) -> dict:
+    """Runs (or resumes) the generation; returns a summary with per-shard counts."""
+    if num_workers < 1:
+        raise ValueError(f"--num_workers must be at least 1; got {num_workers}")
+    started = time.time()
+    tokenizer = Tokenizer(job.spm_model_file, job.do_lower_case)  # validates the special ids
+    inputs = [{"path": os.path.abspath(p), "sha256": file_sha256(p)} for p in job.input_files]
+    run_hash = _run_hash(job, [i["sha256"] for i in inputs], tokenizer.sha256)
+    out_dir = os.path.dirname(os.path.abspath(job.output_files[0]))
+    work_dir = os.path.join(out_dir, f".albert_pretraining_{run_hash[:16]}")
+    finished = _check_existing_outputs(job, run_hash, work_dir)
+    if len(finished) == len(job.output_files):
+        return {"run_hash": run_hash, "already_complete": True,
+                "outputs": list(job.output_files)}
+    for path in job.output_files:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    created_work_dir = not os.path.exists(work_dir)
+    token_dir, unit_dir = os.path.join(work_dir, "tokens"), os.path.join(work_dir, "units")
+    for d in (token_dir, unit_dir, os.path.join(work_dir, "writing")):
+        os.makedirs(d, exist_ok=True)
+    base_args = (job.spm_model_file, job.do_lower_case)
+
+    # 1. Tokenize.
+    prefixes = [os.path.join(token_dir, f"{i:05d}") for i in range(len(job.input_files))]
+    todo = [(_tokenize_task, (path, prefix)) for path, prefix in zip(job.input_files, prefixes)
+            if not is_tokenized(prefix)]
+    bar = _Progress("tokenize", len(todo), progress)
+    try:
+        _run_tasks(todo, num_workers, base_args, bar)
+    except InputError:
+        if created_work_dir:  # bad input: leave nothing behind
+            shutil.rmtree(work_dir, ignore_errors=True)
+        raise
+    bar.close()
+
+    # 2. Map: units of (block, pass).
+    store = TokenStore(prefixes)
+    blocks = _blocks(store, job)
+    units = [(b, d) for b in range(len(blocks)) for d in range(job.dupe_factor)]
+    unit_names = [os.path.join(unit_dir, f"unit-{b:06d}-{d:04d}") for b, d in units]
+    num_shards = len(job.output_files)
+    todo = [(_unit_task, (job, unit_dir, b, d, blocks[b], (b * job.dupe_factor + d) % num_shards))
+            for (b, d), name in zip(units, unit_names) if not os.path.exists(name + ".idx")]
+    bar = _Progress("examples", len(todo), progress)
+    _run_tasks(todo, num_workers, base_args + (prefixes,), bar)
+    bar.close()
+
+    # 3. Reduce: one shard at a time.
+    import tensorflow as tf  # only the reducer writes TFRecords
+
+    totals = np.zeros((num_shards, len(_STATS)), np.int64)
+    for shard in range(num_shards):
+        for name in unit_names:
+            with np.load(name + ".idx") as idx:
+                totals[shard] += idx["stats"][shard]
+    total_examples = int(totals[:, 0].sum())
+    if total_examples == 0:
+        raise InputError("The inputs produced no examples.")
+    bar = _Progress("write", num_shards - len(finished), progress)
+    generation = dict(dataclasses.asdict(job.params), dupe_factor=job.dupe_factor,
+                      do_lower_case=job.do_lower_case, random_seed=job.random_seed,
+                      tokens_per_unit=job.tokens_per_unit)
+    for shard, path in enumerate(job.output_files):
+        if shard in finished:
+            continue
+        records = []
+        for name in unit_names:
+            recs, _ = _read_unit_shard(name, shard)
+            records.extend(recs)
+        order = np.random.default_rng([job.random_seed, REDUCE_STREAM, shard]).permutation(
+            len(records))
+        marker = os.path.join(work_dir, "writing", str(shard))
+        open(marker, "w").close()
+        tmp = os.path.join(work_dir, f"shard-{shard:05d}")
+        with tf.io.TFRecordWriter(tmp + ".tfrecord") as writer:
+            for i in order.tolist():
+                writer.write(records[i])
+        counts = dict(zip(_STATS, totals[shard].tolist()))
+        meta = {
+            "format": F.SIDECAR_FORMAT, "format_version": F.SIDECAR_VERSION,
+            "file": os.path.basename(path), "shard_index": shard, "num_shards": num_shards,
+            "num_examples": counts["examples"], "total_examples": total_examples,
+            "max_seq_length": job.params.max_seq_length,
+            "max_predictions_per_seq": job.params.max_predictions_per_seq,
+            "vocab_size": tokenizer.vocab_size, "spm_model_sha256": tokenizer.sha256,
+            "spm_model_file": os.path.abspath(job.spm_model_file),
+            "counts": counts, "generation": generation, "input_files": inputs,
+            "run_hash": run_hash,
+        }
+        with open(tmp + ".json", "w", encoding="utf-8") as f:
+            json.dump(meta, f, indent=2)
+        os.replace(tmp + ".tfrecord", path)
+        os.replace(tmp + ".json", F.sidecar_path(path))  # last: marks the shard finished
+        bar.update(1, counts["examples"])
+    bar.close()
+    shutil.rmtree(work_dir, ignore_errors=True)
+    return {"run_hash": run_hash, "already_complete": False, "outputs": list(job.output_files),
+            "total_examples": total_examples,
+            "counts": dict(zip(_STATS, totals.sum(0).tolist())),
+            "seconds": round(time.time() - started, 2)}
+
+
+def make_job(input_file, output_file, spm_model_file, num_output_shards=1, **kwargs):
+    """A `GenerationJob` from official-style arguments (globs, comma lists, shard count)."""
+    param_names = {f.name for f in dataclasses.fields(GenerationParams)}
+    params = GenerationParams(**{k: kwargs.pop(k) for k in list(kwargs) if k in param_names})
+    return GenerationJob(input_files=tuple(expand_input_patterns(input_file)),
+                         output_files=tuple(output_file_names(output_file, num_output_shards)),
+                         spm_model_file=spm_model_file, params=params, **kwargs)

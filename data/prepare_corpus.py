@@ -1,0 +1,185 @@
+"""Turn raw text (books, articles) into the official pretraining input format: one sentence per
+line, a blank line between documents.
+
+    # Project Gutenberg books: one document per file, paragraphs separated by blank lines.
+    python -m data.prepare_corpus --input_file 'books/*.txt' --output_file corpus/books.txt
+    # WikiText: one paragraph per line, articles start at ' = Title = ' lines.
+    python -m data.prepare_corpus --input_file wiki.test.raw --output_file corpus/wiki.txt \
+        --paragraphs lines --document_marker_regex '^ = [^=].* = $' \
+        --drop_line_regex '^ (= )+.*( =)+ $'
+
+Inputs are strict UTF-8 (a BOM is dropped; CRLF and LF both end lines). Project Gutenberg
+header and licence are dropped when the `*** START OF ... ***` / `*** END OF ... ***` lines are
+present.
+
+Sentence splitter (rule-based, for English prose): a sentence ends at a run of `.`, `!` or `?`,
+optionally followed by closing quotes or brackets, then whitespace, when the next text starts
+with an uppercase letter, a digit, or an opening quote or bracket. It does not end after a known
+abbreviation (Mr., Dr., St., e.g., ...) or a single-letter initial ("J. R. R."), so "Mr. Darcy"
+stays whole; an ellipsis followed by lowercase continues the sentence. Text already tokenized with
+spaces before punctuation (WikiText's "actor . He") splits the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+from absl import app, flags
+
+from data.text_io import InputError, expand_input_patterns, read_text_lines
+
+ABBREVIATIONS = frozenset("""
+mr mrs ms messrs mme mlle dr prof rev fr hon st jr sr sen rep gov gen col capt cmdr lt sgt maj
+adm cpl pvt mt ft ave blvd rd no nos vol vols ch chap fig figs pp ed eds co corp inc ltd bros
+vs etc al approx dept est univ jan feb mar apr jun jul aug sep sept oct nov dec e.g i.e cf viz
+a.m p.m u.s u.k
+""".split())
+
+_BOUNDARY = re.compile(r"([.!?]+)([\"'\u201d\u2019)\]]*)(\s+)")
+_NEXT_STARTS = re.compile(r"[\"'\u201c\u2018(\[]*[A-Z0-9\u00c0-\u00de]")
+_LAST_WORD = re.compile(r"(\S+)$")
+_GUTENBERG_START = re.compile(r"^\*\*\* ?START OF (THE|THIS) PROJECT GUTENBERG")
+_GUTENBERG_END = re.compile(r"^\*\*\* ?END OF (THE|THIS) PROJECT GUTENBERG")
+
+
+def split_sentences(paragraph: str) -> list[str]:
+    """Sentences of one paragraph (see module docstring for the rules)."""
+    text = " ".join(paragraph.split())
+    sentences, start = [], 0
+    for m in _BOUNDARY.finditer(text):
+        end = m.end(2)
+        rest = text[m.end():]
+        if not rest or not _NEXT_STARTS.match(rest):
+            continue
+        if m.group(1) == ".":
+            before = _LAST_WORD.search(text[start:m.start()])
+            word = before.group(1).lower().lstrip("\"'(\u201c\u2018[") if before else ""
+            if word in ABBREVIATIONS or re.fullmatch(r"[a-z]", word) or (
+                    "." in word and re.fullmatch(r"([a-z]\.)+[a-z]", word)):
+                continue
+        sentences.append(text[start:end].strip())
+        start = m.end()
+    tail = text[start:].strip()
+    if tail:
+        sentences.append(tail)
+    return [s for s in sentences if s]
+
+
+def _gutenberg_body(lines: list[str]) -> list[str]:
+    start = next((i for i, line in enumerate(lines) if _GUTENBERG_START.match(line)), None)
+    end = next((i for i, line in enumerate(lines) if _GUTENBERG_END.match(line)), None)
+    if start is not None:
+        lines = lines[start + 1:(end if end is not None and end > start else None)]
+    elif end is not None:
+        lines = lines[:end]
+    return lines
+
+
+def file_documents(path: str, paragraphs: str = "blank_lines",
+                   document_marker_regex: str | None = None,
+                   drop_line_regex: str | None = None) -> list[list[str]]:
+    """Documents (lists of sentences) of one raw text file.
+
+    Args:
+        paragraphs: "blank_lines" (paragraphs separated by blank lines, inner line breaks are
+            wrapping) or "lines" (each non-empty line is a paragraph).
+        document_marker_regex: a line matching it starts a new document (and is dropped);
+            without it the whole file is one document.
+        drop_line_regex: lines matching it are dropped (e.g. section headings).
+    """
+    marker = re.compile(document_marker_regex) if document_marker_regex else None
+    drop = re.compile(drop_line_regex) if drop_line_regex else None
+    lines = _gutenberg_body(list(read_text_lines(path)))
+    documents, paragraphs_of_doc, current = [], [], []
+
+    def end_paragraph():
+        if current:
+            paragraphs_of_doc.append(" ".join(current))
+            current.clear()
+
+    def end_document():
+        end_paragraph()
+        sentences = [s for p in paragraphs_of_doc for s in split_sentences(p)]
+        if sentences:
+            documents.append(sentences)
+        paragraphs_of_doc.clear()
+
+    for line in lines:
+        if marker and marker.search(line):
+            end_document()
+            continue
+        if drop and drop.search(line):
+            end_paragraph()
+            continue
+        if not line.strip():
+            end_paragraph()
+        elif paragraphs == "lines":
+            end_paragraph()
+            current.append(line.strip())
+            end_paragraph()
+        else:
+            current.append(line.strip())
+    end_document()
+    return documents
+
+
+def prepare_corpus(input_patterns, output_file, paragraphs="blank_lines",
+                   document_marker_regex=None, drop_line_regex=None) -> dict:
+    """Writes the official format for all inputs (in order) to `output_file`, atomically."""
+    if paragraphs not in ("blank_lines", "lines"):
+        raise ValueError(f"--paragraphs must be blank_lines or lines; got {paragraphs!r}")
+    files = expand_input_patterns(input_patterns)
+    counts = {"files": len(files), "documents": 0, "sentences": 0}
+    os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
+    tmp = output_file + ".tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as out:
+            for path in files:
+                documents = file_documents(path, paragraphs, document_marker_regex,
+                                           drop_line_regex)
+                if not documents:
+                    raise InputError(f"{path} holds no text after preparation.")
+                for document in documents:
+                    if counts["documents"]:
+                        out.write("\n")
+                    out.write("\n".join(document) + "\n")
+                    counts["documents"] += 1
+                    counts["sentences"] += len(document)
+        os.replace(tmp, output_file)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return counts
+
+
+flags.DEFINE_list("input_file", None, "Raw text files: comma-separated globs.")
+flags.DEFINE_string("output_file", None, "Output text file (official pretraining format).")
+flags.DEFINE_enum("paragraphs", "blank_lines", ["blank_lines", "lines"],
+                  "blank_lines: blank lines separate paragraphs (wrapped text); lines: each line "
+                  "is a paragraph.")
+flags.DEFINE_string("document_marker_regex", None,
+                    "A line matching this starts a new document (and is dropped). Default: one "
+                    "document per file.")
+flags.DEFINE_string("drop_line_regex", None, "Drop lines matching this (e.g. headings).")
+
+
+def main(argv):
+    del argv
+    FLAGS = flags.FLAGS
+    if not FLAGS.input_file or not FLAGS.output_file:
+        raise app.UsageError("--input_file and --output_file are required.")
+    try:
+        counts = prepare_corpus(FLAGS.input_file, FLAGS.output_file, FLAGS.paragraphs,
+                                FLAGS.document_marker_regex, FLAGS.drop_line_regex)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {counts['documents']} documents, {counts['sentences']} sentences from "
+          f"{counts['files']} files to {FLAGS.output_file}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(app.run(main))

@@ -1,0 +1,320 @@
+"""ALBERT pretraining examples: segments, sentence-order labels, truncation and n-gram masking.
+
+Pure functions of their inputs and an explicit `numpy.random.Generator`; no global randomness,
+no flags. The algorithm is the official `create_pretraining_data.py` (google-research/albert)
+working on token ids, with these deliberate differences:
+
+1. Every draw comes from the `rng` passed in. The official script draws the n-gram length from
+   numpy's global, unseeded generator, so its output is not reproducible.
+2. The target length (`max_seq_length - 3`, or with probability `short_seq_prob` a uniform
+   integer in [2, max_num_tokens]) is drawn per chunk, as the BERT paper describes. The official
+   script draws it once per document, so a whole document (a whole book) is either all short
+   sequences or none.
+3. The "skip a start whose first word is already covered" check works. In the official script it
+   is a no-op (`continue` inside an inner loop); the later overlap check rejects such n-grams
+   anyway, so only the number of random draws differs, not the distribution.
+4. A continuation piece right after [CLS]/[SEP] (possible after front truncation) starts a new
+   word; the official script joins it to the last word of the previous segment, across [SEP].
+5. The 10% random replacement draws from ordinary pieces only (`Vocabulary.replacement_ids`:
+   not pad, unknown or control); the official script can draw [CLS], [SEP], [MASK] or pad.
+6. `random_next_sentence=True` selects random-document negatives (NSP-style), which is what the
+   official code does; its help text says the opposite.
+
+Everything else follows the official algorithm step by step (REFERENCE section 4): chunking
+sentences up to the target, `a_end` uniform in [1, n-1], swap with probability 1/2 (label 1),
+one-sentence chunks completed from a random other document (label 1, unused sentences put back),
+truncation of the longer segment from the front or back with probability 1/2, whole-word n-grams
+with P(n) proportional to 1/n falling back to shorter n-grams within the budget
+`min(max_predictions_per_seq, max(1, round(masked_lm_prob * len(tokens))))`, and 80/10/10.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationParams:
+    """The generation settings that shape examples (official flag names)."""
+
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    ngram: int = 3
+    favor_shorter_ngram: bool = True
+    do_whole_word_mask: bool = True
+    random_next_sentence: bool = False
+
+    def __post_init__(self):
+        checks = [
+            (self.max_seq_length >= 5, "--max_seq_length must be at least 5 ([CLS] A [SEP] B "
+                                       f"[SEP]); got {self.max_seq_length}"),
+            (1 <= self.max_predictions_per_seq <= self.max_seq_length - 3,
+             f"--max_predictions_per_seq={self.max_predictions_per_seq} must be in [1, "
+             f"max_seq_length - 3 = {self.max_seq_length - 3}]: a sequence of "
+             f"--max_seq_length={self.max_seq_length} has at most {self.max_seq_length - 3} "
+             "maskable tokens"),
+            (0 < self.masked_lm_prob <= 1,
+             f"--masked_lm_prob must be in (0, 1]; got {self.masked_lm_prob}"),
+            (0 <= self.short_seq_prob <= 1,
+             f"--short_seq_prob must be in [0, 1]; got {self.short_seq_prob}"),
+            (self.ngram >= 1, f"--ngram must be at least 1; got {self.ngram}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+    @property
+    def max_num_tokens(self) -> int:
+        return self.max_seq_length - 3
+
+    @property
+    def ngram_probabilities(self) -> np.ndarray:
+        """P(n) for n = 1..ngram: proportional to 1/n, reversed unless favor_shorter_ngram."""
+        p = 1.0 / np.arange(1, self.ngram + 1)
+        p /= p.sum()
+        return p if self.favor_shorter_ngram else p[::-1].copy()
+
+
+@dataclasses.dataclass(frozen=True)
+class Vocabulary:
+    """What masking needs to know about the SentencePiece vocabulary."""
+
+    cls_id: int
+    sep_id: int
+    mask_id: int
+    start_piece_mask: np.ndarray  # bool [V]: the piece starts a word
+    replacement_ids: np.ndarray   # int32: ids the 10% random replacement may draw
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer) -> "Vocabulary":
+        from albert_tf.tokenization import CLS_ID, MASK_ID, SEP_ID
+
+        return cls(CLS_ID, SEP_ID, MASK_ID, tokenizer.start_piece_mask,
+                   tokenizer.replacement_ids)
+
+
+@dataclasses.dataclass
+class Instance:
+    """One pretraining example (unpadded), plus diagnostics that are not written."""
+
+    input_ids: np.ndarray          # int32 [n]: [CLS] A [SEP] B [SEP], masked
+    segment_ids: np.ndarray        # int32 [n]
+    token_boundary: np.ndarray     # int32 [n]: 1 where a word starts (and at [CLS]/[SEP])
+    masked_lm_positions: np.ndarray  # int32 [k], ascending
+    masked_lm_ids: np.ndarray      # int32 [k]: original ids at those positions
+    next_sentence_label: int       # 1: segments swapped (or B from another document)
+    # Diagnostics.
+    random_document: bool = False  # B came from another document
+    short_target: bool = False     # the chunk's target length was drawn short
+    masked_unit_lengths: tuple = ()  # words per accepted n-gram, in acceptance order
+    num_to_predict: int = 0
+
+
+class Documents:
+    """Minimal document store interface: `len(store)`, `store.num_sentences(d)`,
+    `store.sentence(d, j)` (int array). `ListDocuments` holds lists in memory; the generator
+    uses a memory-mapped token cache with the same interface."""
+
+    def __len__(self) -> int:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def num_sentences(self, doc: int) -> int:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def sentence(self, doc: int, index: int) -> np.ndarray:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class ListDocuments(Documents):
+    """Documents as lists of sentences of token ids."""
+
+    def __init__(self, documents):
+        self.documents = [[np.asarray(s, np.int32) for s in d] for d in documents]
+
+    def __len__(self):
+        return len(self.documents)
+
+    def num_sentences(self, doc):
+        return len(self.documents[doc])
+
+    def sentence(self, doc, index):
+        return self.documents[doc][index]
+
+
+# ---------------------------------------------------------------------------------------------
+def truncate_seq_pair(tokens_a: list, tokens_b: list, max_num_tokens: int, rng) -> None:
+    """Truncates in place: one token at a time from the longer segment (B on ties), from the
+    front or the back with probability 1/2, until len(A) + len(B) <= max_num_tokens."""
+    while len(tokens_a) + len(tokens_b) > max_num_tokens:
+        trunc = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        if rng.random() < 0.5:
+            del trunc[0]
+        else:
+            trunc.pop()
+
+
+def word_spans(tokens: np.ndarray, vocab: Vocabulary, whole_word: bool) -> list[list[int]]:
+    """Candidate masking units: lists of token positions forming whole words ([CLS]/[SEP]
+    excluded). A piece that does not start a word continues the previous word, unless it
+    follows a special token (difference 4 in the module docstring)."""
+    words = []
+    previous_special = True
+    start_mask = vocab.start_piece_mask
+    for i, token in enumerate(tokens.tolist()):
+        if token == vocab.cls_id or token == vocab.sep_id:
+            previous_special = True
+            continue
+        if whole_word and not previous_special and not start_mask[token]:
+            words[-1].append(i)
+        else:
+            words.append([i])
+        previous_special = False
+    return words
+
+
+def create_masked_lm_predictions(tokens: np.ndarray, params: GenerationParams,
+                                 vocab: Vocabulary, rng):
+    """Whole-word n-gram masking with 80/10/10 replacement.
+
+    Returns (output_tokens, masked_positions [ascending], masked_original_ids,
+    token_boundary, unit_lengths, num_to_predict).
+    """
+    output = tokens.copy()
+    is_special = (tokens == vocab.cls_id) | (tokens == vocab.sep_id)
+    token_boundary = (is_special | vocab.start_piece_mask[tokens]).astype(np.int32)
+    words = word_spans(tokens, vocab, params.do_whole_word_mask)
+    num_to_predict = min(params.max_predictions_per_seq,
+                         max(1, int(round(len(tokens) * params.masked_lm_prob))))
+    ngram = params.ngram
+    pvals = params.ngram_probabilities
+    cumulative = np.cumsum(pvals)
+    starts = np.arange(len(words))
+    rng.shuffle(starts)
+    covered = np.zeros(len(tokens), dtype=bool)
+    masked = []
+    unit_lengths = []
+    for start in starts.tolist():
+        if len(masked) >= num_to_predict:
+            break
+        if covered[words[start][0]]:
+            continue  # its first word is already masked (difference 3)
+        # P(n) proportional to 1/n over n = 1..ngram; the n-gram is cut at the sequence end.
+        n = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right")) + 1
+        n = min(n, ngram)
+        while True:
+            unit = [i for w in words[start:start + n] for i in w]
+            if len(masked) + len(unit) <= num_to_predict or n == 1:
+                break
+            n -= 1
+        if len(masked) + len(unit) > num_to_predict:
+            continue
+        if covered[unit].any():
+            continue
+        covered[unit] = True
+        unit_lengths.append(len(words[start:start + n]))
+        for index in unit:
+            if rng.random() < 0.8:
+                output[index] = vocab.mask_id
+            elif rng.random() < 0.5:
+                pass  # keep the original token
+            else:
+                output[index] = vocab.replacement_ids[rng.integers(len(vocab.replacement_ids))]
+            masked.append(index)
+    masked.sort()
+    positions = np.asarray(masked, np.int32)
+    return (output, positions, tokens[positions].astype(np.int32), token_boundary,
+            tuple(unit_lengths), num_to_predict)
+
+
+def _concat(store: Documents, doc: int, indexes) -> list:
+    out = []
+    for j in indexes:
+        out.extend(store.sentence(doc, j).tolist())
+    return out
+
+
+def create_instances_from_document(store: Documents, doc_index: int, params: GenerationParams,
+                                   vocab: Vocabulary, rng) -> list[Instance]:
+    """All examples of one document (one pass of `dupe_factor`)."""
+    num_sentences = store.num_sentences(doc_index)
+    max_num_tokens = params.max_num_tokens
+
+    def draw_target():
+        if rng.random() < params.short_seq_prob:
+            return int(rng.integers(2, max_num_tokens + 1)), True
+        return max_num_tokens, False
+
+    target, short = draw_target()
+    instances = []
+    chunk, length, i = [], 0, 0
+    while i < num_sentences:
+        chunk.append(i)
+        length += len(store.sentence(doc_index, i))
+        if i == num_sentences - 1 or length >= target:
+            a_end = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
+            tokens_a = _concat(store, doc_index, chunk[:a_end])
+            random_document = False
+            if len(chunk) == 1 or (params.random_next_sentence and rng.random() < 0.5):
+                label, random_document = 1, True
+                target_b = target - len(tokens_a)
+                for _ in range(10):
+                    other = int(rng.integers(len(store)))
+                    if other != doc_index:
+                        break
+                start = int(rng.integers(store.num_sentences(other)))
+                tokens_b = []
+                for j in range(start, store.num_sentences(other)):
+                    tokens_b.extend(store.sentence(other, j).tolist())
+                    if len(tokens_b) >= target_b:
+                        break
+                i -= len(chunk) - a_end  # put the unused sentences back
+            elif not params.random_next_sentence and rng.random() < 0.5:
+                label = 1
+                tokens_b = _concat(store, doc_index, chunk[a_end:])
+                tokens_a, tokens_b = tokens_b, tokens_a
+            else:
+                label = 0
+                tokens_b = _concat(store, doc_index, chunk[a_end:])
+            truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+            tokens = np.asarray([vocab.cls_id] + tokens_a + [vocab.sep_id] + tokens_b
+                                + [vocab.sep_id], np.int32)
+            segment_ids = np.zeros(len(tokens), np.int32)
+            segment_ids[len(tokens_a) + 2:] = 1
+            (output, positions, labels, boundary, units,
+             num_to_predict) = create_masked_lm_predictions(tokens, params, vocab, rng)
+            instances.append(Instance(output, segment_ids, boundary, positions, labels, label,
+                                      random_document, short, units, num_to_predict))
+            chunk, length = [], 0
+            target, short = draw_target()  # per chunk (difference 2)
+        i += 1
+    return instances
+
+
+def instance_features(instance: Instance, params: GenerationParams) -> dict:
+    """The official TFRecord features of an instance, padded: {name: (values, dtype)}."""
+    from albert_tf import features as F
+
+    n, k = len(instance.input_ids), len(instance.masked_lm_positions)
+    seq, preds = params.max_seq_length, params.max_predictions_per_seq
+
+    def pad(values, length):
+        out = np.zeros(length, np.int64)
+        out[: len(values)] = values
+        return out
+
+    weights = np.zeros(preds, np.float32)
+    weights[:k] = 1.0
+    return {
+        F.INPUT_IDS: (pad(instance.input_ids, seq), "int64"),
+        F.INPUT_MASK: (pad(np.ones(n, np.int64), seq), "int64"),
+        F.SEGMENT_IDS: (pad(instance.segment_ids, seq), "int64"),
+        F.TOKEN_BOUNDARY: (pad(instance.token_boundary, seq), "int64"),
+        F.MASKED_LM_POSITIONS: (pad(instance.masked_lm_positions, preds), "int64"),
+        F.MASKED_LM_IDS: (pad(instance.masked_lm_ids, preds), "int64"),
+        F.MASKED_LM_WEIGHTS: (weights, "float32"),
+        F.NEXT_SENTENCE_LABELS: (np.asarray([instance.next_sentence_label], np.int64), "int64"),
+    }

@@ -1,0 +1,155 @@
+"""Train an ALBERT SentencePiece vocabulary (unigram) with the official special ids.
+
+    python -m data.train_vocab --input_file 'corpus/*.txt' --model_prefix vocab/30k-clean \
+        --vocab_size 30000 --do_lower_case
+
+Writes `<prefix>.model`, `<prefix>.vocab` and `<prefix>.json` (inputs with checksums, settings,
+sentence counts). Text goes through the official ALBERT preprocessing first (the same
+`albert_tf.tokenization.preprocess_text` used at encoding time), so training and encoding see the
+same normalized text. Ids: pad 0, unk 1, control symbols [CLS] 2, [SEP] 3, [MASK] 4; no BOS/EOS.
+Large corpora are sampled: `--input_sentence_size` sentences drawn uniformly (reservoir) with
+`--random_seed`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+
+from absl import app, flags
+
+from albert_tf.tokenization import (CLS_PIECE, MASK_PIECE, PAD_ID, PAD_PIECE, SEP_PIECE, UNK_ID,
+                                    UNK_PIECE, check_special_ids, file_sha256, preprocess_text)
+from data.text_io import expand_input_patterns, read_text_lines
+
+
+class VocabularyError(ValueError):
+    """Bad input or settings for vocabulary training; the message names the file or flag."""
+
+
+def train_vocab(input_patterns, model_prefix, vocab_size=30000, do_lower_case=True,
+                input_sentence_size=1_000_000, character_coverage=0.99995, random_seed=12345,
+                max_sentence_length=16384, num_threads=None) -> dict:
+    """Trains the model and returns the description written to `<model_prefix>.json`.
+
+    Args:
+        input_patterns: file globs (or a comma-separated string of them).
+        model_prefix: output path prefix.
+        vocab_size: number of pieces, special ones included.
+        do_lower_case: lowercase during preprocessing (released v2 vocabularies: True).
+        input_sentence_size: sample this many sentences when the corpus has more (0: use all).
+        character_coverage: fraction of characters the vocabulary must cover.
+        random_seed: seed of SentencePiece's sampling.
+        max_sentence_length: longer lines (bytes) are skipped by SentencePiece.
+        num_threads: trainer threads (default: all cores).
+    """
+    import sentencepiece as spm
+
+    files = expand_input_patterns(input_patterns)
+    if vocab_size <= 5:
+        raise VocabularyError(f"--vocab_size must exceed the 5 special pieces; got {vocab_size}")
+    counts = {"lines": 0, "characters": 0}
+
+    def sentences():
+        for path in files:
+            for line in read_text_lines(path):
+                text = preprocess_text(line, do_lower_case)
+                if text:
+                    counts["lines"] += 1
+                    counts["characters"] += len(text)
+                    yield text
+
+    out_dir = os.path.dirname(os.path.abspath(model_prefix))
+    os.makedirs(out_dir, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".train_vocab-", dir=out_dir)
+    started = time.time()
+    try:
+        spm.set_random_generator_seed(random_seed)
+        tmp_prefix = os.path.join(tmp, os.path.basename(model_prefix))
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=sentences(), model_prefix=tmp_prefix, model_type="unigram",
+                vocab_size=vocab_size, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=-1, eos_id=-1,
+                pad_piece=PAD_PIECE, unk_piece=UNK_PIECE,
+                control_symbols=[CLS_PIECE, SEP_PIECE, MASK_PIECE],
+                input_sentence_size=input_sentence_size, shuffle_input_sentence=True,
+                character_coverage=character_coverage, max_sentence_length=max_sentence_length,
+                num_threads=num_threads or os.cpu_count(), minloglevel=2)
+        except RuntimeError as e:
+            m = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)",
+                          str(e))
+            if m:
+                raise VocabularyError(
+                    f"--vocab_size={m.group(1)} is too large for this corpus ({counts['lines']} "
+                    f"lines): at most {m.group(2)} pieces can be learned. Lower --vocab_size or "
+                    "add text.") from None
+            raise VocabularyError(f"SentencePiece training failed: {e}") from None
+        if counts["lines"] == 0:
+            raise VocabularyError(f"No text in {files}: every line is empty after preprocessing.")
+        processor = spm.SentencePieceProcessor(model_file=tmp_prefix + ".model")
+        check_special_ids(processor, tmp_prefix + ".model")
+        description = {
+            "model_file": os.path.abspath(model_prefix + ".model"),
+            "model_sha256": file_sha256(tmp_prefix + ".model"),
+            "vocab_size": processor.GetPieceSize(),
+            "model_type": "unigram",
+            "do_lower_case": do_lower_case,
+            "special_ids": {PAD_PIECE: PAD_ID, UNK_PIECE: UNK_ID, CLS_PIECE: 2, SEP_PIECE: 3,
+                            MASK_PIECE: 4},
+            "input_files": [{"path": os.path.abspath(p), "sha256": file_sha256(p)} for p in files],
+            "lines_read": counts["lines"],
+            "characters_read": counts["characters"],
+            "input_sentence_size": input_sentence_size,
+            "character_coverage": character_coverage,
+            "random_seed": random_seed,
+            "sentencepiece_version": spm.__version__,
+            "seconds": round(time.time() - started, 2),
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        }
+        with open(tmp_prefix + ".json", "w", encoding="utf-8") as f:
+            json.dump(description, f, indent=2)
+        for ext in (".model", ".vocab", ".json"):  # the .json last: it marks a finished run
+            os.replace(tmp_prefix + ext, model_prefix + ext)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return description
+
+
+flags.DEFINE_list("input_file", None, "Comma-separated text files or globs.")
+flags.DEFINE_string("model_prefix", None, "Output prefix: writes PREFIX.model/.vocab/.json.")
+flags.DEFINE_integer("vocab_size", 30000, "Number of pieces, the 5 special ones included.")
+flags.DEFINE_bool("do_lower_case", True, "Lowercase the text (released v2 vocabularies do).")
+flags.DEFINE_integer("input_sentence_size", 1_000_000,
+                     "Sample at most this many sentences for training (0: all).")
+flags.DEFINE_float("character_coverage", 0.99995, "Character coverage of the vocabulary.")
+flags.DEFINE_integer("random_seed", 12345, "Seed of the sentence sampling.")
+flags.DEFINE_integer("num_threads", None, "Trainer threads (default: all cores).")
+
+
+def main(argv):
+    del argv
+    FLAGS = flags.FLAGS
+    if not FLAGS.input_file or not FLAGS.model_prefix:
+        raise app.UsageError("--input_file and --model_prefix are required.")
+    try:
+        description = train_vocab(
+            FLAGS.input_file, FLAGS.model_prefix, vocab_size=FLAGS.vocab_size,
+            do_lower_case=FLAGS.do_lower_case, input_sentence_size=FLAGS.input_sentence_size,
+            character_coverage=FLAGS.character_coverage, random_seed=FLAGS.random_seed,
+            num_threads=FLAGS.num_threads)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"wrote {FLAGS.model_prefix}.model ({description['vocab_size']} pieces from "
+          f"{description['lines_read']} lines in {description['seconds']} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(app.run(main))
