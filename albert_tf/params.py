@@ -185,12 +185,14 @@ def render_table(title: str, rows: list[Row], counter=built_param_count) -> str:
     return "\n".join(out)
 
 
-flags.DEFINE_list("tables", ["1", "4", "5"], "Which paper tables to print: 1, 4, 5.")
-FLAGS = flags.FLAGS
+def define_flags():
+    """Command-line flags (defined only when run as a program)."""
+    flags.DEFINE_list("tables", ["1", "4", "5"], "Which paper tables to print: 1, 4, 5.")
 
 
 def main(argv):
     del argv
+    FLAGS = flags.FLAGS
     for key in FLAGS.tables:
         if key not in TABLES:
             raise app.UsageError(f"--tables: unknown table {key!r}; choose from {sorted(TABLES)}")
@@ -200,4 +202,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     sys.exit(app.run(main))

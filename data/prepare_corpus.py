@@ -154,15 +154,17 @@ def prepare_corpus(input_patterns, output_file, paragraphs="blank_lines",
     return counts
 
 
-flags.DEFINE_list("input_file", None, "Raw text files: comma-separated globs.")
-flags.DEFINE_string("output_file", None, "Output text file (official pretraining format).")
-flags.DEFINE_enum("paragraphs", "blank_lines", ["blank_lines", "lines"],
-                  "blank_lines: blank lines separate paragraphs (wrapped text); lines: each line "
-                  "is a paragraph.")
-flags.DEFINE_string("document_marker_regex", None,
-                    "A line matching this starts a new document (and is dropped). Default: one "
-                    "document per file.")
-flags.DEFINE_string("drop_line_regex", None, "Drop lines matching this (e.g. headings).")
+def define_flags():
+    """Command-line flags (defined only when run as a program)."""
+    flags.DEFINE_list("input_file", None, "Raw text files: comma-separated globs.")
+    flags.DEFINE_string("output_file", None, "Output text file (official pretraining format).")
+    flags.DEFINE_enum("paragraphs", "blank_lines", ["blank_lines", "lines"],
+                      "blank_lines: blank lines separate paragraphs (wrapped text); lines: each line "
+                      "is a paragraph.")
+    flags.DEFINE_string("document_marker_regex", None,
+                        "A line matching this starts a new document (and is dropped). Default: one "
+                        "document per file.")
+    flags.DEFINE_string("drop_line_regex", None, "Drop lines matching this (e.g. headings).")
 
 
 def main(argv):
@@ -182,4 +184,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     sys.exit(app.run(main))

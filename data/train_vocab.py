@@ -121,15 +121,17 @@ def train_vocab(input_patterns, model_prefix, vocab_size=30000, do_lower_case=Tr
     return description
 
 
-flags.DEFINE_list("input_file", None, "Comma-separated text files or globs.")
-flags.DEFINE_string("model_prefix", None, "Output prefix: writes PREFIX.model/.vocab/.json.")
-flags.DEFINE_integer("vocab_size", 30000, "Number of pieces, the 5 special ones included.")
-flags.DEFINE_bool("do_lower_case", True, "Lowercase the text (released v2 vocabularies do).")
-flags.DEFINE_integer("input_sentence_size", 1_000_000,
-                     "Sample at most this many sentences for training (0: all).")
-flags.DEFINE_float("character_coverage", 0.99995, "Character coverage of the vocabulary.")
-flags.DEFINE_integer("random_seed", 12345, "Seed of the sentence sampling.")
-flags.DEFINE_integer("num_threads", None, "Trainer threads (default: all cores).")
+def define_flags():
+    """Command-line flags (defined only when run as a program)."""
+    flags.DEFINE_list("input_file", None, "Comma-separated text files or globs.")
+    flags.DEFINE_string("model_prefix", None, "Output prefix: writes PREFIX.model/.vocab/.json.")
+    flags.DEFINE_integer("vocab_size", 30000, "Number of pieces, the 5 special ones included.")
+    flags.DEFINE_bool("do_lower_case", True, "Lowercase the text (released v2 vocabularies do).")
+    flags.DEFINE_integer("input_sentence_size", 1_000_000,
+                         "Sample at most this many sentences for training (0: all).")
+    flags.DEFINE_float("character_coverage", 0.99995, "Character coverage of the vocabulary.")
+    flags.DEFINE_integer("random_seed", 12345, "Seed of the sentence sampling.")
+    flags.DEFINE_integer("num_threads", None, "Trainer threads (default: all cores).")
 
 
 def main(argv):
@@ -152,4 +154,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     sys.exit(app.run(main))

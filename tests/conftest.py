@@ -61,3 +61,36 @@ def _fresh_keras_state():
     yield
     keras.mixed_precision.set_global_policy("float32")
     keras.backend.clear_session()
+
+
+# ---------------------------------------------------------------------------------------------
+# Data fixtures: the bundled sample corpus, prepared once, and a vocabulary trained on it.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLE_DIR = os.path.join(ROOT, "sample_data", "pretrain_text")
+GUTENBERG = os.path.join(SAMPLE_DIR, "gutenberg", "*-0.txt")
+WIKITEXT = os.path.join(SAMPLE_DIR, "wikitext-2-raw", "wiki.test.raw")
+WIKI_FLAGS = dict(paragraphs="lines", document_marker_regex=r"^ = [^=].* = $",
+                  drop_line_regex=r"^ (= )+.*( =)+ $")
+
+
+@pytest.fixture(scope="session")
+def prepared_corpus(tmp_path_factory):
+    """{"books": path, "wiki": path} in the official one-sentence-per-line format."""
+    from data.prepare_corpus import prepare_corpus
+
+    directory = tmp_path_factory.mktemp("corpus")
+    books, wiki = str(directory / "books.txt"), str(directory / "wiki.txt")
+    prepare_corpus(GUTENBERG, books)
+    prepare_corpus(WIKITEXT, wiki, **WIKI_FLAGS)
+    return {"books": books, "wiki": wiki}
+
+
+@pytest.fixture(scope="session")
+def sample_vocab(tmp_path_factory, prepared_corpus):
+    """An 8,000-piece lowercased vocabulary trained on the prepared sample corpus."""
+    from data.train_vocab import train_vocab
+
+    prefix = str(tmp_path_factory.mktemp("vocab") / "sample8k")
+    train_vocab([prepared_corpus["books"], prepared_corpus["wiki"]], prefix, vocab_size=8000,
+                do_lower_case=True, num_threads=2)
+    return prefix + ".model"

@@ -1,0 +1,97 @@
+"""Corpus preparation: sentence splitting, documents, Gutenberg markers, BOM, CRLF."""
+
+import json
+import re
+
+import pytest
+
+from conftest import GUTENBERG, WIKITEXT, WIKI_FLAGS
+from data.prepare_corpus import file_documents, prepare_corpus, split_sentences
+from data.text_io import InputError, expand_input_patterns, read_documents, read_text_lines
+from data.train_vocab import VocabularyError, train_vocab
+
+
+@pytest.mark.parametrize("paragraph, expected", [
+    ("Mr. Darcy bowed. Elizabeth smiled! Did he see? Yes.",
+     ["Mr. Darcy bowed.", "Elizabeth smiled!", "Did he see?", "Yes."]),
+    ('"Who is it?" said she. "I know."', ['"Who is it?" said she.', '"I know."']),
+    ("\u201cOh!\u201d cried Jane. \u201cNo.\u201d", ["\u201cOh!\u201d cried Jane.",
+                                                      "\u201cNo.\u201d"]),
+    ("J. R. R. Tolkien wrote it. It sold.", ["J. R. R. Tolkien wrote it.", "It sold."]),
+    ("Wait... and see. Then go.", ["Wait... and see.", "Then go."]),
+    ("He met Dr. Watson at 10 a.m. on Baker St. today.",
+     ["He met Dr. Watson at 10 a.m. on Baker St. today."]),
+    ("He is an actor . He had a role in 2000 . This was it .",
+     ["He is an actor .", "He had a role in 2000 .", "This was it ."]),
+    ("It rose 5.3 percent (e.g. in May). Prices fell.",
+     ["It rose 5.3 percent (e.g. in May).", "Prices fell."]),
+    ("  wrapped\n  text   joined  ", ["wrapped text joined"]),
+])
+def test_split_sentences(paragraph, expected):
+    assert split_sentences(paragraph) == expected
+
+
+def test_gutenberg_books(tmp_path):
+    out = tmp_path / "books.txt"
+    counts = prepare_corpus(GUTENBERG, str(out))
+    files = expand_input_patterns(GUTENBERG)
+    assert counts["documents"] == len(files) == 5
+    documents = list(read_documents(str(out)))
+    assert len(documents) == 5 and sum(map(len, documents)) == counts["sentences"]
+    # Tom Sawyer (74-0.txt) starts with a BOM + START marker and ends with an END marker.
+    tom = documents[[i for i, f in enumerate(files) if f.endswith("74-0.txt")][0]]
+    text = "\n".join(tom)
+    assert "PROJECT GUTENBERG" not in text and "\ufeff" not in text
+    assert tom[0].startswith("THE ADVENTURES OF TOM SAWYER")
+    # Wrapped lines are joined: no sentence is a fragment ending mid-word with a hyphen break.
+    assert max(map(len, tom)) > 300 and counts["sentences"] > 20000
+
+
+def test_wikitext_articles(tmp_path):
+    out = tmp_path / "wiki.txt"
+    counts = prepare_corpus(WIKITEXT, str(out), **WIKI_FLAGS)
+    titles = [line for line in read_text_lines(WIKITEXT) if re.search(r"^ = [^=].* = $", line)]
+    assert counts["documents"] == len(titles) == 62
+    raw = open(out, "rb").read()
+    assert b"\r" not in raw  # CRLF input, LF output
+    documents = list(read_documents(str(out)))
+    assert documents[0][0] == "Robert Boulter is an English film , television and theatre actor ."
+    assert not any(re.fullmatch(r"(= )+.*( =)+", s) for d in documents for s in d)
+
+
+def test_bad_inputs(tmp_path):
+    with pytest.raises(InputError, match=r"Input pattern '.*nothing\*.txt' matches no file"):
+        prepare_corpus(str(tmp_path / "nothing*.txt"), str(tmp_path / "out.txt"))
+    (tmp_path / "blank.txt").write_text("\n\n   \n")
+    with pytest.raises(InputError, match=r"blank.txt holds no text"):
+        prepare_corpus(str(tmp_path / "blank.txt"), str(tmp_path / "out.txt"))
+    (tmp_path / "latin1.txt").write_bytes("caf\u00e9 au lait.\n".encode("latin-1"))
+    with pytest.raises(InputError, match=r"latin1.txt: line 1 is not valid UTF-8"):
+        prepare_corpus(str(tmp_path / "latin1.txt"), str(tmp_path / "out.txt"))
+    assert not list(tmp_path.glob("out.txt*"))  # nothing partial
+
+
+def test_train_vocab(tmp_path, prepared_corpus):
+    prefix = str(tmp_path / "v")
+    description = train_vocab(prepared_corpus["wiki"], prefix, vocab_size=3000, num_threads=2)
+    saved = json.load(open(prefix + ".json"))
+    assert saved == description
+    assert saved["vocab_size"] == 3000 and saved["do_lower_case"] is True
+    assert saved["special_ids"] == {"<pad>": 0, "<unk>": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
+    assert saved["lines_read"] == sum(1 for _ in read_text_lines(prepared_corpus["wiki"]) if _)
+    vocab_lines = open(prefix + ".vocab", encoding="utf-8").read().splitlines()
+    assert [v.split("\t")[0] for v in vocab_lines[:5]] == ["<pad>", "<unk>", "[CLS]", "[SEP]",
+                                                           "[MASK]"]
+    assert len(vocab_lines) == 3000
+
+
+def test_train_vocab_errors(tmp_path, prepared_corpus):
+    (tmp_path / "tiny.txt").write_text("a few words only\n")
+    with pytest.raises(VocabularyError, match=r"--vocab_size=30000 is too large for this corpus "
+                                              r"\(1 lines\): at most \d+ pieces"):
+        train_vocab(str(tmp_path / "tiny.txt"), str(tmp_path / "v"), vocab_size=30000)
+    assert not list(tmp_path.glob("v.*"))
+    (tmp_path / "empty.txt").write_text("\n \n")
+    with pytest.raises(VocabularyError):
+        train_vocab(str(tmp_path / "empty.txt"), str(tmp_path / "v"), vocab_size=100)
+    assert not list(tmp_path.glob("v.*"))
