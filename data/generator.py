@@ -90,10 +90,10 @@ def output_file_names(output_file: str, num_output_shards: int) -> list[str]:
 
 
 class _Progress:
-    """One status line on stderr: done/total, examples, examples/s, ETA."""
+    """One status line on stderr: done/total, items (examples or tokens), items/s, ETA."""
 
-    def __init__(self, phase, total, enabled=True):
-        self.phase, self.total, self.enabled = phase, total, enabled
+    def __init__(self, phase, total, enabled=True, items="examples"):
+        self.phase, self.total, self.enabled, self.items = phase, total, enabled, items
         self.start = time.time()
         self.last = 0.0
         self.done = 0
@@ -110,8 +110,8 @@ class _Progress:
         elapsed = max(now - self.start, 1e-9)
         rate = self.examples / elapsed
         eta = (self.total - self.done) * elapsed / self.done if self.done else float("nan")
-        line = (f"[{self.phase}] {self.done}/{self.total}  {self.examples:,} examples  "
-                f"{rate:,.1f} examples/s  elapsed {elapsed:,.0f}s  ETA {eta:,.0f}s")
+        line = (f"[{self.phase}] {self.done}/{self.total}  {self.examples:,} {self.items}  "
+                f"{rate:,.1f} {self.items}/s  elapsed {elapsed:,.0f}s  ETA {eta:,.0f}s")
         print(("\r" + line) if self.tty else line, end="" if self.tty else "\n",
               file=sys.stderr, flush=True)
 
@@ -216,6 +216,11 @@ def _executor(num_workers, initargs):
         initializer=_init_worker, initargs=initargs)
 
 
+def _amount(result) -> int:
+    """Examples made by a unit task, or tokens made by a tokenize task."""
+    return result["tokens"] if isinstance(result, dict) else int(result)
+
+
 def _run_tasks(tasks, num_workers, initargs, progress: _Progress):
     """Runs `(fn, args)` tasks, in this process when num_workers == 1; returns their results in
     task order."""
@@ -224,7 +229,7 @@ def _run_tasks(tasks, num_workers, initargs, progress: _Progress):
         _init_worker(*initargs)
         for i, (fn, args) in enumerate(tasks):
             results[i] = fn(*args)
-            progress.update(1, results[i] if isinstance(results[i], int) else 0)
+            progress.update(1, _amount(results[i]))
         return results
     with _executor(num_workers, initargs) as pool:
         futures = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(tasks)}
@@ -232,7 +237,7 @@ def _run_tasks(tasks, num_workers, initargs, progress: _Progress):
             for future in concurrent.futures.as_completed(futures):
                 i = futures[future]
                 results[i] = future.result()
-                progress.update(1, results[i] if isinstance(results[i], int) else 0)
+                progress.update(1, _amount(results[i]))
         except BaseException:
             for f in futures:
                 f.cancel()
@@ -290,7 +295,7 @@ def generate(job: GenerationJob, num_workers: int = 1, progress: bool = True) ->
     prefixes = [os.path.join(token_dir, f"{i:05d}") for i in range(len(job.input_files))]
     todo = [(_tokenize_task, (path, prefix)) for path, prefix in zip(job.input_files, prefixes)
             if not is_tokenized(prefix)]
-    bar = _Progress("tokenize", len(todo), progress)
+    bar = _Progress("tokenize", len(todo), progress, items="tokens")
     try:
         _run_tasks(todo, num_workers, base_args, bar)
     except InputError:

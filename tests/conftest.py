@@ -94,3 +94,20 @@ def sample_vocab(tmp_path_factory, prepared_corpus):
     train_vocab([prepared_corpus["books"], prepared_corpus["wiki"]], prefix, vocab_size=8000,
                 do_lower_case=True, num_threads=2)
     return prefix + ".model"
+
+
+GENERATION_KW = dict(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=2,
+                     random_seed=17, tokens_per_unit=40_000)
+
+
+@pytest.fixture(scope="session")
+def generated_data(tmp_path_factory, prepared_corpus, sample_vocab):
+    """3 TFRecord shards (seq 64, 10 predictions) generated from the prepared WikiText with
+    2 workers: {"files": [...], "summary": ..., "job": GenerationJob}."""
+    from data.generator import generate, make_job
+
+    out = tmp_path_factory.mktemp("generated")
+    job = make_job(prepared_corpus["wiki"], str(out / "wiki"), sample_vocab,
+                   num_output_shards=3, **GENERATION_KW)
+    summary = generate(job, num_workers=2, progress=False)
+    return {"files": list(job.output_files), "summary": summary, "job": job}

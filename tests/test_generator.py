@@ -1,0 +1,266 @@
+"""End-to-end TFRecord generation: determinism, resume, invariants on real text, bad input."""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from albert_tf import features as F
+from albert_tf.input_pipeline import parse_fn
+from albert_tf.tokenization import CLS_ID, MASK_ID, PAD_ID, SEP_ID, Tokenizer
+from conftest import GENERATION_KW, ROOT
+from data.generator import generate, make_job
+from data.text_io import InputError
+from data.token_cache import TokenStore, tokenize_file
+
+
+def _records(path):
+    return [r.numpy() for r in tf.data.TFRecordDataset(path)]
+
+
+def _parsed(path, seq=64, preds=10):
+    parse = parse_fn(seq, preds)
+    return [{k: v.numpy() for k, v in parse(r).items()} for r in tf.data.TFRecordDataset(path)]
+
+
+def _bytes(paths):
+    return [open(p, "rb").read() for p in paths]
+
+
+def test_outputs_and_sidecars(generated_data):
+    files, summary = generated_data["files"], generated_data["summary"]
+    assert [os.path.basename(f) for f in files] == [
+        f"wiki-0000{i}-of-00003.tfrecord" for i in range(3)]
+    total = 0
+    for shard, path in enumerate(files):
+        meta = json.load(open(F.sidecar_path(path)))
+        n = len(_records(path))
+        assert meta["num_examples"] == n > 500
+        assert meta["shard_index"] == shard and meta["num_shards"] == 3
+        assert (meta["max_seq_length"], meta["max_predictions_per_seq"]) == (64, 10)
+        assert meta["vocab_size"] == 8000 and len(meta["spm_model_sha256"]) == 64
+        assert meta["generation"]["random_seed"] == 17 and meta["run_hash"] == summary["run_hash"]
+        total += n
+    assert total == summary["total_examples"] == summary["counts"]["examples"]
+    # Round-robin dealing keeps shards balanced.
+    sizes = [json.load(open(F.sidecar_path(p)))["num_examples"] for p in files]
+    assert max(sizes) - min(sizes) <= 2 * 14  # at most one per unit (2 passes x 7 blocks)
+    # No work directory or temporary file is left behind.
+    assert sorted(os.listdir(os.path.dirname(files[0]))) == sorted(
+        [os.path.basename(f) for f in files] + [os.path.basename(F.sidecar_path(f)) for f in files])
+
+
+def test_examples_are_real_text_with_masks_undone(generated_data, prepared_corpus, sample_vocab,
+                                                  tmp_path):
+    """Undoing the masks gives segments that occur verbatim in the tokenized corpus; segment
+    ids, [SEP] positions and padding agree; no special token is masked or inserted."""
+    tokenizer = Tokenizer(sample_vocab)
+    tokenize_file(prepared_corpus["wiki"], tokenizer, str(tmp_path / "wiki"))
+    store = TokenStore([str(tmp_path / "wiki")])
+    corpus = {}
+    for d in range(len(store)):
+        doc = np.concatenate([store.sentence(d, j) for j in range(store.num_sentences(d))])
+        corpus[d] = doc.astype(np.int32).tobytes()
+
+    def occurs(segment):
+        needle = segment.astype(np.int32).tobytes()
+        for doc in corpus.values():
+            at = doc.find(needle)
+            while at >= 0:
+                if at % 4 == 0:
+                    return True
+                at = doc.find(needle, at + 1)
+        return False
+
+    examples = _parsed(generated_data["files"][0])
+    for ex in examples[:400]:
+        n = int(ex["input_mask"].sum())
+        assert (ex["input_mask"][:n] == 1).all() and (ex["input_mask"][n:] == 0).all()
+        ids = ex["input_ids"].copy()
+        assert (ids[n:] == PAD_ID).all() and (ex["segment_ids"][n:] == 0).all()
+        k = int(ex["masked_lm_weights"].sum())
+        positions = ex["masked_lm_positions"][:k]
+        assert (ex["masked_lm_positions"][k:] == 0).all() and (ex["masked_lm_ids"][k:] == 0).all()
+        assert (positions < n).all()
+        assert not np.isin(ex["masked_lm_ids"][:k], [CLS_ID, SEP_ID, PAD_ID]).any()
+        ids[positions] = ex["masked_lm_ids"][:k]
+        seps = np.flatnonzero(ids[:n] == SEP_ID)
+        assert ids[0] == CLS_ID and len(seps) == 2 and seps[1] == n - 1
+        assert (ex["segment_ids"][: seps[0] + 1] == 0).all()
+        assert (ex["segment_ids"][seps[0] + 1:n] == 1).all()
+        a, b = ids[1:seps[0]], ids[seps[0] + 1:n - 1]
+        assert len(a) >= 1 and len(b) >= 1
+        assert occurs(a) and occurs(b)
+        masked_now = ex["input_ids"][positions]
+        assert not np.isin(masked_now, [CLS_ID, SEP_ID, PAD_ID]).any()
+    mask_share = np.mean([(ex["input_ids"][ex["masked_lm_positions"][:int(ex[
+        "masked_lm_weights"].sum())]] == MASK_ID).mean() for ex in examples])
+    assert 0.75 < mask_share < 0.85
+
+
+def test_byte_identical_for_any_worker_count(generated_data, prepared_corpus, sample_vocab,
+                                             tmp_path):
+    job = make_job(prepared_corpus["wiki"], str(tmp_path / "wiki"), sample_vocab,
+                   num_output_shards=3, **GENERATION_KW)
+    generate(job, num_workers=1, progress=False)
+    assert _bytes(job.output_files) == _bytes(generated_data["files"])  # made with 2 workers
+    for a, b in zip(job.output_files, generated_data["files"]):
+        meta_a, meta_b = json.load(open(F.sidecar_path(a))), json.load(open(F.sidecar_path(b)))
+        assert meta_a == meta_b
+    other = make_job(prepared_corpus["wiki"], str(tmp_path / "seed18"), sample_vocab,
+                     num_output_shards=3, **dict(GENERATION_KW, random_seed=18))
+    generate(other, num_workers=1, progress=False)
+    assert all(x != y for x, y in zip(_bytes(other.output_files), _bytes(job.output_files)))
+    again = generate(job, num_workers=2, progress=False)  # same job again: nothing to do
+    assert again["already_complete"]
+
+
+def _cli(args, **kwargs):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.Popen([sys.executable, "-m", "data.create_pretraining_data", *args],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **kwargs)
+
+
+def test_killed_run_resumes_to_identical_output(prepared_corpus, sample_vocab, tmp_path):
+    args = ["--input_file", prepared_corpus["wiki"], "--spm_model_file", sample_vocab,
+            "--num_output_shards", "2", "--max_seq_length", "64", "--max_predictions_per_seq",
+            "10", "--dupe_factor", "8", "--tokens_per_unit", "40000", "--random_seed", "3",
+            "--num_workers", "1", "--progress=false"]
+    clean = _cli(args + ["--output_file", str(tmp_path / "clean" / "d")])
+    killed = _cli(args + ["--output_file", str(tmp_path / "killed" / "d")],
+                  start_new_session=True)
+    work = None
+    deadline = time.time() + 240
+    while time.time() < deadline:  # wait until a few units are spilled, then SIGKILL
+        dirs = [d for d in os.listdir(tmp_path / "killed")] if (tmp_path / "killed").exists() \
+            else []
+        work = next((tmp_path / "killed" / d for d in dirs if d.startswith(".albert")), None)
+        if work and len(list((work / "units").glob("*.idx"))) >= 3:
+            break
+        time.sleep(0.05)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait()
+    assert work is not None
+    finals = [p for p in os.listdir(tmp_path / "killed") if not p.startswith(".")]
+    assert finals == []  # nothing under a final name
+    done_units = len(list((work / "units").glob("*.idx")))
+    assert 3 <= done_units < 7 * 8
+    resumed = _cli(args + ["--output_file", str(tmp_path / "killed" / "d")])
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err
+    clean.communicate(timeout=600)
+    names = [f"d-0000{i}-of-00002.tfrecord" for i in range(2)]
+    assert _bytes([tmp_path / "killed" / n for n in names]) == \
+        _bytes([tmp_path / "clean" / n for n in names])
+    assert sorted(os.listdir(tmp_path / "killed")) == sorted(
+        names + [n + ".json" for n in names])
+
+
+def test_failure_while_writing_shards_resumes(prepared_corpus, sample_vocab, tmp_path,
+                                              monkeypatch):
+    import data.generator as generator
+
+    job = make_job(prepared_corpus["wiki"], str(tmp_path / "a" / "d"), sample_vocab,
+                   num_output_shards=3, **GENERATION_KW)
+    real_dump = json.dump
+
+    def failing_dump(obj, *args, **kwargs):
+        if isinstance(obj, dict) and obj.get("shard_index") == 1:  # the second shard's sidecar
+            raise OSError("disk full (injected)")
+        return real_dump(obj, *args, **kwargs)
+
+    monkeypatch.setattr(generator.json, "dump", failing_dump)
+    with pytest.raises(OSError, match="injected"):
+        generate(job, num_workers=1, progress=False)
+    monkeypatch.setattr(generator.json, "dump", real_dump)
+    assert os.path.exists(job.output_files[0]) and not os.path.exists(job.output_files[1])
+    generate(job, num_workers=1, progress=False)
+    reference = make_job(prepared_corpus["wiki"], str(tmp_path / "b" / "d"), sample_vocab,
+                         num_output_shards=3, **GENERATION_KW)
+    generate(reference, num_workers=1, progress=False)
+    assert _bytes(job.output_files) == _bytes(reference.output_files)
+
+
+# ---------------------------------------------------------------------------------------------
+def test_bad_inputs_leave_nothing_behind(prepared_corpus, sample_vocab, tmp_path):
+    out = tmp_path / "out"
+    kw = dict(GENERATION_KW)
+    with pytest.raises(InputError, match=r"Input pattern '.*missing\*.txt' matches no file"):
+        make_job(str(tmp_path / "missing*.txt"), str(out / "d"), sample_vocab, **kw)
+    (tmp_path / "blank.txt").write_text("\n \n\n")
+    job = make_job(f"{prepared_corpus['wiki']},{tmp_path / 'blank.txt'}", str(out / "d"),
+                   sample_vocab, **kw)
+    with pytest.raises(InputError, match=r"blank.txt holds no documents"):
+        generate(job, progress=False)
+    assert not out.exists() or os.listdir(out) == []
+    (tmp_path / "latin1.txt").write_bytes("d\u00e9j\u00e0 vu.\n\nnext doc.\n".encode("latin-1"))
+    job = make_job(str(tmp_path / "latin1.txt"), str(out / "d"), sample_vocab, **kw)
+    with pytest.raises(InputError, match=r"latin1.txt: line 1 is not valid UTF-8"):
+        generate(job, progress=False)
+    assert not out.exists() or os.listdir(out) == []
+    with pytest.raises(ValueError, match=r"--max_predictions_per_seq=70 must be in \[1, "
+                                         r"max_seq_length - 3 = 61\]"):
+        make_job(prepared_corpus["wiki"], str(out / "d"), sample_vocab,
+                 **dict(kw, max_predictions_per_seq=70))
+    with pytest.raises(ValueError, match="--dupe_factor must be at least 1"):
+        make_job(prepared_corpus["wiki"], str(out / "d"), sample_vocab, **dict(kw, dupe_factor=0))
+    with pytest.raises(ValueError, match="--num_output_shards needs a single --output_file"):
+        make_job(prepared_corpus["wiki"], f"{out}/a,{out}/b", sample_vocab, num_output_shards=2,
+                 **kw)
+
+
+def test_vocabulary_without_special_ids_is_refused(prepared_corpus, tmp_path):
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(input=prepared_corpus["wiki"], vocab_size=500,
+                                   model_prefix=str(tmp_path / "plain"), minloglevel=2)
+    job = make_job(prepared_corpus["wiki"], str(tmp_path / "out" / "d"),
+                   str(tmp_path / "plain.model"), **GENERATION_KW)
+    with pytest.raises(ValueError, match="plain.model lacks the official ALBERT special ids"):
+        generate(job, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_existing_files_are_never_overwritten(generated_data, prepared_corpus, sample_vocab,
+                                              tmp_path):
+    target = tmp_path / "d.tfrecord"
+    target.write_bytes(b"precious")
+    job = make_job(prepared_corpus["wiki"], str(target), sample_vocab, **GENERATION_KW)
+    with pytest.raises(InputError, match="already exists and was not written by this run"):
+        generate(job, progress=False)
+    assert target.read_bytes() == b"precious"
+    # Outputs of a different run (another seed) are refused too.
+    changed = dataclasses.replace(generated_data["job"], random_seed=99)
+    before = _bytes(generated_data["files"])
+    with pytest.raises(InputError, match="already exists from a different run"):
+        generate(changed, progress=False)
+    assert _bytes(generated_data["files"]) == before
+
+
+def test_command_line_with_official_flags(prepared_corpus, sample_vocab, tmp_path):
+    vocab_file = sample_vocab[: -len(".model")] + ".vocab"
+    run = _cli(["--input_file", prepared_corpus["wiki"], "--output_file",
+                f"{tmp_path}/x.tfrecord,{tmp_path}/y.tfrecord", "--spm_model_file",
+                sample_vocab, "--vocab_file", vocab_file, "--do_lower_case", "--max_seq_length",
+                "32", "--max_predictions_per_seq", "5", "--masked_lm_prob", "0.15", "--ngram",
+                "2", "--favor_shorter_ngram=false", "--do_whole_word_mask", "--dupe_factor", "1",
+                "--short_seq_prob", "0.2", "--random_next_sentence=false", "--random_seed", "1",
+                "--num_workers", "2"])
+    out, err = run.communicate(timeout=600)
+    assert run.returncode == 0, err
+    assert "wrote" in out and "[examples]" in err  # summary and progress line with examples/s
+    assert "examples/s" in err
+    meta = json.load(open(tmp_path / "x.tfrecord.json"))
+    assert meta["generation"]["ngram"] == 2 and meta["generation"]["favor_shorter_ngram"] is False
+    bad = _cli(["--input_file", prepared_corpus["wiki"], "--output_file", f"{tmp_path}/z",
+                "--spm_model_file", sample_vocab, "--vocab_file", prepared_corpus["wiki"]])
+    out, err = bad.communicate(timeout=600)
+    assert bad.returncode == 1 and "does not list the pieces of --spm_model_file" in err
