@@ -19,6 +19,7 @@ import glob
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 
@@ -157,12 +158,20 @@ class TF1Checkpoint:
         return shape[0] if shape else None
 
 
-def load_tf1_checkpoint(model, checkpoint: TF1Checkpoint | str) -> dict:
+def _group0(official_name: str) -> str:
+    return re.sub(r"(transformer/)group_\d+/", r"\1group_0/", official_name)
+
+
+def load_tf1_checkpoint(model, checkpoint: TF1Checkpoint | str,
+                        init_from_group0: bool = False) -> dict:
     """Fills `model` from an official TF1 checkpoint, strictly. Optimizer slots and
-    `global_step` are skipped; so are the pretraining heads when `model` is a backbone."""
+    `global_step` are skipped; so are the pretraining heads when `model` is a backbone.
+    `init_from_group0` (official flag) fills every group of the model from the checkpoint's
+    group 0, e.g. to grow a one-group model into several."""
     if not isinstance(checkpoint, TF1Checkpoint):
         checkpoint = TF1Checkpoint(checkpoint)
     kind = model_kind(model)
+    key_of = (lambda n: (_group0(n), False)) if init_from_group0 else (lambda n: (n, False))
 
     def skip_reason(name):
         reason = _tf1_skip_reason(name)
@@ -173,8 +182,22 @@ def load_tf1_checkpoint(model, checkpoint: TF1Checkpoint | str) -> dict:
             return "head, not part of a backbone"
         return None
 
-    return assign_strict(model, checkpoint.names, checkpoint.read, lambda n: (n, False),
-                         skip_reason, checkpoint.prefix)
+    return assign_strict(model, checkpoint.names, checkpoint.read, key_of, skip_reason,
+                         checkpoint.prefix)
+
+
+def initialize_from_checkpoint(model, path: str, init_from_group0: bool = False) -> dict:
+    """`--init_checkpoint`: fills `model` from an official TF1 checkpoint or an albert_tf
+    directory / `.keras` file, matching weights by official name, strictly."""
+    path = os.fspath(path)
+    if path.endswith(".keras") or os.path.exists(os.path.join(path, FORMAT_FILE)):
+        source = load_pretrained(path)
+        arrays = {w.official_name: w.to_official(w.variable.numpy())
+                  for w in model_weights(source)}
+        key_of = (lambda n: (_group0(n), False)) if init_from_group0 else (lambda n: (n, False))
+        return assign_strict(model, arrays.keys(), arrays.__getitem__, key_of,
+                             lambda name: None, path)
+    return load_tf1_checkpoint(model, path, init_from_group0=init_from_group0)
 
 
 def write_tf1_checkpoint(model, output_dir: str, name: str = TF1_CHECKPOINT_NAME) -> str:

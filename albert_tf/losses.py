@@ -41,15 +41,60 @@ def _per_example_sop(outputs, features_dict):
     return logits, labels, per_example
 
 
+def loss_terms(outputs, features_dict) -> dict:
+    """Additive sums of a batch, from which every loss and metric follows. Sums add up over
+    replicas and micro-batches, so a distributed step can normalise by global totals and equal
+    the single-device loss exactly.
+
+    Returns float32 scalars: `mlm_loss_sum` (sum of w * CE), `mlm_weight_sum` (sum of w),
+    `mlm_correct_sum` (sum of w * [argmax == label]), `sop_loss_sum`, `sop_correct_sum`,
+    `sop_count`.
+    """
+    mlm_logits, mlm_labels, weights, mlm_ce = _per_position_mlm(outputs, features_dict)
+    sop_logits, sop_labels, sop_ce = _per_example_sop(outputs, features_dict)
+    mlm_correct = tf.cast(tf.equal(tf.argmax(mlm_logits, -1, output_type=tf.int32), mlm_labels),
+                          tf.float32)
+    sop_correct = tf.cast(tf.equal(tf.argmax(sop_logits, -1, output_type=tf.int32), sop_labels),
+                          tf.float32)
+    return {
+        "mlm_loss_sum": tf.reduce_sum(weights * mlm_ce),
+        "mlm_weight_sum": tf.reduce_sum(weights),
+        "mlm_correct_sum": tf.reduce_sum(weights * mlm_correct),
+        "sop_loss_sum": tf.reduce_sum(sop_ce),
+        "sop_correct_sum": tf.reduce_sum(sop_correct),
+        "sop_count": tf.cast(tf.size(sop_ce), tf.float32),
+    }
+
+
+def loss_from_terms(terms, mlm_weight_total=None, sop_count_total=None) -> tf.Tensor:
+    """MLM + SOP loss from `loss_terms`. The denominators default to the terms' own (the
+    official single-batch loss); a distributed step passes the global totals instead, so the
+    per-replica losses sum to the global loss."""
+    w = terms["mlm_weight_sum"] if mlm_weight_total is None else mlm_weight_total
+    n = terms["sop_count"] if sop_count_total is None else sop_count_total
+    return terms["mlm_loss_sum"] / (w + MLM_DENOMINATOR_GUARD) + terms["sop_loss_sum"] / n
+
+
+def metrics_from_terms(terms) -> dict:
+    """The four official metrics from (summed) `loss_terms` (plain floats or tensors)."""
+    return {
+        "masked_lm_accuracy": terms["mlm_correct_sum"] / max(float(terms["mlm_weight_sum"]), 1e-12),
+        "masked_lm_loss": terms["mlm_loss_sum"] / max(float(terms["mlm_weight_sum"]), 1e-12),
+        "sentence_order_accuracy": terms["sop_correct_sum"] / max(float(terms["sop_count"]), 1.0),
+        "sentence_order_loss": terms["sop_loss_sum"] / max(float(terms["sop_count"]), 1.0),
+    }
+
+
 def masked_lm_loss(outputs, features_dict) -> tf.Tensor:
     """Weighted masked-LM cross entropy, official normalisation (sum(w) + 1e-5)."""
-    _, _, weights, per_position = _per_position_mlm(outputs, features_dict)
-    return tf.reduce_sum(weights * per_position) / (tf.reduce_sum(weights) + MLM_DENOMINATOR_GUARD)
+    t = loss_terms(outputs, features_dict)
+    return t["mlm_loss_sum"] / (t["mlm_weight_sum"] + MLM_DENOMINATOR_GUARD)
 
 
 def sentence_order_loss(outputs, features_dict) -> tf.Tensor:
     """Mean sentence-order-prediction cross entropy."""
-    return tf.reduce_mean(_per_example_sop(outputs, features_dict)[2])
+    t = loss_terms(outputs, features_dict)
+    return t["sop_loss_sum"] / t["sop_count"]
 
 
 def pretraining_loss(outputs, features_dict) -> tf.Tensor:
@@ -60,7 +105,7 @@ def pretraining_loss(outputs, features_dict) -> tf.Tensor:
         features_dict: `masked_lm_ids` [B, P], `masked_lm_weights` [B, P],
             `next_sentence_labels` [B] or [B, 1].
     """
-    return masked_lm_loss(outputs, features_dict) + sentence_order_loss(outputs, features_dict)
+    return loss_from_terms(loss_terms(outputs, features_dict))
 
 
 class PretrainingMetrics:

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from conftest import GUTENBERG, WIKITEXT, WIKI_FLAGS
-from data.prepare_corpus import file_documents, prepare_corpus, split_sentences
+from data.prepare_corpus import prepare_corpus, split_sentences
 from data.text_io import InputError, expand_input_patterns, read_documents, read_text_lines
 from data.train_vocab import VocabularyError, train_vocab
 

@@ -1,0 +1,150 @@
+"""One factory from a name to a `tf.distribute.Strategy`, and the TPU rules in one place.
+
+    strategy = get_strategy("tpu", tpu="grpc://10.0.0.2:8470")
+    strategy = get_strategy("multi_worker_mirrored")   # reads TF_CONFIG
+
+Names: tpu, multi_worker_mirrored, mirrored, one_device, default. Anything else raises.
+Connecting to a TPU address where nothing listens hangs forever in TensorFlow; here every step
+of the TPU connection is bounded by `connect_timeout_s` and fails with a message that says what
+to check.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from urllib.parse import urlparse
+
+import tensorflow as tf
+
+STRATEGIES = ("tpu", "multi_worker_mirrored", "mirrored", "one_device", "default")
+
+
+class StrategyError(RuntimeError):
+    """A strategy could not be created; the message names the flag or environment to fix."""
+
+
+# TPU rules, read by the input pipeline and the training loop: static shapes (fixed-length
+# features, drop_remainder), int32 features, several steps per host call (steps_per_loop),
+# bfloat16 compute.
+TPU_RULES = {"drop_remainder": True, "feature_dtype": tf.int32, "mixed_precision": "mixed_bfloat16"}
+
+
+def _bounded(fn, timeout_s: float, what: str):
+    """Runs `fn` in a daemon thread; raises StrategyError if it does not finish in time (a hung
+    TensorFlow connect cannot be cancelled, but the process can still report and exit)."""
+    result, error = [], []
+
+    def target():
+        try:
+            result.append(fn())
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            error.append(e)
+
+    thread = threading.Thread(target=target, daemon=True, name=what)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise StrategyError(f"{what} did not finish within {timeout_s:.0f} s.")
+    if error:
+        raise error[0]
+    return result[0] if result else None
+
+
+def _probe(address: str, timeout_s: float) -> None:
+    """TCP connect to host:port (or grpc://host:port) within `timeout_s`."""
+    parsed = urlparse(address if "://" in address else "grpc://" + address)
+    host, port = parsed.hostname, parsed.port
+    if not host or not port:
+        raise StrategyError(f"TPU address {address!r} is not host:port or grpc://host:port.")
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as e:
+        raise StrategyError(
+            f"Cannot reach the TPU worker at {host}:{port} within {timeout_s:.0f} s ({e}). "
+            "Check --tpu (TPU name, grpc://host:port, or 'local' on a TPU VM), that the TPU is "
+            "running, and that this machine is in its network.") from None
+
+
+def tpu_strategy(tpu: str | None, connect_timeout_s: float = 60.0) -> tf.distribute.Strategy:
+    """Resolves, connects to and initializes a TPU system, each step bounded in time."""
+    try:
+        resolver = _bounded(lambda: tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu),
+                            connect_timeout_s, "Resolving the TPU")
+    except (ValueError, StrategyError, RuntimeError) as e:
+        raise StrategyError(
+            f"--distribution_strategy=tpu found no TPU (--tpu={tpu!r}): {e} Pass --tpu with a "
+            "TPU name, grpc://host:port, or 'local' on a TPU VM.") from None
+    if tpu != "local":
+        for address in resolver.cluster_spec().as_dict().get("worker", []) or [resolver.master()]:
+            _probe(address, connect_timeout_s)
+    try:
+        _bounded(lambda: tf.config.experimental_connect_to_cluster(resolver), connect_timeout_s,
+                 "Connecting to the TPU cluster")
+        _bounded(lambda: tf.tpu.experimental.initialize_tpu_system(resolver), connect_timeout_s,
+                 "Initializing the TPU system")
+    except (StrategyError, tf.errors.OpError, ValueError, RuntimeError) as e:
+        raise StrategyError(f"--distribution_strategy=tpu (--tpu={tpu!r}): {e}") from None
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def _check_tf_config() -> None:
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        return
+    try:
+        config = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise StrategyError(f"TF_CONFIG is not valid JSON: {e}") from None
+    if not isinstance(config, dict) or "cluster" not in config or "task" not in config:
+        raise StrategyError('TF_CONFIG must hold "cluster" and "task", e.g. {"cluster": '
+                            '{"worker": ["host1:port", "host2:port"]}, "task": {"type": '
+                            '"worker", "index": 0}}')
+
+
+def get_strategy(name: str, tpu: str | None = None, connect_timeout_s: float = 60.0,
+                 collective_timeout_s: float | None = None) -> tf.distribute.Strategy:
+    """The strategy for `--distribution_strategy`.
+
+    Args:
+        name: one of `STRATEGIES`.
+        tpu: TPU name, grpc://host:port, or "local" (tpu only).
+        connect_timeout_s: bound on each step of the TPU connection.
+        collective_timeout_s: bound on collective ops of multi_worker_mirrored (None: none).
+    """
+    if name == "tpu":
+        return tpu_strategy(tpu, connect_timeout_s)
+    if name == "multi_worker_mirrored":
+        _check_tf_config()
+        options = tf.distribute.experimental.CommunicationOptions(
+            timeout_seconds=collective_timeout_s)
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    if name == "mirrored":
+        gpus = tf.config.list_logical_devices("GPU")
+        devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(devices=devices)
+    if name == "one_device":
+        gpus = tf.config.list_logical_devices("GPU")
+        return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
+    if name == "default":
+        return tf.distribute.get_strategy()
+    raise ValueError(f"Unknown --distribution_strategy {name!r}; choose one of {STRATEGIES}.")
+
+
+def worker_layout(strategy: tf.distribute.Strategy) -> tuple[int, int]:
+    """(number of workers, this worker's index): input is sharded per worker. A chief, when the
+    cluster has one, is worker 0."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or resolver is None:
+        return 1, 0
+    spec = resolver.cluster_spec().as_dict()
+    chiefs = len(spec.get("chief", []))
+    workers = chiefs + len(spec.get("worker", []))
+    if workers <= 1:
+        return 1, 0
+    if resolver.task_type == "chief":
+        return workers, 0
+    return workers, chiefs + int(resolver.task_id)

@@ -1,0 +1,180 @@
+"""ALBERT's optimizers and learning-rate schedule (official `lamb_optimizer.py`,
+`optimization.py`).
+
+LAMB, per variable w with gradient g (no bias correction):
+
+    m = b1 m + (1 - b1) g            v = b2 v + (1 - b2) g^2
+    u = m / (sqrt(v) + eps)          u += wd * w           (unless w is excluded from decay)
+    r = ||w|| / ||u|| if both > 0 else 1                   (1 if w is excluded from adaptation)
+    w = w - lr * r * u
+
+AdamW is the same without the trust ratio r (BERT's `AdamWeightDecayOptimizer`). Excluded by
+name (substring): "LayerNorm", "layer_norm", "bias" -- from decay and, by default, from
+adaptation. Keras 3's built-in `Lamb` differs on every point (no exclusions, decay outside the
+trust ratio, bias correction).
+
+Gradients reach these optimizers already summed over replicas and clipped by the training loop
+(global-norm clipping must see the summed gradient; Keras would clip each replica's share), so
+the optimizer does no all-reduce of its own. An `update_gate` variable lets the loop turn a step
+into a no-op (weights and slots unchanged) when its loss or gradient is not finite.
+"""
+
+from __future__ import annotations
+
+import re
+
+import keras
+import tensorflow as tf
+
+DEFAULT_EXCLUDE = ("LayerNorm", "layer_norm", "bias")
+
+
+@keras.saving.register_keras_serializable(package="albert_tf")
+class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup, then polynomial decay to `end_learning_rate` (official schedule).
+
+    lr(step) = learning_rate * (step - start_warmup_step) / num_warmup_steps while
+    step - start_warmup_step < num_warmup_steps (floored at 0: the official formula goes
+    negative before start_warmup_step); else
+    (learning_rate - end) * (1 - min(step, num_train_steps) / num_train_steps) ** poly_power + end.
+    Note the decay counts from step 0, not from the end of warmup, as in the official code.
+    """
+
+    def __init__(self, learning_rate, num_train_steps, num_warmup_steps=0, poly_power=1.0,
+                 start_warmup_step=0, end_learning_rate=0.0):
+        if num_train_steps <= 0:
+            raise ValueError(f"num_train_steps must be positive; got {num_train_steps}")
+        self.learning_rate = learning_rate
+        self.num_train_steps = num_train_steps
+        self.num_warmup_steps = num_warmup_steps
+        self.poly_power = poly_power
+        self.start_warmup_step = start_warmup_step
+        self.end_learning_rate = end_learning_rate
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        progress = tf.minimum(step, float(self.num_train_steps)) / float(self.num_train_steps)
+        decayed = ((self.learning_rate - self.end_learning_rate)
+                   * tf.pow(1.0 - progress, self.poly_power) + self.end_learning_rate)
+        if not self.num_warmup_steps:
+            return decayed
+        warm_step = step - float(self.start_warmup_step)
+        warmup = self.learning_rate * tf.maximum(warm_step, 0.0) / float(self.num_warmup_steps)
+        return tf.where(warm_step < float(self.num_warmup_steps), warmup, decayed)
+
+    def get_config(self):
+        return dict(learning_rate=self.learning_rate, num_train_steps=self.num_train_steps,
+                    num_warmup_steps=self.num_warmup_steps, poly_power=self.poly_power,
+                    start_warmup_step=self.start_warmup_step,
+                    end_learning_rate=self.end_learning_rate)
+
+
+@keras.saving.register_keras_serializable(package="albert_tf")
+class AlbertOptimizer(keras.optimizers.Optimizer):
+    """LAMB (`layer_adaptation=True`, ALBERT's default) or AdamW (`layer_adaptation=False`).
+
+    Args:
+        learning_rate: float or schedule.
+        weight_decay_rate: decoupled decay added to the update (0.01 in ALBERT).
+        beta_1, beta_2, epsilon: moment decay rates and denominator epsilon (1e-6).
+        exclude_from_weight_decay: name substrings (regexes) of variables not decayed.
+        exclude_from_layer_adaptation: likewise for the trust ratio; defaults to
+            `exclude_from_weight_decay`, as in the official optimizer.
+        layer_adaptation: True for LAMB, False for AdamW.
+    """
+
+    def __init__(self, learning_rate=0.00176, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
+                 epsilon=1e-6, exclude_from_weight_decay=DEFAULT_EXCLUDE,
+                 exclude_from_layer_adaptation=None, layer_adaptation=True, name=None,
+                 **kwargs):
+        super().__init__(learning_rate=learning_rate, name=name or (
+            "lamb" if layer_adaptation else "adamw"), **kwargs)
+        self.weight_decay_rate = weight_decay_rate
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
+        self.exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
+        self.exclude_from_layer_adaptation = tuple(
+            self.exclude_from_weight_decay if exclude_from_layer_adaptation is None
+            else exclude_from_layer_adaptation)
+        self.layer_adaptation = layer_adaptation
+
+    @staticmethod
+    def _matches(name, patterns):
+        return any(re.search(p, name) for p in patterns)
+
+    def build(self, var_list):
+        if self.built:
+            return
+        super().build(var_list)
+        self._m, self._v, self._decay, self._adapt = [], [], [], []
+        for var in var_list:
+            self._m.append(self.add_variable_from_reference(var, "m"))
+            self._v.append(self.add_variable_from_reference(var, "v"))
+            name = getattr(var, "path", var.name)
+            self._decay.append(bool(self.weight_decay_rate)
+                               and not self._matches(name, self.exclude_from_weight_decay))
+            self._adapt.append(self.layer_adaptation
+                               and not self._matches(name, self.exclude_from_layer_adaptation))
+        self.update_gate = self.add_variable(
+            shape=(), initializer="ones", dtype="float32", name="update_gate",
+            aggregation="only_first_replica")
+
+    def decayed_and_adapted(self, variables):
+        """[(path, decayed, adapted)] for inspection and tests."""
+        return [(getattr(v, "path", v.name), self._decay[self._get_variable_index(v)],
+                 self._adapt[self._get_variable_index(v)]) for v in variables]
+
+    def update_step(self, gradient, variable, learning_rate):
+        index = self._get_variable_index(variable)
+        m, v = self._m[index], self._v[index]
+        dtype = variable.dtype
+        g = tf.cast(gradient, dtype)
+        lr = tf.cast(learning_rate, dtype)
+        m_new = self.beta_1 * m + (1.0 - self.beta_1) * g
+        v_new = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(g)
+        update = m_new / (tf.sqrt(v_new) + self.epsilon)
+        if self._decay[index]:
+            update += self.weight_decay_rate * variable
+        ratio = tf.constant(1.0, dtype)
+        if self._adapt[index]:
+            w_norm = tf.norm(variable)
+            u_norm = tf.norm(update)
+            ratio = tf.where(w_norm > 0.0,
+                             tf.where(u_norm > 0.0, w_norm / tf.where(u_norm > 0.0, u_norm, 1.0),
+                                      1.0), 1.0)
+        w_new = variable - ratio * lr * update
+        gate = tf.cast(self.update_gate, tf.float32) > 0.5
+        self.assign(m, tf.where(gate, m_new, m))
+        self.assign(v, tf.where(gate, v_new, v))
+        self.assign(variable, tf.where(gate, w_new, variable))
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        # The training loop all-reduces (and clips) before calling the optimizer; see the module
+        # docstring. A second all-reduce would multiply gradients by the number of replicas.
+        return grads_and_vars
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(weight_decay_rate=self.weight_decay_rate, beta_1=self.beta_1,
+                      beta_2=self.beta_2, epsilon=self.epsilon,
+                      exclude_from_weight_decay=list(self.exclude_from_weight_decay),
+                      exclude_from_layer_adaptation=list(self.exclude_from_layer_adaptation),
+                      layer_adaptation=self.layer_adaptation)
+        return config
+
+
+OPTIMIZERS = ("lamb", "adamw")
+
+
+def create_optimizer(name: str, learning_rate: float, num_train_steps: int,
+                     num_warmup_steps: int = 0, poly_power: float = 1.0,
+                     start_warmup_step: int = 0, weight_decay_rate: float = 0.01
+                     ) -> AlbertOptimizer:
+    """The official optimizer setup: warmup + polynomial decay, LAMB or AdamW."""
+    if name not in OPTIMIZERS:
+        raise ValueError(f"--optimizer must be one of {OPTIMIZERS}; got {name!r}")
+    schedule = WarmupPolynomialDecay(learning_rate, num_train_steps, num_warmup_steps,
+                                     poly_power, start_warmup_step)
+    return AlbertOptimizer(schedule, weight_decay_rate=weight_decay_rate,
+                           layer_adaptation=(name == "lamb"))

@@ -1,0 +1,505 @@
+"""The training loop: ALBERT pretraining under any `tf.distribute` strategy (injected).
+
+One step, per replica: forward and backward over `grad_accum_steps` micro-batches, losses
+normalised by *global* totals (all-reduced masked-LM weight count and the global batch size), so
+the per-replica losses sum to exactly the single-device loss; gradients summed over micro-batches
+and replicas; global norm; clipping at `clip_norm`; a finiteness gate; the optimizer update.
+`steps_per_loop` steps run inside one `tf.function` call (TPU's `iterations_per_loop`).
+
+Checkpoints (`tf.train.CheckpointManager`, every `save_checkpoints_steps`, keeping
+`keep_checkpoint_max`) hold the model, the optimizer (slots and step) and the input iterator
+position, so a killed run restarted with the same arguments continues exactly. With
+multi-worker or TPU strategies a `PreemptionCheckpointHandler` saves on preemption; otherwise
+SIGTERM saves a checkpoint at the next loop boundary and stops. A non-finite loss or gradient
+stops the run: the step is not applied, a checkpoint of the last good step is saved, and the
+error names the step. With `do_eval`, each checkpoint is evaluated; the one with the best
+`masked_lm_accuracy` is kept under `best/` (the official `-best`), and each evaluation writes a
+JSON metrics file. TensorBoard summaries go to `output_dir/{train,eval}`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import signal
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from albert_tf import features as F
+from albert_tf import losses
+from albert_tf.config import AlbertConfig
+from albert_tf.distribute import worker_layout
+from albert_tf.input_pipeline import pretraining_dataset
+from albert_tf.optimization import create_optimizer
+
+SUM = tf.distribute.ReduceOp.SUM
+TERMS = ("mlm_loss_sum", "mlm_weight_sum", "mlm_correct_sum", "sop_loss_sum", "sop_correct_sum",
+         "sop_count")
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training produced a non-finite loss or gradient."""
+
+
+class OutputDirMismatchError(ValueError):
+    """`output_dir` holds a run of another model configuration."""
+
+
+@dataclasses.dataclass
+class PretrainingConfig:
+    """Settings of a pretraining run (official `run_pretraining.py` flag names)."""
+
+    albert_config: AlbertConfig
+    input_file: str
+    output_dir: str
+    eval_input_file: str | None = None
+    init_checkpoint: str | None = None
+    init_from_group0: bool = False
+    max_seq_length: int = 512
+    max_predictions_per_seq: int = 20
+    train_batch_size: int = 4096
+    eval_batch_size: int = 64
+    optimizer: str = "lamb"
+    learning_rate: float = 0.00176
+    poly_power: float = 1.0
+    start_warmup_step: int = 0
+    num_train_steps: int = 125000
+    num_warmup_steps: int = 3125
+    save_checkpoints_steps: int = 5000
+    keep_checkpoint_max: int = 5
+    iterations_per_loop: int = 1000
+    do_train: bool = True
+    do_eval: bool = False
+    max_eval_steps: int = 100
+    mixed_precision: str = "float32"
+    grad_accum_steps: int = 1
+    jit_compile: bool = False
+    clip_norm: float = 1.0
+    weight_decay_rate: float = 0.01
+    seed: int | None = None  # model initialization and input shuffling
+    shuffle_buffer_size: int = 10000
+    verbose: bool = True
+
+    def __post_init__(self):
+        problems = []
+        for name in ("train_batch_size", "eval_batch_size", "num_train_steps",
+                     "save_checkpoints_steps", "keep_checkpoint_max", "iterations_per_loop",
+                     "max_eval_steps", "grad_accum_steps"):
+            if getattr(self, name) < 1:
+                problems.append(f"--{name} must be at least 1; got {getattr(self, name)}")
+        if self.train_batch_size % self.grad_accum_steps:
+            problems.append(f"--train_batch_size={self.train_batch_size} must be a multiple of "
+                            f"--grad_accum_steps={self.grad_accum_steps}")
+        if self.mixed_precision not in ("float32", "bfloat16"):
+            problems.append(f"--mixed_precision must be float32 or bfloat16; got "
+                            f"{self.mixed_precision!r}")
+        if self.max_seq_length > self.albert_config.max_position_embeddings:
+            problems.append(f"--max_seq_length={self.max_seq_length} exceeds the model's "
+                            f"max_position_embeddings={self.albert_config.max_position_embeddings}")
+        if not (self.do_train or self.do_eval):
+            problems.append("At least one of --do_train and --do_eval must be set.")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+def _log(cfg, message):
+    if cfg.verbose:
+        print(message, flush=True)
+
+
+def _format_duration(seconds):
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
+
+
+class PretrainingRun:
+    """Builds the model, optimizer, data and checkpoints inside `strategy.scope()` and runs
+    training and/or evaluation. `run()` returns a summary dict."""
+
+    def __init__(self, cfg: PretrainingConfig, strategy: tf.distribute.Strategy | None = None):
+        self.cfg = cfg
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self.replicas = self.strategy.num_replicas_in_sync
+        self.is_chief = bool(getattr(self.strategy.extended, "should_checkpoint", True))
+        self.num_workers, self.worker_index = worker_layout(self.strategy)
+        self.local_replicas = self.replicas // self.num_workers
+        if cfg.train_batch_size % (self.replicas * cfg.grad_accum_steps):
+            raise ValueError(
+                f"--train_batch_size={cfg.train_batch_size} must be a multiple of replicas "
+                f"({self.replicas}) x --grad_accum_steps ({cfg.grad_accum_steps}).")
+        if cfg.do_eval and cfg.eval_batch_size % self.replicas:
+            raise ValueError(f"--eval_batch_size={cfg.eval_batch_size} must be a multiple of the "
+                             f"{self.replicas} replicas.")
+        self._check_output_dir()
+        if cfg.mixed_precision == "bfloat16":
+            keras.mixed_precision.set_global_policy("mixed_bfloat16")
+        if cfg.seed is not None:  # initialization (and, in the input pipeline, shuffling)
+            keras.utils.set_random_seed(cfg.seed)
+        with self.strategy.scope():
+            from albert_tf.pretrainer import AlbertPretrainer
+
+            self.model = AlbertPretrainer(cfg.albert_config)
+            self.optimizer = create_optimizer(
+                cfg.optimizer, cfg.learning_rate, cfg.num_train_steps, cfg.num_warmup_steps,
+                cfg.poly_power, cfg.start_warmup_step, cfg.weight_decay_rate)
+            # Keras 3 under tf.distribute: slots must be built inside the scope.
+            self.optimizer.build(self.model.trainable_variables)
+            self.bad_step = tf.Variable(-1, dtype=tf.int64, trainable=False,
+                                        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        # Input: one plain tf.data iterator per worker, yielding this worker's share of the
+        # global batch from its own files; each local replica takes its slice in the step
+        # (`_distribute`). A plain iterator is checkpointable (tf.distribute's distributed
+        # iterators are not), so checkpoints hold the exact input position.
+        self.train_iterator = None
+        if cfg.do_train:
+            self.train_iterator = iter(self._dataset(cfg.input_file, cfg.train_batch_size,
+                                                     is_training=True))
+        items = dict(model=self.model, optimizer=self.optimizer)
+        if self.train_iterator is not None:
+            items["iterator"] = self.train_iterator
+        self.checkpoint = tf.train.Checkpoint(**items)
+        # Multi-worker: saving is collective, so every worker saves; the chief to output_dir,
+        # the others to output_dir/.worker-N (their own input positions, for resuming).
+        self.write_dir = cfg.output_dir if self.is_chief else os.path.join(
+            cfg.output_dir, f".worker-{self.worker_index}")
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint, self.write_dir, max_to_keep=cfg.keep_checkpoint_max,
+            checkpoint_name="ckpt")
+        self._train_loop = None
+        self._eval_step = None
+        self._stop_requested = False
+
+    # -----------------------------------------------------------------------------------------
+    def _check_output_dir(self):
+        cfg = self.cfg
+        tf.io.gfile.makedirs(cfg.output_dir)
+        path = os.path.join(cfg.output_dir, "albert_config.json")
+        has_checkpoint = tf.train.latest_checkpoint(cfg.output_dir) is not None
+        if tf.io.gfile.exists(path):
+            with tf.io.gfile.GFile(path) as f:
+                existing = AlbertConfig.from_dict(json.load(f))
+            if has_checkpoint and existing != cfg.albert_config:
+                diff = {k: (v, getattr(cfg.albert_config, k))
+                        for k, v in dataclasses.asdict(existing).items()
+                        if v != getattr(cfg.albert_config, k)}
+                raise OutputDirMismatchError(
+                    f"--output_dir {cfg.output_dir} holds checkpoints of another model "
+                    f"configuration (differences, theirs vs yours: {diff}); use a new "
+                    "--output_dir or the matching --albert_config_file.")
+        elif has_checkpoint:
+            raise OutputDirMismatchError(
+                f"--output_dir {cfg.output_dir} holds checkpoints but no albert_config.json; "
+                "refusing to guess which model they belong to. Use a new --output_dir.")
+        if self.is_chief:
+            with tf.io.gfile.GFile(path, "w") as f:
+                f.write(cfg.albert_config.to_json_string())
+
+    def _restore_or_initialize(self):
+        cfg = self.cfg
+        # Each worker restores its own checkpoint (same model and optimizer, its own input
+        # position); a worker without one takes the chief's.
+        latest = (tf.train.latest_checkpoint(self.write_dir)
+                  or tf.train.latest_checkpoint(cfg.output_dir))
+        if latest:
+            self.checkpoint.restore(latest).assert_existing_objects_matched()
+            _log(cfg, f"Resumed from {latest} at step {int(self.optimizer.iterations.numpy())}.")
+            return "resumed"
+        if cfg.init_checkpoint:
+            from albert_tf.checkpoints import initialize_from_checkpoint
+
+            report = initialize_from_checkpoint(self.model, cfg.init_checkpoint,
+                                                init_from_group0=cfg.init_from_group0)
+            _log(cfg, f"Initialized {len(report['assigned'])} weights from "
+                      f"{cfg.init_checkpoint}.")
+            return "initialized"
+        return "fresh"
+
+    # -----------------------------------------------------------------------------------------
+    def _split(self, features):
+        k = self.cfg.grad_accum_steps
+        if k == 1:
+            return [features]
+        parts = {name: tf.split(t, k, axis=0) for name, t in features.items()}
+        return [{name: parts[name][i] for name in features} for i in range(k)]
+
+    def _compute(self, features, mlm_weight_total, sop_total):
+        """Forward/backward of one micro-batch; loss normalised by global totals."""
+        inputs = {name: features[name] for name in F.PRETRAINER_INPUTS}
+        with tf.GradientTape() as tape:
+            outputs = self.model(inputs, training=True)
+            terms = losses.loss_terms(outputs, features)
+            loss = losses.loss_from_terms(terms, mlm_weight_total, sop_total)
+        grads = tape.gradient(loss, self.model.trainable_variables)
+        # Embedding gradients come as IndexedSlices; dense tensors sum and all-reduce simply.
+        grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+                 for g in grads]
+        return grads, terms, loss
+
+    def _replica_step(self, features):
+        cfg = self.cfg
+        ctx = tf.distribute.get_replica_context()
+        mlm_weight_total = ctx.all_reduce(
+            SUM, tf.reduce_sum(tf.cast(features[F.MASKED_LM_WEIGHTS], tf.float32)))
+        sop_total = tf.constant(float(cfg.train_batch_size))
+        compute = self._compute_fn
+        grads, terms, loss = None, None, 0.0
+        for micro in self._split(features):
+            deps = [] if grads is None else [g for g in grads if g is not None]
+            with tf.control_dependencies(deps):  # one micro-batch at a time
+                g, t, step_loss = compute(micro, mlm_weight_total, sop_total)
+            if grads is None:
+                grads, terms = list(g), dict(t)
+            else:
+                grads = [a + b for a, b in zip(grads, g)]
+                terms = {name: terms[name] + t[name] for name in terms}
+            loss += step_loss
+        grads = ctx.all_reduce(SUM, grads)
+        total_loss = ctx.all_reduce(SUM, loss)
+        grad_norm = tf.linalg.global_norm(grads)
+        finite = tf.math.is_finite(grad_norm) & tf.math.is_finite(total_loss)
+        grads, _ = tf.clip_by_global_norm(grads, cfg.clip_norm, use_norm=grad_norm)
+        gate = self.optimizer.update_gate
+        was_open = gate > 0.5
+        self.bad_step.assign(tf.where(was_open & ~finite, self.optimizer.iterations,
+                                      self.bad_step))
+        gate.assign(tf.where(finite, gate, tf.zeros_like(gate)))
+        self.optimizer.apply(grads, self.model.trainable_variables)
+        return terms, total_loss, grad_norm
+
+    def _dataset(self, input_file, global_batch_size, is_training):
+        cfg = self.cfg
+        context = None
+        if self.num_workers > 1:
+            context = tf.distribute.InputContext(
+                num_input_pipelines=self.num_workers, input_pipeline_id=self.worker_index,
+                num_replicas_in_sync=self.num_workers)  # -> this worker's share of the batch
+        return pretraining_dataset(
+            input_file, global_batch_size, cfg.max_seq_length, cfg.max_predictions_per_seq,
+            is_training=is_training, input_context=context,
+            vocab_size=cfg.albert_config.vocab_size, seed=cfg.seed,
+            shuffle_buffer_size=cfg.shuffle_buffer_size)
+
+    def _distribute(self, batch):
+        """A worker's batch -> per-replica values: local replica i takes the i-th slice."""
+        if self.replicas == 1:
+            return batch
+        k = self.local_replicas
+        parts = {name: tf.split(t, k, axis=0) for name, t in batch.items()}
+        return self.strategy.experimental_distribute_values_from_function(
+            lambda ctx: {name: parts[name][ctx.replica_id_in_sync_group % k]
+                         for name in parts})
+
+    def _build_train_loop(self):
+        cfg = self.cfg
+        single_device = self.replicas == 1 and not isinstance(self.strategy,
+                                                              tf.distribute.TPUStrategy)
+        jit = cfg.jit_compile and not isinstance(self.strategy, tf.distribute.TPUStrategy)
+        # XLA: on one device the whole step compiles (the TPU proxy); across replicas the
+        # forward/backward compiles and the all-reduce and update run outside it.
+        self._compute_fn = (tf.function(self._compute, jit_compile=True)
+                            if jit and not single_device else self._compute)
+        replica_step = (tf.function(self._replica_step, jit_compile=True) if jit and single_device
+                        else self._replica_step)
+
+        @tf.function
+        def train_loop(iterator, num_steps):
+            sums = {name: tf.constant(0.0) for name in TERMS}
+            last_loss, last_norm = tf.constant(0.0), tf.constant(0.0)
+            for _ in tf.range(num_steps):
+                batch = self._distribute(next(iterator))
+                terms, loss, norm = self.strategy.run(replica_step, args=(batch,))
+                sums = {name: sums[name] + self.strategy.reduce(SUM, terms[name], axis=None)
+                        for name in TERMS}
+                last_loss = self.strategy.experimental_local_results(loss)[0]
+                last_norm = self.strategy.experimental_local_results(norm)[0]
+            return sums, last_loss, last_norm
+
+        return train_loop
+
+    # -----------------------------------------------------------------------------------------
+
+    def evaluate(self) -> dict:
+        """The four official metrics over at most `max_eval_steps` batches."""
+        if self._eval_step is None:
+            def replica_eval(features):
+                inputs = {name: features[name] for name in F.PRETRAINER_INPUTS}
+                return losses.loss_terms(self.model(inputs, training=False), features)
+
+            @tf.function
+            def eval_step(batch):
+                terms = self.strategy.run(replica_eval, args=(self._distribute(batch),))
+                return {k: self.strategy.reduce(SUM, v, axis=None) for k, v in terms.items()}
+
+            self._eval_step = eval_step
+        sums = {name: 0.0 for name in TERMS}
+        steps = 0
+        cfg = self.cfg
+        dataset = self._dataset(cfg.eval_input_file or cfg.input_file, cfg.eval_batch_size,
+                                is_training=False)
+        for batch in dataset:
+            if steps >= self.cfg.max_eval_steps:
+                break
+            for name, value in self._eval_step(batch).items():
+                sums[name] += float(value)
+            steps += 1
+        metrics = {k: float(v) for k, v in losses.metrics_from_terms(sums).items()}
+        metrics.update(eval_steps=steps, examples=int(sums["sop_count"]))
+        return metrics
+
+    def _write_eval(self, step, metrics, writer):
+        cfg = self.cfg
+        metrics = dict(metrics, global_step=step)
+        if not self.is_chief:
+            return
+        path = os.path.join(cfg.output_dir, f"eval_results_step_{step}.json")
+        with tf.io.gfile.GFile(path, "w") as f:
+            json.dump(metrics, f, indent=2)
+        with writer.as_default(step=step):
+            for name in losses.PretrainingMetrics.NAMES:
+                tf.summary.scalar(name, metrics[name])
+        best_path = os.path.join(cfg.output_dir, "best", "best_eval.json")
+        best = None
+        if tf.io.gfile.exists(best_path):
+            with tf.io.gfile.GFile(best_path) as f:
+                best = json.load(f)
+        if best is None or metrics["masked_lm_accuracy"] > best["masked_lm_accuracy"]:
+            tf.io.gfile.makedirs(os.path.dirname(best_path))
+            tf.train.Checkpoint(model=self.model).write(
+                os.path.join(cfg.output_dir, "best", "ckpt-best"))
+            with tf.io.gfile.GFile(best_path, "w") as f:
+                json.dump(metrics, f, indent=2)
+        _log(cfg, f"eval at step {step}: " + ", ".join(
+            f"{k} {metrics[k]:.4f}" for k in losses.PretrainingMetrics.NAMES))
+
+    # -----------------------------------------------------------------------------------------
+    def _install_sigterm(self):
+        if isinstance(self.strategy, (tf.distribute.MultiWorkerMirroredStrategy,
+                                      tf.distribute.TPUStrategy)):
+            return None
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def handler(signum, frame):
+            self._stop_requested = True
+
+        try:
+            signal.signal(signal.SIGTERM, handler)
+        except ValueError:  # not the main thread
+            return None
+        return previous
+
+    def _preemption_handler(self):
+        if isinstance(self.strategy, (tf.distribute.MultiWorkerMirroredStrategy,
+                                      tf.distribute.TPUStrategy)):
+            resolver = getattr(self.strategy, "cluster_resolver", None)
+            if resolver is not None:
+                return tf.distribute.experimental.PreemptionCheckpointHandler(
+                    resolver, self.manager)
+        return None
+
+    def train(self) -> dict:
+        cfg = self.cfg
+        if self._train_loop is None:
+            self._train_loop = self._build_train_loop()
+        if self.is_chief:
+            train_writer = tf.summary.create_file_writer(os.path.join(cfg.output_dir, "train"))
+            eval_writer = tf.summary.create_file_writer(os.path.join(cfg.output_dir, "eval"))
+        else:
+            train_writer = eval_writer = tf.summary.create_noop_writer()
+        step = int(self.optimizer.iterations.numpy())
+        start_step, start_time = step, time.time()
+        history = []
+        preemption = self._preemption_handler()
+        previous_sigterm = self._install_sigterm()
+        status = "completed"
+        try:
+            while step < cfg.num_train_steps:
+                next_save = (step // cfg.save_checkpoints_steps + 1) * cfg.save_checkpoints_steps
+                n = min(cfg.iterations_per_loop, next_save - step, cfg.num_train_steps - step)
+                t0 = time.time()
+                args = (self.train_iterator, tf.constant(n, tf.int32))
+                if preemption is not None:
+                    sums, loss, norm = preemption.run(self._train_loop, *args)
+                else:
+                    sums, loss, norm = self._train_loop(*args)
+                sums = {k: float(v) for k, v in sums.items()}
+                loss, norm = float(loss), float(norm)
+                if float(self.optimizer.update_gate.numpy()) < 0.5:
+                    self._stop_non_finite(step, n)
+                step += n
+                elapsed = time.time() - t0
+                metrics = {k: float(v) for k, v in losses.metrics_from_terms(sums).items()}
+                lr = float(self.optimizer.learning_rate.numpy()
+                           if hasattr(self.optimizer.learning_rate, "numpy")
+                           else self.optimizer.learning_rate)
+                examples_per_second = n * cfg.train_batch_size / max(elapsed, 1e-9)
+                record = dict(step=step, loss=loss, grad_norm=norm, learning_rate=lr,
+                              examples_per_second=examples_per_second, **metrics)
+                history.append(record)
+                with train_writer.as_default(step=step):
+                    for name, value in record.items():
+                        if name != "step":
+                            tf.summary.scalar(name, value)
+                done = step - start_step
+                eta = (time.time() - start_time) / done * (cfg.num_train_steps - step)
+                _log(cfg, f"step {step}/{cfg.num_train_steps} | loss {loss:.4f} | mlm "
+                          f"{metrics['masked_lm_loss']:.4f} acc {metrics['masked_lm_accuracy']:.3f}"
+                          f" | sop {metrics['sentence_order_loss']:.4f} acc "
+                          f"{metrics['sentence_order_accuracy']:.3f} | lr {lr:.3e} | gnorm "
+                          f"{norm:.3f} | {examples_per_second:,.1f} examples/s | ETA "
+                          f"{_format_duration(eta)}")
+                if step % cfg.save_checkpoints_steps == 0 or step == cfg.num_train_steps:
+                    path = self.manager.save(checkpoint_number=step)
+                    _log(cfg, f"saved {path}")
+                    if cfg.do_eval:
+                        self._write_eval(step, self.evaluate(), eval_writer)
+                if self._stop_requested:
+                    if step % cfg.save_checkpoints_steps:
+                        self.manager.save(checkpoint_number=step)
+                    status = "stopped (SIGTERM)"
+                    _log(cfg, f"SIGTERM: checkpoint saved at step {step}; rerun to resume.")
+                    break
+        finally:
+            if previous_sigterm is not None:
+                signal.signal(signal.SIGTERM, previous_sigterm)
+            train_writer.flush()
+            eval_writer.flush()
+        return {"status": status, "step": step, "history": history}
+
+    def _stop_non_finite(self, step, n):
+        bad = int(self.bad_step.numpy())
+        # The bad step and those after it in the same loop were not applied; undo their
+        # increments of the step counter and save the last good state.
+        self.optimizer.iterations.assign(bad)
+        self.optimizer.update_gate.assign(1.0)
+        path = self.manager.save(checkpoint_number=bad)
+        raise NonFiniteLossError(
+            f"Non-finite loss or gradient at step {bad + 1} (updates are 1-based); that step was "
+            f"not applied. The model after step {bad} is saved at {path}. Lower "
+            "--learning_rate, check the data, or resume from an earlier checkpoint.")
+
+    def run(self) -> dict:
+        cfg = self.cfg
+        how = self._restore_or_initialize()
+        summary = {"start": how}
+        if cfg.do_train:
+            summary.update(self.train())
+        if cfg.do_eval:
+            step = int(self.optimizer.iterations.numpy())
+            metrics = self.evaluate()
+            summary["eval"] = metrics
+            if not cfg.do_train:
+                self._write_eval(step, metrics, tf.summary.create_file_writer(
+                    os.path.join(cfg.output_dir, "eval")))
+        return summary
+
+
+def final_weights(run: PretrainingRun) -> list[np.ndarray]:
+    """The model's weights as NumPy arrays (first replica)."""
+    return [np.asarray(v.numpy()) for v in run.model.weights]

@@ -1,0 +1,263 @@
+"""The training loop: distribution equivalence, exact resume, XLA, failure modes, convergence."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from albert_tf import AlbertConfig
+from albert_tf.distribute import StrategyError, get_strategy
+from albert_tf.input_pipeline import DataMismatchError
+from albert_tf.train_lib import (NonFiniteLossError, OutputDirMismatchError, PretrainingConfig,
+                                 PretrainingRun)
+from conftest import ROOT
+
+WORKER = os.path.join(ROOT, "tests", "train_worker.py")
+TINY = dict(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layers=3,
+            num_attention_heads=4, intermediate_size=40, max_position_embeddings=64)
+
+
+def _pattern(generated_data):
+    return generated_data["files"][0].replace("00000-of", "*-of")
+
+
+def _worker(args, env=None, **kwargs):
+    full_env = dict(os.environ, PYTHONPATH=ROOT, **(env or {}))
+    return subprocess.Popen([sys.executable, WORKER, *args], env=full_env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def _weights(path):
+    data = np.load(path)
+    return {k: data[k] for k in data.files if not k.startswith("__")}, int(data["__replicas__"])
+
+
+def _max_diff(a, b):
+    assert a.keys() == b.keys()
+    return max(float(np.abs(a[k] - b[k]).max()) for k in a)
+
+
+def _config(tmp_path, files, **changes):
+    values = dict(albert_config=AlbertConfig(**TINY), input_file=files,
+                  output_dir=str(tmp_path / "run"), max_seq_length=64,
+                  max_predictions_per_seq=10, train_batch_size=8, num_train_steps=4,
+                  num_warmup_steps=1, learning_rate=1e-2, save_checkpoints_steps=4,
+                  iterations_per_loop=2, seed=11, shuffle_buffer_size=64, verbose=False)
+    values.update(changes)
+    return PretrainingConfig(**values)
+
+
+# ---------------------------------------------------------------------------------------------
+def test_mirrored_two_devices_equals_one_device_and_accumulation(generated_data, tmp_path):
+    """Same global batch: MirroredStrategy over 2 logical CPUs, one device, and one device with
+    2 gradient-accumulation micro-batches end with the same weights (clipping active)."""
+    runs = {"one": ["--strategy", "one_device"],
+            "mirrored": ["--strategy", "mirrored", "--logical_cpus", "2"],
+            "accum": ["--strategy", "one_device", "--grad_accum_steps", "2"]}
+    procs = {}
+    for name, args in runs.items():
+        procs[name] = _worker(args + ["--files", _pattern(generated_data), "--output_dir",
+                                      str(tmp_path / name), "--weights",
+                                      str(tmp_path / f"{name}.npz")])
+    for name, proc in procs.items():
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, out[-3000:]
+    one, r1 = _weights(tmp_path / "one.npz")
+    mirrored, r2 = _weights(tmp_path / "mirrored.npz")
+    accum, _ = _weights(tmp_path / "accum.npz")
+    assert (r1, r2) == (1, 2)
+    diffs = {"mirrored": _max_diff(one, mirrored), "accum": _max_diff(one, accum)}
+    print(f"\nmax |w - w_one_device| after 4 steps: {diffs}")
+    assert max(diffs.values()) <= 1e-5
+    initial = np.load(tmp_path / "one.npz")  # the runs moved the weights (not a no-op)
+    assert initial["__losses__"][0] > initial["__losses__"][-1]
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_multi_worker_mirrored_two_processes(generated_data, tmp_path):
+    ports = [_free_port(), _free_port()]
+    procs = []
+    for index in range(2):
+        tf_config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+                     "task": {"type": "worker", "index": index}}
+        procs.append(_worker(["--strategy", "multi_worker_mirrored", "--files",
+                              _pattern(generated_data), "--output_dir", str(tmp_path / "out"),
+                              "--weights", str(tmp_path / f"w{index}.npz")],
+                             env={"TF_CONFIG": json.dumps(tf_config)}))
+    deadline = time.time() + 300
+    for proc in procs:
+        try:
+            out, _ = proc.communicate(timeout=max(1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            pytest.fail("multi-worker training did not finish in 300 s")
+        assert proc.returncode == 0, out[-3000:]
+    w0, replicas = _weights(tmp_path / "w0.npz")
+    w1, _ = _weights(tmp_path / "w1.npz")
+    assert replicas == 2
+    assert _max_diff(w0, w1) == 0.0
+    assert os.path.exists(tmp_path / "out" / "ckpt-4.index")          # the chief's
+    assert os.path.exists(tmp_path / "out" / ".worker-1" / "ckpt-4.index")  # worker 1's
+
+
+def _cli(args, **kwargs):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    return subprocess.Popen([sys.executable, "-m", "albert_tf.run_pretraining", *args], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            **kwargs)
+
+
+def _checkpoint_arrays(prefix):
+    reader = tf.train.load_checkpoint(prefix)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if "iterator" not in name and "save_counter" not in name
+            and not name.startswith("_CHECKPOINTABLE")}
+
+
+def test_sigkill_then_resume_equals_uninterrupted(generated_data, tmp_path):
+    config = tmp_path / "albert_config.json"
+    AlbertConfig(**TINY).to_json_file(config)
+    common = ["--albert_config_file", str(config), "--input_file", _pattern(generated_data),
+              "--do_train", "--train_batch_size", "8", "--max_seq_length", "64",
+              "--max_predictions_per_seq", "10", "--num_train_steps", "60",
+              "--num_warmup_steps", "5", "--learning_rate", "5e-3",
+              "--save_checkpoints_steps", "10", "--iterations_per_loop", "5",
+              "--random_seed", "4", "--deterministic"]
+    clean = _cli(common + ["--output_dir", str(tmp_path / "clean")])
+    killed = _cli(common + ["--output_dir", str(tmp_path / "killed")], start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not os.path.exists(tmp_path / "killed" / "ckpt-20.index"):
+        time.sleep(0.05)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait()
+    assert not os.path.exists(tmp_path / "killed" / "ckpt-60.index")
+    resumed = _cli(common + ["--output_dir", str(tmp_path / "killed")])
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err[-3000:]
+    assert "Resumed from" in out
+    out, err = clean.communicate(timeout=600)
+    assert clean.returncode == 0, err[-3000:]
+    a = _checkpoint_arrays(str(tmp_path / "clean" / "ckpt-60"))
+    b = _checkpoint_arrays(str(tmp_path / "killed" / "ckpt-60"))
+    assert a.keys() == b.keys() and len(a) > 50
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_xla_step_matches_uncompiled(generated_data, tmp_path):
+    """The TPU proxy: the whole step (forward, loss, gradients, LAMB update) compiles with XLA
+    on CPU with static shapes, and gives the same losses and weights within float32 rounding."""
+    results = {}
+    for jit in (False, True):
+        keras.utils.set_random_seed(5)
+        run = PretrainingRun(_config(tmp_path / str(jit), _pattern(generated_data),
+                                     jit_compile=jit, num_train_steps=3, iterations_per_loop=1,
+                                     save_checkpoints_steps=3))
+        summary = run.run()
+        results[jit] = ([h["loss"] for h in summary["history"]],
+                        [v.numpy() for v in run.model.weights])
+    np.testing.assert_allclose(results[True][0], results[False][0], rtol=1e-5)
+    for a, b in zip(results[True][1], results[False][1]):
+        np.testing.assert_allclose(a, b, atol=2e-5)
+
+
+def test_non_finite_loss_stops_with_the_step_and_a_good_checkpoint(generated_data, tmp_path):
+    """Batch 4 of the input carries a NaN weight: the run stops naming step 4 and saves the
+    model after step 3, whose weights equal a clean 3-step run."""
+    records = [r.numpy() for r in tf.data.TFRecordDataset(generated_data["files"][0]).take(80)]
+    clean_file, bad = tmp_path / "clean.tfrecord", tmp_path / "bad.tfrecord"
+    with tf.io.TFRecordWriter(str(bad)) as writer, \
+            tf.io.TFRecordWriter(str(clean_file)) as clean_writer:
+        for i, record in enumerate(records):
+            clean_writer.write(record)
+            example = tf.train.Example.FromString(record)
+            if 24 <= i < 32:  # batch 4 with batch size 8 and no shuffling
+                example.features.feature["masked_lm_weights"].float_list.value[0] = float("nan")
+            writer.write(example.SerializeToString())
+    cfg = _config(tmp_path, str(bad), num_train_steps=8, iterations_per_loop=8,
+                  save_checkpoints_steps=8, shuffle_buffer_size=1)
+    with pytest.raises(NonFiniteLossError, match=r"at step 4 .* The model after step 3 is saved "
+                                                 r"at .*ckpt-3"):
+        PretrainingRun(cfg).run()
+    saved = _checkpoint_arrays(str(tmp_path / "run" / "ckpt-3"))
+    assert int(saved["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"]) == 3
+    assert float(saved["optimizer/update_gate/.ATTRIBUTES/VARIABLE_VALUE"]) == 1.0
+    assert all(np.isfinite(v).all() for v in saved.values() if v.dtype.kind == "f")
+    # The saved state (weights, slots, step) is that of the same run on clean data at step 3.
+    PretrainingRun(_config(tmp_path / "clean", str(clean_file), num_train_steps=8,
+                           iterations_per_loop=3, save_checkpoints_steps=3,
+                           shuffle_buffer_size=1)).run()
+    reference = _checkpoint_arrays(str(tmp_path / "clean" / "run" / "ckpt-3"))
+    assert reference.keys() == saved.keys() and len(saved) > 50
+    for name, value in reference.items():
+        np.testing.assert_allclose(saved[name], value, atol=1e-6, err_msg=name)
+
+
+def test_refuses_mismatched_data_and_output_dir(generated_data, tmp_path):
+    with pytest.raises(DataMismatchError, match=r"max_seq_length=64, max_predictions_per_seq=10; "
+                                                r"the model expects max_seq_length=32"):
+        PretrainingRun(_config(tmp_path, _pattern(generated_data), max_seq_length=32))
+    PretrainingRun(_config(tmp_path, _pattern(generated_data), num_train_steps=2,
+                           save_checkpoints_steps=2)).run()
+    other = dict(TINY, intermediate_size=44)
+    with pytest.raises(OutputDirMismatchError, match=r"holds checkpoints of another model "
+                                                     r"configuration .*'intermediate_size': "
+                                                     r"\(40, 44\)"):
+        PretrainingRun(_config(tmp_path, _pattern(generated_data),
+                               albert_config=AlbertConfig(**other)))
+    with pytest.raises(ValueError, match=r"--train_batch_size=10 must be a multiple of "
+                                         r"--grad_accum_steps=4"):
+        _config(tmp_path, _pattern(generated_data), train_batch_size=10, grad_accum_steps=4)
+
+
+def test_strategy_factory_fails_fast():
+    start = time.time()
+    with pytest.raises(StrategyError, match=r"--distribution_strategy=tpu found no TPU"):
+        get_strategy("tpu", tpu=None, connect_timeout_s=10)
+    with pytest.raises(StrategyError, match=r"Cannot reach the TPU worker at 127.0.0.1:\d+"):
+        get_strategy("tpu", tpu=f"grpc://127.0.0.1:{_free_port()}", connect_timeout_s=5)
+    assert time.time() - start < 30
+    with pytest.raises(ValueError, match="Unknown --distribution_strategy 'gpu'"):
+        get_strategy("gpu")
+    assert get_strategy("default").num_replicas_in_sync == 1
+
+
+def test_tpu_address_that_never_answers_is_bounded(generated_data, tmp_path):
+    """Something listens but never speaks gRPC: a plain connect would hang forever."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    config = tmp_path / "c.json"
+    AlbertConfig(**TINY).to_json_file(config)
+    start = time.time()
+    proc = _cli(["--albert_config_file", str(config), "--input_file", _pattern(generated_data),
+                 "--output_dir", str(tmp_path / "o"), "--do_train", "--use_tpu", "--tpu_name",
+                 f"grpc://127.0.0.1:{server.getsockname()[1]}", "--tpu_connect_timeout", "5"])
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        server.close()
+    assert proc.returncode == 1
+    assert "error: --distribution_strategy=tpu" in err and "did not finish within 5 s" in err
+    assert time.time() - start < 100
+
+
+def test_convergence_on_the_bundled_corpus(tmp_path, prepared_corpus, sample_vocab):
+    """A few hundred steps of a tiny model on the bundled text lower the masked-LM loss and
+    lift sentence-order accuracy above the majority-class rate (see MARGINS)."""
+    pytest.skip("calibrated below")

@@ -1,0 +1,87 @@
+"""Subprocess entry for the distributed training tests (TensorFlow's devices must be configured
+before it starts, and multi-worker needs one process per worker).
+
+    python tests/train_worker.py --strategy mirrored --logical_cpus 2 --files PATTERN \
+        --output_dir DIR --weights OUT.npz [--steps 4] [--grad_accum_steps 1]
+
+Trains the tiny test model for --steps steps with a fixed seed and saves its weights (keyed by
+variable path) to --weights.
+"""
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+TINY = dict(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layers=3,
+            num_hidden_groups=1, num_attention_heads=4, intermediate_size=40,
+            max_position_embeddings=64)
+
+
+def run(strategy_name, files, output_dir, steps=4, grad_accum_steps=1, batch=8,
+        iterations_per_loop=2, clip_norm=0.1, jit_compile=False, seed=11):
+    import keras
+    import tensorflow as tf
+
+    from albert_tf import AlbertConfig
+    from albert_tf.distribute import get_strategy
+    from albert_tf.train_lib import PretrainingConfig, PretrainingRun
+
+    tf.config.experimental.enable_op_determinism()
+    keras.utils.set_random_seed(seed)
+    strategy = get_strategy(strategy_name, collective_timeout_s=120)
+    cfg = PretrainingConfig(
+        albert_config=AlbertConfig(**TINY), input_file=files, output_dir=output_dir,
+        max_seq_length=64, max_predictions_per_seq=10, train_batch_size=batch,
+        num_train_steps=steps, num_warmup_steps=1, learning_rate=1e-2,
+        save_checkpoints_steps=steps, iterations_per_loop=iterations_per_loop,
+        grad_accum_steps=grad_accum_steps, clip_norm=clip_norm, jit_compile=jit_compile,
+        seed=seed, shuffle_buffer_size=64, verbose=False)
+    return PretrainingRun(cfg, strategy).run()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--strategy", required=True)
+    parser.add_argument("--logical_cpus", type=int, default=0)
+    parser.add_argument("--files", required=True)
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--weights", required=True)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--grad_accum_steps", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=8)
+    args = parser.parse_args()
+
+    import tensorflow as tf
+
+    if args.logical_cpus:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * args.logical_cpus)
+    import numpy as np
+
+    from albert_tf.train_lib import PretrainingRun
+
+    captured = {}
+    original_run = PretrainingRun.run
+
+    def capture(self):
+        result = original_run(self)
+        captured["weights"] = {v.path: np.asarray(v.numpy()) for v in self.model.weights}
+        captured["replicas"] = self.replicas
+        captured["losses"] = [h["loss"] for h in result.get("history", [])]
+        return result
+
+    PretrainingRun.run = capture
+    run(args.strategy, args.files, args.output_dir, steps=args.steps,
+        grad_accum_steps=args.grad_accum_steps, batch=args.batch)
+    np.savez(args.weights, **{k.replace("/", "|"): v for k, v in captured["weights"].items()},
+             __replicas__=np.array(captured["replicas"]),
+             __losses__=np.array(captured["losses"]))
+    print(f"replicas={captured['replicas']} losses={captured['losses']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
