@@ -42,3 +42,11 @@ print(f"{len(files)} files, {counts['examples']:,} examples; SOP label 1: "
       f"example: {counts['masked_positions'] / counts['examples']:.2f}; batch shapes: "
       + ", ".join(f"{k} {tuple(v.shape)}" for k, v in batch.items()))
 PYEOF
+
+echo "== 6. Pretrain a tiny ALBERT on them (LAMB, warmup + decay, checkpoints, eval, TensorBoard)"
+"$PY" -m albert_tf.run_pretraining --albert_config_file sample_data/albert_config_tiny.json \
+    --input_file "$OUT/pretraining/train-*.tfrecord" --output_dir "$OUT/pretrain_tiny" \
+    --do_train --do_eval --train_batch_size 32 --eval_batch_size 32 --max_seq_length 128 \
+    --max_predictions_per_seq 20 --optimizer lamb --learning_rate 2e-3 --num_train_steps 200 \
+    --num_warmup_steps 20 --save_checkpoints_steps 100 --iterations_per_loop 50 \
+    --max_eval_steps 10 --random_seed 1
