@@ -1,4 +1,8 @@
-"""One factory from a name to a `tf.distribute.Strategy`, and the TPU rules in one place.
+"""One factory from a name to a `tf.distribute.Strategy`.
+
+TPU rules: static shapes, `drop_remainder` and int32 features are the input pipeline's
+(`albert_tf.input_pipeline`); several steps per host call (`iterations_per_loop`) and bfloat16
+are the training loop's (`albert_tf.train_lib`).
 
     strategy = get_strategy("tpu", tpu="grpc://10.0.0.2:8470")
     strategy = get_strategy("multi_worker_mirrored")   # reads TF_CONFIG
@@ -24,12 +28,6 @@ STRATEGIES = ("tpu", "multi_worker_mirrored", "mirrored", "one_device", "default
 
 class StrategyError(RuntimeError):
     """A strategy could not be created; the message names the flag or environment to fix."""
-
-
-# TPU rules, read by the input pipeline and the training loop: static shapes (fixed-length
-# features, drop_remainder), int32 features, several steps per host call (steps_per_loop),
-# bfloat16 compute.
-TPU_RULES = {"drop_remainder": True, "feature_dtype": tf.int32, "mixed_precision": "mixed_bfloat16"}
 
 
 def _bounded(fn, timeout_s: float, what: str):

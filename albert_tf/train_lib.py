@@ -27,7 +27,6 @@ import signal
 import time
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F
@@ -498,8 +497,3 @@ class PretrainingRun:
                 self._write_eval(step, metrics, tf.summary.create_file_writer(
                     os.path.join(cfg.output_dir, "eval")))
         return summary
-
-
-def final_weights(run: PretrainingRun) -> list[np.ndarray]:
-    """The model's weights as NumPy arrays (first replica)."""
-    return [np.asarray(v.numpy()) for v in run.model.weights]

@@ -415,3 +415,31 @@ def test_command_line(tmp_path):
                           "--input", str(tmp_path / "nope"), "--output", str(tmp_path / "o2")],
                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert bad.returncode == 1 and "error: No TF1 checkpoint at" in bad.stderr
+
+
+def test_init_from_group0(tmp_path):
+    """--init_checkpoint with --init_from_group0: a one-group checkpoint fills every group."""
+    from albert_tf.checkpoints import initialize_from_checkpoint
+
+    source = AlbertPretrainer(tiny_config(num_hidden_groups=1))
+    rng = np.random.default_rng(2)
+    for v in source.weights:
+        v.assign(rng.normal(0, 1, v.shape).astype(np.float32))
+    prefix = write_tf1_checkpoint(source, str(tmp_path / "tf1"))
+    target = AlbertPretrainer(tiny_config(num_hidden_groups=2))
+    with pytest.raises(CheckpointMismatchError, match=r"the checkpoint has 1 block group\(s\) x 2 "
+                                                      r"inner group\(s\), the model 2 x 2"):
+        initialize_from_checkpoint(target, prefix)
+    report = initialize_from_checkpoint(target, prefix, init_from_group0=True)
+    assert len(report["assigned"]) == len(target.weights)
+    src = {w.official_name: w.variable.numpy() for w in model_weights(source)}
+    for w in model_weights(target):
+        expected = src[w.official_name.replace("transformer/group_1/", "transformer/group_0/")]
+        np.testing.assert_array_equal(w.variable.numpy(), expected)
+    # Same from an albert_tf directory.
+    from albert_tf.checkpoints import save_albert_tf
+    save_albert_tf(source, str(tmp_path / "ours"))
+    other = AlbertPretrainer(tiny_config(num_hidden_groups=2))
+    initialize_from_checkpoint(other, str(tmp_path / "ours"), init_from_group0=True)
+    for a, b in zip(other.weights, target.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
