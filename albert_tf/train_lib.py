@@ -137,14 +137,13 @@ class PretrainingRun:
             raise ValueError(f"--eval_batch_size={cfg.eval_batch_size} must be a multiple of the "
                              f"{self.replicas} replicas.")
         self._check_output_dir()
-        if cfg.mixed_precision == "bfloat16":
-            keras.mixed_precision.set_global_policy("mixed_bfloat16")
         if cfg.seed is not None:  # initialization (and, in the input pipeline, shuffling)
             keras.utils.set_random_seed(cfg.seed)
         with self.strategy.scope():
             from albert_tf.pretrainer import AlbertPretrainer
 
-            self.model = AlbertPretrainer(cfg.albert_config)
+            dtype = "mixed_bfloat16" if cfg.mixed_precision == "bfloat16" else None
+            self.model = AlbertPretrainer(cfg.albert_config, dtype=dtype)
             self.optimizer = create_optimizer(
                 cfg.optimizer, cfg.learning_rate, cfg.num_train_steps, cfg.num_warmup_steps,
                 cfg.poly_power, cfg.start_warmup_step, cfg.weight_decay_rate)

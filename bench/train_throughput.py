@@ -31,7 +31,6 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    import keras
     import tensorflow as tf
 
     from albert_tf import AlbertConfig
@@ -55,7 +54,6 @@ def main(argv):
               f"batch={FLAGS.batch_size} jit={FLAGS.jit_compile} cpus={os.cpu_count()}",
               flush=True)
         for policy in FLAGS.mixed_precision:
-            keras.mixed_precision.set_global_policy("float32")
             total = FLAGS.warmup_steps + FLAGS.steps
             cfg = PretrainingConfig(
                 albert_config=config, input_file=os.path.join(tmp, "data", "train-*"),

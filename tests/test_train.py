@@ -191,6 +191,22 @@ def test_eval_metrics_best_checkpoint_and_tensorboard(generated_data, tmp_path):
             "examples_per_second"} <= tags
 
 
+def test_bfloat16_training(generated_data, tmp_path):
+    losses_by_policy = {}
+    for policy in ("float32", "bfloat16"):
+        run = PretrainingRun(_config(tmp_path / policy, _pattern(generated_data),
+                                     mixed_precision=policy, num_train_steps=2,
+                                     iterations_per_loop=1, save_checkpoints_steps=2))
+        losses_by_policy[policy] = [h["loss"] for h in run.run()["history"]]
+        dense = run.model.backbone.encoder.attention_layers[0].query
+        assert dense.compute_dtype == ("bfloat16" if policy == "bfloat16" else "float32")
+        assert all(v.dtype == "float32" for v in run.model.weights)
+    assert keras.mixed_precision.global_policy().name == "float32"  # no global side effect
+    np.testing.assert_allclose(losses_by_policy["bfloat16"], losses_by_policy["float32"],
+                               atol=0.05)
+    assert losses_by_policy["bfloat16"] != losses_by_policy["float32"]
+
+
 def test_xla_step_matches_uncompiled(generated_data, tmp_path):
     """The TPU proxy: the whole step (forward, loss, gradients, LAMB update) compiles with XLA
     on CPU with static shapes, and gives the same losses and weights within float32 rounding."""
