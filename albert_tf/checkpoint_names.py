@@ -370,8 +370,8 @@ def load_hf_state_dict(model, state_dict: Mapping[str, object], source="state_di
             return "derived (buffer or tied copy)"
         if kind != "pretrainer" and key.startswith(HF_HEAD_PREFIXES):
             return f"pretraining head, not part of a {kind}"
-        if kind != "classifier" and key.startswith("classifier."):
-            return f"classifier head, not part of a {kind}" if kind == "backbone" else None
+        if kind == "backbone" and key.startswith("classifier."):
+            return "classifier head, not part of a backbone"
         return None
 
     return assign_strict(model, state_dict.keys(), lambda k: state_dict[k], key_of, skip_reason,

@@ -17,7 +17,9 @@ import tensorflow as tf
 
 from albert_tf import features
 
-MLM_DENOMINATOR_GUARD = 1e-5  # official: keeps the loss finite for a batch with no predictions
+MLM_DENOMINATOR_GUARD = 1e-5
+TERM_NAMES = ("mlm_loss_sum", "mlm_weight_sum", "mlm_correct_sum", "sop_loss_sum",
+              "sop_correct_sum", "sop_count")  # official: keeps the loss finite for a batch with no predictions
 
 
 def _labels(features_dict, name):
@@ -123,23 +125,17 @@ class PretrainingMetrics:
              "sentence_order_loss")
 
     def __init__(self):
-        self.metrics = {name: keras.metrics.Mean(name=name) for name in self.NAMES}
+        # Streaming sums of `loss_terms`; the metrics follow from them (`metrics_from_terms`),
+        # the same definitions the training loop reports.
+        self.sums = {name: keras.metrics.Sum(name=name) for name in TERM_NAMES}
 
     def update_state(self, outputs, features_dict):
-        mlm_logits, mlm_labels, weights, mlm_loss = _per_position_mlm(outputs, features_dict)
-        mlm_correct = tf.cast(tf.equal(tf.argmax(mlm_logits, -1, output_type=tf.int32),
-                                       mlm_labels), tf.float32)
-        self.metrics["masked_lm_accuracy"].update_state(mlm_correct, sample_weight=weights)
-        self.metrics["masked_lm_loss"].update_state(mlm_loss, sample_weight=weights)
-        sop_logits, sop_labels, sop_loss = _per_example_sop(outputs, features_dict)
-        sop_correct = tf.cast(tf.equal(tf.argmax(sop_logits, -1, output_type=tf.int32),
-                                       sop_labels), tf.float32)
-        self.metrics["sentence_order_accuracy"].update_state(sop_correct)
-        self.metrics["sentence_order_loss"].update_state(sop_loss)
+        for name, value in loss_terms(outputs, features_dict).items():
+            self.sums[name].update_state(value)
 
     def result(self) -> dict:
-        return {name: m.result() for name, m in self.metrics.items()}
+        return metrics_from_terms({name: m.result() for name, m in self.sums.items()})
 
     def reset_state(self):
-        for m in self.metrics.values():
+        for m in self.sums.values():
             m.reset_state()

@@ -37,8 +37,7 @@ from albert_tf.input_pipeline import pretraining_dataset
 from albert_tf.optimization import create_optimizer
 
 SUM = tf.distribute.ReduceOp.SUM
-TERMS = ("mlm_loss_sum", "mlm_weight_sum", "mlm_correct_sum", "sop_loss_sum", "sop_correct_sum",
-         "sop_count")
+TERMS = losses.TERM_NAMES
 
 
 class NonFiniteLossError(RuntimeError):

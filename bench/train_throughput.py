@@ -63,7 +63,6 @@ def main(argv):
                 save_checkpoints_steps=total, iterations_per_loop=FLAGS.warmup_steps,
                 mixed_precision=policy, jit_compile=FLAGS.jit_compile, seed=1, verbose=False)
             run = PretrainingRun(cfg)
-            run.cfg.iterations_per_loop = FLAGS.warmup_steps
             loop = run._build_train_loop()
             run._train_loop = loop
             loop(run.train_iterator, tf.constant(FLAGS.warmup_steps))  # trace + warm up
