@@ -135,6 +135,20 @@ class Tokenizer:
         """Token ids of `text` (no [CLS]/[SEP])."""
         return [self.sp.PieceToId(p) for p in self.tokenize(text)]
 
+    def encode_with_masks(self, text) -> list[int]:
+        """Token ids of text in which each literal "[MASK]" is the [MASK] id (serving and
+        fill-mask input). The text between the markers is encoded on its own, so
+        "capital of [MASK]." gives the pieces of "capital of", [MASK], then those of ".".
+        `bytes` are decoded as UTF-8 with invalid sequences replaced by U+FFFD, as in-graph."""
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", errors="replace")
+        ids = []
+        for i, part in enumerate(text.split(MASK_PIECE)):
+            if i:
+                ids.append(MASK_ID)
+            ids.extend(self.encode(part))
+        return ids
+
     def pieces_to_ids(self, pieces):
         return [self.sp.PieceToId(p) for p in pieces]
 
@@ -212,8 +226,13 @@ class InGraphTokenizer:
     - context-dependent lowercasing: Python lowercases a word-final capital sigma to "ς", the
       per-character lowering of `tf.strings.lower` gives "σ" (Greek text only).
 
+    Input bytes that are not valid UTF-8 are replaced by U+FFFD (one per maximal invalid
+    subsequence, as Python's `bytes.decode("utf-8", "replace")` does) before anything else.
+
     Importing tensorflow_text registers the SentencePiece ops; any process that loads a
-    SavedModel using this must import tensorflow_text first.
+    SavedModel using this must import tensorflow_text first. `sentencepiece` is the
+    tensorflow-text tokenizer (a `tf.Module` owning the model resource): a module that exports
+    this tokenizer must track it.
     """
 
     def __init__(self, model_proto: bytes, do_lower_case: bool = True):
@@ -223,6 +242,7 @@ class InGraphTokenizer:
         import tensorflow as tf
 
         self._sp = tf_text.SentencepieceTokenizer(model=model_proto, out_type=tf.string)
+        self.sentencepiece = self._sp
         self._whitespace = _whitespace_class() + "+"
         self._combining = _combining_class()
 
@@ -230,7 +250,9 @@ class InGraphTokenizer:
         import tensorflow as tf
         import tensorflow_text as tf_text
 
-        x = tf.strings.regex_replace(strings, self._whitespace, " ")
+        x = tf.strings.unicode_transcode(strings, "UTF-8", "UTF-8", errors="replace",
+                                         replacement_char=0xFFFD)
+        x = tf.strings.regex_replace(x, self._whitespace, " ")
         x = tf.strings.regex_replace(x, "^ | $", "")
         x = tf.strings.regex_replace(x, "``|''", '"')
         x = tf_text.normalize_utf8(x, "NFKD")
@@ -281,3 +303,22 @@ class InGraphTokenizer:
 
         pieces = self.tokenize_pieces(strings)
         return tf.ragged.map_flat_values(self._sp.string_to_id, pieces)
+
+    def encode_with_masks(self, strings):
+        """`Tokenizer.encode_with_masks` for a string batch: int32 RaggedTensor [batch, (ids)]
+        in which each literal "[MASK]" of the text is the [MASK] id."""
+        import tensorflow as tf
+
+        parts = tf.strings.split(strings, sep=MASK_PIECE)  # [batch, (parts)], never empty rows
+        ids = self(parts.flat_values)  # [parts, (ids)]
+        lengths = parts.row_lengths()
+        is_last = tf.equal(tf.ragged.range(lengths) + 1, tf.expand_dims(lengths, 1)).flat_values
+        follows = tf.cast(~is_last, tf.int64)  # every part but a row's last is followed by a mask
+        masks = tf.RaggedTensor.from_row_lengths(
+            tf.fill([tf.reduce_sum(follows)], tf.constant(MASK_ID, ids.dtype)), follows)
+        joined = tf.concat([ids, masks], axis=1)
+        return tf.RaggedTensor.from_row_splits(joined, parts.row_splits).merge_dims(1, 2)
+
+    def id_to_piece(self, ids):
+        """The pieces of int ids (any shape), as strings."""
+        return self._sp.id_to_string(ids)

@@ -1,0 +1,124 @@
+"""Packing token ids into model inputs: `[CLS] A [SEP]` or `[CLS] A [SEP] B [SEP]`, with the
+official fine-tuning truncation rule, in Python and in-graph (one rule, two implementations that
+tests compare).
+
+Truncation (official `run_classifier.py` / `_truncate_seq_pair`): while the pair is longer than
+the budget (`max_seq_length - 3` for a pair, `max_seq_length - 2` for one segment), drop the last
+token of the longer segment (of B when they are equally long). Pretraining data truncates
+differently (front or back at random, `data.pretraining`), which is a training augmentation;
+everything that feeds a trained model (fine-tuning features, serving) uses this rule.
+
+The loop above has a closed form, used by both implementations: with budget T,
+`len_a' = min(len_a, max(ceil(T/2), T - len_b))` and `len_b' = min(len_b, max(floor(T/2),
+T - len_a))`. Tests check it against the loop for every pair of lengths up to 40.
+
+Segment ids are 0 through the first [SEP] and 1 after it; the input mask is 1 on real tokens.
+"""
+
+from __future__ import annotations
+
+from albert_tf.tokenization import CLS_ID, SEP_ID
+
+PAIR_SPECIAL_TOKENS = 3  # [CLS] A [SEP] B [SEP]
+SINGLE_SPECIAL_TOKENS = 2  # [CLS] A [SEP]
+
+
+def _check_max_seq_length(max_seq_length: int, pair: bool) -> None:
+    need = PAIR_SPECIAL_TOKENS if pair else SINGLE_SPECIAL_TOKENS
+    if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, int) \
+            or max_seq_length < need:
+        raise ValueError(f"`max_seq_length` must be an integer of at least {need} (the [CLS] and "
+                         f"[SEP] tokens of {'a pair' if pair else 'one segment'}). Received: "
+                         f"max_seq_length={max_seq_length!r}")
+
+
+def truncated_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
+    """Lengths of A and B after longest-first truncation to `budget` tokens (closed form)."""
+    keep_a = min(len_a, max((budget + 1) // 2, budget - len_b))
+    keep_b = min(len_b, max(budget // 2, budget - len_a))
+    return keep_a, keep_b
+
+
+def pack_ids(ids_a, ids_b=None, max_seq_length: int = 512):
+    """`[CLS] A [SEP] (B [SEP])` after truncation.
+
+    Args:
+        ids_a, ids_b: token ids (no special tokens); `ids_b` None for one segment.
+        max_seq_length: the longest packed sequence.
+
+    Returns:
+        (input_ids, segment_ids), unpadded lists of equal length <= max_seq_length.
+    """
+    pair = ids_b is not None
+    _check_max_seq_length(max_seq_length, pair)
+    ids_a = list(ids_a)
+    if not pair:
+        a = ids_a[: max_seq_length - SINGLE_SPECIAL_TOKENS]
+        return [CLS_ID, *a, SEP_ID], [0] * (len(a) + 2)
+    ids_b = list(ids_b)
+    keep_a, keep_b = truncated_lengths(len(ids_a), len(ids_b),
+                                       max_seq_length - PAIR_SPECIAL_TOKENS)
+    a, b = ids_a[:keep_a], ids_b[:keep_b]
+    return [CLS_ID, *a, SEP_ID, *b, SEP_ID], [0] * (len(a) + 2) + [1] * (len(b) + 1)
+
+
+def pad_features(input_ids, segment_ids, length: int) -> dict:
+    """Right-pads one packed sequence to `length`: `input_ids`, `input_mask`, `segment_ids`."""
+    n = len(input_ids)
+    if n > length:
+        raise ValueError(f"A packed sequence of {n} tokens does not fit length {length}.")
+    pad = [0] * (length - n)
+    return {"input_ids": list(input_ids) + pad, "input_mask": [1] * n + pad,
+            "segment_ids": list(segment_ids) + pad}
+
+
+# ---------------------------------------------------------------------------------------------
+# In-graph.
+def _keep_first(ragged, keep):
+    import tensorflow as tf
+
+    positions = tf.ragged.range(ragged.row_lengths())
+    return tf.ragged.boolean_mask(ragged, positions < tf.expand_dims(keep, 1))
+
+
+def pack_in_graph(ids_a, ids_b=None, max_seq_length: int = 512) -> dict:
+    """The same packing with TensorFlow ops, for a batch.
+
+    Args:
+        ids_a, ids_b: int32 `tf.RaggedTensor` [batch, (tokens)]; `ids_b` None for one segment.
+        max_seq_length: the longest packed sequence (a Python int).
+
+    Returns:
+        dict of int32 [batch, length] tensors `input_ids`, `input_mask`, `segment_ids`, padded
+        with 0 to the longest packed row of the batch (`length` <= max_seq_length).
+    """
+    import tensorflow as tf
+
+    pair = ids_b is not None
+    _check_max_seq_length(max_seq_length, pair)
+    ids_a = tf.cast(ids_a, tf.int32)
+    batch = ids_a.nrows()
+    len_a = ids_a.row_lengths()
+
+    def column(value):
+        return tf.RaggedTensor.from_row_lengths(tf.fill([batch], tf.constant(value, tf.int32)),
+                                                tf.ones([batch], tf.int64))
+
+    if pair:
+        ids_b = tf.cast(ids_b, tf.int32)
+        len_b = ids_b.row_lengths()
+        budget = tf.constant(max_seq_length - PAIR_SPECIAL_TOKENS, tf.int64)
+        keep_a = tf.minimum(len_a, tf.maximum((budget + 1) // 2, budget - len_b))
+        keep_b = tf.minimum(len_b, tf.maximum(budget // 2, budget - len_a))
+        a, b = _keep_first(ids_a, keep_a), _keep_first(ids_b, keep_b)
+        pieces = [column(CLS_ID), a, column(SEP_ID), b, column(SEP_ID)]
+        segments = [0, 0, 0, 1, 1]
+    else:
+        keep_a = tf.minimum(len_a, max_seq_length - SINGLE_SPECIAL_TOKENS)
+        pieces = [column(CLS_ID), _keep_first(ids_a, keep_a), column(SEP_ID)]
+        segments = [0, 0, 0]
+    input_ids = tf.concat(pieces, axis=1)
+    segment_ids = tf.concat([tf.ones_like(p) * s for p, s in zip(pieces, segments)], axis=1)
+    return {"input_ids": input_ids.to_tensor(0),
+            "input_mask": tf.ones_like(input_ids).to_tensor(0),
+            "segment_ids": segment_ids.to_tensor(0)}

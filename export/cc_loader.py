@@ -1,0 +1,134 @@
+"""Build and run `serving_loader.cc`: our stand-in for TF Serving's model loading.
+
+The TF Serving binary is not installable on our machines; what it does to a SavedModel is
+`tensorflow::LoadSavedModel(tag "serve")` into a `SavedModelBundle`, then `Session::Run` with the
+tensor names of a signature_def, with tensorflow-text's ops linked in. `serving_loader.cc` does
+exactly that, compiled against the headers and libraries of a pip `tensorflow` wheel and loading
+tensorflow-text's op libraries with `TF_LoadLibrary`. `compile_loader` builds it for the
+TensorFlow of any Python environment (this one, or a TF 2.20 environment to check what the TF
+Serving 2.20 release can load: `python -m export.cc_loader --python /tmp/tf220/bin/python`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serving_loader.cc")
+
+_PROBE = """
+import glob, json, os, tensorflow as tf, tensorflow_text
+ops = os.path.join(os.path.dirname(tensorflow_text.__file__), "python", "ops")
+print(json.dumps({"version": tf.__version__, "text_version": tensorflow_text.__version__,
+                  "compile": tf.sysconfig.get_compile_flags(), "link": tf.sysconfig.get_link_flags(),
+                  "lib_dir": tf.sysconfig.get_lib(),
+                  "op_libraries": sorted(glob.glob(os.path.join(ops, "_*.so")))}))
+"""
+
+
+class LoaderError(RuntimeError):
+    """The loader could not be built or the model could not be loaded or run."""
+
+
+def tensorflow_info(python: str = sys.executable) -> dict:
+    """Compile/link flags, version and tensorflow-text op libraries of `python`'s TensorFlow."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    out = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, env=env)
+    if out.returncode:
+        raise LoaderError(f"{python} cannot import tensorflow and tensorflow_text:\n"
+                          f"{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def compile_loader(info: dict, output: str) -> str:
+    """g++ serving_loader.cc against the wheel described by `info` (about 20 s)."""
+    lib_dir = info["lib_dir"]
+    cmd = ["g++", "-O1", SOURCE, "-o", output, *info["compile"], *info["link"],
+           os.path.join(lib_dir, "libtensorflow_cc.so.2"), f"-Wl,-rpath,{lib_dir}"]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode:
+        raise LoaderError("compiling the loader failed:\n" + " ".join(cmd) + "\n"
+                          + out.stderr[-4000:])
+    return output
+
+
+def run_loader(binary: str, saved_model: str, op_libraries, signature: str = "serving_default",
+               inputs: dict | None = None, workdir: str | None = None) -> dict:
+    """Loads `saved_model` and runs `signature` on `inputs` ({name: numpy array}).
+
+    Returns {"stdout": ..., "signature": {"method", "inputs", "outputs"}, "outputs": {key: array}}.
+    """
+    import numpy as np
+    from tensorflow.core.framework import tensor_pb2
+    from tensorflow.python.framework import tensor_util
+
+    workdir = workdir or tempfile.mkdtemp(prefix="serving_loader-")
+    args = [binary, "--saved_model", saved_model, "--signature", signature]
+    for library in op_libraries:
+        args += ["--op_library", library]
+    for name, value in (inputs or {}).items():
+        path = os.path.join(workdir, f"in-{name}.pb")
+        with open(path, "wb") as f:
+            f.write(tensor_util.make_tensor_proto(np.asarray(value)).SerializeToString())
+        args += ["--input", f"{name}={path}"]
+    out_dir = os.path.join(workdir, "out")
+    os.makedirs(out_dir, exist_ok=True)
+    if inputs:
+        args += ["--output_dir", out_dir]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run(args, capture_output=True, text=True, env=env)
+    if proc.returncode:
+        raise LoaderError(f"serving_loader exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    sig = {"method": None, "inputs": {}, "outputs": {}}
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if parts[:1] == ["signature"]:
+            sig["method"] = parts[3]
+        elif parts[:1] in (["input"], ["output"]):
+            sig[parts[0] + "s"][parts[1]] = {"tensor": parts[2], "dtype": parts[3]}
+    outputs = {}
+    if inputs:
+        for key in sig["outputs"]:
+            proto = tensor_pb2.TensorProto()
+            with open(os.path.join(out_dir, key + ".pb"), "rb") as f:
+                proto.ParseFromString(f.read())
+            outputs[key] = tensor_util.MakeNdarray(proto)
+    return {"stdout": proc.stdout, "signature": sig, "outputs": outputs}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--saved_model", required=True, help="A version directory.")
+    parser.add_argument("--python", default=sys.executable,
+                        help="Python whose tensorflow wheel to build against (e.g. a TF 2.20 env).")
+    parser.add_argument("--text", action="append", default=None,
+                        help="Run serving_default on these texts (repeatable).")
+    parser.add_argument("--signature", default="serving_default")
+    args = parser.parse_args(argv)
+    info = tensorflow_info(args.python)
+    work = tempfile.mkdtemp(prefix="serving_loader-")
+    binary = compile_loader(info, os.path.join(work, "serving_loader"))
+    print(f"built against TensorFlow {info['version']}, tensorflow-text {info['text_version']}")
+    inputs = None
+    if args.text:
+        import numpy as np
+
+        inputs = {"text": np.array([t.encode() for t in args.text], dtype=object)}
+    try:
+        result = run_loader(binary, os.path.abspath(args.saved_model), info["op_libraries"],
+                            args.signature, inputs, work)
+    except LoaderError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(result["stdout"], end="")
+    for key, value in result["outputs"].items():
+        print(f"{key}: {value.tolist() if value.size <= 20 else value.shape}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

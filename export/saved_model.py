@@ -1,0 +1,342 @@
+"""Exporting ALBERT models as SavedModels in TensorFlow Serving's layout.
+
+    BASE/NAME/
+        1/                      a version: saved_model.pb, variables/, assets/,
+          assets.extra/tf_serving_warmup_requests      one PredictionLog per signature
+        2/ ...
+        models.config           model_config_list for --model_config_file
+        batching_parameters.txt for --enable_batching --batching_parameters_file
+
+A version is written under a hidden temporary name and renamed when complete (TF Serving only
+watches numeric names, so it never sees half a version); an existing version is never replaced.
+
+Sources (`load_for_export`): our model directory (`python -m albert_tf.convert` output or a
+fine-tuned model), a `.keras` file, or a pretraining `--output_dir` (its latest checkpoint, or
+`best/`), each with the SentencePiece model found beside it unless one is given.
+
+Whatever the source's strategy or dtype policy, the exported model is a fresh float32 host copy
+(`host_copy`): variables created under TPUStrategy or MirroredStrategy are read once and
+assigned to a plain model, so the SavedModel serves on a CPU.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import tempfile
+
+import numpy as np
+import tensorflow as tf
+
+from albert_tf import features as F
+from albert_tf.config import AlbertConfig
+from export.ops_check import check_saved_model_ops, load_allowed_ops
+from export.serving import AlbertServingModule, signature_method_names
+
+WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+MODELS_CONFIG = "models.config"
+BATCHING_CONFIG = "batching_parameters.txt"
+EXPORT_RECORD = "albert_export.json"
+WARMUP_TEXTS = ("ALBERT shares one transformer block across all of its layers.",
+                "The capital of France is [MASK].")
+
+
+class ExportError(ValueError):
+    """A model cannot be exported as asked; the message names what to change."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Sources.
+def _find_spm(*directories) -> str | None:
+    for directory in directories:
+        found = sorted(glob.glob(os.path.join(directory, "*.model")))
+        if found:
+            return found[0]
+    return None
+
+
+def _restore_pretraining_checkpoint(output_dir: str, checkpoint: str):
+    from albert_tf.checkpoints import build_model
+
+    config_path = os.path.join(output_dir, "albert_config.json")
+    config = AlbertConfig.from_json_file(config_path)
+    if checkpoint == "best":
+        prefix = os.path.join(output_dir, "best", "ckpt-best")
+        if not tf.io.gfile.exists(prefix + ".index"):
+            raise ExportError(f"{output_dir} has no best checkpoint ({prefix}); it is written "
+                              "when pretraining runs with --do_eval. Use --checkpoint latest.")
+    elif checkpoint == "latest":
+        prefix = tf.train.latest_checkpoint(output_dir)
+        if not prefix:
+            raise ExportError(f"{output_dir} has albert_config.json but no checkpoint yet.")
+    else:
+        prefix = checkpoint
+        if not tf.io.gfile.exists(prefix + ".index"):
+            raise ExportError(f"No checkpoint {prefix} (expected {prefix}.index).")
+    model = build_model("pretrainer", config)
+    status = tf.train.Checkpoint(model=model).restore(prefix)
+    status.expect_partial()  # the optimizer and input position are not needed
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as e:
+        raise ExportError(f"{prefix} does not hold every weight of the model in "
+                          f"{config_path}: {str(e)[:500]}") from None
+    return model, prefix
+
+
+def load_for_export(path: str, checkpoint: str = "latest", spm_model_file: str | None = None):
+    """(model, SentencePiece model path, source record) for any model the project produces.
+
+    Args:
+        path: our model directory, a `.keras` file, or a pretraining output directory.
+        checkpoint: for a pretraining output directory: "latest", "best", or a checkpoint prefix.
+        spm_model_file: the SentencePiece model; default: the one found beside the source.
+    """
+    from albert_tf.checkpoints import FORMAT_FILE, load_pretrained
+
+    path = os.fspath(path)
+    record = {"path": os.path.abspath(path)}
+    labels = None
+    if path.endswith(".keras") or os.path.exists(os.path.join(path, FORMAT_FILE)):
+        model = load_pretrained(path)
+        record["type"] = "albert_tf"
+        directory = os.path.dirname(path) if path.endswith(".keras") else path
+        if os.path.exists(os.path.join(path, FORMAT_FILE)):
+            with open(os.path.join(path, FORMAT_FILE), encoding="utf-8") as f:
+                stored = json.load(f)
+            labels = stored.get("labels")
+            if stored.get("sentencepiece_model"):
+                spm_model_file = spm_model_file or os.path.join(path,
+                                                                stored["sentencepiece_model"])
+        found = _find_spm(directory)
+    elif os.path.exists(os.path.join(path, "albert_config.json")):
+        model, prefix = _restore_pretraining_checkpoint(path, checkpoint)
+        record.update(type="pretraining_output_dir", checkpoint=prefix)
+        found = _find_spm(path)
+    elif not os.path.exists(path):
+        raise ExportError(f"No such model: {path}")
+    else:
+        raise ExportError(
+            f"{path} is neither an albert_tf model directory (no albert_tf.json), a .keras file, "
+            "nor a pretraining --output_dir (no albert_config.json). Convert official or Hugging "
+            "Face checkpoints first: python -m albert_tf.convert --source {tf1,hf} --input ... "
+            "--output DIR")
+    spm_model_file = spm_model_file or found
+    if not spm_model_file:
+        raise ExportError(f"No SentencePiece model beside {path}; pass --spm_model_file.")
+    if not os.path.exists(spm_model_file):
+        raise ExportError(f"SentencePiece model not found: {spm_model_file}")
+    record["labels"] = labels
+    return model, spm_model_file, record
+
+
+def host_copy(model):
+    """A float32 model of the same kind and config, built outside any strategy, with `model`'s
+    weights (read from replicas or TPU once)."""
+    from albert_tf.checkpoint_names import model_kind, model_weights
+    from albert_tf.checkpoints import build_model
+
+    kind = model_kind(model)
+    with tf.device("/cpu:0"):
+        copy = build_model(kind, model.config, getattr(model, "num_labels", None))
+    source = model_weights(model)
+    target = model_weights(copy)
+    for src, dst in zip(source, target):
+        if src.official_name != dst.official_name:  # same table, same order
+            raise RuntimeError(f"weight order differs: {src.official_name} vs "
+                               f"{dst.official_name}")
+        dst.variable.assign(np.asarray(src.variable.numpy(), np.float32))
+    return copy
+
+
+# ---------------------------------------------------------------------------------------------
+# Versions.
+def next_version(export_dir: str) -> int:
+    versions = [int(name) for name in (os.listdir(export_dir) if os.path.isdir(export_dir)
+                                       else []) if re.fullmatch(r"\d+", name)]
+    return max(versions, default=0) + 1
+
+
+def _set_method_names(version_dir: str, methods: dict) -> None:
+    """TF2 writes every signature as a predict signature; TF Serving's Classify and Regress APIs
+    need their own method names, so they are set in saved_model.pb after saving."""
+    if not methods:
+        return
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    path = os.path.join(version_dir, "saved_model.pb")
+    proto = saved_model_pb2.SavedModel()
+    with open(path, "rb") as f:
+        proto.ParseFromString(f.read())
+    for meta_graph in proto.meta_graphs:
+        for name, method in methods.items():
+            meta_graph.signature_def[name].method_name = method
+    with open(path, "wb") as f:
+        f.write(proto.SerializeToString())
+
+
+def write_serving_configs(export_dir: str, model_name: str, base_path: str | None = None,
+                          max_batch_size: int = 32) -> None:
+    """`models.config` (model_config_list) and `batching_parameters.txt` beside the versions.
+
+    base_path defaults to `/models/<name>`, where the tensorflow/serving container expects a
+    model (BUILD.md mounts the export there)."""
+    base_path = base_path or f"/models/{model_name}"
+    with open(os.path.join(export_dir, MODELS_CONFIG), "w", encoding="utf-8") as f:
+        f.write("model_config_list {\n  config {\n"
+                f'    name: "{model_name}"\n    base_path: "{base_path}"\n'
+                '    model_platform: "tensorflow"\n  }\n}\n')
+    with open(os.path.join(export_dir, BATCHING_CONFIG), "w", encoding="utf-8") as f:
+        # Variable-length token inputs of different requests are padded to a common length
+        # before batching (pad_variable_length_inputs); text inputs are 1-D and batch as is.
+        f.write(f"max_batch_size {{ value: {max_batch_size} }}\n"
+                "batch_timeout_micros { value: 2000 }\n"
+                "max_enqueued_batches { value: 100 }\n"
+                "num_batch_threads { value: 4 }\n"
+                "pad_variable_length_inputs: true\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Warmup requests.
+def warmup_inputs(module: AlbertServingModule, tokenizer) -> dict:
+    """{signature: {input name: numpy array}} of small real requests, one per signature."""
+    from albert_tf.packing import pack_ids, pad_features
+
+    texts = np.array([t.encode() for t in WARMUP_TEXTS], dtype=object)
+    packed = [pack_ids(tokenizer.encode_with_masks(t), None, module.max_seq_length)
+              for t in WARMUP_TEXTS]
+    length = max(len(ids) for ids, _ in packed)
+    rows = [pad_features(ids, seg, length) for ids, seg in packed]
+    tokens = {name: np.array([r[name] for r in rows], np.int32) for name in F.BACKBONE_INPUTS}
+    examples = np.array([example_bytes(r) for r in rows], dtype=object)
+    out = {"serve_text_pair": {"text": texts, "text_b": texts[::-1].copy()},
+           "serve_tokens": tokens, "serve_examples": {"examples": examples}}
+    out["serving_default"] = out["serve_text_pair"] if module.text_pair else {"text": texts}
+    if module.kind == "classifier":
+        out["regress" if module.num_labels == 1 else "classify"] = {"inputs": examples}
+    return out
+
+
+def example_bytes(features: dict) -> bytes:
+    """A serialized `tf.train.Example` of int features with the official names."""
+    feature = {name: tf.train.Feature(int64_list=tf.train.Int64List(value=list(map(int, v))))
+               for name, v in features.items()}
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def write_warmup_requests(version_dir: str, model_name: str, requests: dict) -> str:
+    """`assets.extra/tf_serving_warmup_requests`: one `PredictionLog` per signature (predict,
+    classify or regress request), as TF Serving replays them before serving."""
+    from tensorflow_serving.apis import (classification_pb2, inference_pb2, input_pb2,
+                                         model_pb2, predict_pb2, prediction_log_pb2,
+                                         regression_pb2)
+
+    path = os.path.join(version_dir, WARMUP_FILE)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tf.io.TFRecordWriter(path) as writer:
+        for signature, inputs in requests.items():
+            spec = model_pb2.ModelSpec(name=model_name, signature_name=signature)
+            if signature in ("classify", "regress"):
+                examples = [tf.train.Example.FromString(b) for b in inputs["inputs"]]
+                model_input = input_pb2.Input(example_list=input_pb2.ExampleList(
+                    examples=examples))
+                if signature == "classify":
+                    log = prediction_log_pb2.PredictionLog(
+                        classify_log=prediction_log_pb2.ClassifyLog(
+                            request=classification_pb2.ClassificationRequest(
+                                model_spec=spec, input=model_input)))
+                else:
+                    log = prediction_log_pb2.PredictionLog(
+                        regress_log=prediction_log_pb2.RegressLog(
+                            request=regression_pb2.RegressionRequest(
+                                model_spec=spec, input=model_input)))
+            else:
+                request = predict_pb2.PredictRequest(model_spec=spec)
+                for name, value in inputs.items():
+                    request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
+                log = prediction_log_pb2.PredictionLog(
+                    predict_log=prediction_log_pb2.PredictLog(request=request))
+            writer.write(log.SerializeToString())
+    del inference_pb2
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+def export_saved_model(model, export_dir: str, spm_model_file: str, version: int | None = None,
+                       max_seq_length: int = 512, top_k: int = 5, text_pair: bool = False,
+                       hidden_states: bool = False, labels=None, do_lower_case: bool = True,
+                       allowed_ops: str | None = None, serving_base_path: str | None = None,
+                       source: dict | None = None) -> str:
+    """Writes `model` as version `version` (default: the next integer) of `export_dir`.
+
+    Args:
+        model: an ALBERT model (pretrainer, classifier or backbone), under any strategy.
+        export_dir: `BASE/NAME`, the directory TF Serving watches for model NAME.
+        spm_model_file: the SentencePiece model (embedded as an asset of the graph).
+        version: version number; an existing one is refused.
+        max_seq_length: longest packed sequence of the text signatures (and the cap on their
+            padding); at most the model's `max_position_embeddings`.
+        top_k: fill-mask candidates per [MASK].
+        text_pair: `serving_default` takes `text` and `text_b`.
+        hidden_states: add `hidden_state_<i>` outputs.
+        labels: class names of a classifier (for `classify`).
+        allowed_ops: JSON op list of the target server (default: TF Serving 2.20's).
+        serving_base_path: `base_path` written to models.config (default `/models/NAME`).
+
+    Returns:
+        The version directory written.
+    """
+    from albert_tf.checkpoint_names import model_kind
+    from albert_tf.tokenization import Tokenizer
+
+    export_dir = os.path.abspath(export_dir)
+    model_name = os.path.basename(export_dir.rstrip(os.sep))
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", model_name):
+        raise ExportError(f"--export_dir must end in the model name (BASE/NAME, NAME of letters, "
+                          f"digits, '_', '-', '.'); got {export_dir!r}.")
+    if max_seq_length > model.config.max_position_embeddings:
+        raise ExportError(f"--max_seq_length={max_seq_length} exceeds the model's "
+                          f"max_position_embeddings={model.config.max_position_embeddings}.")
+    os.makedirs(export_dir, exist_ok=True)
+    version = next_version(export_dir) if version is None else int(version)
+    if version < 1:
+        raise ExportError(f"--version must be a positive integer; got {version}.")
+    final = os.path.join(export_dir, str(version))
+    if os.path.exists(final):
+        raise ExportError(f"Version {version} already exists at {final}; TF Serving may be "
+                          "serving it. Choose another --version (or leave it out for the next).")
+    allowed = load_allowed_ops(allowed_ops) if allowed_ops else load_allowed_ops()
+    tokenizer = Tokenizer(spm_model_file, do_lower_case)
+    kind = model_kind(model)
+    module = AlbertServingModule(host_copy(model), kind, tokenizer.model_proto,
+                                 do_lower_case=do_lower_case, max_seq_length=max_seq_length,
+                                 top_k=top_k, text_pair=text_pair, hidden_states=hidden_states,
+                                 labels=labels)
+    tmp = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=export_dir)
+    try:
+        signatures = module.signatures()
+        tf.saved_model.save(module, tmp, signatures=signatures)
+        _set_method_names(tmp, signature_method_names(signatures))
+        check_saved_model_ops(tmp, allowed)
+        write_warmup_requests(tmp, model_name, warmup_inputs(module, tokenizer))
+        shutil.copy(spm_model_file, os.path.join(tmp, "assets.extra"))
+        with open(os.path.join(tmp, "assets.extra", EXPORT_RECORD), "w", encoding="utf-8") as f:
+            json.dump({"model": kind, "config": model.config.to_dict(),
+                       "num_labels": module.num_labels, "labels": module.labels,
+                       "max_seq_length": max_seq_length, "top_k": module.top_k,
+                       "text_pair": text_pair, "do_lower_case": do_lower_case,
+                       "signatures": sorted(signatures),
+                       "sentencepiece_model": os.path.basename(spm_model_file),
+                       "compatible_with": {k: allowed.get(k) for k in
+                                           ("tensorflow", "tensorflow_text", "serving")},
+                       "exported_with": {"tensorflow": tf.__version__},
+                       "source": source or {}}, f, indent=2)
+        os.rename(tmp, final)  # atomic on one filesystem; fails if `final` appeared meanwhile
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    write_serving_configs(export_dir, model_name, serving_base_path)
+    return final
