@@ -33,7 +33,7 @@ from albert_tf import features as F
 from albert_tf import losses
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import worker_layout
-from albert_tf.input_pipeline import pretraining_dataset
+from albert_tf.input_pipeline import DataMismatchError, list_files, pretraining_dataset
 from albert_tf.optimization import create_optimizer
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -197,6 +197,25 @@ class PretrainingRun:
         if self.is_chief:
             with tf.io.gfile.GFile(path, "w") as f:
                 f.write(cfg.albert_config.to_json_string())
+            self._copy_sentencepiece_model()
+
+    def _copy_sentencepiece_model(self):
+        """Puts the data's SentencePiece model (named in the TFRecord sidecars) beside the
+        checkpoints, so the output directory is a complete model for export and fine-tuning."""
+        cfg = self.cfg
+        try:
+            files = list_files(cfg.input_file)
+        except DataMismatchError:
+            return  # reported with its full message when the dataset is built
+        sidecar = F.sidecar_path(files[0])
+        if not tf.io.gfile.exists(sidecar):
+            return  # official tooling writes no sidecar; export then takes --spm_model_file
+        with tf.io.gfile.GFile(sidecar) as f:
+            spm_model_file = json.load(f).get("spm_model_file")
+        if spm_model_file and tf.io.gfile.exists(spm_model_file):
+            target = os.path.join(cfg.output_dir, os.path.basename(spm_model_file))
+            if not tf.io.gfile.exists(target):
+                tf.io.gfile.copy(spm_model_file, target)
 
     def _restore_or_initialize(self):
         cfg = self.cfg

@@ -77,8 +77,9 @@ def _restore_pretraining_checkpoint(output_dir: str, checkpoint: str):
         if not tf.io.gfile.exists(prefix + ".index"):
             raise ExportError(f"No checkpoint {prefix} (expected {prefix}.index).")
     model = build_model("pretrainer", config)
-    status = tf.train.Checkpoint(model=model).restore(prefix)
-    status.expect_partial()  # the optimizer and input position are not needed
+    # `read`, not `restore`: no save counter; the optimizer and input position are not needed.
+    status = tf.train.Checkpoint(model=model).read(prefix)
+    status.expect_partial()
     try:
         status.assert_existing_objects_matched()
     except AssertionError as e:
@@ -310,6 +311,10 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
                           "serving it. Choose another --version (or leave it out for the next).")
     allowed = load_allowed_ops(allowed_ops) if allowed_ops else load_allowed_ops()
     tokenizer = Tokenizer(spm_model_file, do_lower_case)
+    if tokenizer.vocab_size != model.config.vocab_size:
+        raise ExportError(f"{spm_model_file} has {tokenizer.vocab_size} pieces but the model's "
+                          f"vocab_size is {model.config.vocab_size}: pass the SentencePiece model "
+                          "the model was trained with (--spm_model_file).")
     kind = model_kind(model)
     module = AlbertServingModule(host_copy(model), kind, tokenizer.model_proto,
                                  do_lower_case=do_lower_case, max_seq_length=max_seq_length,

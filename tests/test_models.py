@@ -103,6 +103,20 @@ def test_save_and_reload_keras_file(tmp_path, model_cls, keys):
         assert loaded.mlm_head.word_embeddings is loaded.backbone.word_embeddings
 
 
+@pytest.mark.parametrize("sharing", ["all", "attention", "ffn", "none"])
+def test_model_only_tf_checkpoint_round_trips_every_weight(tmp_path, sharing):
+    """`tf.train.Checkpoint(model=m)` (the best checkpoint, export) holds every variable,
+    the encoder blocks included; before the fix it silently held none of them."""
+    model = AlbertPretrainer(tiny_config(sharing=sharing))
+    _randomize(model, seed=7)
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+    fresh = AlbertPretrainer(tiny_config(sharing=sharing))
+    tf.train.Checkpoint(model=fresh).read(path).assert_consumed()
+    for a, b in zip(model_weights(model), model_weights(fresh)):
+        assert a.official_name == b.official_name
+        np.testing.assert_array_equal(a.variable.numpy(), b.variable.numpy())
+
+
 def test_weight_table_covers_every_variable_once():
     for sharing in ("all", "attention", "ffn", "none"):
         model = AlbertPretrainer(tiny_config(sharing=sharing))

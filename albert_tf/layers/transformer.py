@@ -258,6 +258,16 @@ class AlbertEncoder(keras.layers.Layer):
         return _owner_of_layer(layer_index, self.ffn_shared, self.num_hidden_layers,
                                self.num_hidden_groups)
 
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        # Keras 3 holds the sublayer lists in its own TrackedList, which TensorFlow's object
+        # graph does not traverse for checkpoints: without this, `tf.train.Checkpoint(model=m)`
+        # silently leaves every block out (a checkpoint that also holds the optimizer reaches
+        # the variables through its slots, which hid it). Each block is a named child.
+        children = super()._trackable_children(save_type, **kwargs)
+        for layer in self.attention_layers + self.ffn_layers:
+            children.setdefault(layer.name, layer)
+        return children
+
     def build(self, x_shape, input_mask_shape=None):
         for layer in self.attention_layers + self.ffn_layers:
             layer.build((None, None, self.hidden_size))

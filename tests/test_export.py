@@ -1,0 +1,439 @@
+"""SavedModel export for TF Serving: every signature equals the Keras model; in-graph
+tokenization equals Python's on the bundled corpora; bad input; warmup requests; versions; the
+op list of TF Serving 2.20; loading from C++ the way the server does."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_text  # noqa: F401 - registers the SentencePiece ops the SavedModels use
+
+from albert_tf import AlbertClassifier, AlbertPretrainer
+from albert_tf.checkpoints import save_albert_tf
+from albert_tf.packing import pack_ids, pad_features
+from albert_tf.tokenization import MASK_ID, Tokenizer
+from conftest import GUTENBERG, ROOT, WIKITEXT, random_batch, tiny_config
+from data.text_io import expand_input_patterns, read_text_lines
+from export.ops_check import UnsupportedOpError, check_saved_model_ops
+from export.saved_model import (BATCHING_CONFIG, MODELS_CONFIG, WARMUP_FILE, WARMUP_TEXTS,
+                                ExportError,
+                                export_saved_model, load_for_export)
+
+TOL = 1e-5
+MAX_SEQ = 48
+TEXTS = ["The capital of France is [MASK].", "ALBERT shares parameters across layers",
+         "[MASK] [MASK] were here, said Alice", "Café naïve, 1,000 ``quotes''"]
+PAIRS = ["Is it raining?", "a b c d e f g h i j k l m n o p q r s t u v w x y z " * 4,
+         "", "Tom Sawyer [MASK] the fence."]
+
+
+def _config(**changes):
+    # Every dimension distinct; the vocabulary is the sample SentencePiece model's.
+    return tiny_config(vocab_size=8000, max_position_embeddings=64, **changes)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, sample_vocab):
+    """{kind: (keras model, version dir, loaded SavedModel)} for a pretrainer, a 3-class
+    classifier and a regression head."""
+    base = tmp_path_factory.mktemp("exports")
+    out = {}
+    models = {"pretrainer": AlbertPretrainer(_config()),
+              "classifier": AlbertClassifier(_config(), num_labels=3),
+              "regressor": AlbertClassifier(_config(), num_labels=1)}
+    for kind, model in models.items():
+        _randomize(model, seed=len(kind))
+        path = export_saved_model(model, str(base / kind), sample_vocab, max_seq_length=MAX_SEQ,
+                                  top_k=4, labels=["neg", "neutral", "pos"]
+                                  if kind == "classifier" else None)
+        out[kind] = (model, path, tf.saved_model.load(path))
+    return out
+
+
+def _randomize(model, seed):
+    """Every weight redrawn (LayerNorms and biases included), so no weight hides as 0 or 1."""
+    rng = np.random.default_rng(seed)
+    for v in model.weights:
+        v.assign(rng.normal(0, 0.3, v.shape).astype(np.float32))
+
+
+def _tokens(batch):
+    return {k: tf.constant(batch[k]) for k in ("input_ids", "input_mask", "segment_ids")}
+
+
+def _with_masks(batch, positions):
+    batch = dict(batch)
+    ids = batch["input_ids"].copy()
+    for row, cols in positions.items():
+        ids[row, cols] = MASK_ID
+    batch["input_ids"] = ids
+    return batch
+
+
+def _keras_reference(model, kind, tokens):
+    """What every signature must return, computed with the Keras model."""
+    ids = tokens["input_ids"].numpy()
+    if kind == "pretrainer":
+        counts = (ids == MASK_ID).sum(1)
+        m = int(counts.max())
+        positions = np.full((len(ids), m), -1, np.int32)
+        for row in range(len(ids)):
+            found = np.flatnonzero(ids[row] == MASK_ID)
+            positions[row, :len(found)] = found
+        out = model({**tokens, "masked_lm_positions": tf.constant(np.maximum(positions, 0))},
+                    training=False)
+        probs = tf.nn.softmax(out["mlm_logits"], -1).numpy()
+        return {"pooled_output": out["pooled_output"].numpy(),
+                "sequence_output": out["sequence_output"].numpy(),
+                "mask_positions": positions, "probs": probs}
+    logits = model(tokens, training=False)["logits"].numpy()
+    return {"logits": logits}
+
+
+def _check(kind, got, ref, top_k=4):
+    if kind == "pretrainer":
+        for name in ("pooled_output", "sequence_output"):
+            np.testing.assert_allclose(got[name].numpy(), ref[name], atol=TOL, rtol=0)
+        np.testing.assert_array_equal(got["mask_positions"].numpy(), ref["mask_positions"])
+        valid = ref["mask_positions"] >= 0
+        assert valid.sum() >= 1
+        ids = got["fill_mask_ids"].numpy()
+        probs = got["fill_mask_probabilities"].numpy()
+        expected_ids = np.argsort(-ref["probs"], axis=-1)[..., :top_k]
+        for row, col in zip(*np.nonzero(valid)):
+            np.testing.assert_array_equal(ids[row, col], expected_ids[row, col])
+            np.testing.assert_allclose(probs[row, col], ref["probs"][row, col, ids[row, col]],
+                                       atol=TOL, rtol=0)
+        assert (ids[~valid] == -1).all() and (probs[~valid] == 0).all()
+        assert (got["fill_mask_pieces"].numpy()[~valid] == b"").all()
+    else:
+        np.testing.assert_allclose(got["logits"].numpy(), ref["logits"], atol=TOL, rtol=0)
+        if kind == "classifier":
+            np.testing.assert_allclose(got["probabilities"].numpy(),
+                                       tf.nn.softmax(ref["logits"]).numpy(), atol=TOL, rtol=0)
+            np.testing.assert_array_equal(got["label"].numpy(), ref["logits"].argmax(-1))
+        else:
+            np.testing.assert_allclose(got["score"].numpy(), ref["logits"][:, 0], atol=TOL,
+                                       rtol=0)
+
+
+def _example(row):
+    feature = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=[int(x) for x in v]))
+               for k, v in row.items()}
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+@pytest.mark.parametrize("kind", ["pretrainer", "classifier", "regressor"])
+def test_token_and_example_signatures_equal_the_keras_model(exported, kind):
+    model, _, loaded = exported[kind]
+    cfg = model.config
+    # Two calls: different batch sizes and lengths; ids, masks and segment ids all differ.
+    for batch_size, seq, seed in ((3, 11, 0), (5, 17, 1)):
+        batch = random_batch(cfg, batch=batch_size, seq=seq, seed=seed)
+        batch["segment_ids"][:, -2:] = 2  # the third token type, on padding too
+        batch = _with_masks(batch, {0: [1, 3], 2: [2]})
+        tokens = _tokens(batch)
+        ref = _keras_reference(model, kind, tokens)
+        got = loaded.signatures["serve_tokens"](**tokens)
+        _check(kind, got, ref)
+        examples = [_example({k: batch[k][i] for k in tokens}) for i in range(batch_size)]
+        got = loaded.signatures["serve_examples"](examples=tf.constant(examples))
+        _check(kind, got, ref)
+        np.testing.assert_array_equal(got["input_ids"].numpy(), batch["input_ids"])
+        if kind == "classifier":
+            out = loaded.signatures["classify"](inputs=tf.constant(examples))
+            assert out["classes"].numpy().tolist() == [[b"neg", b"neutral", b"pos"]] * batch_size
+            np.testing.assert_allclose(out["scores"].numpy(),
+                                       tf.nn.softmax(ref["logits"]).numpy(), atol=TOL, rtol=0)
+        if kind == "regressor":
+            out = loaded.signatures["regress"](inputs=tf.constant(examples))
+            np.testing.assert_allclose(out["outputs"].numpy(), ref["logits"][:, 0], atol=TOL,
+                                       rtol=0)
+
+
+def _python_tokens(tok, texts, texts_b=None, max_seq=MAX_SEQ):
+    packed = [pack_ids(tok.encode_with_masks(a), None if texts_b is None else
+                       tok.encode_with_masks(b), max_seq)
+              for a, b in zip(texts, texts_b if texts_b is not None else texts)]
+    length = max(len(ids) for ids, _ in packed)
+    rows = [pad_features(ids, seg, length) for ids, seg in packed]
+    return {k: tf.constant([r[k] for r in rows], tf.int32)
+            for k in ("input_ids", "input_mask", "segment_ids")}
+
+
+@pytest.mark.parametrize("kind", ["pretrainer", "classifier", "regressor"])
+def test_text_signatures_equal_python_tokenization_and_the_keras_model(exported, kind,
+                                                                        sample_vocab):
+    model, _, loaded = exported[kind]
+    tok = Tokenizer(sample_vocab)
+    for texts, texts_b in ((TEXTS, None), (TEXTS[:1], None), (TEXTS, PAIRS)):
+        tokens = _python_tokens(tok, texts, texts_b)
+        if texts_b is None:
+            got = loaded.signatures["serving_default"](text=tf.constant(texts))
+        else:
+            got = loaded.signatures["serve_text_pair"](text=tf.constant(texts),
+                                                       text_b=tf.constant(texts_b))
+        for name, value in tokens.items():
+            np.testing.assert_array_equal(got[name].numpy(), value.numpy(), err_msg=name)
+        if kind != "pretrainer" or (tokens["input_ids"].numpy() == MASK_ID).any():
+            _check(kind, got, _keras_reference(model, kind, tokens))
+    # The long text_b is truncated to exactly max_seq_length, longest first, from the end.
+    got = loaded.signatures["serve_text_pair"](text=tf.constant(TEXTS),
+                                               text_b=tf.constant(PAIRS))
+    assert got["input_ids"].shape[1] == MAX_SEQ
+    assert got["input_mask"].numpy()[1].sum() == MAX_SEQ
+
+
+def test_in_graph_tokenization_equals_python_on_the_bundled_corpora(exported, sample_vocab):
+    """serving_default's input_ids on every line of the bundled novels and WikiText, against
+    `Tokenizer.encode_with_masks` + `pack_ids`. Divergence classes: the SentencePiece Viterbi
+    ties between tensorflow-text's copy and the Python package that tests/test_tokenization.py
+    documents (same text, same score); nothing else is accepted."""
+    _, _, loaded = exported["classifier"]
+    tok = Tokenizer(sample_vocab)
+    lines = [line for path in expand_input_patterns([GUTENBERG, WIKITEXT])
+             for line in read_text_lines(path) if line.strip()]
+    lines.sort(key=len)  # batches of similar length: little padding
+    fn = loaded.signatures["serving_default"]
+    divergent = []
+    for i in range(0, len(lines), 512):
+        chunk = lines[i:i + 512]
+        got = fn(text=tf.constant(chunk))
+        ids, mask = got["input_ids"].numpy(), got["input_mask"].numpy()
+        for line, row, m in zip(chunk, ids, mask):
+            expected = pack_ids(tok.encode_with_masks(line), None, MAX_SEQ)[0]
+            if row[: m.sum()].tolist() != expected:
+                divergent.append((line, row[: m.sum()].tolist(), expected))
+    for line, a, b in divergent:
+        pa, pb = tok.ids_to_pieces(a), tok.ids_to_pieces(b)
+        assert "".join(pa) == "".join(pb), line
+        score = lambda ps: sum(tok.sp.GetScore(tok.sp.PieceToId(p)) for p in ps)  # noqa: E731
+        assert score(pa) == pytest.approx(score(pb), abs=1e-4), line
+    print(f"\n{len(lines)} lines through serving_default; {len(divergent)} differ, all by "
+          "equal-score segmentation ties")
+    assert len(lines) > 39000 and len(divergent) <= 0.001 * len(lines)
+
+
+def test_bad_and_unusual_input(exported, sample_vocab):
+    model, _, loaded = exported["pretrainer"]
+    tok = Tokenizer(sample_vocab)
+    fn = loaded.signatures["serving_default"]
+    # Empty strings, far-too-long text, non-ASCII and invalid UTF-8: no crash, Python's ids.
+    raw = [b"", ("word " * 5000).encode(), "日本語のテキスト, Ελληνικά ΣΟΦΟΣ".encode(),
+           b"bad \xff\xfe bytes \xe2\x82 [MASK]"]
+    got = fn(text=tf.constant(raw))
+    ids, mask = got["input_ids"].numpy(), got["input_mask"].numpy()
+    assert ids.shape == (4, MAX_SEQ) and mask[1].sum() == MAX_SEQ  # truncated, never longer
+    for row, text in enumerate(raw):
+        expected = pack_ids(tok.encode_with_masks(text), None, MAX_SEQ)[0]
+        assert ids[row, : mask[row].sum()].tolist() == expected, text
+    assert ids[0, :2].tolist() == [2, 3]  # empty text: [CLS] [SEP]
+    assert got["mask_positions"].numpy()[3, 0] == mask[3].sum() - 2  # mask before the last [SEP]
+    # Batch of one.
+    assert fn(text=tf.constant(["one"]))["pooled_output"].shape == (1, 24)
+    # Token inputs the model cannot take: a clear error naming the limit.
+    tokens = {k: tf.zeros([2, 65], tf.int32) for k in ("input_ids", "input_mask", "segment_ids")}
+    with pytest.raises(tf.errors.InvalidArgumentError, match="max_position_embeddings=64"):
+        loaded.signatures["serve_tokens"](**tokens)
+    tokens = {k: tf.ones([2, 5], tf.int32) for k in ("input_ids", "input_mask")}
+    with pytest.raises(tf.errors.InvalidArgumentError, match="segment_ids must have the shape"):
+        loaded.signatures["serve_tokens"](**tokens, segment_ids=tf.ones([2, 4], tf.int32))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="input_ids must be < vocab_size=8000"):
+        loaded.signatures["serve_tokens"](input_ids=tf.fill([1, 3], 8000),
+                                          input_mask=tf.ones([1, 3], tf.int32),
+                                          segment_ids=tf.zeros([1, 3], tf.int32))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="same batch size"):
+        loaded.signatures["serve_text_pair"](text=tf.constant(["a", "b"]),
+                                             text_b=tf.constant(["c"]))
+    bad = _example({"input_ids": [2, 7, 3], "input_mask": [1, 1], "segment_ids": [0, 0, 0]})
+    with pytest.raises(tf.errors.InvalidArgumentError, match="input_mask must have as many"):
+        loaded.signatures["serve_examples"](examples=tf.constant([bad]))
+
+
+def test_warmup_requests_parse_and_replay(exported):
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    for kind in ("pretrainer", "classifier", "regressor"):
+        _, path, loaded = exported[kind]
+        logs = [prediction_log_pb2.PredictionLog.FromString(r.numpy())
+                for r in tf.data.TFRecordDataset(os.path.join(path, WARMUP_FILE))]
+        seen = set()
+        for log in logs:
+            which = log.WhichOneof("log_type")
+            if which == "predict_log":
+                request = log.predict_log.request
+                inputs = {k: tf.make_ndarray(v) for k, v in request.inputs.items()}
+            else:
+                request = getattr(log, which).request
+                inputs = {"inputs": [e.SerializeToString()
+                                     for e in request.input.example_list.examples]}
+            assert request.model_spec.name == kind
+            name = request.model_spec.signature_name
+            seen.add(name)
+            out = loaded.signatures[name](**{k: tf.constant(v) for k, v in inputs.items()})
+            assert all(np.isfinite(v.numpy()).all() for v in out.values()
+                       if v.dtype.is_floating)
+            if name == "serve_tokens":  # the warmup tokens are the text requests' tokens
+                text_out = loaded.signatures["serving_default"](
+                    text=tf.constant(list(WARMUP_TEXTS)))
+                np.testing.assert_array_equal(out["input_ids"].numpy(),
+                                              text_out["input_ids"].numpy())
+        assert seen == set(loaded.signatures), (kind, seen)
+
+
+def test_versions_layout_and_refusals(exported, sample_vocab, tmp_path):
+    model, path, loaded = exported["pretrainer"]
+    base = os.path.dirname(path)
+    assert os.path.basename(path) == "1"
+    assert set(os.listdir(base)) == {"1", MODELS_CONFIG, BATCHING_CONFIG}
+    with open(os.path.join(base, MODELS_CONFIG)) as f:
+        config = f.read()
+    assert 'name: "pretrainer"' in config and 'base_path: "/models/pretrainer"' in config
+    with open(os.path.join(base, BATCHING_CONFIG)) as f:
+        assert "pad_variable_length_inputs: true" in f.read()
+    with pytest.raises(ExportError, match="Version 1 already exists"):
+        export_saved_model(model, base, sample_vocab, version=1, max_seq_length=MAX_SEQ)
+    with pytest.raises(ExportError, match="exceeds the model's max_position_embeddings=64"):
+        export_saved_model(model, base, sample_vocab, max_seq_length=65)
+    other_vocab = str(tmp_path / "small.model")
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(["some words here", "and more words there"] * 50),
+        model_prefix=other_vocab[:-6], vocab_size=20, pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+        control_symbols="[CLS],[SEP],[MASK]", minloglevel=2)
+    with pytest.raises(ExportError, match="has 20 pieces but the model's vocab_size is 8000"):
+        export_saved_model(model, base, other_vocab, max_seq_length=MAX_SEQ)
+    assert set(os.listdir(base)) == {"1", MODELS_CONFIG, BATCHING_CONFIG}  # nothing written
+
+
+def test_op_list_of_tf_serving_2_20(exported, tmp_path):
+    """The export passes the TF 2.20 + tf-text 2.20 op list; a graph with an op newer than that
+    (DecodeJxl, added in TF 2.21) is refused by name, and the export leaves nothing behind."""
+    _, path, _ = exported["classifier"]
+    used = check_saved_model_ops(path)
+    assert {"SentencepieceTokenizeOp", "NormalizeUTF8", "ParseExampleV2", "Einsum"} <= set(used)
+
+    class Newer(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
+        def decode(self, data):
+            return {"image": tf.raw_ops.DecodeJxl(contents=data)}
+
+    module = Newer()
+    tf.saved_model.save(module, str(tmp_path / "newer"), signatures={"serving_default":
+                                                                    module.decode})
+    with pytest.raises(UnsupportedOpError, match=r"uses ops \['DecodeJxl'\].*TensorFlow 2.20.0"):
+        check_saved_model_ops(str(tmp_path / "newer"))
+
+
+def test_refused_export_leaves_no_version(exported, sample_vocab, tmp_path):
+    model, _, _ = exported["regressor"]
+    allowed = json.load(open(os.path.join(ROOT, "export", "serving_ops_tf2.20.json")))
+    del allowed["ops"]["Einsum"]
+    path = tmp_path / "ops.json"
+    path.write_text(json.dumps(allowed))
+    base = tmp_path / "exports" / "regressor"
+    with pytest.raises(UnsupportedOpError, match=r"\['Einsum'\]"):
+        export_saved_model(model, str(base), sample_vocab, max_seq_length=MAX_SEQ,
+                           allowed_ops=str(path))
+    assert os.listdir(base) == []  # no version, no temporary directory
+
+
+def test_loaded_from_cpp_the_way_tf_serving_does(exported, tmp_path):
+    """LoadSavedModel(tag "serve") into a SavedModelBundle, tensor names from the signature_def,
+    Session::Run, tensorflow-text ops loaded through TF_LoadLibrary: outputs equal Python's."""
+    from export.cc_loader import compile_loader, run_loader, tensorflow_info
+
+    info = tensorflow_info()
+    binary = compile_loader(info, str(tmp_path / "serving_loader"))
+    _, path, loaded = exported["pretrainer"]
+    texts = np.array([t.encode() for t in TEXTS], dtype=object)
+    result = run_loader(binary, path, info["op_libraries"], "serving_default", {"text": texts},
+                        str(tmp_path))
+    assert result["signature"]["method"] == "tensorflow/serving/predict"
+    assert result["signature"]["inputs"]["text"]["dtype"] == "DT_STRING"
+    expected = loaded.signatures["serving_default"](text=tf.constant(texts))
+    assert set(result["outputs"]) == set(expected)
+    for name, value in expected.items():
+        if value.dtype == tf.string:
+            np.testing.assert_array_equal(result["outputs"][name], value.numpy())
+        else:
+            np.testing.assert_allclose(result["outputs"][name], value.numpy(), atol=TOL, rtol=0)
+    _, path, loaded = exported["classifier"]
+    examples = np.array([_example({"input_ids": [2, 50 + i, 3], "input_mask": [1, 1, 1],
+                                   "segment_ids": [0, 0, 1]}) for i in range(3)], dtype=object)
+    result = run_loader(binary, path, info["op_libraries"], "classify", {"inputs": examples},
+                        str(tmp_path))
+    assert result["signature"]["method"] == "tensorflow/serving/classify"
+    expected = loaded.signatures["classify"](inputs=tf.constant(examples))
+    np.testing.assert_allclose(result["outputs"]["scores"], expected["scores"].numpy(), atol=TOL)
+
+
+def test_entry_point_exports_our_model_directory(tmp_path, sample_vocab):
+    model = AlbertClassifier(_config(), num_labels=2)
+    _randomize(model, 5)
+    model_dir = save_albert_tf(model, str(tmp_path / "model"), sample_vocab)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    cmd = [sys.executable, "-m", "export.export_saved_model", "--model_dir", model_dir,
+           "--export_dir", str(tmp_path / "exports" / "sst2"), "--max_seq_length", "32",
+           "--text_pair"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert summary["export"].endswith(os.path.join("sst2", "1"))
+    assert summary["signatures"] == ["classify", "serve_examples", "serve_text_pair",
+                                     "serve_tokens", "serving_default"]
+    loaded = tf.saved_model.load(summary["export"])
+    sig = loaded.signatures["serving_default"]
+    assert sorted(sig.structured_input_signature[1]) == ["text", "text_b"]  # --text_pair
+    tok = Tokenizer(sample_vocab)
+    tokens = _python_tokens(tok, TEXTS, PAIRS, 32)
+    got = sig(text=tf.constant(TEXTS), text_b=tf.constant(PAIRS))
+    np.testing.assert_allclose(got["logits"].numpy(),
+                               model(tokens, training=False)["logits"].numpy(), atol=TOL)
+    # A directory that holds no model: exit 1 and a message naming it.
+    proc = subprocess.run(cmd[:4] + [str(tmp_path)] + cmd[5:7], capture_output=True, text=True,
+                          env=env, cwd=ROOT)
+    assert proc.returncode == 1 and "is neither an albert_tf model directory" in proc.stderr
+
+
+def test_pretraining_output_dir_latest_and_best(generated_data, sample_vocab, tmp_path):
+    """A pretraining --output_dir exports from its latest or best checkpoint, with the
+    SentencePiece model the run copied beside its checkpoints."""
+    from albert_tf.train_lib import PretrainingConfig, PretrainingRun
+
+    cfg = PretrainingConfig(
+        albert_config=_config(), input_file=generated_data["files"],
+        output_dir=str(tmp_path / "run"), max_seq_length=64, max_predictions_per_seq=10,
+        train_batch_size=8, eval_batch_size=8, num_train_steps=4, num_warmup_steps=1,
+        learning_rate=1e-2, save_checkpoints_steps=2, iterations_per_loop=2, do_eval=True,
+        max_eval_steps=2, seed=3, shuffle_buffer_size=16, verbose=False)
+    run = PretrainingRun(cfg)
+    run.run()
+    assert os.path.exists(os.path.join(cfg.output_dir, os.path.basename(sample_vocab)))
+    latest, spm, source = load_for_export(cfg.output_dir)
+    assert source["checkpoint"].endswith("ckpt-4") and spm.endswith(".model")
+    for a, b in zip(latest.weights, run.model.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    best, _, source = load_for_export(cfg.output_dir, checkpoint="best")
+    assert source["checkpoint"].endswith(os.path.join("best", "ckpt-best"))
+    np.testing.assert_array_equal(best.backbone.word_embeddings.embeddings.numpy(),
+                                  _restored(cfg, os.path.join("best", "ckpt-best")))
+    import shutil
+
+    shutil.rmtree(os.path.join(cfg.output_dir, "best"))
+    with pytest.raises(ExportError, match="no best checkpoint"):
+        load_for_export(cfg.output_dir, checkpoint="best")
+
+
+def _restored(cfg, name):
+    """The word-embedding table stored in a checkpoint of the run."""
+    reader = tf.train.load_checkpoint(os.path.join(cfg.output_dir, name))
+    key = [k for k in reader.get_variable_to_shape_map()
+           if k.startswith("model/") and reader.get_variable_to_shape_map()[k] == [8000, 10]]
+    assert len(key) == 1, key
+    return reader.get_tensor(key[0])
