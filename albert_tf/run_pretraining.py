@@ -14,6 +14,7 @@ command line works with the module name changed; `--use_tpu --tpu_name=NAME` map
 Rerun the same command to resume from the latest checkpoint in --output_dir.
 """
 
+import glob
 import os
 import sys
 
@@ -68,8 +69,39 @@ def define_flags():
     flags.DEFINE_bool("jit_compile", False, "Compile the step with XLA.")
     flags.DEFINE_string("eval_input_file", None, "Evaluation TFRecords (default: --input_file).")
     flags.DEFINE_integer("random_seed", None, "Seed of initialization and input shuffling.")
+    flags.DEFINE_string("export_dir", None,
+                        "When training completes, export SavedModels for TF Serving: the final "
+                        "model to EXPORT_DIR/<version>, the best (with --do_eval) to "
+                        "EXPORT_DIR_best/<version>.")
+    flags.DEFINE_string("spm_model_file", None,
+                        "SentencePiece model for --export_dir (default: the data's, copied "
+                        "into --output_dir).")
+    flags.DEFINE_integer("export_max_seq_length", None,
+                         "max_seq_length of the exported text signatures (default: "
+                         "--max_seq_length).")
     flags.DEFINE_bool("deterministic", False,
                       "Deterministic ops (exact resume on CPU; slower on accelerators).")
+
+
+def make_exporter(export_dir, output_dir, spm_model_file, max_seq_length):
+    """exporter(model, which) for `PretrainingRun.run`: SavedModels through the one exporter
+    (`export.saved_model`), final to `export_dir`, best to `export_dir + "_best"`."""
+    from export.saved_model import ExportError, export_saved_model
+
+    def exporter(model, which):
+        spm = spm_model_file or next(iter(sorted(glob.glob(os.path.join(output_dir,
+                                                                       "*.model")))), None)
+        if not spm:
+            raise ExportError(f"No SentencePiece model in {output_dir} (the data had no "
+                              "sidecar naming one); pass --spm_model_file.")
+        target = export_dir.rstrip("/") + ("" if which == "final" else "_best")
+        path = export_saved_model(model, target, spm, max_seq_length=max_seq_length,
+                                  source={"type": "run_pretraining", "output_dir": output_dir,
+                                          "which": which})
+        print(f"exported the {which} model to {path}", flush=True)
+        return path
+
+    return exporter
 
 
 def main(argv):
@@ -111,9 +143,19 @@ def main(argv):
             do_eval=FLAGS.do_eval, max_eval_steps=FLAGS.max_eval_steps,
             mixed_precision=FLAGS.mixed_precision, grad_accum_steps=FLAGS.grad_accum_steps,
             jit_compile=FLAGS.jit_compile, seed=FLAGS.random_seed)
-        summary = PretrainingRun(cfg, strategy).run()
+        exporter = None
+        if FLAGS.export_dir:
+            exporter = make_exporter(FLAGS.export_dir, FLAGS.output_dir, FLAGS.spm_model_file,
+                                     FLAGS.export_max_seq_length or FLAGS.max_seq_length)
+        run = PretrainingRun(cfg, strategy)  # copies the data's SentencePiece model
+        if exporter is not None and not (FLAGS.spm_model_file or glob.glob(
+                os.path.join(FLAGS.output_dir, "*.model"))):
+            raise ValueError(f"--export_dir needs a SentencePiece model: the data's sidecars "
+                             f"name none and {FLAGS.output_dir} holds none; pass "
+                             "--spm_model_file.")
+        summary = run.run(exporter=exporter)
     except (StrategyError, DataMismatchError, OutputDirMismatchError, NonFiniteLossError,
-            ValueError, FileNotFoundError) as e:
+            ValueError, FileNotFoundError) as e:  # ExportError is a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 1
     if "eval" in summary:

@@ -500,12 +500,33 @@ class PretrainingRun:
             f"not applied. The model after step {bad} is saved at {path}. Lower "
             "--learning_rate, check the data, or resume from an earlier checkpoint.")
 
-    def run(self) -> dict:
+    def best_model(self):
+        """The model of `best/ckpt-best` as a plain (host, float32) model, or None."""
+        prefix = os.path.join(self.cfg.output_dir, "best", "ckpt-best")
+        if not tf.io.gfile.exists(prefix + ".index"):
+            return None
+        from albert_tf.pretrainer import AlbertPretrainer
+
+        with tf.device("/cpu:0"):
+            model = AlbertPretrainer(self.cfg.albert_config)
+        tf.train.Checkpoint(model=model).read(prefix).assert_existing_objects_matched()
+        return model
+
+    def run(self, exporter=None) -> dict:
+        """Restores or initializes, trains and/or evaluates. `exporter(model, which)` is called
+        on the chief when training completes, with `which` "final" (the trained model) and,
+        when evaluation kept one, "best"; it returns where it wrote (the loop itself writes no
+        SavedModel: `albert_tf` does not import `export/`)."""
         cfg = self.cfg
         how = self._restore_or_initialize()
         summary = {"start": how}
         if cfg.do_train:
             summary.update(self.train())
+            if exporter is not None and self.is_chief and summary["status"] == "completed":
+                summary["exports"] = {"final": exporter(self.model, "final")}
+                best = self.best_model()
+                if best is not None:
+                    summary["exports"]["best"] = exporter(best, "best")
         if cfg.do_eval:
             step = int(self.optimizer.iterations.numpy())
             metrics = self.evaluate()

@@ -60,7 +60,8 @@ def test_mirrored_two_devices_equals_one_device_and_accumulation(generated_data,
     """Same global batch: MirroredStrategy over 2 logical CPUs, one device, and one device with
     2 gradient-accumulation micro-batches end with the same weights (clipping active)."""
     runs = {"one": ["--strategy", "one_device"],
-            "mirrored": ["--strategy", "mirrored", "--logical_cpus", "2"],
+            "mirrored": ["--strategy", "mirrored", "--logical_cpus", "2", "--export_dir",
+                         str(tmp_path / "exports" / "mirrored")],
             "accum": ["--strategy", "one_device", "--grad_accum_steps", "2"]}
     procs = {}
     for name, args in runs.items():
@@ -79,6 +80,28 @@ def test_mirrored_two_devices_equals_one_device_and_accumulation(generated_data,
     assert max(diffs.values()) <= 1e-5
     initial = np.load(tmp_path / "one.npz")  # the runs moved the weights (not a no-op)
     assert initial["__losses__"][0] > initial["__losses__"][-1]
+    _check_export_of_mirrored_run(tmp_path / "exports" / "mirrored" / "1", mirrored)
+
+
+def _check_export_of_mirrored_run(path, weights):
+    """run_pretraining --export_dir under MirroredStrategy wrote a plain host SavedModel whose
+    outputs are the trained (mirrored) weights' outputs."""
+    import tensorflow_text  # noqa: F401 - SentencePiece ops of the SavedModel
+
+    from albert_tf.pretrainer import AlbertPretrainer
+    from conftest import random_batch
+
+    loaded = tf.saved_model.load(str(path))
+    model = AlbertPretrainer(AlbertConfig(**TINY))
+    for v in model.weights:
+        v.assign(weights[v.path.replace("/", "|")])
+    batch = random_batch(model.config, batch=3, seq=13, seed=5)
+    tokens = {k: tf.constant(batch[k]) for k in ("input_ids", "input_mask", "segment_ids")}
+    got = loaded.signatures["serve_tokens"](**tokens)
+    expected = model({**tokens, "masked_lm_positions": tf.zeros([3, 1], tf.int32)})
+    for name in ("pooled_output", "sequence_output"):
+        np.testing.assert_allclose(got[name].numpy(), expected[name].numpy(), atol=1e-5, rtol=0)
+    assert not os.path.exists(os.path.dirname(str(path)) + "_best")  # no --do_eval, no best
 
 
 def _free_port():

@@ -21,7 +21,7 @@ TINY = dict(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layer
 
 
 def run(strategy_name, files, output_dir, steps=4, grad_accum_steps=1, batch=8,
-        iterations_per_loop=2, clip_norm=0.1, jit_compile=False, seed=11):
+        iterations_per_loop=2, clip_norm=0.1, jit_compile=False, seed=11, export_dir=None):
     import keras
     import tensorflow as tf
 
@@ -39,7 +39,12 @@ def run(strategy_name, files, output_dir, steps=4, grad_accum_steps=1, batch=8,
         save_checkpoints_steps=steps, iterations_per_loop=iterations_per_loop,
         grad_accum_steps=grad_accum_steps, clip_norm=clip_norm, jit_compile=jit_compile,
         seed=seed, shuffle_buffer_size=64, verbose=False)
-    return PretrainingRun(cfg, strategy).run()
+    exporter = None
+    if export_dir:  # the run_pretraining --export_dir path
+        from albert_tf.run_pretraining import make_exporter
+
+        exporter = make_exporter(export_dir, output_dir, None, 32)
+    return PretrainingRun(cfg, strategy).run(exporter=exporter)
 
 
 def main():
@@ -52,6 +57,7 @@ def main():
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--grad_accum_steps", type=int, default=1)
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--export_dir", default=None)
     args = parser.parse_args()
 
     import tensorflow as tf
@@ -67,8 +73,8 @@ def main():
     captured = {}
     original_run = PretrainingRun.run
 
-    def capture(self):
-        result = original_run(self)
+    def capture(self, exporter=None):
+        result = original_run(self, exporter=exporter)
         captured["weights"] = {v.path: np.asarray(v.numpy()) for v in self.model.weights}
         captured["replicas"] = self.replicas
         captured["losses"] = [h["loss"] for h in result.get("history", [])]
@@ -76,7 +82,7 @@ def main():
 
     PretrainingRun.run = capture
     run(args.strategy, args.files, args.output_dir, steps=args.steps,
-        grad_accum_steps=args.grad_accum_steps, batch=args.batch)
+        grad_accum_steps=args.grad_accum_steps, batch=args.batch, export_dir=args.export_dir)
     np.savez(args.weights, **{k.replace("/", "|"): v for k, v in captured["weights"].items()},
              __replicas__=np.array(captured["replicas"]),
              __losses__=np.array(captured["losses"]))
