@@ -121,8 +121,8 @@ class AlbertServingModule(tf.Module):
             tf.debugging.assert_equal(tf.shape(ids), tf.shape(seg), message=(
                 "segment_ids must have the shape of input_ids")),
             tf.debugging.assert_less_equal(length, cfg.max_position_embeddings, message=(
-                f"sequence length exceeds the model's max_position_embeddings="
-                f"{cfg.max_position_embeddings}")),
+                f"sequence length exceeds max_position_embeddings="
+                f"{cfg.max_position_embeddings} of the model")),
             tf.debugging.assert_non_negative(ids, message="input_ids must be >= 0"),
             tf.debugging.assert_less(ids, cfg.vocab_size, message=(
                 f"input_ids must be < vocab_size={cfg.vocab_size}")),

@@ -111,3 +111,45 @@ def generated_data(tmp_path_factory, prepared_corpus, sample_vocab):
                    num_output_shards=3, **GENERATION_KW)
     summary = generate(job, num_workers=2, progress=False)
     return {"files": list(job.output_files), "summary": summary, "job": job}
+
+
+# ---------------------------------------------------------------------------------------------
+# SavedModel exports (tests/test_export.py, tests/test_client.py).
+EXPORT_MAX_SEQ = 48
+
+
+def export_config(**changes):
+    # Every dimension distinct; the vocabulary is the sample SentencePiece model's.
+    return tiny_config(vocab_size=8000, max_position_embeddings=64, **changes)
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory, sample_vocab):
+    """{kind: (keras model, version dir, loaded SavedModel)} for a pretrainer, a 3-class
+    classifier and a regression head."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401 - the SentencePiece ops of the SavedModels
+
+    from albert_tf import AlbertClassifier, AlbertPretrainer
+    from export.saved_model import export_saved_model
+
+    base = tmp_path_factory.mktemp("exports")
+    out = {}
+    models = {"pretrainer": AlbertPretrainer(export_config()),
+              "classifier": AlbertClassifier(export_config(), num_labels=3),
+              "regressor": AlbertClassifier(export_config(), num_labels=1)}
+    for kind, model in models.items():
+        randomize(model, seed=len(kind))
+        path = export_saved_model(model, str(base / kind), sample_vocab,
+                                  max_seq_length=EXPORT_MAX_SEQ, top_k=4,
+                                  labels=["neg", "neutral", "pos"] if kind == "classifier"
+                                  else None)
+        out[kind] = (model, path, tf.saved_model.load(path))
+    return out
+
+
+def randomize(model, seed):
+    """Every weight redrawn (LayerNorms and biases included), so no weight hides as 0 or 1."""
+    rng = np.random.default_rng(seed)
+    for v in model.weights:
+        v.assign(rng.normal(0, 0.3, v.shape).astype(np.float32))

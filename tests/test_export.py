@@ -12,11 +12,12 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401 - registers the SentencePiece ops the SavedModels use
 
-from albert_tf import AlbertClassifier, AlbertPretrainer
+from albert_tf import AlbertClassifier
 from albert_tf.checkpoints import save_albert_tf
 from albert_tf.packing import pack_ids, pad_features
 from albert_tf.tokenization import MASK_ID, Tokenizer
-from conftest import GUTENBERG, ROOT, WIKITEXT, random_batch, tiny_config
+from conftest import (EXPORT_MAX_SEQ as MAX_SEQ, GUTENBERG, ROOT, WIKITEXT,
+                      export_config as _config, random_batch, randomize as _randomize)
 from data.text_io import expand_input_patterns, read_text_lines
 from export.ops_check import UnsupportedOpError, check_saved_model_ops
 from export.saved_model import (BATCHING_CONFIG, MODELS_CONFIG, WARMUP_FILE, WARMUP_TEXTS,
@@ -24,41 +25,10 @@ from export.saved_model import (BATCHING_CONFIG, MODELS_CONFIG, WARMUP_FILE, WAR
                                 export_saved_model, load_for_export)
 
 TOL = 1e-5
-MAX_SEQ = 48
 TEXTS = ["The capital of France is [MASK].", "ALBERT shares parameters across layers",
          "[MASK] [MASK] were here, said Alice", "Café naïve, 1,000 ``quotes''"]
 PAIRS = ["Is it raining?", "a b c d e f g h i j k l m n o p q r s t u v w x y z " * 4,
          "", "Tom Sawyer [MASK] the fence."]
-
-
-def _config(**changes):
-    # Every dimension distinct; the vocabulary is the sample SentencePiece model's.
-    return tiny_config(vocab_size=8000, max_position_embeddings=64, **changes)
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory, sample_vocab):
-    """{kind: (keras model, version dir, loaded SavedModel)} for a pretrainer, a 3-class
-    classifier and a regression head."""
-    base = tmp_path_factory.mktemp("exports")
-    out = {}
-    models = {"pretrainer": AlbertPretrainer(_config()),
-              "classifier": AlbertClassifier(_config(), num_labels=3),
-              "regressor": AlbertClassifier(_config(), num_labels=1)}
-    for kind, model in models.items():
-        _randomize(model, seed=len(kind))
-        path = export_saved_model(model, str(base / kind), sample_vocab, max_seq_length=MAX_SEQ,
-                                  top_k=4, labels=["neg", "neutral", "pos"]
-                                  if kind == "classifier" else None)
-        out[kind] = (model, path, tf.saved_model.load(path))
-    return out
-
-
-def _randomize(model, seed):
-    """Every weight redrawn (LayerNorms and biases included), so no weight hides as 0 or 1."""
-    rng = np.random.default_rng(seed)
-    for v in model.weights:
-        v.assign(rng.normal(0, 0.3, v.shape).astype(np.float32))
 
 
 def _tokens(batch):
@@ -319,7 +289,7 @@ def test_op_list_of_tf_serving_2_20(exported, tmp_path):
     assert {"SentencepieceTokenizeOp", "NormalizeUTF8", "ParseExampleV2", "Einsum"} <= set(used)
 
     class Newer(tf.Module):
-        @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
+        @tf.function(input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
         def decode(self, data):
             return {"image": tf.raw_ops.DecodeJxl(contents=data)}
 
