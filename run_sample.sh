@@ -50,3 +50,24 @@ echo "== 6. Pretrain a tiny ALBERT on them (LAMB, warmup + decay, checkpoints, e
     --max_predictions_per_seq 20 --optimizer lamb --learning_rate 2e-3 --num_train_steps 200 \
     --num_warmup_steps 20 --save_checkpoints_steps 100 --iterations_per_loop 50 \
     --max_eval_steps 10 --random_seed 1
+
+echo "== 7. Export the best pretrained checkpoint as a SavedModel for TF Serving (raw text in)"
+if [ ! -d "$OUT/exports/albert_tiny/1" ]; then
+  "$PY" -m export.export_saved_model --model_dir "$OUT/pretrain_tiny" --checkpoint best \
+      --export_dir "$OUT/exports/albert_tiny" --version 1 --max_seq_length 128
+fi
+
+echo "== 8. Load it as a server would and fill in masks (serving_default, tokenization in-graph)"
+"$PY" - "$OUT/exports/albert_tiny/1" <<'PYEOF'
+import sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401 - the SentencePiece ops the export uses
+fn = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+texts = ["Alice was beginning to get very [MASK] of sitting by her sister.",
+         "It is a truth universally acknowledged, that a single [MASK] in possession of a good fortune, must be in want of a wife."]
+out = fn(text=tf.constant(texts))
+for text, pieces, probs in zip(texts, out["fill_mask_pieces"].numpy(),
+                               out["fill_mask_probabilities"].numpy()):
+    print(text)
+    print("  [MASK]: " + ", ".join(f"{p.decode()} {q:.3f}" for p, q in zip(pieces[0], probs[0])))
+PYEOF

@@ -350,7 +350,7 @@ def test_entry_point_exports_our_model_directory(tmp_path, sample_vocab):
     env = dict(os.environ, PYTHONPATH=ROOT)
     cmd = [sys.executable, "-m", "export.export_saved_model", "--model_dir", model_dir,
            "--export_dir", str(tmp_path / "exports" / "sst2"), "--max_seq_length", "32",
-           "--text_pair"]
+           "--text_pair", "--hidden_states"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout[proc.stdout.index("{"):])
@@ -363,8 +363,12 @@ def test_entry_point_exports_our_model_directory(tmp_path, sample_vocab):
     tok = Tokenizer(sample_vocab)
     tokens = _python_tokens(tok, TEXTS, PAIRS, 32)
     got = sig(text=tf.constant(TEXTS), text_b=tf.constant(PAIRS))
-    np.testing.assert_allclose(got["logits"].numpy(),
-                               model(tokens, training=False)["logits"].numpy(), atol=TOL)
+    expected = model(tokens, training=False)
+    np.testing.assert_allclose(got["logits"].numpy(), expected["logits"].numpy(), atol=TOL)
+    assert len([k for k in got if k.startswith("hidden_state_")]) == 6  # embeddings + 5 layers
+    for i in (0, 3, 5):
+        np.testing.assert_allclose(got[f"hidden_state_{i}"].numpy(),
+                                   expected["hidden_states"][i].numpy(), atol=TOL, rtol=0)
     # A directory that holds no model: exit 1 and a message naming it.
     proc = subprocess.run(cmd[:4] + [str(tmp_path)] + cmd[5:7], capture_output=True, text=True,
                           env=env, cwd=ROOT)

@@ -1,0 +1,19 @@
+"""`saved_model_cli` with tensorflow-text's ops registered, so it can show and run exports whose
+graphs tokenize in-graph:
+
+    python -m export.saved_model_cli show --dir exports/albert/1 --all
+    python -m export.saved_model_cli run --dir exports/albert/1 --tag_set serve \
+        --signature_def serving_default --input_exprs 'text=["The capital of France is [MASK]."]'
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+if __name__ == "__main__":
+    import tensorflow_text  # noqa: F401 - registers SentencePiece and normalization ops
+    from tensorflow.python.tools import saved_model_cli
+
+    sys.argv[0] = "saved_model_cli"
+    sys.exit(saved_model_cli.main())
