@@ -231,9 +231,8 @@ def example_bytes(features: dict) -> bytes:
 def write_warmup_requests(version_dir: str, model_name: str, requests: dict) -> str:
     """`assets.extra/tf_serving_warmup_requests`: one `PredictionLog` per signature (predict,
     classify or regress request), as TF Serving replays them before serving."""
-    from tensorflow_serving.apis import (classification_pb2, inference_pb2, input_pb2,
-                                         model_pb2, predict_pb2, prediction_log_pb2,
-                                         regression_pb2)
+    from tensorflow_serving.apis import (classification_pb2, input_pb2, model_pb2, predict_pb2,
+                                         prediction_log_pb2, regression_pb2)
 
     path = os.path.join(version_dir, WARMUP_FILE)
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -261,7 +260,6 @@ def write_warmup_requests(version_dir: str, model_name: str, requests: dict) -> 
                 log = prediction_log_pb2.PredictionLog(
                     predict_log=prediction_log_pb2.PredictLog(request=request))
             writer.write(log.SerializeToString())
-    del inference_pb2
     return path
 
 
