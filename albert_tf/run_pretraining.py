@@ -34,7 +34,8 @@ def define_flags():
                         "Initial weights: official TF1 checkpoint or albert_tf directory.")
     flags.DEFINE_integer("max_seq_length", 512, "Sequence length of the TFRecords.")
     flags.DEFINE_integer("max_predictions_per_seq", 20, "Masked positions per sequence.")
-    flags.DEFINE_bool("do_train", False, "Train.")
+    flags.DEFINE_bool("do_train", True, "Train (official default: true; --nodo_train with "
+                      "--do_eval only evaluates).")
     flags.DEFINE_bool("do_eval", False, "Evaluate (each checkpoint when training).")
     flags.DEFINE_integer("train_batch_size", 4096, "Global batch size per optimizer step.")
     flags.DEFINE_integer("eval_batch_size", 64, "Global evaluation batch size.")
@@ -57,6 +58,9 @@ def define_flags():
     flags.DEFINE_string("gcp_project", None, "Accepted for compatibility.")
     flags.DEFINE_string("master", None, "Accepted for compatibility (use --tpu).")
     flags.DEFINE_integer("num_tpu_cores", 8, "Accepted for compatibility (from the TPU).")
+    flags.DEFINE_float("masked_lm_budget", 0,
+                       "Official online-masking ratio; only 0 (offline masking, the official "
+                       "default) is supported, any other value is refused.")
     # Ours.
     flags.DEFINE_enum("distribution_strategy", "default",
                       ["tpu", "multi_worker_mirrored", "mirrored", "one_device", "default"],
@@ -68,7 +72,9 @@ def define_flags():
                          "Split each batch into this many sequential micro-batches.")
     flags.DEFINE_bool("jit_compile", False, "Compile the step with XLA.")
     flags.DEFINE_string("eval_input_file", None, "Evaluation TFRecords (default: --input_file).")
-    flags.DEFINE_integer("random_seed", None, "Seed of initialization and input shuffling.")
+    flags.DEFINE_integer("random_seed", 12345,
+                         "Seed of initialization and input shuffling; the same command gives "
+                         "the same model. --random_seed=-1 draws a fresh seed.")
     flags.DEFINE_string("export_dir", None,
                         "When training completes, export SavedModels for TF Serving: the final "
                         "model to EXPORT_DIR/<version>, the best (with --do_eval) to "
@@ -142,7 +148,9 @@ def main(argv):
             iterations_per_loop=FLAGS.iterations_per_loop, do_train=FLAGS.do_train,
             do_eval=FLAGS.do_eval, max_eval_steps=FLAGS.max_eval_steps,
             mixed_precision=FLAGS.mixed_precision, grad_accum_steps=FLAGS.grad_accum_steps,
-            jit_compile=FLAGS.jit_compile, seed=FLAGS.random_seed)
+            jit_compile=FLAGS.jit_compile,
+            seed=None if FLAGS.random_seed == -1 else FLAGS.random_seed,
+            masked_lm_budget=FLAGS.masked_lm_budget)
         exporter = None
         if FLAGS.export_dir:
             exporter = make_exporter(FLAGS.export_dir, FLAGS.output_dir, FLAGS.spm_model_file,

@@ -79,8 +79,11 @@ class PretrainingConfig:
     jit_compile: bool = False
     clip_norm: float = 1.0
     weight_decay_rate: float = 0.01
-    seed: int | None = None  # model initialization and input shuffling
+    # Model initialization and input shuffling. Fixed by default (the official data script's
+    # 12345), so the same command gives the same model; None draws a fresh seed.
+    seed: int | None = 12345
     shuffle_buffer_size: int = 10000
+    masked_lm_budget: float = 0.0  # official flag; only offline masking (0) is supported
     verbose: bool = True
 
     def __post_init__(self):
@@ -101,6 +104,12 @@ class PretrainingConfig:
                             f"max_position_embeddings={self.albert_config.max_position_embeddings}")
         if not (self.do_train or self.do_eval):
             problems.append("At least one of --do_train and --do_eval must be set.")
+        if self.masked_lm_budget:
+            problems.append(
+                f"--masked_lm_budget={self.masked_lm_budget}: online masking (masking n-grams "
+                "while training, from token_boundary) is not supported; generate masked "
+                "examples offline with python -m data.create_pretraining_data and leave "
+                "--masked_lm_budget at 0 (the official default)")
         if problems:
             raise ValueError("; ".join(problems))
 

@@ -369,3 +369,55 @@ def test_convergence_on_the_bundled_corpus(tmp_path, prepared_corpus, sample_voc
           f"{label1_rate:.3f}; steps/s {history[-1]['examples_per_second'] / 64:.1f}")
     assert first - last >= MLM_DROP
     assert sop >= label1_rate + SOP_MARGIN
+
+
+OFFICIAL_RUN_PRETRAINING_FLAGS = (  # google-research/albert run_pretraining.py, with defaults
+    ("albert_config_file", None), ("input_file", None), ("output_dir", None),
+    ("init_checkpoint", None), ("max_seq_length", 512), ("max_predictions_per_seq", 20),
+    ("do_train", True), ("do_eval", False), ("train_batch_size", 4096), ("eval_batch_size", 64),
+    ("optimizer", "lamb"), ("learning_rate", 0.00176), ("poly_power", 1.0),
+    ("num_train_steps", 125000), ("num_warmup_steps", 3125), ("start_warmup_step", 0),
+    ("save_checkpoints_steps", 5000), ("keep_checkpoint_max", 5),
+    ("iterations_per_loop", 1000), ("max_eval_steps", 100), ("use_tpu", False),
+    ("init_from_group0", False), ("tpu_name", None), ("tpu_zone", None), ("gcp_project", None),
+    ("master", None), ("num_tpu_cores", 8), ("masked_lm_budget", 0))
+
+
+def test_every_official_flag_with_its_official_default(generated_data, tmp_path):
+    from absl import flags
+
+    from albert_tf import run_pretraining
+
+    run_pretraining.define_flags()
+    parsed = flags.FlagValues()
+    for name, flag in flags.FLAGS._flags().items():
+        if name in dict(OFFICIAL_RUN_PRETRAINING_FLAGS) or name == "random_seed":
+            parsed[name] = flag
+    parsed(["run_pretraining"])
+    for name, default in OFFICIAL_RUN_PRETRAINING_FLAGS:
+        assert getattr(parsed, name) == default, name
+    assert parsed.random_seed == 12345  # the official data script's seed: reproducible
+    with pytest.raises(ValueError, match=r"--masked_lm_budget=0.2: online masking .* is not "
+                                         r"supported; generate masked examples offline"):
+        _config(tmp_path, _pattern(generated_data), masked_lm_budget=0.2)
+
+
+def test_the_same_command_gives_the_same_model_by_default(generated_data, tmp_path):
+    """No seed given: two runs end with identical weights (fixed default seed); a run with
+    seed=None (fresh draw) differs, so the default is what makes them equal."""
+    weights = []
+    for name, seed in (("a", 12345), ("b", "default"), ("fresh", None)):
+        values = dict(albert_config=AlbertConfig(**TINY), input_file=_pattern(generated_data),
+                      output_dir=str(tmp_path / name), max_seq_length=64,
+                      max_predictions_per_seq=10, train_batch_size=8, num_train_steps=3,
+                      num_warmup_steps=1, learning_rate=1e-2, save_checkpoints_steps=3,
+                      iterations_per_loop=3, shuffle_buffer_size=64, verbose=False)
+        if seed != "default":
+            values["seed"] = seed
+        keras.utils.set_random_seed(len(name))  # global state differs between the runs
+        run = PretrainingRun(PretrainingConfig(**values))
+        run.run()
+        weights.append([v.numpy() for v in run.model.weights])
+    for a, b in zip(weights[0], weights[1]):
+        np.testing.assert_array_equal(a, b)
+    assert max(float(np.abs(a - c).max()) for a, c in zip(weights[0], weights[2])) > 1e-3
