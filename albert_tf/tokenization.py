@@ -93,13 +93,15 @@ class Tokenizer:
 
     @functools.cached_property
     def start_piece_mask(self):
-        """numpy bool [V]: the piece starts a word (official `_is_start_piece_sp`: starts with
-        "▁" or "<", or is a single ASCII punctuation character)."""
+        """numpy bool [V]: the piece starts a word, by the official `_is_start_piece_sp`:
+
+        it starts with "▁" or "<"; or it is one of the punctuation characters
+        ``!"#$%&()*+,-./:;?@[\]^_`{|}~`` (no apostrophe); or any of its characters, lowercased,
+        is outside a-z and that set (digits, "'s", accented and non-Latin pieces, € and £).
+        Every other piece continues the word before it."""
         import numpy as np
 
-        punctuation = set('!"#$%&\'()*+,-./:;?@[\\]^_`{|}~')
-        return np.array([p.startswith(SPIECE_UNDERLINE) or p.startswith("<") or p in punctuation
-                         for p in (self.sp.IdToPiece(i) for i in range(self.vocab_size))])
+        return np.array([is_start_piece(self.sp.IdToPiece(i)) for i in range(self.vocab_size)])
 
     @functools.cached_property
     def replacement_ids(self):
@@ -157,6 +159,20 @@ class Tokenizer:
 
     def in_graph(self) -> "InGraphTokenizer":
         return InGraphTokenizer(self.model_proto, self.do_lower_case)
+
+
+# Official `_is_start_piece_sp` punctuation (google-research/albert create_pretraining_data.py):
+# ASCII punctuation without the apostrophe. Its € and £ entries are bytes there, so they never
+# equal a piece; those pieces start words through the last clause instead, as here.
+START_PIECE_PUNCTUATION = frozenset('!"#$%&()*+,-./:;?@[\\]^_`{|}~')
+_WORD_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz") | START_PIECE_PUNCTUATION
+
+
+def is_start_piece(piece: str) -> bool:
+    """The official whole-word rule for one SentencePiece piece (see `start_piece_mask`)."""
+    return (piece.startswith(SPIECE_UNDERLINE) or piece.startswith("<")
+            or piece in START_PIECE_PUNCTUATION
+            or not all(c.lower() in _WORD_CHARACTERS for c in piece))
 
 
 def check_special_ids(sp, source: str) -> None:

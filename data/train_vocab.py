@@ -8,7 +8,8 @@ sentence counts). Text goes through the official ALBERT preprocessing first (the
 `albert_tf.tokenization.preprocess_text` used at encoding time), so training and encoding see the
 same normalized text. Ids: pad 0, unk 1, control symbols [CLS] 2, [SEP] 3, [MASK] 4; no BOS/EOS.
 Large corpora are sampled: `--input_sentence_size` sentences drawn uniformly (reservoir) with
-`--random_seed`.
+`--random_seed`. As the official `spm_train` command, the pieces `( ) " - . – £ €` are
+user-defined symbols (always pieces of their own); `--nouser_defined_symbols` leaves them out.
 """
 
 from __future__ import annotations
@@ -29,13 +30,18 @@ from albert_tf.tokenization import (CLS_PIECE, MASK_PIECE, PAD_ID, PAD_PIECE, SE
 from data.text_io import expand_input_patterns, read_text_lines
 
 
+# The official `spm_train --user_defined_symbols="(,),\",-,.,–,£,€"` (google-research/albert README).
+OFFICIAL_USER_DEFINED_SYMBOLS = ("(", ")", '"', "-", ".", "\u2013", "\u00a3", "\u20ac")
+
+
 class VocabularyError(ValueError):
     """Bad input or settings for vocabulary training; the message names the file or flag."""
 
 
 def train_vocab(input_patterns, model_prefix, vocab_size=30000, do_lower_case=True,
                 input_sentence_size=1_000_000, character_coverage=0.99995, random_seed=12345,
-                max_sentence_length=16384, num_threads=None) -> dict:
+                max_sentence_length=16384, num_threads=None,
+                user_defined_symbols=OFFICIAL_USER_DEFINED_SYMBOLS) -> dict:
     """Trains the model and returns the description written to `<model_prefix>.json`.
 
     Args:
@@ -48,6 +54,7 @@ def train_vocab(input_patterns, model_prefix, vocab_size=30000, do_lower_case=Tr
         random_seed: seed of SentencePiece's sampling.
         max_sentence_length: longer lines (bytes) are skipped by SentencePiece.
         num_threads: trainer threads (default: all cores).
+        user_defined_symbols: pieces always kept whole (default: the official ones; () for none).
     """
     import sentencepiece as spm
 
@@ -78,6 +85,7 @@ def train_vocab(input_patterns, model_prefix, vocab_size=30000, do_lower_case=Tr
                 vocab_size=vocab_size, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=-1, eos_id=-1,
                 pad_piece=PAD_PIECE, unk_piece=UNK_PIECE,
                 control_symbols=[CLS_PIECE, SEP_PIECE, MASK_PIECE],
+                user_defined_symbols=list(user_defined_symbols),
                 input_sentence_size=input_sentence_size, shuffle_input_sentence=True,
                 character_coverage=character_coverage, max_sentence_length=max_sentence_length,
                 num_threads=num_threads or os.cpu_count(), minloglevel=2)
@@ -108,6 +116,7 @@ def train_vocab(input_patterns, model_prefix, vocab_size=30000, do_lower_case=Tr
             "input_sentence_size": input_sentence_size,
             "character_coverage": character_coverage,
             "random_seed": random_seed,
+            "user_defined_symbols": list(user_defined_symbols),
             "sentencepiece_version": spm.__version__,
             "seconds": round(time.time() - started, 2),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
@@ -132,6 +141,9 @@ def define_flags():
     flags.DEFINE_float("character_coverage", 0.99995, "Character coverage of the vocabulary.")
     flags.DEFINE_integer("random_seed", 12345, "Seed of the sentence sampling.")
     flags.DEFINE_integer("num_threads", None, "Trainer threads (default: all cores).")
+    flags.DEFINE_bool("user_defined_symbols", True,
+                      "Keep the official user-defined symbols ( ) \" - . – £ € as pieces of "
+                      "their own, as the official spm_train command does.")
 
 
 def main(argv):
@@ -144,7 +156,9 @@ def main(argv):
             FLAGS.input_file, FLAGS.model_prefix, vocab_size=FLAGS.vocab_size,
             do_lower_case=FLAGS.do_lower_case, input_sentence_size=FLAGS.input_sentence_size,
             character_coverage=FLAGS.character_coverage, random_seed=FLAGS.random_seed,
-            num_threads=FLAGS.num_threads)
+            num_threads=FLAGS.num_threads,
+            user_defined_symbols=OFFICIAL_USER_DEFINED_SYMBOLS if FLAGS.user_defined_symbols
+            else ())
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -8,7 +8,7 @@ import pytest
 from conftest import GUTENBERG, WIKITEXT, WIKI_FLAGS
 from data.prepare_corpus import prepare_corpus, split_sentences
 from data.text_io import InputError, expand_input_patterns, read_documents, read_text_lines
-from data.train_vocab import VocabularyError, train_vocab
+from data.train_vocab import OFFICIAL_USER_DEFINED_SYMBOLS, VocabularyError, train_vocab
 
 
 @pytest.mark.parametrize("paragraph, expected", [
@@ -83,6 +83,19 @@ def test_train_vocab(tmp_path, prepared_corpus):
     assert [v.split("\t")[0] for v in vocab_lines[:5]] == ["<pad>", "<unk>", "[CLS]", "[SEP]",
                                                            "[MASK]"]
     assert len(vocab_lines) == 3000
+    # The official user-defined symbols are pieces of their own, right after the specials.
+    assert [v.split("\t")[0] for v in vocab_lines[5:13]] == list(OFFICIAL_USER_DEFINED_SYMBOLS)
+    assert saved["user_defined_symbols"] == list(OFFICIAL_USER_DEFINED_SYMBOLS)
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=prefix + ".model")
+    for text, symbol in (("well-known", "-"), ("a(b)c", "("), ("1.5", "."), ("£3", "£")):
+        assert symbol in sp.EncodeAsPieces(text), text  # always a piece of its own
+    off = train_vocab(prepared_corpus["wiki"], str(tmp_path / "off"), vocab_size=3000,
+                      num_threads=2, user_defined_symbols=())
+    assert off["user_defined_symbols"] == []
+    off_lines = open(str(tmp_path / "off.vocab"), encoding="utf-8").read().splitlines()
+    assert [v.split("\t")[0] for v in off_lines[5:13]] != list(OFFICIAL_USER_DEFINED_SYMBOLS)
 
 
 def test_train_vocab_errors(tmp_path, prepared_corpus):

@@ -109,3 +109,34 @@ def test_read_text_lines_handles_bom_crlf_and_names_bad_bytes(tmp_path):
     with pytest.raises(InputError, match=r"t.txt: line 2 is not valid UTF-8 \(byte 0xff at file "
                                          r"offset 12\)"):
         list(read_text_lines(str(path)))
+
+
+def _official_is_start_piece_sp(piece):
+    """Transcription of official `_is_start_piece_sp` (google-research/albert
+    create_pretraining_data.py) as it runs under Python 3: its € and £ entries are UTF-8 bytes,
+    which no str piece equals, and its punctuation string has no apostrophe."""
+    special = set('!"#$%&"()*+,-./:;?@[\\]^_`{|}~')
+    special.add("€".encode("utf-8"))
+    special.add("£".encode("utf-8"))
+    english = set("abcdefghijklmnopqrstuvwxyz")
+    return (piece.startswith("▁") or piece.startswith("<") or piece in special
+            or not all(c.lower() in english.union(special) for c in piece))
+
+
+def test_start_piece_mask_is_the_official_rule_over_the_whole_vocabulary(sample_vocab):
+    tok = Tokenizer(sample_vocab)
+    pieces = tok.ids_to_pieces(range(tok.vocab_size))
+    expected = np.array([_official_is_start_piece_sp(p) for p in pieces])
+    np.testing.assert_array_equal(tok.start_piece_mask, expected)
+    # The clauses the earlier rule missed: this vocabulary exercises digits and non-ASCII
+    # pieces; the others are checked on literal pieces.
+    by_clause = {"digits": [p for p in pieces if any(c.isdigit() for c in p)
+                            and not p.startswith("▁")],
+                 "non-ascii": [p for p in pieces if not p.isascii() and not p.startswith("▁")]}
+    for clause, found in by_clause.items():
+        assert found and all(tok.start_piece_mask[tok.sp.PieceToId(p)] for p in found), clause
+    from albert_tf.tokenization import is_start_piece
+
+    for piece, starts in (("'s", True), ("'", True), ("€", True), ("£", True), ("é", True),
+                          ("ing", False), ("Ing", False), ("-", True), ("<unk>", True)):
+        assert is_start_piece(piece) == _official_is_start_piece_sp(piece) == starts, piece
