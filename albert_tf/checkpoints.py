@@ -8,9 +8,12 @@ Our format is a directory:
     albert_tf.json       what the weights are (model kind, labels) and where they came from
     *.model              the SentencePiece model, when one was found beside the source
 
-`load_pretrained(DIR)` rebuilds the model from these. Every load goes through
+`load_pretrained(DIR)` rebuilds the model from these. Loads of foreign formats (TF1 checkpoints,
+TF-Hub modules, Hugging Face folders, `--init_checkpoint`) go through
 `checkpoint_names.assign_strict`: an unmapped entry, an unfilled weight or a shape mismatch is an
-error that names them, never a partial load.
+error that names them, never a partial load. Our own directories are read by Keras'
+`load_weights` into a model rebuilt from the stored config and kind (it raises on a missing layer
+or a shape mismatch); `.keras` files by `keras.models.load_model` in safe mode.
 """
 
 from __future__ import annotations
@@ -162,16 +165,27 @@ def _group0(official_name: str) -> str:
     return re.sub(r"(transformer/)group_\d+/", r"\1group_0/", official_name)
 
 
+def _key_of(names, init_from_group0: bool):
+    """Official `get_assignment_map_from_checkpoint`: a weight takes its own name; with
+    `init_from_group0`, a block weight whose group the checkpoint lacks falls back to group 0
+    (groups the checkpoint has are never replaced by group 0)."""
+    names = set(names)
+    if not init_from_group0:
+        return lambda n: (n, False)
+    return lambda n: (n if n in names else _group0(n), False)
+
+
 def load_tf1_checkpoint(model, checkpoint: TF1Checkpoint | str,
                         init_from_group0: bool = False) -> dict:
     """Fills `model` from an official TF1 checkpoint, strictly. Optimizer slots and
     `global_step` are skipped; so are the pretraining heads when `model` is a backbone.
-    `init_from_group0` (official flag) fills every group of the model from the checkpoint's
-    group 0, e.g. to grow a one-group model into several."""
+    `init_from_group0` (official flag): block weights of groups the checkpoint lacks are filled
+    from its group 0 (e.g. to grow a one-group model into several); groups it has load as
+    themselves."""
     if not isinstance(checkpoint, TF1Checkpoint):
         checkpoint = TF1Checkpoint(checkpoint)
     kind = model_kind(model)
-    key_of = (lambda n: (_group0(n), False)) if init_from_group0 else (lambda n: (n, False))
+    key_of = _key_of(checkpoint.names, init_from_group0)
 
     def skip_reason(name):
         reason = _tf1_skip_reason(name)
@@ -194,7 +208,7 @@ def initialize_from_checkpoint(model, path: str, init_from_group0: bool = False)
         source = load_pretrained(path)
         arrays = {w.official_name: w.to_official(w.variable.numpy())
                   for w in model_weights(source)}
-        key_of = (lambda n: (_group0(n), False)) if init_from_group0 else (lambda n: (n, False))
+        key_of = _key_of(arrays.keys(), init_from_group0)
         return assign_strict(model, arrays.keys(), arrays.__getitem__, key_of,
                              lambda name: None, path)
     return load_tf1_checkpoint(model, path, init_from_group0=init_from_group0)

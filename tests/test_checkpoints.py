@@ -443,3 +443,13 @@ def test_init_from_group0(tmp_path):
     initialize_from_checkpoint(other, str(tmp_path / "ours"), init_from_group0=True)
     for a, b in zip(other.weights, target.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+    # Official semantics: a fallback, not a remapping. A checkpoint that has group 1 fills
+    # group 1 from group 1 even with init_from_group0.
+    two = AlbertPretrainer(tiny_config(num_hidden_groups=2))
+    for v in two.weights:
+        v.assign(rng.normal(0, 1, v.shape).astype(np.float32))
+    prefix = write_tf1_checkpoint(two, str(tmp_path / "tf1_two"))
+    fresh = AlbertPretrainer(tiny_config(num_hidden_groups=2))
+    initialize_from_checkpoint(fresh, prefix, init_from_group0=True)
+    for a, b in zip(model_weights(two), model_weights(fresh)):
+        np.testing.assert_array_equal(a.variable.numpy(), b.variable.numpy())
