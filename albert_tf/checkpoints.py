@@ -214,6 +214,28 @@ def initialize_from_checkpoint(model, path: str, init_from_group0: bool = False)
     return load_tf1_checkpoint(model, path, init_from_group0=init_from_group0)
 
 
+def official_config(config: AlbertConfig) -> AlbertConfig:
+    """The config under which official code (and Hugging Face) builds exactly `config`'s model
+    from an official checkpoint of it.
+
+    "all" is official ALBERT as is. "none" (every layer its own block) is official ALBERT with
+    one group per layer: layer l uses group int(l / L * L) = l, which is how our weight table
+    already names a not-shared model's blocks. Attention-only and FFN-only sharing cannot be
+    expressed: an official group holds attention and FFN together.
+    """
+    import dataclasses
+
+    if config.sharing == "all":
+        return config
+    if config.sharing == "none":
+        return dataclasses.replace(config, num_hidden_groups=config.num_hidden_layers,
+                                   sharing="all")
+    raise CheckpointError(
+        f"sharing={config.sharing!r} cannot be written in the official format: an official "
+        "block group shares its attention and its FFN together, so official code and Hugging "
+        "Face would build a different model. Keep this model in our format (--target albert_tf).")
+
+
 def write_tf1_checkpoint(model, output_dir: str, name: str = TF1_CHECKPOINT_NAME) -> str:
     """Writes `model`'s weights as an official name-based TF1 checkpoint (SaveV2, the format of
     a TF1 `Saver`), readable by the official code, `tf.train.load_checkpoint` and Hugging Face's
@@ -464,11 +486,12 @@ def convert(source: str, input_path: str, output_dir: str, target: str = "albert
     if target == "albert_tf":
         written = save_albert_tf(keras_model, output_dir, spm, record, overwrite=overwrite)
     elif target == "tf1":
+        config = official_config(keras_model.config)  # refuses what official code cannot read
         if os.path.exists(output_dir) and os.listdir(output_dir) and not overwrite:
             raise CheckpointError(f"{output_dir} exists and is not empty; choose a new directory "
                                   "or pass --overwrite.")
         written = write_tf1_checkpoint(keras_model, output_dir)
-        keras_model.config.to_json_file(os.path.join(output_dir, CONFIG_FILE))
+        config.to_json_file(os.path.join(output_dir, CONFIG_FILE))
         if spm:
             shutil.copy(spm, output_dir)
     else:
@@ -480,4 +503,5 @@ def convert(source: str, input_path: str, output_dir: str, target: str = "albert
 
 __all__ = ["CheckpointError", "CheckpointMismatchError", "TF1Checkpoint", "build_model",
            "config_from_hf", "convert", "load_pretrained", "load_tf1_checkpoint",
+           "official_config",
            "read_hf_folder", "save_albert_tf", "write_tf1_checkpoint"]

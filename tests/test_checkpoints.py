@@ -6,6 +6,7 @@ Hugging Face's own reader of official checkpoints, `load_tf_weights_in_albert`, 
 our name scheme: the same TF1 file loaded by it and by us must give the same outputs.
 """
 
+import dataclasses
 import json
 import os
 import pickle
@@ -237,15 +238,59 @@ def test_round_trip_through_tf1_is_bit_identical(tmp_path, model_cls, sharing):
         v.assign(rng.normal(0, 1, v.shape).astype(np.float32))
     from albert_tf.checkpoints import save_albert_tf
     save_albert_tf(model, str(tmp_path / "ours"))
+    if sharing == "attention":  # an official group shares attention and FFN together
+        with pytest.raises(CheckpointError, match=r"sharing='attention' cannot be written in "
+                                                  r"the official format"):
+            convert("albert_tf", str(tmp_path / "ours"), str(tmp_path / "tf1"), target="tf1")
+        assert not os.path.exists(tmp_path / "tf1")
+        return
     convert("albert_tf", str(tmp_path / "ours"), str(tmp_path / "tf1"), target="tf1")
     assert sorted(os.listdir(tmp_path / "tf1")) == [
         "albert_config.json", "checkpoint", "model.ckpt.data-00000-of-00001", "model.ckpt.index"]
+    written = json.load(open(tmp_path / "tf1" / "albert_config.json"))
+    assert "sharing" not in written  # official code and HF would ignore it
+    # Not shared = one official group per layer.
+    expected = cfg if sharing == "all" else dataclasses.replace(
+        cfg, num_hidden_groups=cfg.num_hidden_layers, sharing="all")
+    assert written["num_hidden_groups"] == expected.num_hidden_groups
     convert("tf1", str(tmp_path / "tf1"), str(tmp_path / "back"))
     back = load_pretrained(str(tmp_path / "back"))
-    assert type(back) is model_cls and back.config == cfg
+    assert type(back) is model_cls and back.config == expected
+    batch = random_batch(cfg, seed=4)
+    keys = PRETRAINER_KEYS if model_cls is AlbertPretrainer else PRETRAINER_KEYS[:3]
+    for x, y in zip(tf.nest.flatten(model(tf_inputs(batch, keys))),
+                    tf.nest.flatten(back(tf_inputs(batch, keys)))):
+        np.testing.assert_allclose(x.numpy(), y.numpy(), atol=1e-6, rtol=0)
     for a, b in zip(model_weights(model), model_weights(back)):
         assert a.official_name == b.official_name
         np.testing.assert_array_equal(a.variable.numpy(), b.variable.numpy())
+
+
+def test_not_shared_write_back_is_read_by_hf_as_the_same_model(tmp_path):
+    """HF's own readers (its AlbertConfig from the written albert_config.json, and
+    load_tf_weights_in_albert) build the same not-shared model from our --target tf1 output."""
+    cfg = tiny_config(sharing="none", num_hidden_groups=1, inner_group_num=1)
+    model = AlbertPretrainer(cfg)
+    rng = np.random.default_rng(13)
+    for v in model.weights:
+        v.assign(rng.normal(0, 0.3, v.shape).astype(np.float32))
+    from albert_tf.checkpoints import save_albert_tf
+    save_albert_tf(model, str(tmp_path / "ours"))
+    convert("albert_tf", str(tmp_path / "ours"), str(tmp_path / "tf1"), target="tf1")
+    hf_cfg = transformers.AlbertConfig.from_json_file(str(tmp_path / "tf1" / "albert_config.json"))
+    assert (hf_cfg.num_hidden_groups, hf_cfg.inner_group_num) == (cfg.num_hidden_layers, 1)
+    hf_cfg.hidden_act = "gelu_new"  # official "gelu" is the tanh form, HF's "gelu" the erf one
+    hf_cfg.layer_norm_eps = 1e-12
+    hf = transformers.AlbertForPreTraining(hf_cfg)
+    transformers.models.albert.modeling_albert.load_tf_weights_in_albert(
+        hf, None, str(tmp_path / "tf1" / "model.ckpt"))
+    batch = random_batch(cfg, seed=6)
+    with torch.no_grad():
+        ref = hf.eval()(**torch_inputs(batch))
+    out = _pretrainer_outputs(model, batch)
+    assert max_diff(out["sop_logits"], ref.sop_logits) <= TOLERANCE
+    assert max_diff(out["mlm_logits"], gather_positions(
+        ref.prediction_logits, batch["masked_lm_positions"])) <= TOLERANCE
 
 
 def test_written_tf1_checkpoint_is_read_by_hf(tmp_path):
