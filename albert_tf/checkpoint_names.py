@@ -86,8 +86,9 @@ def backbone_weights(backbone) -> list[NamedWeight]:
         NamedWeight("bert/embeddings/token_type_embeddings", emb.token_type_embeddings.embeddings),
         NamedWeight("bert/embeddings/position_embeddings", emb.position_embeddings.embeddings),
         *_layer_norm("bert/embeddings/LayerNorm", emb.layer_norm),
-        *_dense("bert/encoder/embedding_hidden_mapping_in", emb.projection),
     ]
+    if emb.projection is not None:  # official: only when E != H
+        out += _dense("bert/encoder/embedding_hidden_mapping_in", emb.projection)
     enc = backbone.encoder
     inner = enc.inner_group_num
     for kind, layers, names in (("attention", enc.attention_layers, _ATTENTION_NAMES),
@@ -348,6 +349,24 @@ def _to_numpy(value) -> np.ndarray:
     return np.asarray(value)
 
 
+def _identity_projection(state_dict, prefix: str, source: str) -> bool:
+    """For an E = H model: Hugging Face always builds `embedding_hidden_mapping_in`; it can be
+    dropped only when it is the identity with zero bias. Otherwise the checkpoint is a model
+    ours cannot represent, and loading it would silently change its outputs."""
+    weight, bias = state_dict.get(prefix + "weight"), state_dict.get(prefix + "bias")
+    if weight is None and bias is None:
+        return False
+    weight, bias = _to_numpy(weight), _to_numpy(bias)
+    if np.array_equal(weight, np.eye(*weight.shape)) and not np.any(bias):
+        return True
+    raise CheckpointMismatchError(
+        f"{source}: embedding_size == hidden_size, so the model has no E -> H projection "
+        f"(official rule), but {prefix}weight/bias is not the identity with zero bias (max "
+        f"|W - I| {np.abs(weight - np.eye(*weight.shape)).max():.3g}, max |b| "
+        f"{np.abs(bias).max():.3g}); this checkpoint's model cannot be represented. Use a config "
+        "with embedding_size != hidden_size only if the checkpoint really has one.")
+
+
 def load_hf_state_dict(model, state_dict: Mapping[str, object], source="state_dict") -> dict:
     """Copies a Hugging Face ALBERT `state_dict` into `model` strictly (see `assign_strict`).
 
@@ -364,10 +383,15 @@ def load_hf_state_dict(model, state_dict: Mapping[str, object], source="state_di
 
     derived = {k if prefixed else k.replace("albert.", "", 1) for k in HF_DERIVED_KEYS}
     kind = model_kind(model)
+    projection = ("albert." if prefixed else "") + "encoder.embedding_hidden_mapping_in."
+    identity = _identity_projection(state_dict, projection, source) \
+        if model.config.embedding_size == model.config.hidden_size else False
 
     def skip_reason(key):
         if key in derived:
             return "derived (buffer or tied copy)"
+        if identity and key.startswith(projection):
+            return "identity E -> H projection (E = H: the model has none)"
         if kind != "pretrainer" and key.startswith(HF_HEAD_PREFIXES):
             return f"pretraining head, not part of a {kind}"
         if kind == "backbone" and key.startswith("classifier."):

@@ -43,10 +43,11 @@ def official_shapes(cfg, mlm=True, sop=True, num_labels=None):
         "bert/embeddings/token_type_embeddings": (cfg.type_vocab_size, E),
         "bert/embeddings/position_embeddings": (cfg.max_position_embeddings, E),
         "bert/embeddings/LayerNorm/gamma": (E,), "bert/embeddings/LayerNorm/beta": (E,),
-        "bert/encoder/embedding_hidden_mapping_in/kernel": (E, H),
-        "bert/encoder/embedding_hidden_mapping_in/bias": (H,),
         "bert/pooler/dense/kernel": (H, H), "bert/pooler/dense/bias": (H,),
     }
+    if E != H:  # official modeling.py creates the projection only then
+        shapes["bert/encoder/embedding_hidden_mapping_in/kernel"] = (E, H)
+        shapes["bert/encoder/embedding_hidden_mapping_in/bias"] = (H,)
     for g in range(cfg.num_hidden_groups):
         for i in range(cfg.inner_group_num):
             p = f"bert/encoder/transformer/group_{g}/inner_group_{i}/"
@@ -165,6 +166,49 @@ def test_official_tf1_checkpoint_matches_hf_reader(tmp_path, module, spm_model):
     print(f"\nTF1 checkpoint (module={module}) ours vs HF load_tf_weights_in_albert: {diffs}")
     assert max(diffs.values()) <= TOLERANCE, diffs
     assert np.abs(out["mlm_logits"].numpy()).max() > 1.0
+
+
+def test_official_checkpoint_with_e_equal_h_has_no_projection(tmp_path):
+    """E = H: the official checkpoint has no embedding_hidden_mapping_in; it loads strictly and
+    equals HF's model (which always has the projection) with the identity projection. An HF
+    folder of that model loads with its identity projection skipped; a non-identity one is
+    refused."""
+    cfg = tiny_config(embedding_size=24)  # E = H = 24
+    prefix = write_official_checkpoint(str(tmp_path / "bert_like"), cfg)
+    assert "bert/encoder/embedding_hidden_mapping_in/kernel" not in official_shapes(cfg)
+    summary = convert("tf1", str(tmp_path / "bert_like"), str(tmp_path / "converted"))
+    ours = load_pretrained(str(tmp_path / "converted"))
+    assert ours.backbone.embeddings.projection is None
+    assert summary["weights"] == len(official_shapes(cfg))
+    hf = hf_from_tf1(transformers.AlbertForPreTraining, cfg, prefix)
+    with torch.no_grad():
+        hf.albert.encoder.embedding_hidden_mapping_in.weight.copy_(torch.eye(24))
+        hf.albert.encoder.embedding_hidden_mapping_in.bias.zero_()
+    batch = random_batch(cfg, seed=8)
+    with torch.no_grad():
+        ref = hf(**torch_inputs(batch), output_hidden_states=True)
+    out = _pretrainer_outputs(ours, batch)
+    diffs = {"mlm_logits": max_diff(out["mlm_logits"], gather_positions(
+                 ref.prediction_logits, batch["masked_lm_positions"])),
+             "sop_logits": max_diff(out["sop_logits"], ref.sop_logits),
+             "sequence_output": max_diff(out["sequence_output"], ref.hidden_states[-1])}
+    print(f"\nE = H official checkpoint, ours vs HF with identity projection: {diffs}")
+    assert max(diffs.values()) <= TOLERANCE, diffs
+    # The same model as an HF folder: the identity projection is skipped and reported.
+    hf.save_pretrained(str(tmp_path / "hf"))
+    summary = convert("hf", str(tmp_path / "hf"), str(tmp_path / "from_hf"))
+    assert sorted(k for k, r in summary["skipped"].items() if r.startswith("identity")) == [
+        "albert.encoder.embedding_hidden_mapping_in.bias",
+        "albert.encoder.embedding_hidden_mapping_in.weight"]
+    from_hf = load_pretrained(str(tmp_path / "from_hf"))
+    np.testing.assert_allclose(_pretrainer_outputs(from_hf, batch)["mlm_logits"].numpy(),
+                               out["mlm_logits"].numpy(), atol=TOLERANCE)
+    with torch.no_grad():
+        hf.albert.encoder.embedding_hidden_mapping_in.weight.mul_(1.01)
+    hf.save_pretrained(str(tmp_path / "hf2"))
+    with pytest.raises(CheckpointMismatchError, match=r"no E -> H projection .* is not the "
+                                                      r"identity with zero bias"):
+        convert("hf", str(tmp_path / "hf2"), str(tmp_path / "nope"))
 
 
 def test_fine_tuned_classifier_checkpoint(tmp_path):

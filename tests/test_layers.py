@@ -111,8 +111,16 @@ def test_embedding_rejects_overlong_sequence():
         layer(_ids(31, 2, 9), _ids(2, 2, 9))
 
 
-def test_embedding_equal_e_and_h_keeps_projection():
+def test_embedding_equal_e_and_h_has_no_projection():
+    """Official rule: E == H creates no embedding_hidden_mapping_in; the output is the
+    LayerNorm of the summed embeddings."""
     layer = AlbertEmbedding(31, 14, 14, 12, 2)
-    out = layer(_ids(31, 2, 9), _ids(2, 2, 9))
-    assert tuple(layer.projection.kernel.shape) == (14, 14)
-    assert tuple(out.shape) == (2, 9, 14)
+    ids, seg = _ids(31, 2, 9), _ids(2, 2, 9)
+    out = layer(ids, seg).numpy()
+    assert layer.projection is None and len(layer.weights) == 5
+    x = (layer.word_embeddings.embeddings.numpy()[ids.numpy()]
+         + layer.token_type_embeddings.embeddings.numpy()[seg.numpy()]
+         + layer.position_embeddings.embeddings.numpy()[:9][None])
+    expected = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-12)
+    np.testing.assert_allclose(out, expected, atol=2e-5)
+    assert len(AlbertEmbedding(31, 6, 14, 12, 2)(ids, seg).shape) == 3  # E != H still projects

@@ -41,21 +41,26 @@ def test_albert_base_built_count_is_exact():
 def test_table_cells_against_paper():
     counts = {r.label: backbone_param_count(r.config) for r in table5_rows()}
     assert counts == {
-        "E=768 all-shared": 31_705_344, "E=768 shared-attention": 83_668_992,
-        "E=768 shared-FFN": 57_708_288, "E=768 not-shared": 109_671_936,
+        "E=768 all-shared": 31_114_752, "E=768 shared-attention": 83_078_400,
+        "E=768 shared-FFN": 57_117_696, "E=768 not-shared": 109_081_344,
         "E=128 all-shared": 11_683_584, "E=128 shared-attention": 63_647_232,
         "E=128 shared-FFN": 37_686_528, "E=128 not-shared": 89_650_176}
     verdicts = {r.label: compare(backbone_param_count(r.config), r.paper_millions)
                 for r in table4_rows()}
     assert verdicts == {
         "not-shared E=64": "= (truncated)", "not-shared E=128": "= (truncated)",
-        "not-shared E=256": "= (truncated)", "not-shared E=768": "differs by +1.67M",
+        "not-shared E=256": "= (truncated)", "not-shared E=768": "differs by +1.08M",
         "all-shared E=64": "= (rounded)", "all-shared E=128": "= (rounded)",
-        "all-shared E=256": "= (rounded)", "all-shared E=768": "= (truncated)"}
+        "all-shared E=256": "= (rounded)", "all-shared E=768": "= (rounded)"}
     verdicts = {r.label: compare(backbone_param_count(r.config), r.paper_millions)
                 for r in table1_rows()}
     assert verdicts["ALBERT base"] == verdicts["ALBERT large"] == "= (rounded)"
     assert verdicts["ALBERT xxlarge"] == "differs by -12.40M"
+    # BERT (E = H): no E -> H projection, as official modeling.py.
+    counts = {r.label: backbone_param_count(r.config) for r in table1_rows()}
+    assert counts["BERT base"] == 109_081_344
+    assert counts["BERT large"] == 334_607_360
+    assert counts["BERT xlarge"] == 1_275_291_648
 
 
 def test_render_table_checks_the_formula():

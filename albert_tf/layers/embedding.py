@@ -14,8 +14,9 @@ class AlbertEmbedding(keras.layers.Layer):
     projection E -> H (`embedding_hidden_mapping_in`).
 
     The vocabulary table is [V, E] instead of BERT's [V, H]: V*E + E*H parameters instead of V*H.
-    The projection is kept when E == H (as the official code does), so BERT-shaped configs load
-    official E == H checkpoints too.
+    As in official `modeling.py` (`transformer_model`) and TF Model Garden, the projection exists
+    only when E != H: with E == H (BERT) there is no `embedding_hidden_mapping_in` variable, so
+    official E == H checkpoints load strictly and BERT counts carry no extra H*H + H.
 
     Args:
         vocab_size: V.
@@ -68,16 +69,19 @@ class AlbertEmbedding(keras.layers.Layer):
             epsilon=layer_norm_epsilon, dtype="float32", name="LayerNorm")
         self.dropout = keras.layers.Dropout(hidden_dropout_prob, dtype=self.dtype_policy,
                                             name="dropout")
-        self.projection = keras.layers.Dense(
-            hidden_size, kernel_initializer=init, dtype=self.dtype_policy,
-            name="embedding_hidden_mapping_in")
+        self.projection = None
+        if embedding_size != hidden_size:
+            self.projection = keras.layers.Dense(
+                hidden_size, kernel_initializer=init, dtype=self.dtype_policy,
+                name="embedding_hidden_mapping_in")
 
     def build(self, input_ids_shape, segment_ids_shape=None):
         self.word_embeddings.build(input_ids_shape)
         self.token_type_embeddings.build(input_ids_shape)
         self.position_embeddings.build(input_ids_shape)
         self.layer_norm.build((None, None, self.embedding_size))
-        self.projection.build((None, None, self.embedding_size))
+        if self.projection is not None:
+            self.projection.build((None, None, self.embedding_size))
         self.built = True
 
     def call(self, input_ids, segment_ids, training=None):
@@ -97,6 +101,8 @@ class AlbertEmbedding(keras.layers.Layer):
              + tf.cast(positions, self.compute_dtype)[tf.newaxis])
         x = self.layer_norm(x)
         x = self.dropout(x, training=training)
+        if self.projection is None:  # E == H
+            return tf.cast(x, self.compute_dtype)
         return self.projection(x)
 
     def compute_output_shape(self, input_ids_shape, segment_ids_shape=None):
