@@ -95,8 +95,8 @@ class Tokenizer:
     def start_piece_mask(self):
         """numpy bool [V]: the piece starts a word, by the official `_is_start_piece_sp`:
 
-        it starts with "▁" or "<"; or it is one of the punctuation characters
-        ``!"#$%&()*+,-./:;?@[\]^_`{|}~`` (no apostrophe); or any of its characters, lowercased,
+        it starts with "▁" or "<"; or it is one of the punctuation characters in
+        `START_PIECE_PUNCTUATION` (ASCII punctuation without the apostrophe); or any of its characters, lowercased,
         is outside a-z and that set (digits, "'s", accented and non-Latin pieces, € and £).
         Every other piece continues the word before it."""
         import numpy as np
