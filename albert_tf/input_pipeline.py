@@ -11,6 +11,7 @@ lengths.
 from __future__ import annotations
 
 import json
+import re
 
 import tensorflow as tf
 
@@ -150,3 +151,16 @@ def pretraining_dataset(input_patterns, global_batch_size: int, max_seq_length: 
     dataset = dataset.map(parse_fn(max_seq_length, max_predictions_per_seq),
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     return dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+
+
+def find_unreadable_files(files) -> list[tuple[str, str]]:
+    """[(path, error)] of the TFRecord files that cannot be read to the end (truncated or
+    corrupt records). Reads every file once: meant for after a failure, not before training."""
+    found = []
+    for path in files:
+        try:
+            tf.data.TFRecordDataset(path).reduce(tf.constant(0, tf.int64), lambda n, _: n + 1)
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+            message = re.sub(r"\{\{.*?\}\}\s*", "", e.message.splitlines()[0])
+            found.append((path, re.sub(r"\s*\[Op:.*$", "", message)))
+    return found

@@ -124,8 +124,8 @@ def main(argv):
     from albert_tf.config import AlbertConfig
     from albert_tf.distribute import StrategyError, get_strategy
     from albert_tf.input_pipeline import DataMismatchError
-    from albert_tf.train_lib import (NonFiniteLossError, OutputDirMismatchError,
-                                     PretrainingConfig, PretrainingRun)
+    from albert_tf.train_lib import (CorruptInputError, NonFiniteLossError,
+                                     OutputDirMismatchError, PretrainingConfig, PretrainingRun)
 
     if FLAGS.deterministic:
         tf.config.experimental.enable_op_determinism()
@@ -163,7 +163,7 @@ def main(argv):
                              "--spm_model_file.")
         summary = run.run(exporter=exporter)
     except (StrategyError, DataMismatchError, OutputDirMismatchError, NonFiniteLossError,
-            ValueError, FileNotFoundError) as e:  # ExportError is a ValueError
+            CorruptInputError, ValueError, FileNotFoundError) as e:  # ExportError is a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 1
     if "eval" in summary:

@@ -48,6 +48,16 @@ class OutputDirMismatchError(ValueError):
     """`output_dir` holds a run of another model configuration."""
 
 
+class CorruptInputError(RuntimeError):
+    """A training input file cannot be read; a consistent checkpoint was saved first."""
+
+
+def _is_record_error(error) -> bool:
+    """InvalidArgumentErrors of tf.data record parsing (a corrupt but complete record)."""
+    message = error.message
+    return "parse" in message.lower() and ("Example" in message or "Feature" in message)
+
+
 @dataclasses.dataclass
 class PretrainingConfig:
     """Settings of a pretraining run (official `run_pretraining.py` flag names)."""
@@ -443,16 +453,24 @@ class PretrainingRun:
         preemption = self._preemption_handler()
         previous_sigterm = self._install_sigterm()
         status = "completed"
+        if self.manager.latest_checkpoint is None and step < cfg.num_train_steps:
+            # A starting point to rewind to (see `_rewind_to`) before the first interval ends.
+            self.manager.save(checkpoint_number=step)
         try:
             while step < cfg.num_train_steps:
                 next_save = (step // cfg.save_checkpoints_steps + 1) * cfg.save_checkpoints_steps
                 n = min(cfg.iterations_per_loop, next_save - step, cfg.num_train_steps - step)
                 t0 = time.time()
                 args = (self.train_iterator, tf.constant(n, tf.int32))
-                if preemption is not None:
-                    sums, loss, norm = preemption.run(self._train_loop, *args)
-                else:
-                    sums, loss, norm = self._train_loop(*args)
+                try:
+                    if preemption is not None:
+                        sums, loss, norm = preemption.run(self._train_loop, *args)
+                    else:
+                        sums, loss, norm = self._train_loop(*args)
+                except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+                    if isinstance(e, tf.errors.InvalidArgumentError) and not _is_record_error(e):
+                        raise
+                    self._stop_on_bad_input(e)
                 sums = {k: float(v) for k, v in sums.items()}
                 loss, norm = float(loss), float(norm)
                 if float(self.optimizer.update_gate.numpy()) < 0.5:
@@ -497,13 +515,47 @@ class PretrainingRun:
             eval_writer.flush()
         return {"status": status, "step": step, "history": history}
 
+    def _rewind_to(self, good_step: int) -> tuple[str, int]:
+        """A consistent checkpoint after a failure inside a loop of steps, as (path, step).
+
+        The model and optimizer stopped at `good_step`, but the input iterator had run ahead
+        (the failed step's batch and prefetching), so saving as is would make a resumed run skip
+        data. Instead: restore the latest checkpoint (model, optimizer and input position
+        together, at step c <= good_step), replay steps c+1 .. good_step one at a time, and save.
+        The cost is at most one checkpoint interval of steps. If the input fails during the
+        replay (a damaged file can read differently from one pass to the next), the checkpoint
+        at c, already on disk and consistent, is the answer."""
+        latest = tf.train.latest_checkpoint(self.write_dir)
+        self.checkpoint.restore(latest).assert_existing_objects_matched()
+        restored = int(self.optimizer.iterations.numpy())
+        one = tf.constant(1, tf.int32)
+        while restored < good_step:
+            try:
+                self._train_loop(self.train_iterator, one)
+            except (tf.errors.DataLossError, tf.errors.InvalidArgumentError):
+                return latest, int(latest.rsplit("-", 1)[1])
+            restored += 1
+        return self.manager.save(checkpoint_number=good_step), good_step
+
+    def _stop_on_bad_input(self, error):
+        from albert_tf.input_pipeline import find_unreadable_files, list_files
+
+        good = int(self.optimizer.iterations.numpy())  # steps that completed
+        unreadable = find_unreadable_files(list_files(self.cfg.input_file))
+        path, good = self._rewind_to(good)
+        what = ("; ".join(f"{f}: {m}" for f, m in unreadable) if unreadable
+                else f"a record could not be read ({error.message.splitlines()[0]})")
+        raise CorruptInputError(
+            f"Training input is corrupt: {what}. The model after step {good} is saved at "
+            f"{path} (model, optimizer and input position agree). Regenerate the file under the "
+            "same name (python -m data.create_pretraining_data) or restore it, then rerun the "
+            "same command to resume.")
+
     def _stop_non_finite(self, step, n):
         bad = int(self.bad_step.numpy())
-        # The bad step and those after it in the same loop were not applied; undo their
-        # increments of the step counter and save the last good state.
-        self.optimizer.iterations.assign(bad)
-        self.optimizer.update_gate.assign(1.0)
-        path = self.manager.save(checkpoint_number=bad)
+        # The bad step and those after it in the same loop were not applied (the update gate
+        # closed), but the iterator went on: rewind to the last good step consistently.
+        path, bad = self._rewind_to(bad)
         raise NonFiniteLossError(
             f"Non-finite loss or gradient at step {bad + 1} (updates are 1-based); that step was "
             f"not applied. The model after step {bad} is saved at {path}. Lower "

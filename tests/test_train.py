@@ -16,8 +16,8 @@ import tensorflow as tf
 from albert_tf import AlbertConfig
 from albert_tf.distribute import StrategyError, get_strategy
 from albert_tf.input_pipeline import DataMismatchError
-from albert_tf.train_lib import (NonFiniteLossError, OutputDirMismatchError, PretrainingConfig,
-                                 PretrainingRun)
+from albert_tf.train_lib import (CorruptInputError, NonFiniteLossError, OutputDirMismatchError,
+                                 PretrainingConfig, PretrainingRun)
 from conftest import ROOT
 
 WORKER = os.path.join(ROOT, "tests", "train_worker.py")
@@ -421,3 +421,69 @@ def test_the_same_command_gives_the_same_model_by_default(generated_data, tmp_pa
     for a, b in zip(weights[0], weights[1]):
         np.testing.assert_array_equal(a, b)
     assert max(float(np.abs(a - c).max()) for a, c in zip(weights[0], weights[2])) > 1e-3
+
+
+def test_non_finite_checkpoint_holds_the_input_position_of_its_step(generated_data, tmp_path):
+    """The checkpoint saved at a non-finite step resumes with the batch of that step: model,
+    optimizer and input iterator agree (nothing skipped)."""
+    records = [r.numpy() for r in tf.data.TFRecordDataset(generated_data["files"][0]).take(80)]
+    bad = tmp_path / "bad.tfrecord"
+    with tf.io.TFRecordWriter(str(bad)) as writer:
+        for i, record in enumerate(records):
+            example = tf.train.Example.FromString(record)
+            if 40 <= i < 48:  # batch 6 (batch size 8, no shuffling)
+                example.features.feature["masked_lm_weights"].float_list.value[0] = float("nan")
+            writer.write(example.SerializeToString())
+    cfg = _config(tmp_path, str(bad), num_train_steps=10, iterations_per_loop=10,
+                  save_checkpoints_steps=10, shuffle_buffer_size=1)
+    with pytest.raises(NonFiniteLossError, match=r"at step 6 .*after step 5 is saved .*ckpt-5"):
+        PretrainingRun(cfg).run()
+    saved = _checkpoint_arrays(str(tmp_path / "run" / "ckpt-5"))
+    assert int(saved["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"]) == 5
+    resumed = PretrainingRun(cfg)
+    assert resumed._restore_or_initialize() == "resumed"
+    batch = next(resumed.train_iterator)  # the next batch is the one of step 6
+    assert np.isnan(batch["masked_lm_weights"].numpy()[0, 0])
+    expected = tf.train.Example.FromString(records[40]).features.feature["input_ids"]
+    np.testing.assert_array_equal(batch["input_ids"].numpy()[0], expected.int64_list.value)
+
+
+def test_corrupt_input_mid_run_names_the_file_and_saves_a_consistent_step(generated_data,
+                                                                          tmp_path):
+    """A shard truncated inside record 41 (a copy interrupted mid-write): training stops with an
+    error naming the file and the step whose checkpoint it saved; that checkpoint is consistent:
+    resumed with the file restored, the next batch is the one that step's position reads.
+    (Measured: TensorFlow's reader returns this truncated tail as end-of-file on one pass and as
+    an error on the next, so the replay fails and the run falls back to the last checkpoint on
+    disk; the replay path itself is covered by the non-finite tests.)"""
+    source = generated_data["files"][0]
+    records = [r.numpy() for r in tf.data.TFRecordDataset(source).take(60)]
+    full = tmp_path / "shard.tfrecord"
+    with tf.io.TFRecordWriter(str(full)) as writer:
+        for record in records:
+            writer.write(record)
+    data = full.read_bytes()
+    cut = sum(len(r) + 16 for r in records[:40]) + 100  # 16 bytes of framing per record
+    corrupt = tmp_path / "in" / "shard.tfrecord"
+    corrupt.parent.mkdir()
+    corrupt.write_bytes(data[:cut])
+    cfg = _config(tmp_path, str(corrupt), num_train_steps=12, iterations_per_loop=12,
+                  save_checkpoints_steps=12, shuffle_buffer_size=1)
+    with pytest.raises(CorruptInputError) as info:
+        PretrainingRun(cfg).run()
+    message = str(info.value)
+    assert "Training input is corrupt: " + str(corrupt) + ": " in message
+    assert "truncated record" in message and "rerun the same command to resume" in message
+    assert "{{" not in message and "[Op:" not in message
+    import re
+
+    step = int(re.search(r"The model after step (\d+) is saved at \S*ckpt-\1 ", message)[1])
+    # The user restores the file and reruns: training resumes at that step, reading on from
+    # exactly the record that step had reached (no batch skipped or repeated).
+    corrupt.write_bytes(data)
+    resumed = PretrainingRun(cfg)
+    assert resumed._restore_or_initialize() == "resumed"
+    assert int(resumed.optimizer.iterations.numpy()) == step
+    batch = next(resumed.train_iterator)
+    expected = tf.train.Example.FromString(records[(8 * step) % 60]).features.feature["input_ids"]
+    np.testing.assert_array_equal(batch["input_ids"].numpy()[0], expected.int64_list.value)
