@@ -134,6 +134,17 @@ def _pretrainer_outputs(model, batch):
     return model(tf_inputs(batch, PRETRAINER_KEYS))
 
 
+def _hf_diffs(ours, hf, batch):
+    """(our outputs, max |ours - HF| for MLM logits, SOP logits, sequence output)."""
+    with torch.no_grad():
+        ref = hf(**torch_inputs(batch), output_hidden_states=True)
+    out = _pretrainer_outputs(ours, batch)
+    return out, {"mlm_logits": max_diff(out["mlm_logits"], gather_positions(
+                     ref.prediction_logits, batch["masked_lm_positions"])),
+                 "sop_logits": max_diff(out["sop_logits"], ref.sop_logits),
+                 "sequence_output": max_diff(out["sequence_output"], ref.hidden_states[-1])}
+
+
 @pytest.mark.parametrize("module", [False, True], ids=["tarball", "tfhub-module"])
 def test_official_tf1_checkpoint_matches_hf_reader(tmp_path, module, spm_model):
     cfg = tiny_config()  # E != H, G = 2, inner = 2
@@ -156,13 +167,7 @@ def test_official_tf1_checkpoint_matches_hf_reader(tmp_path, module, spm_model):
 
     hf = hf_from_tf1(transformers.AlbertForPreTraining, cfg, prefix)  # strips "module/" itself
     batch = random_batch(cfg)
-    with torch.no_grad():
-        ref = hf(**torch_inputs(batch), output_hidden_states=True)
-    out = _pretrainer_outputs(ours, batch)
-    diffs = {"mlm_logits": max_diff(out["mlm_logits"], gather_positions(
-                 ref.prediction_logits, batch["masked_lm_positions"])),
-             "sop_logits": max_diff(out["sop_logits"], ref.sop_logits),
-             "sequence_output": max_diff(out["sequence_output"], ref.hidden_states[-1])}
+    out, diffs = _hf_diffs(ours, hf, batch)
     print(f"\nTF1 checkpoint (module={module}) ours vs HF load_tf_weights_in_albert: {diffs}")
     assert max(diffs.values()) <= TOLERANCE, diffs
     assert np.abs(out["mlm_logits"].numpy()).max() > 1.0
@@ -185,13 +190,7 @@ def test_official_checkpoint_with_e_equal_h_has_no_projection(tmp_path):
         hf.albert.encoder.embedding_hidden_mapping_in.weight.copy_(torch.eye(24))
         hf.albert.encoder.embedding_hidden_mapping_in.bias.zero_()
     batch = random_batch(cfg, seed=8)
-    with torch.no_grad():
-        ref = hf(**torch_inputs(batch), output_hidden_states=True)
-    out = _pretrainer_outputs(ours, batch)
-    diffs = {"mlm_logits": max_diff(out["mlm_logits"], gather_positions(
-                 ref.prediction_logits, batch["masked_lm_positions"])),
-             "sop_logits": max_diff(out["sop_logits"], ref.sop_logits),
-             "sequence_output": max_diff(out["sequence_output"], ref.hidden_states[-1])}
+    out, diffs = _hf_diffs(ours, hf, batch)
     print(f"\nE = H official checkpoint, ours vs HF with identity projection: {diffs}")
     assert max(diffs.values()) <= TOLERANCE, diffs
     # The same model as an HF folder: the identity projection is skipped and reported.
