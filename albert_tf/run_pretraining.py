@@ -85,6 +85,14 @@ def define_flags():
     flags.DEFINE_integer("export_max_seq_length", None,
                          "max_seq_length of the exported text signatures (default: "
                          "--max_seq_length).")
+    flags.DEFINE_integer("shuffle_window", 10000,
+                         "Training records are permuted within consecutive windows of this many "
+                         "(a seeded, checkpoint-free shuffle; see albert_tf.input_pipeline).")
+    flags.DEFINE_integer("input_shards", 0,
+                         "Independent input streams the files are dealt into (0: one per input "
+                         "pipeline, i.e. worker or TPU host). The data order depends on it, not "
+                         "on the hardware: a run resumed on any number of hosts that divides it "
+                         "reads the same batches.")
     flags.DEFINE_bool("deterministic", False,
                       "Deterministic ops (exact resume on CPU; slower on accelerators).")
 
@@ -150,6 +158,7 @@ def main(argv):
             mixed_precision=FLAGS.mixed_precision, grad_accum_steps=FLAGS.grad_accum_steps,
             jit_compile=FLAGS.jit_compile,
             seed=None if FLAGS.random_seed == -1 else FLAGS.random_seed,
+            shuffle_window=FLAGS.shuffle_window, input_shards=FLAGS.input_shards,
             masked_lm_budget=FLAGS.masked_lm_budget)
         exporter = None
         if FLAGS.export_dir:

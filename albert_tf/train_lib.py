@@ -6,13 +6,15 @@ the per-replica losses sum to exactly the single-device loss; gradients summed o
 and replicas; global norm; clipping at `clip_norm`; a finiteness gate; the optimizer update.
 `steps_per_loop` steps run inside one `tf.function` call (TPU's `iterations_per_loop`).
 
-Checkpoints (`tf.train.CheckpointManager`, every `save_checkpoints_steps`, keeping
-`keep_checkpoint_max`) hold the model, the optimizer (slots and step) and the input iterator
-position, so a killed run restarted with the same arguments continues exactly. With
+Input: each input pipeline (worker or TPU host) reads its own shards of a deterministic stream
+(`albert_tf.input_pipeline.InputPlan`, saved as `train_input.json`) whose position is a function
+of the step. Checkpoints (`tf.train.CheckpointManager`, every `save_checkpoints_steps`, keeping
+`keep_checkpoint_max`) hold the model and the optimizer (slots and step); a killed run restarted
+with the same arguments seeks the input to the restored step and continues exactly. With
 multi-worker or TPU strategies a `PreemptionCheckpointHandler` saves on preemption; otherwise
 SIGTERM saves a checkpoint at the next loop boundary and stops. A non-finite loss or gradient
 stops the run: the step is not applied, a checkpoint of the last good step is saved, and the
-error names the step. With `do_eval`, each checkpoint is evaluated; the one with the best
+error names the step; so does an unreadable input file, named. With `do_eval`, each checkpoint is evaluated; the one with the best
 `masked_lm_accuracy` is kept under `best/` (the official `-best`), and each evaluation writes a
 JSON metrics file. TensorBoard summaries go to `output_dir/{train,eval}`.
 """
@@ -33,10 +35,12 @@ from albert_tf import features as F
 from albert_tf import losses
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import worker_layout
-from albert_tf.input_pipeline import DataMismatchError, list_files, pretraining_dataset
+from albert_tf.input_pipeline import (DataMismatchError, InputPlan, list_files,
+                                     pretraining_dataset, training_dataset)
 from albert_tf.optimization import create_optimizer
 
 SUM = tf.distribute.ReduceOp.SUM
+INPUT_PLAN_FILE = "train_input.json"  # the run's InputPlan, written when it starts
 TERMS = losses.TERM_NAMES
 
 
@@ -52,9 +56,14 @@ class CorruptInputError(RuntimeError):
     """A training input file cannot be read; a consistent checkpoint was saved first."""
 
 
-def _is_record_error(error) -> bool:
-    """InvalidArgumentErrors of tf.data record parsing (a corrupt but complete record)."""
+def _is_input_error(error) -> bool:
+    """Errors of reading the training input: a damaged record (DataLossError), a corrupt but
+    complete record (parsing), a file with another record count than planned."""
+    if isinstance(error, tf.errors.DataLossError):
+        return True
     message = error.message
+    if isinstance(error, tf.errors.FailedPreconditionError):
+        return "expected to contain" in message
     return "parse" in message.lower() and ("Example" in message or "Feature" in message)
 
 
@@ -92,7 +101,12 @@ class PretrainingConfig:
     # Model initialization and input shuffling. Fixed by default (the official data script's
     # 12345), so the same command gives the same model; None draws a fresh seed.
     seed: int | None = 12345
-    shuffle_buffer_size: int = 10000
+    # The training stream (`albert_tf.input_pipeline.InputPlan`): records are permuted within
+    # consecutive windows of this many; the files are dealt into `input_shards` streams (0: one
+    # per input pipeline, i.e. worker or TPU host). The data order depends on these, never on
+    # the hardware.
+    shuffle_window: int = 10000
+    input_shards: int = 0
     masked_lm_budget: float = 0.0  # official flag; only offline masking (0) is supported
     verbose: bool = True
 
@@ -100,7 +114,7 @@ class PretrainingConfig:
         problems = []
         for name in ("train_batch_size", "eval_batch_size", "num_train_steps",
                      "save_checkpoints_steps", "keep_checkpoint_max", "iterations_per_loop",
-                     "max_eval_steps", "grad_accum_steps"):
+                     "max_eval_steps", "grad_accum_steps", "shuffle_window"):
             if getattr(self, name) < 1:
                 problems.append(f"--{name} must be at least 1; got {getattr(self, name)}")
         if self.train_batch_size % self.grad_accum_steps:
@@ -112,6 +126,9 @@ class PretrainingConfig:
         if self.max_seq_length > self.albert_config.max_position_embeddings:
             problems.append(f"--max_seq_length={self.max_seq_length} exceeds the model's "
                             f"max_position_embeddings={self.albert_config.max_position_embeddings}")
+        if self.input_shards < 0:
+            problems.append(f"--input_shards must be 0 (one per input pipeline) or more; got "
+                            f"{self.input_shards}")
         if not (self.do_train or self.do_eval):
             problems.append("At least one of --do_train and --do_eval must be set.")
         if self.masked_lm_budget:
@@ -146,6 +163,10 @@ class PretrainingRun:
         self.replicas = self.strategy.num_replicas_in_sync
         self.is_chief = bool(getattr(self.strategy.extended, "should_checkpoint", True))
         self.num_workers, self.worker_index = worker_layout(self.strategy)
+        # Input pipelines: one per worker, or per host of a TPU system.
+        self.input_pipelines = (self.strategy.extended.num_hosts
+                                if isinstance(self.strategy, tf.distribute.TPUStrategy)
+                                else self.num_workers)
         self.local_replicas = self.replicas // self.num_workers
         if cfg.train_batch_size % (self.replicas * cfg.grad_accum_steps):
             raise ValueError(
@@ -169,22 +190,27 @@ class PretrainingRun:
             self.optimizer.build(self.model.trainable_variables)
             self.bad_step = tf.Variable(-1, dtype=tf.int64, trainable=False,
                                         aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-        # Input: one plain tf.data iterator per worker, yielding this worker's share of the
-        # global batch from its own files; each local replica takes its slice in the step
-        # (`_distribute`). A plain iterator is checkpointable (tf.distribute's distributed
-        # iterators are not), so checkpoints hold the exact input position.
+            # Data seed: every worker must use the same. A variable created in the scope starts
+            # with the chief's value on every worker.
+            drawn = cfg.seed if cfg.seed is not None else int.from_bytes(os.urandom(4),
+                                                                         "little") >> 1
+            self._data_seed = int(tf.Variable(drawn, dtype=tf.int64, trainable=False).numpy())
+        # Input: each input pipeline (worker or TPU host) reads its own shards of a
+        # deterministic stream (`InputPlan`) and feeds its local replicas
+        # (`distribute_datasets_from_function`). The position is a function of the step, so
+        # checkpoints hold the model and optimizer only, and a restart seeks to the step
+        # (`_position_input`).
         self.train_iterator = None
-        if cfg.do_train:
-            self.train_iterator = iter(self._dataset(cfg.input_file, cfg.train_batch_size,
-                                                     is_training=True))
-        items = dict(model=self.model, optimizer=self.optimizer)
-        if self.train_iterator is not None:
-            items["iterator"] = self.train_iterator
-        self.checkpoint = tf.train.Checkpoint(**items)
+        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer)
         # Multi-worker: saving is collective, so every worker saves; the chief to output_dir,
-        # the others to output_dir/.worker-N (their own input positions, for resuming).
+        # the others to output_dir/.worker-N.
         self.write_dir = cfg.output_dir if self.is_chief else os.path.join(
             cfg.output_dir, f".worker-{self.worker_index}")
+        self.plan = None
+        if cfg.do_train:  # checked now, so that bad input fails before anything runs
+            has_checkpoint = bool(tf.train.latest_checkpoint(cfg.output_dir)
+                                  or tf.train.latest_checkpoint(self.write_dir))
+            self.plan = self._input_plan(resumed=has_checkpoint)
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, self.write_dir, max_to_keep=cfg.keep_checkpoint_max,
             checkpoint_name="ckpt")
@@ -238,23 +264,77 @@ class PretrainingRun:
 
     def _restore_or_initialize(self):
         cfg = self.cfg
-        # Each worker restores its own checkpoint (same model and optimizer, its own input
-        # position); a worker without one takes the chief's.
-        latest = (tf.train.latest_checkpoint(self.write_dir)
-                  or tf.train.latest_checkpoint(cfg.output_dir))
+        # The chief's checkpoint (every worker holds the same model and optimizer, and the input
+        # position follows from the step); a worker that cannot see it takes its own.
+        latest = (tf.train.latest_checkpoint(cfg.output_dir)
+                  or tf.train.latest_checkpoint(self.write_dir))
+        how = "fresh"
         if latest:
-            self.checkpoint.restore(latest).assert_existing_objects_matched()
+            # expect_partial: checkpoints of earlier versions also hold an input iterator.
+            self.checkpoint.restore(latest).expect_partial().assert_existing_objects_matched()
             _log(cfg, f"Resumed from {latest} at step {int(self.optimizer.iterations.numpy())}.")
-            return "resumed"
-        if cfg.init_checkpoint:
+            how = "resumed"
+        elif cfg.init_checkpoint:
             from albert_tf.checkpoints import initialize_from_checkpoint
 
             report = initialize_from_checkpoint(self.model, cfg.init_checkpoint,
                                                 init_from_group0=cfg.init_from_group0)
             _log(cfg, f"Initialized {len(report['assigned'])} weights from "
                       f"{cfg.init_checkpoint}.")
-            return "initialized"
-        return "fresh"
+            how = "initialized"
+        if cfg.do_train:
+            self._position_input()
+        return how
+
+    def _input_plan(self, resumed: bool) -> InputPlan:
+        """This run's `InputPlan`; a resumed run's must equal the one saved when it started
+        (`train_input.json`), or the batches after the checkpoint would not be the ones the
+        uninterrupted run reads."""
+        cfg = self.cfg
+        path = os.path.join(cfg.output_dir, INPUT_PLAN_FILE)
+        saved = None
+        if resumed and tf.io.gfile.exists(path):
+            with tf.io.gfile.GFile(path) as f:
+                saved = InputPlan.from_dict(json.load(f))
+        seed = saved.seed if saved is not None and cfg.seed is None else self._data_seed
+        files = list_files(cfg.input_file)
+        from albert_tf.input_pipeline import check_files
+
+        sidecars = check_files(files, cfg.max_seq_length, cfg.max_predictions_per_seq,
+                               cfg.albert_config.vocab_size)
+        plan = InputPlan.create(files, cfg.train_batch_size,
+                                cfg.input_shards or (saved.num_shards if saved else
+                                                     self.input_pipelines),
+                                seed, cfg.shuffle_window, sidecars=sidecars)
+        if saved is not None:
+            differences = saved.differences(plan)
+            if differences:
+                raise DataMismatchError(
+                    f"--output_dir {cfg.output_dir} holds a run whose training input differs "
+                    f"from this command's ({'; '.join(differences)}), so resuming would not "
+                    "read the batches the run would have read. Rerun with the original input "
+                    "and flags, or start a new --output_dir (--init_checkpoint can take the "
+                    "weights).")
+        elif resumed:
+            _log(cfg, f"Note: {cfg.output_dir} has no {INPUT_PLAN_FILE} (a run of an earlier "
+                      "version); the input continues from the step in this version's order.")
+        if self.is_chief and saved is None:
+            with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+                json.dump(plan.to_dict(), f, indent=1)
+            tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+        return plan
+
+    def _position_input(self):
+        """The training iterator at the optimizer's step."""
+        self.train_iterator = self._train_iterator(int(self.optimizer.iterations.numpy()))
+
+    def _train_iterator(self, step: int):
+        cfg, plan = self.cfg, self.plan
+        options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
+        dataset = self.strategy.distribute_datasets_from_function(
+            lambda context: training_dataset(plan, step, cfg.max_seq_length,
+                                             cfg.max_predictions_per_seq, context), options)
+        return iter(dataset)
 
     # -----------------------------------------------------------------------------------------
     def _split(self, features):
@@ -309,6 +389,7 @@ class PretrainingRun:
         return terms, total_loss, grad_norm
 
     def _dataset(self, input_file, global_batch_size, is_training):
+        """The evaluation pass: this worker's files in order, batches of its share."""
         cfg = self.cfg
         context = None
         if self.num_workers > 1:
@@ -318,11 +399,11 @@ class PretrainingRun:
         return pretraining_dataset(
             input_file, global_batch_size, cfg.max_seq_length, cfg.max_predictions_per_seq,
             is_training=is_training, input_context=context,
-            vocab_size=cfg.albert_config.vocab_size, seed=cfg.seed,
-            shuffle_buffer_size=cfg.shuffle_buffer_size)
+            vocab_size=cfg.albert_config.vocab_size)
 
     def _distribute(self, batch):
-        """A worker's batch -> per-replica values: local replica i takes the i-th slice."""
+        """A worker's evaluation batch -> per-replica values: local replica i takes the i-th
+        slice."""
         if self.replicas == 1:
             return batch
         k = self.local_replicas
@@ -348,7 +429,7 @@ class PretrainingRun:
             sums = {name: tf.constant(0.0) for name in TERMS}
             last_loss, last_norm = tf.constant(0.0), tf.constant(0.0)
             for _ in tf.range(num_steps):
-                batch = self._distribute(next(iterator))
+                batch = next(iterator)
                 terms, loss, norm = self.strategy.run(replica_step, args=(batch,))
                 sums = {name: sums[name] + self.strategy.reduce(SUM, terms[name], axis=None)
                         for name in TERMS}
@@ -448,14 +529,13 @@ class PretrainingRun:
         else:
             train_writer = eval_writer = tf.summary.create_noop_writer()
         step = int(self.optimizer.iterations.numpy())
+        if self.train_iterator is None:
+            self._position_input()
         start_step, start_time = step, time.time()
         history = []
         preemption = self._preemption_handler()
         previous_sigterm = self._install_sigterm()
         status = "completed"
-        if self.manager.latest_checkpoint is None and step < cfg.num_train_steps:
-            # A starting point to rewind to (see `_rewind_to`) before the first interval ends.
-            self.manager.save(checkpoint_number=step)
         try:
             while step < cfg.num_train_steps:
                 next_save = (step // cfg.save_checkpoints_steps + 1) * cfg.save_checkpoints_steps
@@ -467,8 +547,9 @@ class PretrainingRun:
                         sums, loss, norm = preemption.run(self._train_loop, *args)
                     else:
                         sums, loss, norm = self._train_loop(*args)
-                except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-                    if isinstance(e, tf.errors.InvalidArgumentError) and not _is_record_error(e):
+                except (tf.errors.DataLossError, tf.errors.InvalidArgumentError,
+                        tf.errors.FailedPreconditionError) as e:
+                    if not _is_input_error(e):
                         raise
                     self._stop_on_bad_input(e)
                 sums = {k: float(v) for k, v in sums.items()}
@@ -515,34 +596,24 @@ class PretrainingRun:
             eval_writer.flush()
         return {"status": status, "step": step, "history": history}
 
-    def _rewind_to(self, good_step: int) -> tuple[str, int]:
-        """A consistent checkpoint after a failure inside a loop of steps, as (path, step).
-
-        The model and optimizer stopped at `good_step`, but the input iterator had run ahead
-        (the failed step's batch and prefetching), so saving as is would make a resumed run skip
-        data. Instead: restore the latest checkpoint (model, optimizer and input position
-        together, at step c <= good_step), replay steps c+1 .. good_step one at a time, and save.
-        The cost is at most one checkpoint interval of steps. If the input fails during the
-        replay (a damaged file can read differently from one pass to the next), the checkpoint
-        at c, already on disk and consistent, is the answer."""
-        latest = tf.train.latest_checkpoint(self.write_dir)
-        self.checkpoint.restore(latest).assert_existing_objects_matched()
-        restored = int(self.optimizer.iterations.numpy())
-        one = tf.constant(1, tf.int32)
-        while restored < good_step:
-            try:
-                self._train_loop(self.train_iterator, one)
-            except (tf.errors.DataLossError, tf.errors.InvalidArgumentError):
-                return latest, int(latest.rsplit("-", 1)[1])
-            restored += 1
-        return self.manager.save(checkpoint_number=good_step), good_step
+    def _save_consistent(self, good_step: int) -> str:
+        """A checkpoint of the model after `good_step` steps, after a failure inside a loop of
+        steps. The model is at that step (a failed read applies nothing; after a non-finite step
+        the update gate stays closed), so only the step counter and the gate are set back; the
+        input position follows from the step."""
+        self.optimizer.iterations.assign(good_step)
+        self.optimizer.update_gate.assign(1.0)
+        latest = self.manager.latest_checkpoint
+        if latest is not None and latest.endswith(f"-{good_step}"):
+            return latest  # saved at that step already, and nothing has changed since
+        return self.manager.save(checkpoint_number=good_step)
 
     def _stop_on_bad_input(self, error):
-        from albert_tf.input_pipeline import find_unreadable_files, list_files
+        from albert_tf.input_pipeline import find_unreadable_files
 
         good = int(self.optimizer.iterations.numpy())  # steps that completed
-        unreadable = find_unreadable_files(list_files(self.cfg.input_file))
-        path, good = self._rewind_to(good)
+        unreadable = find_unreadable_files(list(self.plan.files), list(self.plan.records))
+        path = self._save_consistent(good)
         what = ("; ".join(f"{f}: {m}" for f, m in unreadable) if unreadable
                 else f"a record could not be read ({error.message.splitlines()[0]})")
         raise CorruptInputError(
@@ -554,8 +625,8 @@ class PretrainingRun:
     def _stop_non_finite(self, step, n):
         bad = int(self.bad_step.numpy())
         # The bad step and those after it in the same loop were not applied (the update gate
-        # closed), but the iterator went on: rewind to the last good step consistently.
-        path, bad = self._rewind_to(bad)
+        # closed): the model is the one after `bad` steps.
+        path = self._save_consistent(bad)
         raise NonFiniteLossError(
             f"Non-finite loss or gradient at step {bad + 1} (updates are 1-based); that step was "
             f"not applied. The model after step {bad} is saved at {path}. Lower "

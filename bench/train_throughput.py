@@ -63,6 +63,7 @@ def main(argv):
                 save_checkpoints_steps=total, iterations_per_loop=FLAGS.warmup_steps,
                 mixed_precision=policy, jit_compile=FLAGS.jit_compile, seed=1, verbose=False)
             run = PretrainingRun(cfg)
+            run._position_input()  # the training iterator at step 0
             loop = run._build_train_loop()
             run._train_loop = loop
             loop(run.train_iterator, tf.constant(FLAGS.warmup_steps))  # trace + warm up

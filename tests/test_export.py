@@ -385,7 +385,7 @@ def test_pretraining_output_dir_latest_and_best(generated_data, sample_vocab, tm
         output_dir=str(tmp_path / "run"), max_seq_length=64, max_predictions_per_seq=10,
         train_batch_size=8, eval_batch_size=8, num_train_steps=4, num_warmup_steps=1,
         learning_rate=1e-2, save_checkpoints_steps=2, iterations_per_loop=2, do_eval=True,
-        max_eval_steps=2, seed=3, shuffle_buffer_size=16, verbose=False)
+        max_eval_steps=2, seed=3, shuffle_window=16, verbose=False)
     run = PretrainingRun(cfg)
     run.run()
     assert os.path.exists(os.path.join(cfg.output_dir, os.path.basename(sample_vocab)))

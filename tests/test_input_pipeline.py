@@ -1,6 +1,8 @@
-"""tf.data reader: static int32 batches, per-worker file sharding, refusal of mismatched data."""
+"""tf.data reader: static int32 batches, per-worker file sharding, refusal of mismatched data;
+the training stream's position as a function of the step."""
 
 import math
+import os
 import shutil
 
 import numpy as np
@@ -8,7 +10,9 @@ import pytest
 import tensorflow as tf
 
 from albert_tf import AlbertConfig, AlbertPretrainer, features as F
-from albert_tf.input_pipeline import DataMismatchError, parse_fn, pretraining_dataset
+from albert_tf.input_pipeline import (DataMismatchError, InputPlan, count_records,
+                                     find_unreadable_files, parse_fn, pretraining_dataset,
+                                     training_dataset)
 from albert_tf.losses import masked_lm_loss
 
 
@@ -34,19 +38,153 @@ def test_eval_pass_reads_every_record_in_order(generated_data):
 
 def test_training_batches_are_static_and_seeded(generated_data):
     pattern = generated_data["files"][0].replace("00000-of", "*-of")
-    ds = pretraining_dataset(pattern, 8, 64, 10, is_training=True, seed=5, shuffle_buffer_size=50)
+    ds = pretraining_dataset(pattern, 8, 64, 10, is_training=True, seed=5, shuffle_window=50)
     spec = ds.element_spec
     assert spec["input_ids"].shape.as_list() == [8, 64]
     assert spec["masked_lm_positions"].shape.as_list() == [8, 10]
     assert spec["next_sentence_labels"].shape.as_list() == [8, 1]
     first = [b["input_ids"].numpy() for b in ds.take(3)]
     again = [b["input_ids"].numpy() for b in pretraining_dataset(
-        pattern, 8, 64, 10, is_training=True, seed=5, shuffle_buffer_size=50).take(3)]
+        pattern, 8, 64, 10, is_training=True, seed=5, shuffle_window=50).take(3)]
+    other = [b["input_ids"].numpy() for b in pretraining_dataset(
+        pattern, 8, 64, 10, is_training=True, seed=6, shuffle_window=50).take(3)]
     for a, b in zip(first, again):
         np.testing.assert_array_equal(a, b)
+    assert not all(np.array_equal(a, b) for a, b in zip(first, other))
     # Repeats past one epoch.
     total = generated_data["summary"]["total_examples"]
     assert sum(1 for _ in ds.take(total // 8 + 5)) == total // 8 + 5
+
+
+def _numbered_files(directory, sizes):
+    """TFRecord files whose records are their global numbers ("0", "1", ...)."""
+    files, number = [], 0
+    for i, size in enumerate(sizes):
+        path = os.path.join(directory, f"part-{i:02d}.tfrecord")
+        with tf.io.TFRecordWriter(path) as writer:
+            for _ in range(size):
+                writer.write(str(number).encode())
+                number += 1
+        files.append(path)
+    return files
+
+
+def _records(plan, shard, step, n):
+    return [int(r) for r in plan.records_dataset(shard, step).take(n).as_numpy_iterator()]
+
+
+def test_training_stream_position_is_a_function_of_the_step(tmp_path):
+    """Started at any step (inside a window, at a file boundary, in a later epoch), each shard's
+    stream is exactly the uninterrupted stream from that step's position; every epoch is a
+    permutation of the shard's records, in another order each epoch, and each record stays in
+    its window (moves fewer than `shuffle_window` places from its place in file order)."""
+    sizes = [7, 13, 5, 11, 9, 3, 8]
+    files = _numbered_files(str(tmp_path), sizes)
+    assert [count_records(f) for f in files] == sizes
+    plan = InputPlan.create(",".join(files), global_batch_size=6, num_shards=2, seed=3,
+                            shuffle_window=5)
+    assert plan.shard_batch_size == 3 and plan.records == tuple(sizes)
+    for shard in range(2):
+        shard_files, counts = plan.shard(shard)
+        assert shard_files == files[shard::2]
+        total = sum(counts)
+        full = _records(plan, shard, 0, 7 * total)
+        epochs = [full[e * total:(e + 1) * total] for e in range(3)]
+        for e, epoch in enumerate(epochs):
+            order = plan.file_order(shard, e)
+            in_file_order = [int(r) for i in order
+                             for r in tf.data.TFRecordDataset(shard_files[i]).as_numpy_iterator()]
+            assert sorted(epoch) == sorted(in_file_order)  # each record once per epoch
+            for w in range(0, total, 5):  # windows hold consecutive records in file order
+                assert sorted(epoch[w:w + 5]) == sorted(in_file_order[w:w + 5])
+        assert epochs[0] != epochs[1] != epochs[2]
+        for step in (1, 2, 3, 5, 7, 11, 16, 23, 40):
+            k = step * 3
+            assert _records(plan, shard, step, 2 * total) == full[k:k + 2 * total], (shard, step)
+
+
+def test_restart_skips_consumed_files_without_reading_them(tmp_path):
+    """The restart cost is bounded: the files of an epoch before the position are not opened
+    (replaced by garbage here, the restarted stream is unchanged), and `restart_reads` is at
+    most one file's records plus one window."""
+    sizes = [40, 25, 31, 50, 12, 44]
+    files = _numbered_files(str(tmp_path), sizes)
+    plan = InputPlan.create(files, global_batch_size=4, num_shards=1, seed=8, shuffle_window=10)
+    step = 76  # 304 records: epoch 1 (202 records each), offset 102: window 10, 2 into it
+    position = plan.position(0, step)
+    expected = _records(plan, 0, step, 300)
+    assert (position["epoch"], position["offset"], position["window"]) == (1, 102, 10)
+    assert position["in_window"] == 2
+    assert position["restart_reads"] <= max(sizes) + plan.shuffle_window
+    order = plan.file_order(0, position["epoch"])
+    for i in order[:position["file_index"]]:  # consumed earlier in this epoch
+        with open(files[i], "wb") as f:
+            f.write(b"not a tfrecord" * 100)
+    assert position["file_index"] > 0
+    # The rest of the epoch (100 records) comes from the files not yet reached.
+    remaining = sum(sizes) - position["offset"]
+    assert _records(plan, 0, step, remaining) == expected[:remaining]
+
+
+def test_the_data_order_does_not_depend_on_the_number_of_hosts(generated_data):
+    """Global batch of a step = the per-replica batches of every input pipeline in replica
+    order. With 2 input shards it is the same for 1 host with 1 or 2 replicas and 2 hosts with
+    1 or 2 replicas each (what makes a 2-worker run equal a 1-device run of 2 shards)."""
+    plan = InputPlan.create(generated_data["files"], 8, num_shards=2, seed=4, shuffle_window=16)
+
+    def global_batches(hosts, replicas, steps=3):
+        per_host = []
+        for host in range(hosts):
+            context = tf.distribute.InputContext(num_input_pipelines=hosts,
+                                                 input_pipeline_id=host,
+                                                 num_replicas_in_sync=replicas)
+            per_host.append(list(training_dataset(plan, 5, 64, 10, context)
+                                 .take(steps * replicas // hosts)))
+        local = replicas // hosts
+        batches = []
+        for step in range(steps):
+            parts = [per_host[h][step * local + r] for h in range(hosts) for r in range(local)]
+            assert all(p["input_ids"].shape[0] == 8 // replicas for p in parts)
+            batches.append(np.concatenate([p["input_ids"].numpy() for p in parts]))
+        return batches
+
+    reference = global_batches(1, 1)
+    for hosts, replicas in ((1, 2), (2, 2), (2, 4)):
+        for a, b in zip(reference, global_batches(hosts, replicas)):
+            np.testing.assert_array_equal(a, b)
+    with pytest.raises(DataMismatchError, match=r"2 input shards cannot be split over 3 input "
+                                                r"pipelines"):
+        training_dataset(plan, 0, 64, 10, tf.distribute.InputContext(3, 0, 3))
+
+
+def test_damaged_or_changed_files_are_named(tmp_path):
+    files = _numbered_files(str(tmp_path), [6, 9])
+    plan = InputPlan.create(files, 3, 1, seed=1, shuffle_window=4)
+    data = open(files[1], "rb").read()
+    truncated = tmp_path / "truncated.tfrecord"
+    truncated.write_bytes(data[:-3])
+    with pytest.raises(DataMismatchError, match=r"truncated.tfrecord is truncated: it ends inside "
+                                                r"record 9"):
+        count_records(str(truncated))
+    garbage = tmp_path / "garbage.tfrecord"
+    garbage.write_bytes(b"\x07" * 64)
+    with pytest.raises(DataMismatchError, match=r"garbage.tfrecord is not a TFRecord file or is "
+                                                r"damaged: the header of record 1"):
+        count_records(str(garbage))
+    # A file that ends early at a record boundary after the plan was made: an error when the
+    # stream reaches its end, not a silent shift of every later position.
+    with open(files[1], "wb") as f:
+        f.write(data[:sum(len(str(n)) + 16 for n in range(6, 12))])  # 6 of its 9 records
+    with pytest.raises(tf.errors.FailedPreconditionError, match=r"expected to contain 9"):
+        _records(plan, 0, 0, 15)
+    assert find_unreadable_files(files, plan.records) == [
+        (files[1], "it holds 6 records, but the run planned its input with 9 (the file changed "
+                   "since the run started, or ends early)")]
+    with pytest.raises(DataMismatchError, match=r"2 input file\(s\) cannot feed 3 input shards"):
+        InputPlan.create(files, 6, 3)
+    with pytest.raises(DataMismatchError, match=r"global batch size 7 must be a multiple of the "
+                                                r"number of input shards 2"):
+        InputPlan.create(files, 7, 2)
 
 
 def test_files_are_sharded_per_input_pipeline(generated_data):
@@ -65,6 +203,9 @@ def test_files_are_sharded_per_input_pipeline(generated_data):
     context = tf.distribute.InputContext(num_input_pipelines=4, input_pipeline_id=0)
     with pytest.raises(DataMismatchError, match=r"3 input file\(s\) cannot be sharded over 4 "
                                                 r"input pipelines"):
+        pretraining_dataset(",".join(files), 8, 64, 10, is_training=False, input_context=context)
+    with pytest.raises(DataMismatchError, match=r"3 input file\(s\) cannot feed 4 input shards "
+                                                r"\(one per input pipeline"):
         pretraining_dataset(",".join(files), 8, 64, 10, input_context=context)
 
 

@@ -50,34 +50,59 @@ def _config(tmp_path, files, **changes):
                   output_dir=str(tmp_path / "run"), max_seq_length=64,
                   max_predictions_per_seq=10, train_batch_size=8, num_train_steps=4,
                   num_warmup_steps=1, learning_rate=1e-2, save_checkpoints_steps=4,
-                  iterations_per_loop=2, seed=11, shuffle_buffer_size=64, verbose=False)
+                  iterations_per_loop=2, seed=11, shuffle_window=64, verbose=False)
     values.update(changes)
     return PretrainingConfig(**values)
 
 
 # ---------------------------------------------------------------------------------------------
+def _run_workers(runs, tmp_path, timeout=600):
+    """Starts every run (name -> worker arguments) at once; returns {name: output}."""
+    procs = {name: _worker(args + ["--weights", str(tmp_path / f"{name}.npz")])
+             for name, args in runs.items()}
+    outputs = {}
+    for name, proc in procs.items():
+        try:
+            outputs[name], _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for p in procs.values():
+                p.kill()
+            pytest.fail(f"worker {name} did not finish in {timeout} s")
+        outputs[name] = (proc.returncode, outputs[name])
+    return outputs
+
+
 def test_mirrored_two_devices_equals_one_device_and_accumulation(generated_data, tmp_path):
     """Same global batch: MirroredStrategy over 2 logical CPUs, one device, and one device with
-    2 gradient-accumulation micro-batches end with the same weights (clipping active)."""
-    runs = {"one": ["--strategy", "one_device"],
-            "mirrored": ["--strategy", "mirrored", "--logical_cpus", "2", "--export_dir",
-                         str(tmp_path / "exports" / "mirrored")],
-            "accum": ["--strategy", "one_device", "--grad_accum_steps", "2"]}
-    procs = {}
-    for name, args in runs.items():
-        procs[name] = _worker(args + ["--files", _pattern(generated_data), "--output_dir",
-                                      str(tmp_path / name), "--weights",
-                                      str(tmp_path / f"{name}.npz")])
-    for name, proc in procs.items():
-        out, _ = proc.communicate(timeout=600)
-        assert proc.returncode == 0, out[-3000:]
+    2 gradient-accumulation micro-batches end with the same weights (clipping active); a
+    mirrored run SIGKILLed after its step-2 checkpoint and rerun ends with exactly the
+    uninterrupted mirrored run's weights (the input seeks to the step; no iterator state)."""
+    data = ["--files", _pattern(generated_data)]
+    mirrored = ["--strategy", "mirrored", "--logical_cpus", "2"] + data
+    runs = {"one": ["--strategy", "one_device", "--output_dir", str(tmp_path / "one")] + data,
+            "mirrored": mirrored + ["--output_dir", str(tmp_path / "mirrored"), "--export_dir",
+                                    str(tmp_path / "exports" / "mirrored")],
+            "accum": ["--strategy", "one_device", "--grad_accum_steps", "2", "--output_dir",
+                      str(tmp_path / "accum")] + data,
+            "killed": mirrored + ["--output_dir", str(tmp_path / "killed"), "--save_every", "2",
+                                  "--kill_at_step", "2"]}
+    for name, (code, out) in _run_workers(runs, tmp_path).items():
+        assert code == (-signal.SIGKILL if name == "killed" else 0), out[-3000:]
+    assert os.path.exists(tmp_path / "killed" / "ckpt-2.index")
+    assert not os.path.exists(tmp_path / "killed" / "ckpt-4.index")
+    code, out = _run_workers({"resumed": mirrored + ["--output_dir", str(tmp_path / "killed"),
+                                                     "--save_every", "2"]}, tmp_path)["resumed"]
+    assert code == 0, out[-3000:]
     one, r1 = _weights(tmp_path / "one.npz")
     mirrored, r2 = _weights(tmp_path / "mirrored.npz")
     accum, _ = _weights(tmp_path / "accum.npz")
+    resumed, _ = _weights(tmp_path / "resumed.npz")
     assert (r1, r2) == (1, 2)
     diffs = {"mirrored": _max_diff(one, mirrored), "accum": _max_diff(one, accum)}
-    print(f"\nmax |w - w_one_device| after 4 steps: {diffs}")
+    print(f"\nmax |w - w_one_device| after 4 steps: {diffs}; killed at step 2 and resumed vs "
+          f"uninterrupted (mirrored): {_max_diff(mirrored, resumed)}")
     assert max(diffs.values()) <= 1e-5
+    assert _max_diff(mirrored, resumed) == 0.0
     initial = np.load(tmp_path / "one.npz")  # the runs moved the weights (not a no-op)
     assert initial["__losses__"][0] > initial["__losses__"][-1]
     _check_export_of_mirrored_run(tmp_path / "exports" / "mirrored" / "1", mirrored)
@@ -110,29 +135,48 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def test_multi_worker_mirrored_two_processes(generated_data, tmp_path):
+def _multi_worker(tmp_path, name, output_dir, extra=()):
+    """Worker arguments of a 2-process MultiWorkerMirrored run: {name-i: args}."""
     ports = [_free_port(), _free_port()]
-    procs = []
+    runs = {}
     for index in range(2):
         tf_config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
                      "task": {"type": "worker", "index": index}}
-        procs.append(_worker(["--strategy", "multi_worker_mirrored", "--files",
-                              _pattern(generated_data), "--output_dir", str(tmp_path / "out"),
-                              "--weights", str(tmp_path / f"w{index}.npz")],
-                             env={"TF_CONFIG": json.dumps(tf_config)}))
-    deadline = time.time() + 300
-    for proc in procs:
-        try:
-            out, _ = proc.communicate(timeout=max(1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            pytest.fail("multi-worker training did not finish in 300 s")
-        assert proc.returncode == 0, out[-3000:]
+        runs[f"{name}{index}"] = ["--strategy", "multi_worker_mirrored", "--output_dir",
+                                  str(output_dir), "--tf_config", json.dumps(tf_config), *extra]
+    return runs
+
+
+def test_multi_worker_mirrored_two_processes(generated_data, tmp_path):
+    """2 worker processes, each reading its own input shard: their final weights equal a
+    single-device run of the same global batches (2 input shards on one device) within 1e-5;
+    both workers SIGKILLed after the step-2 checkpoint and restarted end exactly where the
+    uninterrupted pair does."""
+    data = ["--files", _pattern(generated_data)]
+    runs = {"single": ["--strategy", "one_device", "--input_shards", "2", "--output_dir",
+                       str(tmp_path / "single"), *data]}
+    runs.update(_multi_worker(tmp_path, "w", tmp_path / "out", data))
+    runs.update(_multi_worker(tmp_path, "k", tmp_path / "killed",
+                              data + ["--save_every", "2", "--kill_at_step", "2"]))
+    for name, (code, out) in _run_workers(runs, tmp_path, timeout=300).items():
+        assert code == (-signal.SIGKILL if name.startswith("k") else 0), f"{name}: {out[-3000:]}"
+    assert not os.path.exists(tmp_path / "killed" / "ckpt-4.index")
+    restarted = _multi_worker(tmp_path, "r", tmp_path / "killed", data + ["--save_every", "2"])
+    for name, (code, out) in _run_workers(restarted, tmp_path, timeout=300).items():
+        assert code == 0, f"{name}: {out[-3000:]}"
+        assert "start=resumed first_logged_step=4 " in out, out[-2000:]
     w0, replicas = _weights(tmp_path / "w0.npz")
     w1, _ = _weights(tmp_path / "w1.npz")
-    assert replicas == 2
+    single, single_replicas = _weights(tmp_path / "single.npz")
+    r0, _ = _weights(tmp_path / "r0.npz")
+    r1, _ = _weights(tmp_path / "r1.npz")
+    assert (replicas, single_replicas) == (2, 1)
     assert _max_diff(w0, w1) == 0.0
+    print(f"\n2 workers vs one device (same global batches), max |dw| after 4 steps: "
+          f"{_max_diff(w0, single):.2e}; killed at step 2 and restarted vs uninterrupted: "
+          f"{_max_diff(w0, r0):.2e}")
+    assert _max_diff(w0, single) <= 1e-5
+    assert _max_diff(w0, r0) == 0.0 and _max_diff(r0, r1) == 0.0
     assert os.path.exists(tmp_path / "out" / "ckpt-4.index")          # the chief's
     assert os.path.exists(tmp_path / "out" / ".worker-1" / "ckpt-4.index")  # worker 1's
 
@@ -261,7 +305,7 @@ def test_non_finite_loss_stops_with_the_step_and_a_good_checkpoint(generated_dat
                 example.features.feature["masked_lm_weights"].float_list.value[0] = float("nan")
             writer.write(example.SerializeToString())
     cfg = _config(tmp_path, str(bad), num_train_steps=8, iterations_per_loop=8,
-                  save_checkpoints_steps=8, shuffle_buffer_size=1)
+                  save_checkpoints_steps=8, shuffle_window=1)
     with pytest.raises(NonFiniteLossError, match=r"at step 4 .* The model after step 3 is saved "
                                                  r"at .*ckpt-3"):
         PretrainingRun(cfg).run()
@@ -272,7 +316,7 @@ def test_non_finite_loss_stops_with_the_step_and_a_good_checkpoint(generated_dat
     # The saved state (weights, slots, step) is that of the same run on clean data at step 3.
     PretrainingRun(_config(tmp_path / "clean", str(clean_file), num_train_steps=8,
                            iterations_per_loop=3, save_checkpoints_steps=3,
-                           shuffle_buffer_size=1)).run()
+                           shuffle_window=1)).run()
     reference = _checkpoint_arrays(str(tmp_path / "clean" / "run" / "ckpt-3"))
     assert reference.keys() == saved.keys() and len(saved) > 50
     for name, value in reference.items():
@@ -285,6 +329,14 @@ def test_refuses_mismatched_data_and_output_dir(generated_data, tmp_path):
         PretrainingRun(_config(tmp_path, _pattern(generated_data), max_seq_length=32))
     PretrainingRun(_config(tmp_path, _pattern(generated_data), num_train_steps=2,
                            save_checkpoints_steps=2)).run()
+    # Resuming with input that would read other batches is refused, naming what changed.
+    with pytest.raises(DataMismatchError, match=r"holds a run whose training input differs from "
+                                                r"this command's \(seed 11 -> 12\)"):
+        PretrainingRun(_config(tmp_path, _pattern(generated_data), seed=12))
+    with pytest.raises(DataMismatchError, match=r"\(files \(name, records\) no longer there: "
+                                                r"\[\('wiki-00001-of-00003.tfrecord'"):
+        PretrainingRun(_config(tmp_path, generated_data["files"][0] + ","
+                               + generated_data["files"][2]))
     other = dict(TINY, intermediate_size=44)
     with pytest.raises(OutputDirMismatchError, match=r"holds checkpoints of another model "
                                                      r"configuration .*'intermediate_size': "
@@ -411,7 +463,7 @@ def test_the_same_command_gives_the_same_model_by_default(generated_data, tmp_pa
                       output_dir=str(tmp_path / name), max_seq_length=64,
                       max_predictions_per_seq=10, train_batch_size=8, num_train_steps=3,
                       num_warmup_steps=1, learning_rate=1e-2, save_checkpoints_steps=3,
-                      iterations_per_loop=3, shuffle_buffer_size=64, verbose=False)
+                      iterations_per_loop=3, shuffle_window=64, verbose=False)
         if seed != "default":
             values["seed"] = seed
         keras.utils.set_random_seed(len(name))  # global state differs between the runs
@@ -425,7 +477,7 @@ def test_the_same_command_gives_the_same_model_by_default(generated_data, tmp_pa
 
 def test_non_finite_checkpoint_holds_the_input_position_of_its_step(generated_data, tmp_path):
     """The checkpoint saved at a non-finite step resumes with the batch of that step: model,
-    optimizer and input iterator agree (nothing skipped)."""
+    optimizer and the input position (a function of the step) agree (nothing skipped)."""
     records = [r.numpy() for r in tf.data.TFRecordDataset(generated_data["files"][0]).take(80)]
     bad = tmp_path / "bad.tfrecord"
     with tf.io.TFRecordWriter(str(bad)) as writer:
@@ -435,7 +487,7 @@ def test_non_finite_checkpoint_holds_the_input_position_of_its_step(generated_da
                 example.features.feature["masked_lm_weights"].float_list.value[0] = float("nan")
             writer.write(example.SerializeToString())
     cfg = _config(tmp_path, str(bad), num_train_steps=10, iterations_per_loop=10,
-                  save_checkpoints_steps=10, shuffle_buffer_size=1)
+                  save_checkpoints_steps=10, shuffle_window=1)
     with pytest.raises(NonFiniteLossError, match=r"at step 6 .*after step 5 is saved .*ckpt-5"):
         PretrainingRun(cfg).run()
     saved = _checkpoint_arrays(str(tmp_path / "run" / "ckpt-5"))
@@ -450,12 +502,12 @@ def test_non_finite_checkpoint_holds_the_input_position_of_its_step(generated_da
 
 def test_corrupt_input_mid_run_names_the_file_and_saves_a_consistent_step(generated_data,
                                                                           tmp_path):
-    """A shard truncated inside record 41 (a copy interrupted mid-write): training stops with an
-    error naming the file and the step whose checkpoint it saved; that checkpoint is consistent:
-    resumed with the file restored, the next batch is the one that step's position reads.
-    (Measured: TensorFlow's reader returns this truncated tail as end-of-file on one pass and as
-    an error on the next, so the replay fails and the run falls back to the last checkpoint on
-    disk; the replay path itself is covered by the non-finite tests.)"""
+    """A generated shard (60 records, its sidecar says) truncated inside record 41 after the run
+    planned its input (a copy interrupted mid-write): training stops with an error naming the
+    file and the step whose checkpoint it saved; that checkpoint is consistent: resumed with the
+    file restored, the next batch is the one that step's position reads. (TensorFlow's reader
+    can return a truncated tail as end-of-file; the planned record count turns that into the
+    same error instead of a silent shift of every later batch.)"""
     source = generated_data["files"][0]
     records = [r.numpy() for r in tf.data.TFRecordDataset(source).take(60)]
     full = tmp_path / "shard.tfrecord"
@@ -467,8 +519,11 @@ def test_corrupt_input_mid_run_names_the_file_and_saves_a_consistent_step(genera
     corrupt = tmp_path / "in" / "shard.tfrecord"
     corrupt.parent.mkdir()
     corrupt.write_bytes(data[:cut])
+    sidecar = json.load(open(source + ".json"))
+    sidecar.update(file=corrupt.name, num_examples=60)
+    json.dump(sidecar, open(str(corrupt) + ".json", "w"))
     cfg = _config(tmp_path, str(corrupt), num_train_steps=12, iterations_per_loop=12,
-                  save_checkpoints_steps=12, shuffle_buffer_size=1)
+                  save_checkpoints_steps=12, shuffle_window=1)
     with pytest.raises(CorruptInputError) as info:
         PretrainingRun(cfg).run()
     message = str(info.value)
