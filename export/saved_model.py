@@ -137,7 +137,7 @@ def load_for_export(path: str, checkpoint: str = "latest", spm_model_file: str |
 def host_copy(model):
     """A float32 model of the same kind and config, built outside any strategy, with `model`'s
     weights (read from replicas or TPU once)."""
-    from albert_tf.checkpoint_names import model_kind, model_weights
+    from albert_tf.checkpoints import model_kind, model_weights
     from albert_tf.checkpoints import build_model
 
     kind = model_kind(model)
@@ -288,7 +288,7 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
     Returns:
         The version directory written.
     """
-    from albert_tf.checkpoint_names import model_kind
+    from albert_tf.checkpoints import model_kind
     from albert_tf.tokenization import Tokenizer
 
     export_dir = os.path.abspath(export_dir)

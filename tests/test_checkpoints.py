@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from albert_tf import AlbertClassifier, AlbertPretrainer, load_pretrained  # noqa: E402
-from albert_tf.checkpoint_names import CheckpointMismatchError, model_weights  # noqa: E402
+from albert_tf.checkpoints import CheckpointMismatchError, model_weights  # noqa: E402
 from albert_tf.checkpoints import (CheckpointError, TF1Checkpoint, config_from_hf,  # noqa: E402
                                    convert, write_tf1_checkpoint)
 from conftest import random_batch, tiny_config  # noqa: E402

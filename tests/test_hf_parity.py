@@ -2,7 +2,7 @@
 
 HF's models are initialised at random, every parameter then redrawn (LayerNorm gammas and
 biases included, so no mapping mistake can hide behind ones and zeros), copied into ours by the
-one mapping function `albert_tf.checkpoint_names.load_hf_state_dict`, and both are run on a batch
+one mapping function `albert_tf.checkpoints.load_hf_state_dict`, and both are run on a batch
 with right padding of different lengths and both segment ids.
 """
 
@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from albert_tf import AlbertBackbone, AlbertPretrainer  # noqa: E402
-from albert_tf.checkpoint_names import load_hf_state_dict  # noqa: E402
+from albert_tf.checkpoints import load_hf_state_dict  # noqa: E402
 from conftest import random_batch, tiny_config  # noqa: E402
 from hf_helpers import (gather_positions, hf_config, max_diff, randomize_torch,  # noqa: E402
                         tf_inputs, torch_inputs)

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from albert_tf import AlbertBackbone, AlbertPretrainer
 from albert_tf import losses
-from albert_tf.checkpoint_names import model_weights
+from albert_tf.checkpoints import model_weights
 from conftest import random_batch, tiny_config
 
 BACKBONE_KEYS = ("input_ids", "input_mask", "segment_ids")

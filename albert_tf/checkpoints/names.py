@@ -1,5 +1,6 @@
 """The weight-name contract: every variable of our models <-> its official TF1 checkpoint name
-<-> its Hugging Face `state_dict` key. One table, used by every loader and writer.
+<-> its Hugging Face `state_dict` key. One table, used by every loader and writer; a pure mapping (no file is read or written
+here, no variable assigned).
 
 Official names (REFERENCE section 8, official `modeling.py` variable scopes):
 
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Mapping
 
 import numpy as np
 
@@ -149,7 +149,7 @@ def model_weights(model) -> list[NamedWeight]:
     if len(set(ids)) != len(ids) or set(ids) != model_ids:
         raise RuntimeError(
             f"The official-name table covers {len(set(ids))} variables of {len(model_ids)}; "
-            "a layer was added without a name mapping in albert_tf/checkpoint_names.py.")
+            "a layer was added without a name mapping in albert_tf/checkpoints/names.py.")
     return named
 
 
@@ -268,135 +268,3 @@ def block_counts(names) -> tuple[int, int]:
                 groups.add(int(m.group(1)))
                 inners.add(int(m.group(2)))
     return (max(groups) + 1 if groups else 0), (max(inners) + 1 if inners else 0)
-
-
-class CheckpointMismatchError(ValueError):
-    """A checkpoint does not fit the model: names or shapes disagree. Nothing was assigned."""
-
-
-def assign_strict(model, keys, read, key_of, skip_reason, source: str) -> dict:
-    """Fills every variable of `model` from a checkpoint, or raises and assigns nothing.
-
-    Args:
-        model: an ALBERT model (backbone, pretrainer or classifier), built.
-        keys: the checkpoint's entry names.
-        read: `read(key) -> np.ndarray`.
-        key_of: `key_of(official_name) -> (key, transposed)` where `transposed` says the stored
-            array is the transpose of the official layout.
-        skip_reason: `skip_reason(key) -> str | None`; entries with a reason (optimizer slots,
-            buffers, heads the model does not have) are skipped and reported.
-        source: the checkpoint's path, for messages.
-
-    Returns:
-        {"assigned": [official names], "skipped": {key: reason}}.
-
-    Raises:
-        CheckpointMismatchError: listing every model weight with no entry, every entry that maps
-            to no model weight, and every shape mismatch with the config dimension it concerns.
-    """
-    keys = set(keys)
-    named = model_weights(model)
-    assignments, missing, mismatched, dimensions, used = [], [], [], [], set()
-    for weight in named:
-        key, transposed = key_of(weight.official_name)
-        if key not in keys:
-            missing.append(key)
-            continue
-        used.add(key)
-        value = _to_numpy(read(key))
-        value = weight.from_official(value.T if transposed else value)
-        model_shape, ckpt_shape = tuple(weight.variable.shape), tuple(value.shape)
-        if model_shape != ckpt_shape:
-            mismatched.append(f"{key} {ckpt_shape} vs {model_shape}")
-            for d in explain_shape_mismatch(weight.official_name, model_shape, ckpt_shape):
-                if d not in dimensions:
-                    dimensions.append(d)
-            continue
-        assignments.append((weight, value))
-    skipped, unused = {}, []
-    for key in sorted(keys - used):
-        reason = skip_reason(key)
-        if reason:
-            skipped[key] = reason
-        else:
-            unused.append(key)
-    if missing or unused or mismatched:
-        problems = []
-        if mismatched:
-            problems.append(f"the config disagrees with the checkpoint on {'; '.join(dimensions)} "
-                            f"-- shape mismatches (checkpoint vs model): {mismatched}")
-        ours = block_counts(w.official_name for w in named)
-        theirs = block_counts(keys)
-        if theirs != (0, 0) and ours != theirs:
-            problems.append(f"the checkpoint has {theirs[0]} block group(s) x {theirs[1]} inner "
-                            f"group(s), the model {ours[0]} x {ours[1]}: check num_hidden_groups, "
-                            "inner_group_num and sharing in the config")
-        if missing:
-            problems.append(f"model weights with no checkpoint entry: {missing}")
-        if unused:
-            problems.append(f"checkpoint entries that map to no model weight: {unused}")
-        raise CheckpointMismatchError(
-            f"Cannot load {source} into {type(model).__name__}; nothing was assigned. "
-            + "; ".join(problems))
-    for weight, value in assignments:
-        weight.variable.assign(value.astype(weight.variable.dtype))
-    return {"assigned": [w.official_name for w, _ in assignments], "skipped": skipped}
-
-
-def _to_numpy(value) -> np.ndarray:
-    if hasattr(value, "detach"):  # torch tensor
-        value = value.detach().cpu().numpy()
-    return np.asarray(value)
-
-
-def _identity_projection(state_dict, prefix: str, source: str) -> bool:
-    """For an E = H model: Hugging Face always builds `embedding_hidden_mapping_in`; it can be
-    dropped only when it is the identity with zero bias. Otherwise the checkpoint is a model
-    ours cannot represent, and loading it would silently change its outputs."""
-    weight, bias = state_dict.get(prefix + "weight"), state_dict.get(prefix + "bias")
-    if weight is None and bias is None:
-        return False
-    weight, bias = _to_numpy(weight), _to_numpy(bias)
-    if np.array_equal(weight, np.eye(*weight.shape)) and not np.any(bias):
-        return True
-    raise CheckpointMismatchError(
-        f"{source}: embedding_size == hidden_size, so the model has no E -> H projection "
-        f"(official rule), but {prefix}weight/bias is not the identity with zero bias (max "
-        f"|W - I| {np.abs(weight - np.eye(*weight.shape)).max():.3g}, max |b| "
-        f"{np.abs(bias).max():.3g}); this checkpoint's model cannot be represented. Use a config "
-        "with embedding_size != hidden_size only if the checkpoint really has one.")
-
-
-def load_hf_state_dict(model, state_dict: Mapping[str, object], source="state_dict") -> dict:
-    """Copies a Hugging Face ALBERT `state_dict` into `model` strictly (see `assign_strict`).
-
-    Keys may carry the `albert.` prefix (`AlbertForPreTraining`, `AlbertFor...`) or not
-    (`AlbertModel`). When loading a backbone, the heads' entries are skipped (reported).
-    """
-    prefixed = any(k.startswith("albert.") for k in state_dict)
-
-    def key_of(official_name):
-        key, transposed = official_to_hf(official_name)
-        if not prefixed and key.startswith("albert."):
-            key = key[len("albert."):]
-        return key, transposed
-
-    derived = {k if prefixed else k.replace("albert.", "", 1) for k in HF_DERIVED_KEYS}
-    kind = model_kind(model)
-    projection = ("albert." if prefixed else "") + "encoder.embedding_hidden_mapping_in."
-    identity = _identity_projection(state_dict, projection, source) \
-        if model.config.embedding_size == model.config.hidden_size else False
-
-    def skip_reason(key):
-        if key in derived:
-            return "derived (buffer or tied copy)"
-        if identity and key.startswith(projection):
-            return "identity E -> H projection (E = H: the model has none)"
-        if kind != "pretrainer" and key.startswith(HF_HEAD_PREFIXES):
-            return f"pretraining head, not part of a {kind}"
-        if kind == "backbone" and key.startswith("classifier."):
-            return "classifier head, not part of a backbone"
-        return None
-
-    return assign_strict(model, state_dict.keys(), lambda k: state_dict[k], key_of, skip_reason,
-                         source)

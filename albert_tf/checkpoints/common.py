@@ -1,0 +1,127 @@
+"""What every checkpoint format shares: the errors, building a model by kind, and
+`assign_strict`, the one strict assignment every foreign source (TF1, Hugging Face,
+`--init_checkpoint`) goes through: an unmapped entry, an unfilled weight or a shape mismatch is
+an error that names them, and nothing is assigned."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from albert_tf.checkpoints.names import block_counts, explain_shape_mismatch, model_weights
+from albert_tf.config import AlbertConfig
+
+MODEL_KINDS = ("pretrainer", "classifier", "backbone")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be found, read or used; the message names the file and the fix."""
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint does not fit the model: names or shapes disagree. Nothing was assigned."""
+
+
+def build_model(kind: str, config: AlbertConfig, num_labels: int | None = None, dtype=None):
+    """An `AlbertPretrainer`, `AlbertClassifier` or `AlbertBackbone`, built (weights exist)."""
+    from albert_tf.backbone import AlbertBackbone
+    from albert_tf.classifier import AlbertClassifier
+    from albert_tf.pretrainer import AlbertPretrainer
+
+    if kind == "pretrainer":
+        return AlbertPretrainer(config, dtype=dtype)
+    if kind == "classifier":
+        if not num_labels:
+            raise CheckpointError("A classifier needs `num_labels`.")
+        return AlbertClassifier(config, num_labels=num_labels, dtype=dtype)
+    if kind == "backbone":
+        return AlbertBackbone(config, dtype=dtype)
+    raise CheckpointError(f"Unknown model kind {kind!r}; choose one of {MODEL_KINDS}.")
+
+
+def kind_from_heads(has_mlm: bool, has_sop: bool, num_labels: int | None, source: str) -> str:
+    if num_labels:
+        return "classifier"
+    if has_mlm and has_sop:
+        return "pretrainer"
+    if has_mlm or has_sop:
+        present = "masked-LM" if has_mlm else "sentence-order"
+        raise CheckpointError(
+            f"{source} has the {present} head but not the other pretraining head, so it is "
+            "neither a full pretrainer nor a bare encoder. Pass --model backbone (model='backbone') "
+            "to convert the encoder alone; the head entries are then reported as skipped.")
+    return "backbone"
+
+
+def assign_strict(model, keys, read, key_of, skip_reason, source: str) -> dict:
+    """Fills every variable of `model` from a checkpoint, or raises and assigns nothing.
+
+    Args:
+        model: an ALBERT model (backbone, pretrainer or classifier), built.
+        keys: the checkpoint's entry names.
+        read: `read(key) -> np.ndarray`.
+        key_of: `key_of(official_name) -> (key, transposed)` where `transposed` says the stored
+            array is the transpose of the official layout.
+        skip_reason: `skip_reason(key) -> str | None`; entries with a reason (optimizer slots,
+            buffers, heads the model does not have) are skipped and reported.
+        source: the checkpoint's path, for messages.
+
+    Returns:
+        {"assigned": [official names], "skipped": {key: reason}}.
+
+    Raises:
+        CheckpointMismatchError: listing every model weight with no entry, every entry that maps
+            to no model weight, and every shape mismatch with the config dimension it concerns.
+    """
+    keys = set(keys)
+    named = model_weights(model)
+    assignments, missing, mismatched, dimensions, used = [], [], [], [], set()
+    for weight in named:
+        key, transposed = key_of(weight.official_name)
+        if key not in keys:
+            missing.append(key)
+            continue
+        used.add(key)
+        value = to_numpy(read(key))
+        value = weight.from_official(value.T if transposed else value)
+        model_shape, ckpt_shape = tuple(weight.variable.shape), tuple(value.shape)
+        if model_shape != ckpt_shape:
+            mismatched.append(f"{key} {ckpt_shape} vs {model_shape}")
+            for d in explain_shape_mismatch(weight.official_name, model_shape, ckpt_shape):
+                if d not in dimensions:
+                    dimensions.append(d)
+            continue
+        assignments.append((weight, value))
+    skipped, unused = {}, []
+    for key in sorted(keys - used):
+        reason = skip_reason(key)
+        if reason:
+            skipped[key] = reason
+        else:
+            unused.append(key)
+    if missing or unused or mismatched:
+        problems = []
+        if mismatched:
+            problems.append(f"the config disagrees with the checkpoint on {'; '.join(dimensions)} "
+                            f"-- shape mismatches (checkpoint vs model): {mismatched}")
+        ours = block_counts(w.official_name for w in named)
+        theirs = block_counts(keys)
+        if theirs != (0, 0) and ours != theirs:
+            problems.append(f"the checkpoint has {theirs[0]} block group(s) x {theirs[1]} inner "
+                            f"group(s), the model {ours[0]} x {ours[1]}: check num_hidden_groups, "
+                            "inner_group_num and sharing in the config")
+        if missing:
+            problems.append(f"model weights with no checkpoint entry: {missing}")
+        if unused:
+            problems.append(f"checkpoint entries that map to no model weight: {unused}")
+        raise CheckpointMismatchError(
+            f"Cannot load {source} into {type(model).__name__}; nothing was assigned. "
+            + "; ".join(problems))
+    for weight, value in assignments:
+        weight.variable.assign(value.astype(weight.variable.dtype))
+    return {"assigned": [w.official_name for w, _ in assignments], "skipped": skipped}
+
+
+def to_numpy(value) -> np.ndarray:
+    if hasattr(value, "detach"):  # torch tensor
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)

@@ -1,0 +1,108 @@
+"""Our format: a directory
+
+    albert_config.json   official keys (+ `sharing` when not "all")
+    model.weights.h5     Keras weights of the model (no code, no pickle)
+    albert_tf.json       what the weights are (model kind, labels) and where they came from
+    *.model              the SentencePiece model, when one was found beside the source
+
+read by Keras' `load_weights` into a model rebuilt from the stored config and kind (it raises
+on a missing layer or a shape mismatch); `.keras` files by `keras.models.load_model` in safe
+mode. These are our own models, so they are not name-mapped: `assign_strict` is for foreign
+formats."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import tempfile
+
+from albert_tf.checkpoints.common import CheckpointError, build_model
+from albert_tf.checkpoints.names import model_kind
+from albert_tf.config import AlbertConfig
+
+FORMAT_FILE = "albert_tf.json"
+WEIGHTS_FILE = "model.weights.h5"
+CONFIG_FILE = "albert_config.json"
+FORMAT_VERSION = 1
+
+
+def find_sentencepiece(directory: str) -> str | None:
+    candidates = sorted(glob.glob(os.path.join(directory, "*.model")))
+    return candidates[0] if candidates else None
+
+
+def save_albert_tf(model, output_dir: str, sentencepiece_model: str | None = None,
+                   source: dict | None = None, overwrite: bool = False) -> str:
+    """Writes `model` in our format (see module docstring), atomically: into a temporary
+    directory renamed into place, so a failed write leaves nothing under `output_dir`."""
+    output_dir = os.path.abspath(output_dir)
+    if os.path.exists(output_dir) and os.listdir(output_dir) and not overwrite:
+        raise CheckpointError(f"{output_dir} exists and is not empty; choose a new directory or "
+                              "pass --overwrite.")
+    parent = os.path.dirname(output_dir)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".albert_tf-", dir=parent)
+    try:
+        model.config.to_json_file(os.path.join(tmp, CONFIG_FILE))
+        model.save_weights(os.path.join(tmp, WEIGHTS_FILE))
+        kind = model_kind(model)
+        record = {"format": "albert_tf", "format_version": FORMAT_VERSION, "model": kind,
+                  "num_labels": getattr(model, "num_labels", None), "source": source or {}}
+        if sentencepiece_model:
+            shutil.copy(sentencepiece_model, tmp)
+            record["sentencepiece_model"] = os.path.basename(sentencepiece_model)
+        with open(os.path.join(tmp, FORMAT_FILE), "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=2)
+        if os.path.exists(output_dir):
+            shutil.rmtree(output_dir)
+        os.replace(tmp, output_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return output_dir
+
+
+def load_pretrained(path: str, backbone_only: bool = False, dtype=None):
+    """The model stored at `path` with its weights.
+
+    Args:
+        path: a directory written by `python -m albert_tf.convert` / `save_albert_tf`, or a
+            `.keras` file (loaded in Keras safe mode: no arbitrary code).
+        backbone_only: return the `AlbertBackbone` of the stored model.
+        dtype: dtype policy name for the rebuilt model (directories only).
+
+    Returns:
+        `AlbertPretrainer`, `AlbertClassifier` or `AlbertBackbone`, as stored.
+    """
+    import keras
+
+    path = os.fspath(path)
+    if path.endswith(".keras"):
+        if not os.path.exists(path):
+            raise CheckpointError(f"No such file: {path}")
+        model = keras.models.load_model(path, safe_mode=True)
+    else:
+        record_path = os.path.join(path, FORMAT_FILE)
+        if not os.path.exists(record_path):
+            hint = ""
+            if os.path.exists(os.path.join(path, "config.json")):
+                hint = " It looks like a Hugging Face folder: convert it with --source hf."
+            elif glob.glob(os.path.join(path, "*.index")):
+                hint = " It looks like a TF1 checkpoint: convert it with --source tf1."
+            raise CheckpointError(
+                f"{path} is not an albert_tf checkpoint directory (no {FORMAT_FILE})." + hint
+                + " Usage: python -m albert_tf.convert --source {tf1,hf} --input PATH --output DIR")
+        with open(record_path, encoding="utf-8") as f:
+            record = json.load(f)
+        if record.get("format_version") != FORMAT_VERSION:
+            raise CheckpointError(f"{record_path}: unsupported format_version "
+                                  f"{record.get('format_version')!r} (this release reads "
+                                  f"{FORMAT_VERSION})")
+        config = AlbertConfig.from_json_file(os.path.join(path, CONFIG_FILE))
+        model = build_model(record["model"], config, record.get("num_labels"), dtype=dtype)
+        model.load_weights(os.path.join(path, WEIGHTS_FILE))
+    if backbone_only:
+        return model if model_kind(model) == "backbone" else model.backbone
+    return model
