@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F
+from albert_tf.paths import expand_patterns
 
 
 class DataMismatchError(ValueError):
@@ -27,17 +28,9 @@ class DataMismatchError(ValueError):
 
 
 def list_files(input_patterns) -> list[str]:
-    """Sorted files matching comma-separated globs (sidecar `.json` files excluded)."""
-    if isinstance(input_patterns, str):
-        input_patterns = [input_patterns]
-    patterns = [p.strip() for pattern in input_patterns for p in pattern.split(",") if p.strip()]
-    files = []
-    for pattern in patterns:
-        matches = [m for m in tf.io.gfile.glob(pattern) if not m.endswith(".json")]
-        if not matches:
-            raise DataMismatchError(f"Input pattern {pattern!r} matches no TFRecord file.")
-        files.extend(matches)
-    return sorted(set(files))
+    """Sorted TFRecord files matching comma-separated globs (sidecar `.json` files excluded)."""
+    return sorted(expand_patterns(input_patterns, what="TFRecord file",
+                                  exclude_suffixes=(".json",), error=DataMismatchError))
 
 
 def _first_record_lengths(path):

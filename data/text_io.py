@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import glob
-import os
 from typing import Iterator
+
+from albert_tf.paths import expand_patterns
 
 BOM = b"\xef\xbb\xbf"
 
@@ -14,24 +14,9 @@ class InputError(ValueError):
 
 
 def expand_input_patterns(patterns) -> list[str]:
-    """Sorted, de-duplicated files matching comma-separated globs. Raises `InputError` naming
-    a pattern that matches nothing or a path that is not a file."""
-    if isinstance(patterns, str):
-        patterns = [patterns]
-    parts = [p.strip() for pattern in patterns for p in pattern.split(",") if p.strip()]
-    if not parts:
-        raise InputError("No input files given.")
-    files = []
-    for pattern in parts:
-        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
-        if not matches or not all(os.path.exists(m) for m in matches):
-            raise InputError(f"Input pattern {pattern!r} matches no file.")
-        for m in matches:
-            if not os.path.isfile(m):
-                raise InputError(f"Input {m!r} is not a file.")
-            if m not in files:
-                files.append(m)
-    return files
+    """Files matching comma-separated globs, in pattern order (`albert_tf.paths`); raises
+    `InputError` naming a pattern that matches nothing or a path that is not a file."""
+    return expand_patterns(patterns, error=InputError)
 
 
 def read_text_lines(path: str) -> Iterator[str]:

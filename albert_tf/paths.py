@@ -1,0 +1,53 @@
+"""The one expander of comma-separated file globs, for every command that takes input files
+(text for the data tools, TFRecords for training). Local paths use Python's `glob` (no
+TensorFlow import); paths with a scheme (`gs://...`) use `tf.io.gfile`."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def expand_patterns(patterns, what: str = "file", exclude_suffixes=(),
+                    error=ValueError) -> list[str]:
+    """Files matching comma-separated globs (a string or a list of them), in the order of the
+    patterns, each pattern's matches sorted, duplicates dropped.
+
+    Args:
+        patterns: "a/*.txt,b.txt" or ["a/*.txt", "b.txt"].
+        what: names the files in the error message ("TFRecord file").
+        exclude_suffixes: matches ending so are left out (e.g. TFRecord sidecars ".json").
+        error: the exception class raised for a pattern matching nothing, a path that is not a
+            file, or no pattern at all.
+    """
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    parts = [p.strip() for pattern in patterns for p in pattern.split(",") if p.strip()]
+    if not parts:
+        raise error(f"No input {what}s given.")
+    files, seen = [], set()
+    for pattern in parts:
+        if _is_remote(pattern):
+            import tensorflow as tf
+
+            matches = sorted(tf.io.gfile.glob(pattern))
+            is_dir = tf.io.gfile.isdir
+        else:
+            matches = (sorted(glob.glob(pattern)) if glob.has_magic(pattern)
+                       else [pattern] if os.path.exists(pattern) else [])
+            is_dir = os.path.isdir
+        matches = [m for m in matches if not m.endswith(tuple(exclude_suffixes))]
+        if not matches:
+            raise error(f"Input pattern {pattern!r} matches no {what}.")
+        for match in matches:
+            if is_dir(match):
+                raise error(f"Input {match!r} is a directory, not a {what}; give a glob of "
+                            "the files in it.")
+            if match not in seen:
+                seen.add(match)
+                files.append(match)
+    return files
