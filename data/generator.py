@@ -269,6 +269,126 @@ def _check_existing_outputs(job, run_hash, work_dir):
     return finished
 
 
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """One generation run: its job, identity and work directory."""
+
+    job: GenerationJob
+    run_hash: str
+    work_dir: str
+    inputs: list  # [{"path", "sha256"}]
+    num_workers: int
+    progress: bool
+
+    @property
+    def worker_args(self):
+        return (self.job.spm_model_file, self.job.do_lower_case)
+
+    def path(self, *parts):
+        return os.path.join(self.work_dir, *parts)
+
+
+def _tokenize_phase(run: _Run, created_work_dir: bool) -> list[str]:
+    """1. Each input file -> a token cache (skipping finished ones); returns the cache
+    prefixes. Bad input removes a work directory this run created (nothing left behind)."""
+    job = run.job
+    prefixes = [run.path("tokens", f"{i:05d}") for i in range(len(job.input_files))]
+    todo = [(_tokenize_task, (path, prefix)) for path, prefix in zip(job.input_files, prefixes)
+            if not is_tokenized(prefix)]
+    bar = _Progress("tokenize", len(todo), run.progress, items="tokens")
+    try:
+        _run_tasks(todo, run.num_workers, run.worker_args, bar)
+    except InputError:
+        if created_work_dir:
+            shutil.rmtree(run.work_dir, ignore_errors=True)
+        raise
+    bar.close()
+    return prefixes
+
+
+def _map_phase(run: _Run, prefixes) -> list[str]:
+    """2. Units of (block, dupe pass) -> examples spilled per shard (skipping finished units);
+    returns the unit names in unit order."""
+    job = run.job
+    blocks = _blocks(TokenStore(prefixes), job)
+    units = [(b, d) for b in range(len(blocks)) for d in range(job.dupe_factor)]
+    unit_names = [run.path("units", f"unit-{b:06d}-{d:04d}") for b, d in units]
+    num_shards = len(job.output_files)
+    todo = [(_unit_task, (job, run.path("units"), b, d, blocks[b],
+                          (b * job.dupe_factor + d) % num_shards))
+            for (b, d), name in zip(units, unit_names) if not os.path.exists(name + ".idx")]
+    bar = _Progress("examples", len(todo), run.progress)
+    _run_tasks(todo, run.num_workers, run.worker_args + (prefixes,), bar)
+    bar.close()
+    return unit_names
+
+
+def _shard_totals(unit_names, num_shards) -> np.ndarray:
+    """[shard, stat] counts summed over the units' indexes."""
+    totals = np.zeros((num_shards, len(_STATS)), np.int64)
+    for name in unit_names:
+        with np.load(name + ".idx") as idx:
+            totals += idx["stats"][:num_shards]
+    return totals
+
+
+def _write_shard(run: _Run, shard: int, unit_names, counts: dict, total_examples: int,
+                 tokenizer: Tokenizer):
+    """3. (one shard) Gathers the shard's examples from every unit in unit order, shuffles them
+    (seeded per shard), writes the TFRecord and then its sidecar, each under a temporary name
+    renamed into place (the sidecar last: it marks the shard finished)."""
+    import tensorflow as tf  # only the reducer writes TFRecords
+
+    job = run.job
+    path = job.output_files[shard]
+    records = []
+    for name in unit_names:
+        records.extend(_read_unit_shard(name, shard)[0])
+    order = np.random.default_rng([job.random_seed, REDUCE_STREAM, shard]).permutation(
+        len(records))
+    open(run.path("writing", str(shard)), "w").close()
+    tmp = run.path(f"shard-{shard:05d}")
+    with tf.io.TFRecordWriter(tmp + ".tfrecord") as writer:
+        for i in order.tolist():
+            writer.write(records[i])
+    generation = dict(dataclasses.asdict(job.params), dupe_factor=job.dupe_factor,
+                      do_lower_case=job.do_lower_case, random_seed=job.random_seed,
+                      tokens_per_unit=job.tokens_per_unit)
+    meta = {
+        "format": F.SIDECAR_FORMAT, "format_version": F.SIDECAR_VERSION,
+        "file": os.path.basename(path), "shard_index": shard,
+        "num_shards": len(job.output_files),
+        "num_examples": counts["examples"], "total_examples": total_examples,
+        "max_seq_length": job.params.max_seq_length,
+        "max_predictions_per_seq": job.params.max_predictions_per_seq,
+        "vocab_size": tokenizer.vocab_size, "spm_model_sha256": tokenizer.sha256,
+        "spm_model_file": os.path.abspath(job.spm_model_file),
+        "counts": counts, "generation": generation, "input_files": run.inputs,
+        "run_hash": run.run_hash,
+    }
+    with open(tmp + ".json", "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=2)
+    os.replace(tmp + ".tfrecord", path)
+    os.replace(tmp + ".json", F.sidecar_path(path))
+
+
+def _reduce_phase(run: _Run, unit_names, finished, tokenizer) -> np.ndarray:
+    """3. Writes every unfinished shard, one at a time; returns the [shard, stat] totals."""
+    num_shards = len(run.job.output_files)
+    totals = _shard_totals(unit_names, num_shards)
+    total_examples = int(totals[:, 0].sum())
+    if total_examples == 0:
+        raise InputError("The inputs produced no examples.")
+    bar = _Progress("write", num_shards - len(finished), run.progress)
+    for shard in range(num_shards):
+        if shard not in finished:
+            counts = dict(zip(_STATS, totals[shard].tolist()))
+            _write_shard(run, shard, unit_names, counts, total_examples, tokenizer)
+            bar.update(1, counts["examples"])
+    bar.close()
+    return totals
+
+
 def generate(job: GenerationJob, num_workers: int = 1, progress: bool = True) -> dict:
     """Runs (or resumes) the generation; returns a summary with per-shard counts."""
     if num_workers < 1:
@@ -278,95 +398,24 @@ def generate(job: GenerationJob, num_workers: int = 1, progress: bool = True) ->
     inputs = [{"path": os.path.abspath(p), "sha256": file_sha256(p)} for p in job.input_files]
     run_hash = _run_hash(job, [i["sha256"] for i in inputs], tokenizer.sha256)
     out_dir = os.path.dirname(os.path.abspath(job.output_files[0]))
-    work_dir = os.path.join(out_dir, f".albert_pretraining_{run_hash[:16]}")
-    finished = _check_existing_outputs(job, run_hash, work_dir)
+    run = _Run(job, run_hash, os.path.join(out_dir, f".albert_pretraining_{run_hash[:16]}"),
+               inputs, num_workers, progress)
+    finished = _check_existing_outputs(job, run_hash, run.work_dir)
     if len(finished) == len(job.output_files):
         return {"run_hash": run_hash, "already_complete": True,
                 "outputs": list(job.output_files)}
     for path in job.output_files:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    created_work_dir = not os.path.exists(work_dir)
-    token_dir, unit_dir = os.path.join(work_dir, "tokens"), os.path.join(work_dir, "units")
-    for d in (token_dir, unit_dir, os.path.join(work_dir, "writing")):
-        os.makedirs(d, exist_ok=True)
-    base_args = (job.spm_model_file, job.do_lower_case)
+    created_work_dir = not os.path.exists(run.work_dir)
+    for d in ("tokens", "units", "writing"):
+        os.makedirs(run.path(d), exist_ok=True)
 
-    # 1. Tokenize.
-    prefixes = [os.path.join(token_dir, f"{i:05d}") for i in range(len(job.input_files))]
-    todo = [(_tokenize_task, (path, prefix)) for path, prefix in zip(job.input_files, prefixes)
-            if not is_tokenized(prefix)]
-    bar = _Progress("tokenize", len(todo), progress, items="tokens")
-    try:
-        _run_tasks(todo, num_workers, base_args, bar)
-    except InputError:
-        if created_work_dir:  # bad input: leave nothing behind
-            shutil.rmtree(work_dir, ignore_errors=True)
-        raise
-    bar.close()
-
-    # 2. Map: units of (block, pass).
-    store = TokenStore(prefixes)
-    blocks = _blocks(store, job)
-    units = [(b, d) for b in range(len(blocks)) for d in range(job.dupe_factor)]
-    unit_names = [os.path.join(unit_dir, f"unit-{b:06d}-{d:04d}") for b, d in units]
-    num_shards = len(job.output_files)
-    todo = [(_unit_task, (job, unit_dir, b, d, blocks[b], (b * job.dupe_factor + d) % num_shards))
-            for (b, d), name in zip(units, unit_names) if not os.path.exists(name + ".idx")]
-    bar = _Progress("examples", len(todo), progress)
-    _run_tasks(todo, num_workers, base_args + (prefixes,), bar)
-    bar.close()
-
-    # 3. Reduce: one shard at a time.
-    import tensorflow as tf  # only the reducer writes TFRecords
-
-    totals = np.zeros((num_shards, len(_STATS)), np.int64)
-    for shard in range(num_shards):
-        for name in unit_names:
-            with np.load(name + ".idx") as idx:
-                totals[shard] += idx["stats"][shard]
-    total_examples = int(totals[:, 0].sum())
-    if total_examples == 0:
-        raise InputError("The inputs produced no examples.")
-    bar = _Progress("write", num_shards - len(finished), progress)
-    generation = dict(dataclasses.asdict(job.params), dupe_factor=job.dupe_factor,
-                      do_lower_case=job.do_lower_case, random_seed=job.random_seed,
-                      tokens_per_unit=job.tokens_per_unit)
-    for shard, path in enumerate(job.output_files):
-        if shard in finished:
-            continue
-        records = []
-        for name in unit_names:
-            recs, _ = _read_unit_shard(name, shard)
-            records.extend(recs)
-        order = np.random.default_rng([job.random_seed, REDUCE_STREAM, shard]).permutation(
-            len(records))
-        marker = os.path.join(work_dir, "writing", str(shard))
-        open(marker, "w").close()
-        tmp = os.path.join(work_dir, f"shard-{shard:05d}")
-        with tf.io.TFRecordWriter(tmp + ".tfrecord") as writer:
-            for i in order.tolist():
-                writer.write(records[i])
-        counts = dict(zip(_STATS, totals[shard].tolist()))
-        meta = {
-            "format": F.SIDECAR_FORMAT, "format_version": F.SIDECAR_VERSION,
-            "file": os.path.basename(path), "shard_index": shard, "num_shards": num_shards,
-            "num_examples": counts["examples"], "total_examples": total_examples,
-            "max_seq_length": job.params.max_seq_length,
-            "max_predictions_per_seq": job.params.max_predictions_per_seq,
-            "vocab_size": tokenizer.vocab_size, "spm_model_sha256": tokenizer.sha256,
-            "spm_model_file": os.path.abspath(job.spm_model_file),
-            "counts": counts, "generation": generation, "input_files": inputs,
-            "run_hash": run_hash,
-        }
-        with open(tmp + ".json", "w", encoding="utf-8") as f:
-            json.dump(meta, f, indent=2)
-        os.replace(tmp + ".tfrecord", path)
-        os.replace(tmp + ".json", F.sidecar_path(path))  # last: marks the shard finished
-        bar.update(1, counts["examples"])
-    bar.close()
-    shutil.rmtree(work_dir, ignore_errors=True)
+    prefixes = _tokenize_phase(run, created_work_dir)
+    unit_names = _map_phase(run, prefixes)
+    totals = _reduce_phase(run, unit_names, finished, tokenizer)
+    shutil.rmtree(run.work_dir, ignore_errors=True)
     return {"run_hash": run_hash, "already_complete": False, "outputs": list(job.output_files),
-            "total_examples": total_examples,
+            "total_examples": int(totals[:, 0].sum()),
             "counts": dict(zip(_STATS, totals.sum(0).tolist())),
             "seconds": round(time.time() - started, 2)}
 
