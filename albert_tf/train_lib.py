@@ -326,7 +326,8 @@ class PretrainingRun:
 
     def _position_input(self):
         """The training iterator at the optimizer's step."""
-        self.train_iterator = self._train_iterator(int(self.optimizer.iterations.numpy()))
+        self._input_step = int(self.optimizer.iterations.numpy())
+        self.train_iterator = self._train_iterator(self._input_step)
 
     def _train_iterator(self, step: int):
         cfg, plan = self.cfg, self.plan
@@ -528,12 +529,14 @@ class PretrainingRun:
             eval_writer = tf.summary.create_file_writer(os.path.join(cfg.output_dir, "eval"))
         else:
             train_writer = eval_writer = tf.summary.create_noop_writer()
+        history = []
+        # The preemption handler restores its manager's latest checkpoint when created; the
+        # input is positioned after it, at whatever step that leaves.
+        preemption = self._preemption_handler()
         step = int(self.optimizer.iterations.numpy())
-        if self.train_iterator is None:
+        if self.train_iterator is None or self._input_step != step:
             self._position_input()
         start_step, start_time = step, time.time()
-        history = []
-        preemption = self._preemption_handler()
         previous_sigterm = self._install_sigterm()
         status = "completed"
         try:
