@@ -82,11 +82,15 @@ def check_files(files, max_seq_length, max_predictions_per_seq, vocab_size=None)
     return found
 
 
-def parse_fn(max_seq_length: int, max_predictions_per_seq: int):
-    """Record -> dict of fixed-shape tensors; int64 features become int32 (TPU-friendly)."""
-    schema = F.pretraining_schema(max_seq_length, max_predictions_per_seq)
-    spec = {name: tf.io.FixedLenFeature([length], tf.int64 if dtype == "int64" else tf.float32)
+def _parse_spec(schema: dict) -> dict:
+    return {name: tf.io.FixedLenFeature([length], tf.int64 if dtype == "int64" else tf.float32)
             for name, (length, dtype) in schema.items()}
+
+
+def schema_parser(schema: dict):
+    """Record -> dict of fixed-shape tensors of `schema` ({name: (length, "int64" |
+    "float32")}); int64 features become int32 (TPU-friendly)."""
+    spec = _parse_spec(schema)
 
     def parse(record):
         example = tf.io.parse_single_example(record, spec)
@@ -94,6 +98,11 @@ def parse_fn(max_seq_length: int, max_predictions_per_seq: int):
                 for name, t in example.items()}
 
     return parse
+
+
+def parse_fn(max_seq_length: int, max_predictions_per_seq: int):
+    """Pretraining record -> dict of fixed-shape tensors (`schema_parser` of its schema)."""
+    return schema_parser(F.pretraining_schema(max_seq_length, max_predictions_per_seq))
 
 
 def pretraining_dataset(input_patterns, global_batch_size: int, max_seq_length: int,
@@ -131,6 +140,16 @@ def pretraining_dataset(input_patterns, global_batch_size: int, max_seq_length: 
                                 shuffle_window, sidecars=sidecars)
         return training_dataset(plan, start_step, max_seq_length, max_predictions_per_seq,
                                 input_context)
+    return ordered_dataset(files, global_batch_size,
+                           F.pretraining_schema(max_seq_length, max_predictions_per_seq),
+                           input_context, drop_remainder)
+
+
+def ordered_dataset(files, global_batch_size: int, schema: dict,
+                    input_context: tf.distribute.InputContext | None = None,
+                    drop_remainder: bool = True) -> tf.data.Dataset:
+    """One ordered pass over `files` (sharded by input pipeline), batches of the pipeline's
+    share of `global_batch_size`, features of `schema`."""
     batch_size = global_batch_size
     dataset = tf.data.Dataset.from_tensor_slices(files)
     if input_context is not None:
@@ -144,8 +163,8 @@ def pretraining_dataset(input_patterns, global_batch_size: int, max_seq_length: 
                     "(--num_output_shards).")
             dataset = dataset.shard(pipelines, input_context.input_pipeline_id)
     dataset = dataset.flat_map(tf.data.TFRecordDataset)
-    dataset = dataset.map(parse_fn(max_seq_length, max_predictions_per_seq),
-                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    dataset = dataset.map(schema_parser(schema), num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=True)
     return dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
 
 
@@ -376,7 +395,17 @@ class InputPlan:
 def training_dataset(plan: InputPlan, start_step: int, max_seq_length: int,
                      max_predictions_per_seq: int,
                      input_context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
-    """Per-replica batches of the plan's training stream from step `start_step` on.
+    """Per-replica pretraining batches of the plan's stream from step `start_step` on
+    (`stream_dataset` with the pretraining schema)."""
+    return stream_dataset(plan, start_step,
+                          F.pretraining_schema(max_seq_length, max_predictions_per_seq),
+                          input_context)
+
+
+def stream_dataset(plan: InputPlan, start_step: int, schema: dict,
+                   input_context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
+    """Per-replica batches (features of `schema`) of the plan's stream from step `start_step`
+    on.
 
     With an `input_context` (from `strategy.distribute_datasets_from_function`), this input
     pipeline reads only its block of shards and yields one batch per local replica per step,
@@ -398,9 +427,7 @@ def training_dataset(plan: InputPlan, start_step: int, max_seq_length: int,
                for s in shards]
     dataset = (streams[0] if len(streams) == 1 else
                tf.data.Dataset.zip(tuple(streams)).map(lambda *parts: tf.concat(parts, 0)))
-    schema = F.pretraining_schema(max_seq_length, max_predictions_per_seq)
-    spec = {name: tf.io.FixedLenFeature([length], tf.int64 if dtype == "int64" else tf.float32)
-            for name, (length, dtype) in schema.items()}
+    spec = _parse_spec(schema)
     local = replicas // pipelines
     per_replica = plan.global_batch_size // replicas
 

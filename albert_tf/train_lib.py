@@ -1,10 +1,12 @@
-"""The training loop: ALBERT pretraining under any `tf.distribute` strategy (injected).
+"""The one training loop, for every task (`albert_tf.tasks`: pretraining, fine-tuning), under any
+`tf.distribute` strategy (injected).
 
 One step, per replica: forward and backward over `grad_accum_steps` micro-batches, losses
-normalised by *global* totals (all-reduced masked-LM weight count and the global batch size), so
-the per-replica losses sum to exactly the single-device loss; gradients summed over micro-batches
-and replicas; global norm; clipping at `clip_norm`; a finiteness gate; the optimizer update.
-`steps_per_loop` steps run inside one `tf.function` call (TPU's `iterations_per_loop`).
+normalised by the task's *global* totals (pretraining: the all-reduced masked-LM weight count
+and the global batch size), so the per-replica losses sum to exactly the single-device loss;
+gradients summed over micro-batches and replicas; global norm; clipping at `clip_norm`; a
+finiteness gate; the optimizer update. `iterations_per_loop` steps run inside one `tf.function`
+call (TPU's `iterations_per_loop`).
 
 Input: each input pipeline (worker or TPU host) reads its own shards of a deterministic stream
 (`albert_tf.input_pipeline.InputPlan`, saved as `train_input.json`) whose position is a function
@@ -14,8 +16,9 @@ with the same arguments seeks the input to the restored step and continues exact
 multi-worker or TPU strategies a `PreemptionCheckpointHandler` saves on preemption; otherwise
 SIGTERM saves a checkpoint at the next loop boundary and stops. A non-finite loss or gradient
 stops the run: the step is not applied, a checkpoint of the last good step is saved, and the
-error names the step; so does an unreadable input file, named. With `do_eval`, each checkpoint is evaluated; the one with the best
-`masked_lm_accuracy` is kept under `best/` (the official `-best`), and each evaluation writes a
+error names the step; so does an unreadable input file, named. With `do_eval`, each checkpoint
+is evaluated; the one with the best value of the task's `best_metric` (pretraining:
+`masked_lm_accuracy`) is kept under `best/` (the official `-best`), and each evaluation writes a
 JSON metrics file. TensorBoard summaries go to `output_dir/{train,eval}`.
 """
 
@@ -29,19 +32,19 @@ import signal
 import time
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F
-from albert_tf import losses
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import worker_layout
-from albert_tf.input_pipeline import (DataMismatchError, InputPlan, list_files,
-                                     pretraining_dataset, training_dataset)
+from albert_tf.input_pipeline import (DataMismatchError, InputPlan, list_files, ordered_dataset,
+                                     stream_dataset)
 from albert_tf.optimization import create_optimizer
+from albert_tf.tasks import PretrainingTask, Task
 
 SUM = tf.distribute.ReduceOp.SUM
 INPUT_PLAN_FILE = "train_input.json"  # the run's InputPlan, written when it starts
-TERMS = losses.TERM_NAMES
 
 
 class NonFiniteLossError(RuntimeError):
@@ -68,8 +71,9 @@ def _is_input_error(error) -> bool:
 
 
 @dataclasses.dataclass
-class PretrainingConfig:
-    """Settings of a pretraining run (official `run_pretraining.py` flag names)."""
+class TrainingConfig:
+    """Settings of the loop, for any task (official `run_pretraining.py` / `run_classifier.py`
+    flag names; the defaults are pretraining's)."""
 
     albert_config: AlbertConfig
     input_file: str
@@ -78,7 +82,6 @@ class PretrainingConfig:
     init_checkpoint: str | None = None
     init_from_group0: bool = False
     max_seq_length: int = 512
-    max_predictions_per_seq: int = 20
     train_batch_size: int = 4096
     eval_batch_size: int = 64
     optimizer: str = "lamb"
@@ -107,10 +110,10 @@ class PretrainingConfig:
     # the hardware.
     shuffle_window: int = 10000
     input_shards: int = 0
-    masked_lm_budget: float = 0.0  # official flag; only offline masking (0) is supported
     verbose: bool = True
 
-    def __post_init__(self):
+    def problems(self) -> list[str]:
+        """What is wrong with these settings (each with the flag to fix)."""
         problems = []
         for name in ("train_batch_size", "eval_batch_size", "num_train_steps",
                      "save_checkpoints_steps", "keep_checkpoint_max", "iterations_per_loop",
@@ -131,14 +134,30 @@ class PretrainingConfig:
                             f"{self.input_shards}")
         if not (self.do_train or self.do_eval):
             problems.append("At least one of --do_train and --do_eval must be set.")
+        return problems
+
+    def __post_init__(self):
+        problems = self.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+@dataclasses.dataclass
+class PretrainingConfig(TrainingConfig):
+    """Settings of a pretraining run (official `run_pretraining.py` flag names)."""
+
+    max_predictions_per_seq: int = 20
+    masked_lm_budget: float = 0.0  # official flag; only offline masking (0) is supported
+
+    def problems(self) -> list[str]:
+        problems = super().problems()
         if self.masked_lm_budget:
             problems.append(
                 f"--masked_lm_budget={self.masked_lm_budget}: online masking (masking n-grams "
                 "while training, from token_boundary) is not supported; generate masked "
                 "examples offline with python -m data.create_pretraining_data and leave "
                 "--masked_lm_budget at 0 (the official default)")
-        if problems:
-            raise ValueError("; ".join(problems))
+        return problems
 
 
 def _log(cfg, message):
@@ -153,11 +172,16 @@ def _format_duration(seconds):
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
 
 
-class PretrainingRun:
-    """Builds the model, optimizer, data and checkpoints inside `strategy.scope()` and runs
-    training and/or evaluation. `run()` returns a summary dict."""
+class TrainingRun:
+    """Builds the task's model, the optimizer, data and checkpoints inside `strategy.scope()` and
+    runs training and/or evaluation. `run()` returns a summary dict.
 
-    def __init__(self, cfg: PretrainingConfig, strategy: tf.distribute.Strategy | None = None):
+    `cfg` holds the loop's settings (`TrainingConfig`); `task` supplies the model, schema, loss
+    and metrics."""
+
+    def __init__(self, task: Task, cfg: TrainingConfig,
+                 strategy: tf.distribute.Strategy | None = None):
+        self.task = task
         self.cfg = cfg
         self.strategy = strategy or tf.distribute.get_strategy()
         self.replicas = self.strategy.num_replicas_in_sync
@@ -179,10 +203,8 @@ class PretrainingRun:
         if cfg.seed is not None:  # initialization (and, in the input pipeline, shuffling)
             keras.utils.set_random_seed(cfg.seed)
         with self.strategy.scope():
-            from albert_tf.pretrainer import AlbertPretrainer
-
             dtype = "mixed_bfloat16" if cfg.mixed_precision == "bfloat16" else None
-            self.model = AlbertPretrainer(cfg.albert_config, dtype=dtype)
+            self.model = task.build_model(dtype=dtype)
             self.optimizer = create_optimizer(
                 cfg.optimizer, cfg.learning_rate, cfg.num_train_steps, cfg.num_warmup_steps,
                 cfg.poly_power, cfg.start_warmup_step, cfg.weight_decay_rate)
@@ -275,10 +297,8 @@ class PretrainingRun:
             _log(cfg, f"Resumed from {latest} at step {int(self.optimizer.iterations.numpy())}.")
             how = "resumed"
         elif cfg.init_checkpoint:
-            from albert_tf.checkpoints import initialize_from_checkpoint
-
-            report = initialize_from_checkpoint(self.model, cfg.init_checkpoint,
-                                                init_from_group0=cfg.init_from_group0)
+            report = self.task.initialize(self.model, cfg.init_checkpoint,
+                                          init_from_group0=cfg.init_from_group0)
             _log(cfg, f"Initialized {len(report['assigned'])} weights from "
                       f"{cfg.init_checkpoint}.")
             how = "initialized"
@@ -298,10 +318,7 @@ class PretrainingRun:
                 saved = InputPlan.from_dict(json.load(f))
         seed = saved.seed if saved is not None and cfg.seed is None else self._data_seed
         files = list_files(cfg.input_file)
-        from albert_tf.input_pipeline import check_files
-
-        sidecars = check_files(files, cfg.max_seq_length, cfg.max_predictions_per_seq,
-                               cfg.albert_config.vocab_size)
+        sidecars = self.task.check_files(files)
         plan = InputPlan.create(files, cfg.train_batch_size,
                                 cfg.input_shards or (saved.num_shards if saved else
                                                      self.input_pipelines),
@@ -330,11 +347,10 @@ class PretrainingRun:
         self.train_iterator = self._train_iterator(self._input_step)
 
     def _train_iterator(self, step: int):
-        cfg, plan = self.cfg, self.plan
+        plan = self.plan
         options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
         dataset = self.strategy.distribute_datasets_from_function(
-            lambda context: training_dataset(plan, step, cfg.max_seq_length,
-                                             cfg.max_predictions_per_seq, context), options)
+            lambda context: stream_dataset(plan, step, self.task.schema(), context), options)
         return iter(dataset)
 
     # -----------------------------------------------------------------------------------------
@@ -345,13 +361,13 @@ class PretrainingRun:
         parts = {name: tf.split(t, k, axis=0) for name, t in features.items()}
         return [{name: parts[name][i] for name in features} for i in range(k)]
 
-    def _compute(self, features, mlm_weight_total, sop_total):
-        """Forward/backward of one micro-batch; loss normalised by global totals."""
-        inputs = {name: features[name] for name in F.PRETRAINER_INPUTS}
+    def _compute(self, features, normalizers):
+        """Forward/backward of one micro-batch; loss normalised by the step's global totals."""
+        inputs = {name: features[name] for name in self.task.model_inputs}
         with tf.GradientTape() as tape:
             outputs = self.model(inputs, training=True)
-            terms = losses.loss_terms(outputs, features)
-            loss = losses.loss_from_terms(terms, mlm_weight_total, sop_total)
+            terms = self.task.loss_terms(outputs, features)
+            loss = self.task.loss(terms, normalizers)
         grads = tape.gradient(loss, self.model.trainable_variables)
         # Embedding gradients come as IndexedSlices; dense tensors sum and all-reduce simply.
         grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
@@ -361,15 +377,13 @@ class PretrainingRun:
     def _replica_step(self, features):
         cfg = self.cfg
         ctx = tf.distribute.get_replica_context()
-        mlm_weight_total = ctx.all_reduce(
-            SUM, tf.reduce_sum(tf.cast(features[F.MASKED_LM_WEIGHTS], tf.float32)))
-        sop_total = tf.constant(float(cfg.train_batch_size))
+        normalizers = self.task.normalizers(features, cfg.train_batch_size)
         compute = self._compute_fn
         grads, terms, loss = None, None, 0.0
         for micro in self._split(features):
             deps = [] if grads is None else [g for g in grads if g is not None]
             with tf.control_dependencies(deps):  # one micro-batch at a time
-                g, t, step_loss = compute(micro, mlm_weight_total, sop_total)
+                g, t, step_loss = compute(micro, normalizers)
             if grads is None:
                 grads, terms = list(g), dict(t)
             else:
@@ -389,7 +403,7 @@ class PretrainingRun:
         self.optimizer.apply(grads, self.model.trainable_variables)
         return terms, total_loss, grad_norm
 
-    def _dataset(self, input_file, global_batch_size, is_training):
+    def _eval_dataset(self):
         """The evaluation pass: this worker's files in order, batches of its share."""
         cfg = self.cfg
         context = None
@@ -397,10 +411,9 @@ class PretrainingRun:
             context = tf.distribute.InputContext(
                 num_input_pipelines=self.num_workers, input_pipeline_id=self.worker_index,
                 num_replicas_in_sync=self.num_workers)  # -> this worker's share of the batch
-        return pretraining_dataset(
-            input_file, global_batch_size, cfg.max_seq_length, cfg.max_predictions_per_seq,
-            is_training=is_training, input_context=context,
-            vocab_size=cfg.albert_config.vocab_size)
+        files = list_files(cfg.eval_input_file or cfg.input_file)
+        self.task.check_files(files)
+        return ordered_dataset(files, cfg.eval_batch_size, self.task.schema(), context)
 
     def _distribute(self, batch):
         """A worker's evaluation batch -> per-replica values: local replica i takes the i-th
@@ -427,13 +440,13 @@ class PretrainingRun:
 
         @tf.function
         def train_loop(iterator, num_steps):
-            sums = {name: tf.constant(0.0) for name in TERMS}
+            sums = {name: tf.constant(0.0) for name in self.task.term_names}
             last_loss, last_norm = tf.constant(0.0), tf.constant(0.0)
             for _ in tf.range(num_steps):
                 batch = next(iterator)
                 terms, loss, norm = self.strategy.run(replica_step, args=(batch,))
                 sums = {name: sums[name] + self.strategy.reduce(SUM, terms[name], axis=None)
-                        for name in TERMS}
+                        for name in self.task.term_names}
                 last_loss = self.strategy.experimental_local_results(loss)[0]
                 last_norm = self.strategy.experimental_local_results(norm)[0]
             return sums, last_loss, last_norm
@@ -443,31 +456,38 @@ class PretrainingRun:
     # -----------------------------------------------------------------------------------------
 
     def evaluate(self) -> dict:
-        """The four official metrics over at most `max_eval_steps` batches."""
+        """The task's metrics over at most `max_eval_steps` batches."""
+        task = self.task
         if self._eval_step is None:
             def replica_eval(features):
-                inputs = {name: features[name] for name in F.PRETRAINER_INPUTS}
-                return losses.loss_terms(self.model(inputs, training=False), features)
+                inputs = {name: features[name] for name in task.model_inputs}
+                outputs = self.model(inputs, training=False)
+                return task.loss_terms(outputs, features), task.eval_outputs(outputs, features)
 
             @tf.function
             def eval_step(batch):
-                terms = self.strategy.run(replica_eval, args=(self._distribute(batch),))
-                return {k: self.strategy.reduce(SUM, v, axis=None) for k, v in terms.items()}
+                terms, per_example = self.strategy.run(replica_eval,
+                                                       args=(self._distribute(batch),))
+                sums = {k: self.strategy.reduce(SUM, v, axis=None) for k, v in terms.items()}
+                gathered = {k: self.strategy.gather(v, axis=0) for k, v in per_example.items()}
+                return sums, gathered
 
             self._eval_step = eval_step
-        sums = {name: 0.0 for name in TERMS}
+        sums = {name: 0.0 for name in task.term_names}
+        collected = {}
         steps = 0
-        cfg = self.cfg
-        dataset = self._dataset(cfg.eval_input_file or cfg.input_file, cfg.eval_batch_size,
-                                is_training=False)
-        for batch in dataset:
+        for batch in self._eval_dataset():
             if steps >= self.cfg.max_eval_steps:
                 break
-            for name, value in self._eval_step(batch).items():
+            batch_sums, per_example = self._eval_step(batch)
+            for name, value in batch_sums.items():
                 sums[name] += float(value)
+            for name, value in per_example.items():
+                collected.setdefault(name, []).append(value.numpy())
             steps += 1
-        metrics = {k: float(v) for k, v in losses.metrics_from_terms(sums).items()}
-        metrics.update(eval_steps=steps, examples=int(sums["sop_count"]))
+        collected = {name: np.concatenate(parts) for name, parts in collected.items()}
+        metrics = task.metrics(sums, collected)
+        metrics.update(eval_steps=steps, examples=int(sums[task.examples_term]))
         return metrics
 
     def _write_eval(self, step, metrics, writer):
@@ -479,21 +499,22 @@ class PretrainingRun:
         with tf.io.gfile.GFile(path, "w") as f:
             json.dump(metrics, f, indent=2)
         with writer.as_default(step=step):
-            for name in losses.PretrainingMetrics.NAMES:
+            for name in self.task.metric_names:
                 tf.summary.scalar(name, metrics[name])
         best_path = os.path.join(cfg.output_dir, "best", "best_eval.json")
         best = None
         if tf.io.gfile.exists(best_path):
             with tf.io.gfile.GFile(best_path) as f:
                 best = json.load(f)
-        if best is None or metrics["masked_lm_accuracy"] > best["masked_lm_accuracy"]:
+        key = self.task.best_metric
+        if best is None or metrics[key] > best[key]:
             tf.io.gfile.makedirs(os.path.dirname(best_path))
             tf.train.Checkpoint(model=self.model).write(
                 os.path.join(cfg.output_dir, "best", "ckpt-best"))
             with tf.io.gfile.GFile(best_path, "w") as f:
                 json.dump(metrics, f, indent=2)
         _log(cfg, f"eval at step {step}: " + ", ".join(
-            f"{k} {metrics[k]:.4f}" for k in losses.PretrainingMetrics.NAMES))
+            f"{k} {metrics[k]:.4f}" for k in self.task.metric_names))
 
     # -----------------------------------------------------------------------------------------
     def _install_sigterm(self):
@@ -561,7 +582,7 @@ class PretrainingRun:
                     self._stop_non_finite(step, n)
                 step += n
                 elapsed = time.time() - t0
-                metrics = {k: float(v) for k, v in losses.metrics_from_terms(sums).items()}
+                metrics = self.task.metrics(sums)
                 lr = float(self.optimizer.learning_rate.numpy()
                            if hasattr(self.optimizer.learning_rate, "numpy")
                            else self.optimizer.learning_rate)
@@ -575,10 +596,8 @@ class PretrainingRun:
                             tf.summary.scalar(name, value)
                 done = step - start_step
                 eta = (time.time() - start_time) / done * (cfg.num_train_steps - step)
-                _log(cfg, f"step {step}/{cfg.num_train_steps} | loss {loss:.4f} | mlm "
-                          f"{metrics['masked_lm_loss']:.4f} acc {metrics['masked_lm_accuracy']:.3f}"
-                          f" | sop {metrics['sentence_order_loss']:.4f} acc "
-                          f"{metrics['sentence_order_accuracy']:.3f} | lr {lr:.3e} | gnorm "
+                _log(cfg, f"step {step}/{cfg.num_train_steps} | loss {loss:.4f} | "
+                          f"{self.task.progress(metrics)} | lr {lr:.3e} | gnorm "
                           f"{norm:.3f} | {examples_per_second:,.1f} examples/s | ETA "
                           f"{_format_duration(eta)}")
                 if step % cfg.save_checkpoints_steps == 0 or step == cfg.num_train_steps:
@@ -640,10 +659,8 @@ class PretrainingRun:
         prefix = os.path.join(self.cfg.output_dir, "best", "ckpt-best")
         if not tf.io.gfile.exists(prefix + ".index"):
             return None
-        from albert_tf.pretrainer import AlbertPretrainer
-
         with tf.device("/cpu:0"):
-            model = AlbertPretrainer(self.cfg.albert_config)
+            model = self.task.build_model()
         tf.train.Checkpoint(model=model).read(prefix).assert_existing_objects_matched()
         return model
 
@@ -670,3 +687,11 @@ class PretrainingRun:
                 self._write_eval(step, metrics, tf.summary.create_file_writer(
                     os.path.join(cfg.output_dir, "eval")))
         return summary
+
+
+class PretrainingRun(TrainingRun):
+    """ALBERT pretraining: the loop with `PretrainingTask` on `cfg`'s data."""
+
+    def __init__(self, cfg: PretrainingConfig, strategy: tf.distribute.Strategy | None = None):
+        super().__init__(PretrainingTask(cfg.albert_config, cfg.max_seq_length,
+                                         cfg.max_predictions_per_seq), cfg, strategy)

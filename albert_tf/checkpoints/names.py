@@ -1,6 +1,6 @@
 """The weight-name contract: every variable of our models <-> its official TF1 checkpoint name
-<-> its Hugging Face `state_dict` key. One table, used by every loader and writer; a pure mapping (no file is read or written
-here, no variable assigned).
+<-> its Hugging Face `state_dict` key. One table, used by every loader and writer; a pure
+mapping (no file is read or written here, no variable assigned).
 
 Official names (REFERENCE section 8, official `modeling.py` variable scopes):
 

@@ -1,0 +1,217 @@
+"""Sentence(-pair) classification and regression fine-tuning (GLUE): examples to TFRecords, and
+the task the training loop runs (`ClassificationTask`).
+
+Features (official `run_classifier.py` names): `input_ids`, `input_mask`, `segment_ids`
+[max_seq_length] (`[CLS] A [SEP] (B [SEP])`, official longest-first truncation,
+`albert_tf.packing`), `label_ids` [1] (int64; float32 for regression) and `is_real_example` [1].
+Evaluation files are padded with `is_real_example = 0` examples to a whole number of batches,
+so every real example is scored with static batch shapes and no remainder is dropped; padding
+counts in no loss or metric.
+
+Loss: mean cross entropy over the real examples of the global batch (mean squared error for
+regression), the denominator all-reduced so replicas add up to the single-device loss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from albert_tf import features as F
+from albert_tf import glue
+from albert_tf.packing import pack_ids, pad_features
+from albert_tf.tasks import SUM, Task
+
+LABEL_IDS = "label_ids"
+IS_REAL_EXAMPLE = "is_real_example"
+SIDECAR_FORMAT = "albert_classifier_tfrecord"
+
+
+def classifier_schema(max_seq_length: int, regression: bool = False) -> dict:
+    return {F.INPUT_IDS: (max_seq_length, "int64"), F.INPUT_MASK: (max_seq_length, "int64"),
+            F.SEGMENT_IDS: (max_seq_length, "int64"),
+            LABEL_IDS: (1, "float32" if regression else "int64"),
+            IS_REAL_EXAMPLE: (1, "int64")}
+
+
+def example_features(example: glue.InputExample, task: glue.GlueTask, tokenizer,
+                     max_seq_length: int) -> dict:
+    """One example's features (lists)."""
+    ids_a = tokenizer.encode(example.text_a)
+    ids_b = tokenizer.encode(example.text_b) if example.text_b is not None else None
+    input_ids, segment_ids = pack_ids(ids_a, ids_b, max_seq_length)
+    features = pad_features(input_ids, segment_ids, max_seq_length)
+    if task.is_regression:
+        features[LABEL_IDS] = [float(example.label) if example.label is not None else 0.0]
+    else:
+        features[LABEL_IDS] = [task.labels.index(example.label)
+                               if example.label is not None else 0]
+    features[IS_REAL_EXAMPLE] = [1]
+    return features
+
+
+def _to_example(features: dict, schema: dict) -> bytes:
+    feature = {}
+    for name, (_, dtype) in schema.items():
+        values = features[name]
+        feature[name] = (tf.train.Feature(float_list=tf.train.FloatList(value=values))
+                         if dtype == "float32" else
+                         tf.train.Feature(int64_list=tf.train.Int64List(value=values)))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(
+        deterministic=True)
+
+
+def write_examples(examples, task: glue.GlueTask, tokenizer, max_seq_length: int, path: str,
+                   shuffle_seed: int | None = None, pad_to_multiple: int = 1) -> dict:
+    """Writes `examples` as a TFRecord file with a JSON sidecar (counts, lengths, labels),
+    atomically; an existing file made from the same examples and settings is kept. Returns the
+    sidecar. `shuffle_seed` writes the examples in a seeded order (training files);
+    `pad_to_multiple` appends `is_real_example = 0` examples up to a multiple of it."""
+    schema = classifier_schema(max_seq_length, task.is_regression)
+    digest = hashlib.sha256(json.dumps(
+        [task.name, max_seq_length, shuffle_seed, pad_to_multiple, tokenizer.sha256,
+         tokenizer.do_lower_case, [(e.guid, e.text_a, e.text_b, e.label) for e in examples]],
+        ensure_ascii=False).encode()).hexdigest()
+    sidecar_path = F.sidecar_path(path)
+    if tf.io.gfile.exists(path) and tf.io.gfile.exists(sidecar_path):
+        with tf.io.gfile.GFile(sidecar_path) as f:
+            meta = json.load(f)
+        if meta.get("digest") == digest:
+            return meta
+    order = np.arange(len(examples))
+    if shuffle_seed is not None:
+        order = np.random.default_rng([shuffle_seed, 0xC1A55]).permutation(len(examples))
+    truncated = 0
+    records = []
+    for i in order.tolist():
+        features = example_features(examples[i], task, tokenizer, max_seq_length)
+        records.append(_to_example(features, schema))
+        ids_a = len(tokenizer.encode(examples[i].text_a))
+        ids_b = (len(tokenizer.encode(examples[i].text_b))
+                 if examples[i].text_b is not None else 0)
+        truncated += int(ids_a + ids_b + (3 if examples[i].text_b is not None else 2)
+                         > max_seq_length)
+    padding = (-len(records)) % pad_to_multiple
+    if padding:
+        pad = {name: [0] * length for name, (length, _) in schema.items()}
+        pad[LABEL_IDS] = [0.0] if task.is_regression else [0]
+        records.extend([_to_example(pad, schema)] * padding)
+    tf.io.gfile.makedirs(os.path.dirname(os.path.abspath(path)))
+    tmp = path + ".tmp"
+    with tf.io.TFRecordWriter(tmp) as writer:
+        for record in records:
+            writer.write(record)
+    meta = {"format": SIDECAR_FORMAT, "task": task.name, "num_examples": len(records),
+            "real_examples": len(examples), "padding_examples": padding,
+            "truncated_examples": truncated, "max_seq_length": max_seq_length,
+            "labels": list(task.labels) if task.labels else None,
+            "vocab_size": tokenizer.vocab_size, "spm_model_sha256": tokenizer.sha256,
+            "digest": digest}
+    with tf.io.gfile.GFile(sidecar_path + ".tmp", "w") as f:
+        json.dump(meta, f, indent=2)
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+    tf.io.gfile.rename(sidecar_path + ".tmp", sidecar_path, overwrite=True)
+    return meta
+
+
+class ClassificationTask(Task):
+    """A GLUE task on `write_examples` files: `AlbertClassifier` (dropout, then dense on the
+    pooled output), cross entropy (MSE for STS-B), GLUE's metrics; the best checkpoint by the
+    task's GLUE metric."""
+
+    model_inputs = F.BACKBONE_INPUTS
+    examples_term = "count"
+
+    def __init__(self, glue_task: glue.GlueTask | str, albert_config, max_seq_length: int,
+                 dropout_rate: float = 0.1):
+        self.glue_task = glue.get_task(glue_task) if isinstance(glue_task, str) else glue_task
+        self.albert_config = albert_config
+        self.max_seq_length = max_seq_length
+        self.dropout_rate = dropout_rate
+        self.name = self.glue_task.name
+        self.best_metric = glue.main_metric(self.glue_task)
+        regression = self.glue_task.is_regression
+        self.term_names = ("loss_sum", "count") + (() if regression else ("correct_sum",))
+        self.metric_names = (("loss",) + tuple(glue.glue_metrics(
+            self.glue_task, [0.0, 1.0] if regression else [0, 1], [0.0, 1.0] if regression
+            else [0, 1])))
+
+    def build_model(self, dtype=None):
+        from albert_tf.classifier import AlbertClassifier
+
+        return AlbertClassifier(self.albert_config, self.glue_task.num_labels,
+                                dropout_rate=self.dropout_rate, dtype=dtype)
+
+    def schema(self):
+        return classifier_schema(self.max_seq_length, self.glue_task.is_regression)
+
+    def check_files(self, files):
+        from albert_tf.input_pipeline import DataMismatchError
+
+        found = {}
+        for path in files:
+            sidecar = F.sidecar_path(path)
+            if not tf.io.gfile.exists(sidecar):
+                raise DataMismatchError(f"{path} has no sidecar; write fine-tuning data with "
+                                        "albert_tf.classification.write_examples.")
+            with tf.io.gfile.GFile(sidecar) as f:
+                meta = json.load(f)
+            if meta.get("task") != self.glue_task.name or \
+                    meta.get("max_seq_length") != self.max_seq_length or \
+                    meta.get("vocab_size") not in (None, self.albert_config.vocab_size):
+                raise DataMismatchError(
+                    f"{path} was written for task {meta.get('task')}, max_seq_length "
+                    f"{meta.get('max_seq_length')}, vocab_size {meta.get('vocab_size')}; this "
+                    f"run is {self.glue_task.name}, {self.max_seq_length}, "
+                    f"{self.albert_config.vocab_size}.")
+            found[path] = meta
+        return found
+
+    def normalizers(self, features, global_batch_size):
+        ctx = tf.distribute.get_replica_context()
+        real = tf.reduce_sum(tf.cast(features[IS_REAL_EXAMPLE], tf.float32))
+        return {"count": ctx.all_reduce(SUM, real)}
+
+    def _per_example(self, outputs, features):
+        logits = tf.cast(outputs["logits"], tf.float32)
+        real = tf.reshape(tf.cast(features[IS_REAL_EXAMPLE], tf.float32), [-1])
+        if self.glue_task.is_regression:
+            prediction = tf.reshape(logits, [-1])
+            label = tf.reshape(tf.cast(features[LABEL_IDS], tf.float32), [-1])
+            return prediction, label, tf.square(prediction - label), real
+        label = tf.reshape(tf.cast(features[LABEL_IDS], tf.int32), [-1])
+        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits)
+        return tf.argmax(logits, -1, output_type=tf.int32), label, loss, real
+
+    def loss_terms(self, outputs, features):
+        prediction, label, loss, real = self._per_example(outputs, features)
+        terms = {"loss_sum": tf.reduce_sum(real * loss), "count": tf.reduce_sum(real)}
+        if not self.glue_task.is_regression:
+            terms["correct_sum"] = tf.reduce_sum(
+                real * tf.cast(tf.equal(prediction, label), tf.float32))
+        return terms
+
+    def loss(self, terms, normalizers):
+        return terms["loss_sum"] / tf.maximum(normalizers["count"], 1.0)
+
+    def eval_outputs(self, outputs, features):
+        prediction, label, _, real = self._per_example(outputs, features)
+        return {"prediction": prediction, "label": label, "real": real}
+
+    def metrics(self, sums, collected=None):
+        count = max(float(sums["count"]), 1.0)
+        metrics = {"loss": float(sums["loss_sum"]) / count}
+        if collected:
+            real = collected["real"] > 0.5
+            metrics.update(glue.glue_metrics(self.glue_task, collected["prediction"][real],
+                                             collected["label"][real]))
+        elif not self.glue_task.is_regression:
+            metrics["accuracy"] = float(sums["correct_sum"]) / count
+        return metrics
+
+    def progress(self, metrics):
+        return " | ".join(f"{k} {v:.4f}" for k, v in metrics.items())

@@ -1,0 +1,261 @@
+"""GLUE: readers of the original task files and the metrics GLUE reports.
+
+Files are read as the GLUE distribution ships them: tab-separated, no quoting (a `"` is text, as
+in the official readers' `quotechar=None`), UTF-8 with or without a BOM, LF or CRLF, with or
+without a trailing newline. Headered files are read by column name, so a column order that
+differs is still read right, and a missing column is an error that names the file. CoLA's
+train/dev files have no header (source, label, original label, sentence).
+
+Labels, in the official `run_classifier.py` order (the label id is the index):
+
+    cola, sst-2, mrpc, qqp, wnli   "0", "1"
+    mnli, mnli-mm                  "contradiction", "entailment", "neutral"
+    rte, qnli                      "entailment", "not_entailment"
+    sts-b                          regression (a float score, 0-5)
+
+Metrics (`glue_metrics`): accuracy for every classification task; F1 of class "1" for MRPC and
+QQP; Matthews correlation for CoLA; Pearson and Spearman correlation (ties ranked by their mean
+rank) for STS-B.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+
+BOM = b"\xef\xbb\xbf"
+
+
+class GlueDataError(ValueError):
+    """A GLUE file cannot be read as its task's format; the message names the file and line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class InputExample:
+    """One example: `guid` ("dev-17"), `text_a`, `text_b` (None for single sentences), `label`
+    (a label string, a float for STS-B, None in test files)."""
+
+    guid: str
+    text_a: str
+    text_b: str | None
+    label: object
+
+
+@dataclasses.dataclass(frozen=True)
+class GlueTask:
+    """Where a task's columns are. `a`, `b`, `label`: header names (or column indexes for
+    CoLA's headerless train/dev files); `files`: split -> file name."""
+
+    name: str
+    labels: tuple | None  # None: regression
+    a: object
+    b: object
+    label: object
+    files: dict
+    header: bool = True
+    test_a: object = None  # columns of the test file when they differ
+    test_b: object = None
+    test_header: bool = True
+    positive_f1: bool = False
+    matthews: bool = False
+
+    @property
+    def is_regression(self) -> bool:
+        return self.labels is None
+
+    @property
+    def num_labels(self) -> int:
+        return 1 if self.labels is None else len(self.labels)
+
+
+_BINARY = ("0", "1")
+_NLI = ("entailment", "not_entailment")
+_MNLI = ("contradiction", "entailment", "neutral")
+_SPLITS = {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}
+
+TASKS = {t.name: t for t in (
+    GlueTask("cola", _BINARY, 3, None, 1, _SPLITS, header=False, test_a="sentence",
+             matthews=True),
+    GlueTask("sst-2", _BINARY, "sentence", None, "label", _SPLITS),
+    GlueTask("mrpc", _BINARY, "#1 String", "#2 String", "Quality", _SPLITS, positive_f1=True),
+    GlueTask("qqp", _BINARY, "question1", "question2", "is_duplicate", _SPLITS,
+             positive_f1=True),
+    GlueTask("sts-b", None, "sentence1", "sentence2", "score", _SPLITS),
+    GlueTask("mnli", _MNLI, "sentence1", "sentence2", "gold_label",
+             {"train": "train.tsv", "dev": "dev_matched.tsv", "test": "test_matched.tsv"}),
+    GlueTask("mnli-mm", _MNLI, "sentence1", "sentence2", "gold_label",
+             {"train": "train.tsv", "dev": "dev_mismatched.tsv",
+              "test": "test_mismatched.tsv"}),
+    GlueTask("qnli", _NLI, "question", "sentence", "label", _SPLITS),
+    GlueTask("rte", _NLI, "sentence1", "sentence2", "label", _SPLITS),
+    GlueTask("wnli", _BINARY, "sentence1", "sentence2", "label", _SPLITS),
+)}
+ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "sts": "sts-b", "mnli-m": "mnli",
+           "mnli_matched": "mnli", "mnli_mismatched": "mnli-mm"}
+
+
+def get_task(name: str) -> GlueTask:
+    key = ALIASES.get(name.lower(), name.lower())
+    if key not in TASKS:
+        raise GlueDataError(f"Unknown GLUE task {name!r}; choose one of {sorted(TASKS)}.")
+    return TASKS[key]
+
+
+def read_tsv(path: str) -> list[tuple[int, list[str]]]:
+    """(line number, fields) of each row of a GLUE TSV: BOM dropped, LF or CRLF, no quoting; a
+    final line without a newline is a row; empty lines are skipped."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise GlueDataError(f"No such GLUE file: {path}") from None
+    if data.startswith(BOM):
+        data = data[len(BOM):]
+    rows = []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        raw = raw[:-1] if raw.endswith(b"\r") else raw
+        if not raw.strip():
+            continue
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise GlueDataError(f"{path}: line {number} is not valid UTF-8 (byte "
+                                f"0x{raw[e.start]:02x} at column {e.start + 1}).") from None
+        rows.append((number, line.split("\t")))
+    return rows
+
+
+def _column(header, wanted, path):
+    if isinstance(wanted, int):
+        return wanted
+    if wanted not in header:
+        raise GlueDataError(f"{path}: no column {wanted!r} in its header {header}; is it the "
+                            "right task's file?")
+    return header.index(wanted)
+
+
+def read_examples(task: GlueTask | str, path: str, split: str) -> list[InputExample]:
+    """The examples of one file of `task`; `split` ("train", "dev", "test") names the guids and
+    says whether labels are expected (not in "test")."""
+    task = get_task(task) if isinstance(task, str) else task
+    rows = read_tsv(path)
+    is_test = split == "test"
+    header_row = task.test_header if is_test else task.header
+    a_col = task.test_a if is_test and task.test_a is not None else task.a
+    b_col = task.test_b if is_test and task.test_b is not None else task.b
+    header = rows[0][1] if header_row and rows else None
+    body = rows[1:] if header_row else rows
+    a = _column(header, a_col, path)
+    b = None if b_col is None else _column(header, b_col, path)
+    label_col = None if is_test else _column(header, task.label, path)
+    needed = max(c for c in (a, b, label_col) if c is not None) + 1
+    examples = []
+    for number, fields in body:
+        if len(fields) < needed:
+            raise GlueDataError(f"{path}: line {number} has {len(fields)} column(s), the "
+                                f"{task.name} format needs {needed}: {fields!r:.200}")
+        label = None
+        if label_col is not None:
+            raw = fields[label_col].strip()
+            if task.is_regression:
+                try:
+                    label = float(raw)
+                except ValueError:
+                    raise GlueDataError(f"{path}: line {number}: score {raw!r} is not a "
+                                        "number.") from None
+            elif raw not in task.labels:
+                raise GlueDataError(f"{path}: line {number}: label {raw!r} is not one of "
+                                    f"{task.name}'s labels {task.labels}.")
+            else:
+                label = raw
+        examples.append(InputExample(f"{split}-{len(examples)}", fields[a].strip(),
+                                     None if b is None else fields[b].strip(), label))
+    if not examples:
+        raise GlueDataError(f"{path} holds no examples.")
+    return examples
+
+
+def load_split(task: GlueTask | str, data_dir: str, split: str) -> list[InputExample]:
+    """`read_examples` of `data_dir/<the task's file for split>`."""
+    task = get_task(task) if isinstance(task, str) else task
+    return read_examples(task, os.path.join(data_dir, task.files[split]), split)
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics.
+def accuracy(predictions, labels) -> float:
+    predictions, labels = np.asarray(predictions), np.asarray(labels)
+    return float(np.mean(predictions == labels))
+
+
+def f1_positive(predictions, labels, positive=1) -> float:
+    """F1 of the positive class (MRPC, QQP); 0 when there is no true positive."""
+    predictions, labels = np.asarray(predictions), np.asarray(labels)
+    tp = float(np.sum((predictions == positive) & (labels == positive)))
+    fp = float(np.sum((predictions == positive) & (labels != positive)))
+    fn = float(np.sum((predictions != positive) & (labels == positive)))
+    return 0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn)
+
+
+def matthews_corrcoef(predictions, labels) -> float:
+    """Binary Matthews correlation (CoLA); 0 when a row or column of the confusion matrix is
+    empty (the convention of scikit-learn, which GLUE uses)."""
+    predictions, labels = np.asarray(predictions), np.asarray(labels)
+    tp = float(np.sum((predictions == 1) & (labels == 1)))
+    tn = float(np.sum((predictions == 0) & (labels == 0)))
+    fp = float(np.sum((predictions == 1) & (labels == 0)))
+    fn = float(np.sum((predictions == 0) & (labels == 1)))
+    denominator = np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+    return 0.0 if denominator == 0 else float((tp * tn - fp * fn) / denominator)
+
+
+def pearson(x, y) -> float:
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    x, y = x - x.mean(), y - y.mean()
+    denominator = np.sqrt(np.sum(x * x) * np.sum(y * y))
+    return 0.0 if denominator == 0 else float(np.sum(x * y) / denominator)
+
+
+def rank_average(values) -> np.ndarray:
+    """1-based ranks, tied values sharing the mean of their ranks."""
+    values = np.asarray(values)
+    order = np.argsort(values, kind="mergesort")
+    ranks = np.empty(len(values), np.float64)
+    sorted_values = values[order]
+    start = 0
+    for end in range(1, len(values) + 1):
+        if end == len(values) or sorted_values[end] != sorted_values[start]:
+            ranks[order[start:end]] = (start + 1 + end) / 2.0
+            start = end
+    return ranks
+
+
+def spearman(x, y) -> float:
+    return pearson(rank_average(x), rank_average(y))
+
+
+def glue_metrics(task: GlueTask | str, predictions, labels) -> dict:
+    """GLUE's metrics of one task: predictions and labels are label ids (classification) or
+    scores (STS-B)."""
+    task = get_task(task) if isinstance(task, str) else task
+    if task.is_regression:
+        return {"pearson": pearson(predictions, labels), "spearman": spearman(predictions,
+                                                                              labels)}
+    metrics = {"accuracy": accuracy(predictions, labels)}
+    if task.positive_f1:
+        metrics["f1"] = f1_positive(predictions, labels)
+    if task.matthews:
+        metrics["matthews_corr"] = matthews_corrcoef(predictions, labels)
+    return metrics
+
+
+def main_metric(task: GlueTask | str) -> str:
+    """The metric GLUE ranks a task by (and that picks the best checkpoint)."""
+    task = get_task(task) if isinstance(task, str) else task
+    if task.is_regression:
+        return "pearson"
+    if task.matthews:
+        return "matthews_corr"
+    return "accuracy"

@@ -1,0 +1,134 @@
+"""What a task plugs into the one training loop (`albert_tf.train_lib.TrainingRun`).
+
+The loop owns everything a task does not: the strategy, the optimizer and schedule, gradient
+accumulation, the all-reduce and clipping, the finiteness gate, checkpoints and exact resume,
+the deterministic input stream (`InputPlan`), evaluation passes, the best checkpoint,
+TensorBoard, progress and export. A task supplies:
+
+- its model (`build_model`) and the features the model takes (`model_inputs`);
+- the TFRecord schema of its examples (`schema`) and a check of its input files against the
+  model (`check_files`);
+- its loss as additive per-batch sums (`loss_terms`, named by `term_names`) and the global
+  normalisers of one step (`normalizers`: computed from the replica's batch in replica
+  context, all-reduced where they depend on the data), so that the per-replica losses
+  (`loss`) add up to exactly the single-device loss of the global batch;
+- its metrics from summed terms (`metrics`, named by `metric_names`), the one that picks the
+  best checkpoint (`best_metric`, higher is better), the term that counts examples, and the
+  fragment it contributes to the progress line.
+
+`PretrainingTask` is ALBERT pretraining (masked LM + sentence order).
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from albert_tf import features as F
+from albert_tf import losses
+
+SUM = tf.distribute.ReduceOp.SUM
+
+
+class Task:
+    """The interface; see the module docstring. Subclasses set the class attributes."""
+
+    name = "task"
+    term_names: tuple = ()
+    metric_names: tuple = ()
+    best_metric = ""
+    examples_term = ""
+    model_inputs: tuple = ()
+
+    def build_model(self, dtype=None):
+        raise NotImplementedError
+
+    def schema(self) -> dict:
+        """{feature name: (length, "int64" | "float32")} of the task's TFRecords."""
+        raise NotImplementedError
+
+    def check_files(self, files) -> dict:
+        """Raises `DataMismatchError` for files that do not fit the model; returns {path:
+        sidecar dict or None}."""
+        return {path: None for path in files}
+
+    def normalizers(self, features, global_batch_size: int) -> dict:
+        """Global denominators of one step (replica context)."""
+        raise NotImplementedError
+
+    def loss_terms(self, outputs, features) -> dict:
+        raise NotImplementedError
+
+    def loss(self, terms, normalizers) -> tf.Tensor:
+        raise NotImplementedError
+
+    def eval_outputs(self, outputs, features) -> dict:
+        """Per-example tensors [batch] the evaluation collects for `metrics` (e.g. predictions
+        and labels, for metrics that are not sums: F1, correlations)."""
+        return {}
+
+    def metrics(self, sums, collected=None) -> dict:
+        """Metrics from summed terms and, in evaluation, the collected `eval_outputs` (numpy
+        arrays over every evaluated example)."""
+        raise NotImplementedError
+
+    def progress(self, metrics) -> str:
+        return " | ".join(f"{name} {metrics[name]:.4f}" for name in self.metric_names)
+
+    def initialize(self, model, path: str, init_from_group0: bool = False) -> dict:
+        """`--init_checkpoint`: fills `model` strictly by official weight names."""
+        from albert_tf.checkpoints import initialize_from_checkpoint
+
+        return initialize_from_checkpoint(model, path, init_from_group0=init_from_group0)
+
+
+class PretrainingTask(Task):
+    """Masked LM + sentence order on official-format pretraining TFRecords; the official loss
+    and metrics (`albert_tf.losses`): the masked-LM loss is normalised by the global sum of
+    `masked_lm_weights` (+ 1e-5), the sentence-order loss by the global batch size."""
+
+    name = "pretraining"
+    term_names = losses.TERM_NAMES
+    metric_names = losses.PretrainingMetrics.NAMES
+    best_metric = "masked_lm_accuracy"
+    examples_term = "sop_count"
+    model_inputs = F.PRETRAINER_INPUTS
+
+    def __init__(self, albert_config, max_seq_length: int, max_predictions_per_seq: int):
+        self.albert_config = albert_config
+        self.max_seq_length = max_seq_length
+        self.max_predictions_per_seq = max_predictions_per_seq
+
+    def build_model(self, dtype=None):
+        from albert_tf.pretrainer import AlbertPretrainer
+
+        return AlbertPretrainer(self.albert_config, dtype=dtype)
+
+    def schema(self) -> dict:
+        return F.pretraining_schema(self.max_seq_length, self.max_predictions_per_seq)
+
+    def check_files(self, files) -> dict:
+        from albert_tf.input_pipeline import check_files
+
+        return check_files(files, self.max_seq_length, self.max_predictions_per_seq,
+                           self.albert_config.vocab_size)
+
+    def normalizers(self, features, global_batch_size):
+        ctx = tf.distribute.get_replica_context()
+        weights = tf.reduce_sum(tf.cast(features[F.MASKED_LM_WEIGHTS], tf.float32))
+        return {"mlm_weight_total": ctx.all_reduce(SUM, weights),
+                "sop_total": tf.constant(float(global_batch_size))}
+
+    def loss_terms(self, outputs, features):
+        return losses.loss_terms(outputs, features)
+
+    def loss(self, terms, normalizers):
+        return losses.loss_from_terms(terms, normalizers["mlm_weight_total"],
+                                      normalizers["sop_total"])
+
+    def metrics(self, sums, collected=None):
+        return {k: float(v) for k, v in losses.metrics_from_terms(sums).items()}
+
+    def progress(self, metrics):
+        return (f"mlm {metrics['masked_lm_loss']:.4f} acc {metrics['masked_lm_accuracy']:.3f} | "
+                f"sop {metrics['sentence_order_loss']:.4f} acc "
+                f"{metrics['sentence_order_accuracy']:.3f}")
