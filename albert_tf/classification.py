@@ -136,9 +136,8 @@ class ClassificationTask(Task):
         self.best_metric = glue.main_metric(self.glue_task)
         regression = self.glue_task.is_regression
         self.term_names = ("loss_sum", "count") + (() if regression else ("correct_sum",))
-        self.metric_names = (("loss",) + tuple(glue.glue_metrics(
-            self.glue_task, [0.0, 1.0] if regression else [0, 1], [0.0, 1.0] if regression
-            else [0, 1])))
+        self.loss_name = "mse" if regression else "cross_entropy"
+        self.metric_names = (self.loss_name,) + glue.metric_names(self.glue_task)
 
     def build_model(self, dtype=None):
         from albert_tf.classifier import AlbertClassifier
@@ -170,6 +169,13 @@ class ClassificationTask(Task):
                     f"{self.albert_config.vocab_size}.")
             found[path] = meta
         return found
+
+    def initialize(self, model, path, init_from_group0=False):
+        """The backbone from any pretrained source (`initialize_backbone`: strict, the
+        source's heads dropped and reported); the classifier head keeps its initialisation."""
+        from albert_tf.checkpoints import initialize_backbone
+
+        return initialize_backbone(model.backbone, path, init_from_group0=init_from_group0)
 
     def normalizers(self, features, global_batch_size):
         ctx = tf.distribute.get_replica_context()
@@ -204,7 +210,7 @@ class ClassificationTask(Task):
 
     def metrics(self, sums, collected=None):
         count = max(float(sums["count"]), 1.0)
-        metrics = {"loss": float(sums["loss_sum"]) / count}
+        metrics = {self.loss_name: float(sums["loss_sum"]) / count}
         if collected:
             real = collected["real"] > 0.5
             metrics.update(glue.glue_metrics(self.glue_task, collected["prediction"][real],

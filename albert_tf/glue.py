@@ -251,6 +251,15 @@ def glue_metrics(task: GlueTask | str, predictions, labels) -> dict:
     return metrics
 
 
+def metric_names(task: GlueTask | str) -> tuple:
+    """The names `glue_metrics` returns for `task`, in its order."""
+    task = get_task(task) if isinstance(task, str) else task
+    if task.is_regression:
+        return ("pearson", "spearman")
+    return ("accuracy",) + (("f1",) if task.positive_f1 else ()) + (
+        ("matthews_corr",) if task.matthews else ())
+
+
 def main_metric(task: GlueTask | str) -> str:
     """The metric GLUE ranks a task by (and that picks the best checkpoint)."""
     task = get_task(task) if isinstance(task, str) else task

@@ -116,5 +116,9 @@ def test_metrics_hand_worked():
         {"accuracy": 0.6, "f1": 2 / 3})
     assert set(glue.glue_metrics("cola", predictions, labels)) == {"accuracy", "matthews_corr"}
     assert set(glue.glue_metrics("sts-b", [0.5, 1.0], [1.0, 2.0])) == {"pearson", "spearman"}
+    for name in glue.TASKS:
+        regression = glue.get_task(name).is_regression
+        values = [0.5, 1.0] if regression else [0, 1]
+        assert tuple(glue.glue_metrics(name, values, values)) == glue.metric_names(name)
     assert [glue.main_metric(t) for t in ("cola", "sts-b", "rte")] == [
         "matthews_corr", "pearson", "accuracy"]

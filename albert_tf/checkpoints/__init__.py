@@ -8,7 +8,8 @@
     tf1         official TF1 checkpoints and TF-Hub modules: read, write, `official_config`
     hf          Hugging Face folders and state dicts
     ours        our directory format and `.keras` files: `save_albert_tf`, `load_pretrained`
-    conversion  `convert` (any source to any target) and `initialize_from_checkpoint`
+    conversion  `convert` (any source to any target), `initialize_from_checkpoint`,
+                `initialize_backbone` (fine-tuning: the backbone of any source, heads dropped)
 
 Every load of a foreign format (TF1, TF-Hub, Hugging Face, `--init_checkpoint`) goes through
 `assign_strict`: an unmapped entry, an unfilled weight or a shape mismatch is an error that
@@ -18,7 +19,9 @@ from the stored config and kind.
 
 from albert_tf.checkpoints.common import (MODEL_KINDS, CheckpointError, CheckpointMismatchError,
                                           assign_strict, build_model)
-from albert_tf.checkpoints.conversion import convert, initialize_from_checkpoint
+from albert_tf.checkpoints.conversion import (convert, initialize_backbone,
+                                              initialize_from_checkpoint,
+                                              read_training_checkpoint)
 from albert_tf.checkpoints.hf import (config_from_hf, hf_kind, load_hf_state_dict,
                                       read_hf_folder)
 from albert_tf.checkpoints.names import model_kind, model_weights, official_to_hf
@@ -31,7 +34,7 @@ from albert_tf.checkpoints.tf1 import (TF1_CHECKPOINT_NAME, TF1Checkpoint, load_
 __all__ = ["CONFIG_FILE", "FORMAT_FILE", "FORMAT_VERSION", "MODEL_KINDS", "TF1_CHECKPOINT_NAME",
            "WEIGHTS_FILE", "CheckpointError", "CheckpointMismatchError", "TF1Checkpoint",
            "assign_strict", "build_model", "config_from_hf", "convert", "hf_kind",
-           "initialize_from_checkpoint", "load_hf_state_dict", "load_pretrained",
+           "initialize_backbone", "initialize_from_checkpoint", "read_training_checkpoint", "load_hf_state_dict", "load_pretrained",
            "load_tf1_checkpoint", "model_kind", "model_weights", "official_config",
            "official_to_hf", "read_hf_folder", "resolve_tf1_checkpoint", "save_albert_tf",
            "write_tf1_checkpoint"]

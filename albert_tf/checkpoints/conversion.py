@@ -33,6 +33,94 @@ def initialize_from_checkpoint(model, path: str, init_from_group0: bool = False)
     return load_tf1_checkpoint(model, path, init_from_group0=init_from_group0)
 
 
+def _arrays_by_official_name(model) -> dict:
+    return {w.official_name: w.to_official(w.variable.numpy()) for w in model_weights(model)}
+
+
+def read_training_checkpoint(output_dir: str, checkpoint: str = "latest"):
+    """The `AlbertPretrainer` of a pretraining `--output_dir` (its `albert_config.json` and a
+    checkpoint: "latest", "best" or a prefix), and the checkpoint prefix read. Only the model is
+    read (not the optimizer)."""
+    import tensorflow as tf
+
+    config_path = os.path.join(output_dir, CONFIG_FILE)
+    config = AlbertConfig.from_json_file(config_path)
+    if checkpoint == "best":
+        prefix = os.path.join(output_dir, "best", "ckpt-best")
+        if not tf.io.gfile.exists(prefix + ".index"):
+            raise CheckpointError(f"{output_dir} has no best checkpoint ({prefix}); it is "
+                                  "written when pretraining runs with --do_eval.")
+    elif checkpoint == "latest":
+        prefix = tf.train.latest_checkpoint(output_dir)
+        if not prefix:
+            raise CheckpointError(f"{output_dir} has {CONFIG_FILE} but no checkpoint yet.")
+    else:
+        prefix = checkpoint
+        if not tf.io.gfile.exists(prefix + ".index"):
+            raise CheckpointError(f"No checkpoint {prefix} (expected {prefix}.index).")
+    model = build_model("pretrainer", config)
+    status = tf.train.Checkpoint(model=model).read(prefix)
+    status.expect_partial()
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as e:
+        raise CheckpointError(f"{prefix} does not hold every weight of the model in "
+                              f"{config_path}: {str(e)[:500]}") from None
+    return model, prefix
+
+
+def initialize_backbone(backbone, path: str, init_from_group0: bool = False) -> dict:
+    """Fine-tuning initialisation: fills `backbone` (an `AlbertBackbone`, e.g. a classifier's
+    `.backbone`) strictly from any source the project reads, dropping the source's heads and
+    reporting them:
+
+    - an official TF1 checkpoint or TF-Hub module (prefix, `.index` file or directory);
+    - a Hugging Face `save_pretrained` folder;
+    - our model directory or a `.keras` file;
+    - a pretraining `--output_dir` (its latest checkpoint; `DIR:best` for the best one).
+
+    Every backbone weight must be found with its shape (or nothing is assigned); returns
+    {"assigned": [official names], "skipped": {source entry: reason}, "source": what was
+    read}."""
+    path = os.fspath(path)
+    which = "latest"
+    if path.endswith(":best"):
+        path, which = path[: -len(":best")], "best"
+    if path.endswith(".keras") or os.path.exists(os.path.join(path, FORMAT_FILE)):
+        source = load_pretrained(path)
+        what = {"type": "albert_tf", "path": path}
+    elif os.path.exists(os.path.join(path, "config.json")):
+        config, state, weights_file = read_hf_folder(path)
+        report = load_hf_state_dict(backbone, state, weights_file)
+        report["source"] = {"type": "hf", "path": weights_file}
+        return report
+    elif is_training_output_dir(path):
+        source, prefix = read_training_checkpoint(path, which)
+        what = {"type": "pretraining_output_dir", "path": prefix}
+    else:
+        report = load_tf1_checkpoint(backbone, path, init_from_group0=init_from_group0)
+        report["source"] = {"type": "tf1", "path": TF1Checkpoint(path).prefix}
+        return report
+    arrays = _arrays_by_official_name(source)
+    ours = {w.official_name for w in model_weights(backbone)}
+    key_of = key_of_with_group0_fallback(arrays.keys(), init_from_group0)
+    report = assign_strict(backbone, arrays.keys(), arrays.__getitem__, key_of,
+                           lambda name: None if name in ours else
+                           f"{model_kind(source)} head, not part of the backbone", path)
+    report["source"] = what
+    return report
+
+
+def is_training_output_dir(path: str) -> bool:
+    """A training loop's `--output_dir`: `albert_config.json` and `ckpt-N` (or `best/ckpt-best`)
+    checkpoints (an official release directory has `model.ckpt-*` instead)."""
+    import glob
+
+    return os.path.exists(os.path.join(path, CONFIG_FILE)) and bool(
+        glob.glob(os.path.join(path, "ckpt-*.index"))
+        or os.path.exists(os.path.join(path, "best", "ckpt-best.index")))
+
+
 def _load_source(source: str, input_path: str, albert_config_file: str | None, kind: str):
     """(model with weights, SentencePiece model path or None, source record)."""
     if source == "tf1":

@@ -1,0 +1,118 @@
+"""Fine-tuning through the one training loop: GLUE classification and regression tasks."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from albert_tf import AlbertConfig, glue
+from albert_tf.classification import ClassificationTask, write_examples
+from albert_tf.tokenization import Tokenizer
+from albert_tf.train_lib import TrainingConfig, TrainingRun
+from conftest import SHARED_DIR
+
+GLUE_DIR = os.path.join(SHARED_DIR, "data", "glue")
+TINY = dict(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+            num_attention_heads=4, intermediate_size=40, max_position_embeddings=64)
+
+
+def _config(tmp_path, train, dev, **changes):
+    values = dict(albert_config=AlbertConfig(**TINY), input_file=train, eval_input_file=dev,
+                  output_dir=str(tmp_path / "run"), max_seq_length=32, train_batch_size=16,
+                  eval_batch_size=24, optimizer="adamw", learning_rate=2e-3,
+                  num_train_steps=60, num_warmup_steps=6, save_checkpoints_steps=60,
+                  iterations_per_loop=20, do_eval=True, max_eval_steps=10**6, seed=3,
+                  shuffle_window=64, verbose=False)
+    values.update(changes)
+    return TrainingConfig(**values)
+
+
+def test_sst2_slice_is_learned_to_every_example_and_padding_is_not_scored(tmp_path,
+                                                                            sample_vocab):
+    task = glue.get_task("sst-2")
+    examples = glue.load_split(task, os.path.join(GLUE_DIR, "SST-2"), "train")[:40]
+    tokenizer = Tokenizer(sample_vocab)
+    train = write_examples(examples, task, tokenizer, 32, str(tmp_path / "train.tfrecord"),
+                           shuffle_seed=1)
+    dev = write_examples(examples, task, tokenizer, 32, str(tmp_path / "dev.tfrecord"),
+                         pad_to_multiple=24)
+    assert (train["num_examples"], dev["num_examples"], dev["padding_examples"]) == (40, 48, 8)
+    run = TrainingRun(ClassificationTask(task, AlbertConfig(**TINY), 32),
+                      _config(tmp_path, str(tmp_path / "train.tfrecord"),
+                              str(tmp_path / "dev.tfrecord")))
+    summary = run.run()
+    metrics = summary["eval"]
+    print(f"\nSST-2 slice (40 examples) after 60 steps: {metrics}")
+    assert metrics["examples"] == 40 and metrics["eval_steps"] == 2
+    assert metrics["accuracy"] == 1.0
+    best = json.load(open(tmp_path / "run" / "best" / "best_eval.json"))
+    assert best["accuracy"] == 1.0 and best["global_step"] == 60
+
+
+def test_sts_b_regression_slice(tmp_path, sample_vocab):
+    task = glue.get_task("sts-b")
+    examples = glue.load_split(task, os.path.join(GLUE_DIR, "STS-B"), "train")[:40]
+    tokenizer = Tokenizer(sample_vocab)
+    write_examples(examples, task, tokenizer, 32, str(tmp_path / "train.tfrecord"),
+                   shuffle_seed=1)
+    write_examples(examples, task, tokenizer, 32, str(tmp_path / "dev.tfrecord"),
+                   pad_to_multiple=24)
+    cfg = _config(tmp_path, str(tmp_path / "train.tfrecord"), str(tmp_path / "dev.tfrecord"),
+                  num_train_steps=200, save_checkpoints_steps=200, learning_rate=1e-3)
+    metrics = TrainingRun(ClassificationTask(task, AlbertConfig(**TINY), 32), cfg).run()["eval"]
+    labels = np.array([e.label for e in examples])
+    print(f"\nSTS-B slice (40 pairs) after 200 steps: {metrics}; label variance "
+          f"{labels.var():.3f}")
+    assert metrics["examples"] == 40
+    assert metrics["pearson"] > 0.95 and metrics["spearman"] > 0.85
+    assert metrics["mse"] < 0.1 * labels.var()
+
+
+def test_classifier_backbone_from_every_pretrained_source(tmp_path):
+    """Official TF1 checkpoint, pretraining output_dir, our directory: the classifier's backbone
+    equals the source's, the pretraining heads are dropped and reported, the new head keeps its
+    initialisation; a source of another shape is refused, assigning nothing."""
+    from albert_tf.checkpoints import (CheckpointMismatchError, model_weights, save_albert_tf,
+                                       write_tf1_checkpoint)
+    from albert_tf.classifier import AlbertClassifier
+    from albert_tf.pretrainer import AlbertPretrainer
+    from conftest import tiny_config
+
+    config = tiny_config()
+    source = AlbertPretrainer(config)
+    rng = np.random.default_rng(5)
+    for v in source.weights:
+        v.assign(rng.normal(0, 0.5, v.shape).astype(np.float32))
+    expected = {w.official_name: w.variable.numpy() for w in model_weights(source.backbone)}
+    heads = {w.official_name for w in model_weights(source)} - set(expected)
+    sources = {"tf1": write_tf1_checkpoint(source, str(tmp_path / "tf1")),
+               "albert_tf": save_albert_tf(source, str(tmp_path / "ours"))}
+    run_dir = tmp_path / "pretraining_run"
+    run_dir.mkdir()
+    config.to_json_file(run_dir / "albert_config.json")
+    tf.train.Checkpoint(model=source).save(str(run_dir / "ckpt"))
+    sources["pretraining_output_dir"] = str(run_dir)
+    task = ClassificationTask("rte", config, 16)
+    for kind, path in sources.items():
+        classifier = AlbertClassifier(config, 2)
+        head = [w.numpy() for w in classifier.classifier_head.weights]
+        report = task.initialize(classifier, path)
+        assert report["source"]["type"] == kind, kind
+        got = {w.official_name: w.variable.numpy() for w in model_weights(classifier.backbone)}
+        assert got.keys() == expected.keys()
+        for name, value in expected.items():
+            np.testing.assert_array_equal(got[name], value, err_msg=f"{kind}: {name}")
+        for before, after in zip(head, classifier.classifier_head.weights):
+            np.testing.assert_array_equal(before, after.numpy())
+        skipped = {k for k in report["skipped"]}
+        assert heads <= skipped, (kind, heads - skipped)
+        assert all("head" in report["skipped"][k] for k in heads)
+    bigger = AlbertClassifier(tiny_config(intermediate_size=38), 2)
+    before = [v.numpy() for v in bigger.weights]
+    with pytest.raises(CheckpointMismatchError, match=r"intermediate_size: config 38, "
+                                                      r"checkpoint 37"):
+        task.initialize(bigger, sources["pretraining_output_dir"])
+    for a, b in zip(before, bigger.weights):
+        np.testing.assert_array_equal(a, b.numpy())
