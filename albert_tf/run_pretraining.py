@@ -97,9 +97,11 @@ def define_flags():
                       "Deterministic ops (exact resume on CPU; slower on accelerators).")
 
 
-def make_exporter(export_dir, output_dir, spm_model_file, max_seq_length):
-    """exporter(model, which) for `PretrainingRun.run`: SavedModels through the one exporter
-    (`export.saved_model`), final to `export_dir`, best to `export_dir + "_best"`."""
+def make_exporter(export_dir, output_dir, spm_model_file, max_seq_length, labels=None,
+                  text_pair=False, source_type="run_pretraining"):
+    """exporter(model, which) for `TrainingRun.run`: SavedModels through the one exporter
+    (`export.saved_model`), final to `export_dir`, best to `export_dir + "_best"`. `labels` and
+    `text_pair` are a classifier's (class names, sentence-pair `serving_default`)."""
     from export.saved_model import ExportError, export_saved_model
 
     def exporter(model, which):
@@ -110,7 +112,8 @@ def make_exporter(export_dir, output_dir, spm_model_file, max_seq_length):
                               "sidecar naming one); pass --spm_model_file.")
         target = export_dir.rstrip("/") + ("" if which == "final" else "_best")
         path = export_saved_model(model, target, spm, max_seq_length=max_seq_length,
-                                  source={"type": "run_pretraining", "output_dir": output_dir,
+                                  labels=labels, text_pair=text_pair,
+                                  source={"type": source_type, "output_dir": output_dir,
                                           "which": which})
         print(f"exported the {which} model to {path}", flush=True)
         return path

@@ -299,8 +299,12 @@ class TrainingRun:
         elif cfg.init_checkpoint:
             report = self.task.initialize(self.model, cfg.init_checkpoint,
                                           init_from_group0=cfg.init_from_group0)
+            skipped = report.get("skipped", {})
+            reasons = sorted(set(skipped.values()))
             _log(cfg, f"Initialized {len(report['assigned'])} weights from "
-                      f"{cfg.init_checkpoint}.")
+                      f"{cfg.init_checkpoint}" + (f"; not used: {len(skipped)} entries ("
+                                                  f"{'; '.join(reasons)})" if skipped else "")
+                 + ".")
             how = "initialized"
         if cfg.do_train:
             self._position_input()

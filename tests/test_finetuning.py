@@ -1,6 +1,7 @@
 """Fine-tuning through the one training loop: GLUE classification and regression tasks."""
 
 import json
+import re
 import os
 
 import numpy as np
@@ -116,3 +117,55 @@ def test_classifier_backbone_from_every_pretrained_source(tmp_path):
         task.initialize(bigger, sources["pretraining_output_dir"])
     for a, b in zip(before, bigger.weights):
         np.testing.assert_array_equal(a, b.numpy())
+
+
+def test_run_classifier_command_line(tmp_path, sample_vocab):
+    """The official command line on RTE's original files, initialised from a pretraining
+    output_dir: eval_results.json scores all 277 dev examples, the GLUE submission file holds
+    all 3,000 test predictions, and the exported SavedModel classifies raw sentence pairs."""
+    import subprocess
+    import sys
+
+    import tensorflow_text  # noqa: F401 - SentencePiece ops of the SavedModel
+
+    from albert_tf.pretrainer import AlbertPretrainer
+    from conftest import ROOT
+
+    config = AlbertConfig(**TINY)
+    config_file = tmp_path / "albert_config.json"
+    config.to_json_file(config_file)
+    pretrained = tmp_path / "pretraining_run"
+    pretrained.mkdir()
+    config.to_json_file(pretrained / "albert_config.json")
+    tf.train.Checkpoint(model=AlbertPretrainer(config)).save(str(pretrained / "ckpt"))
+    out = tmp_path / "rte"
+    args = ["--task_name", "RTE", "--data_dir", os.path.join(GLUE_DIR, "RTE"),
+            "--albert_config_file", str(config_file), "--spm_model_file", sample_vocab,
+            "--output_dir", str(out), "--init_checkpoint", str(pretrained), "--do_train",
+            "--do_eval", "--do_predict", "--max_seq_length", "32", "--train_batch_size", "16",
+            "--eval_batch_size", "16", "--predict_batch_size", "64", "--train_step", "4",
+            "--warmup_step", "1", "--save_checkpoints_steps", "4", "--iterations_per_loop", "2",
+            "--learning_rate", "1e-3", "--export_dir", str(tmp_path / "exports" / "rte")]
+    proc = subprocess.run([sys.executable, "-m", "albert_tf.run_classifier", *args], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "dev: 277 examples (11 padding" in proc.stdout
+    assert re.search(r"Initialized 25 weights from .*; not used: 7 entries \(pretrainer head, "
+                     r"not part of the backbone\)", proc.stdout), proc.stdout[-2000:]
+    results = json.load(open(out / "eval_results.json"))
+    assert results["examples"] == 277 and results["global_step"] == 4
+    assert 0.0 <= results["accuracy"] <= 1.0 and results["task"] == "rte"
+    rows = open(out / "RTE.tsv").read().splitlines()
+    assert rows[0] == "index\tprediction" and len(rows) == 3001
+    assert {r.split("\t")[1] for r in rows[1:]} <= {"entailment", "not_entailment"}
+    probabilities = np.loadtxt(out / "test_results.tsv")
+    assert probabilities.shape == (3000, 2)
+    np.testing.assert_allclose(probabilities.sum(1), 1.0, atol=1e-5)
+    loaded = tf.saved_model.load(str(tmp_path / "exports" / "rte" / "1"))
+    served = loaded.signatures["serving_default"](
+        text=tf.constant(["A man is playing a flute."]),
+        text_b=tf.constant(["A man plays music."]))
+    probs = [v.numpy() for k, v in served.items() if "prob" in k]
+    assert probs and probs[0].shape == (1, 2)
+    np.testing.assert_allclose(probs[0].sum(), 1.0, atol=1e-5)
