@@ -1,0 +1,68 @@
+"""SQuAD inputs: pieces aligned to the original characters, answer spans, document windows."""
+
+import os
+
+import pytest
+
+from albert_tf import squad_eval as S
+from albert_tf.squad import align_context, windows
+from albert_tf.tokenization import Tokenizer
+from conftest import SHARED_DIR
+
+SQUAD_DIR = os.path.join(SHARED_DIR, "data", "squad")
+
+
+@pytest.mark.parametrize("version", ["v1.1", "v2.0"])
+def test_answer_spans_map_to_pieces_that_decode_to_the_answer(version, sample_vocab):
+    """For every answerable dev question (its first gold answer), the piece span that covers
+    the answer's characters, sliced back from the context, normalises to the answer."""
+    tokenizer = Tokenizer(sample_vocab)
+    data = S.load_dataset(os.path.join(SQUAD_DIR, f"dev-{version}.json.zip"))
+    contexts, mapped, total, exact, pieces = {}, 0, 0, 0, 0
+    for q in S.questions(data):
+        if not q["answers"]:
+            continue
+        if q["context"] not in contexts:
+            contexts[q["context"]] = context = align_context(q["context"], tokenizer)
+            exact += context.exact
+            pieces += len(context.ids)
+            # The pieces are the tokenizer's pieces of the whole context.
+            assert context.ids == tokenizer.encode(q["context"]) or len(contexts) > 50
+        context = contexts[q["context"]]
+        answer, start = q["answers"][0], q["answer_starts"][0]
+        assert q["context"][start:start + len(answer)] == answer
+        span = context.piece_span(start, start + len(answer))
+        total += 1
+        if span and S.normalize_answer(context.text_of(*span)) == S.normalize_answer(answer):
+            mapped += 1
+    print(f"\nSQuAD {version} dev: {mapped}/{total} answers ({mapped / total:.2%}) map to a piece "
+          f"span that decodes to the answer; {exact / pieces:.4%} of {pieces} context pieces "
+          "aligned to their own characters")
+    assert total == {"v1.1": 10570, "v2.0": 5928}[version]
+    assert mapped / total >= 0.99
+
+
+def test_alignment_by_hand(sample_vocab):
+    tokenizer = Tokenizer(sample_vocab)
+    text = "The  Café ``quoted'' 1,000\tmiles."
+    context = align_context(text, tokenizer)
+    assert context.ids == tokenizer.encode(text)
+    for i, piece in enumerate(context.pieces):
+        surface = text[context.starts[i]:context.ends[i]]
+        if context.starts[i] < context.ends[i] and "é" not in surface and "`" not in surface \
+                and "'" not in surface:
+            assert surface.lower() == piece.replace("\u2581", "")
+    start = text.index("1,000")
+    span = context.piece_span(start, start + 5)
+    assert context.text_of(*span) == "1,000"
+    start = text.index("Café")
+    assert context.text_of(*context.piece_span(start, start + 4)) == "Café"  # whole word
+
+
+def test_windows_follow_the_official_stride():
+    assert windows(10, 4, 3) == [(0, 4), (3, 4), (6, 4)]
+    assert windows(10, 4, 2) == [(0, 4), (2, 4), (4, 4), (6, 4)]
+    assert windows(3, 8, 2) == [(0, 3)]
+    assert windows(9, 4, 8) == [(0, 4), (4, 4), (8, 1)]  # stride beyond the window: contiguous
+    with pytest.raises(ValueError, match=r"raise --max_seq_length"):
+        windows(5, 0, 2)
