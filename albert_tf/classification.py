@@ -54,7 +54,7 @@ def example_features(example: glue.InputExample, task: glue.GlueTask, tokenizer,
     return features
 
 
-def _to_example(features: dict, schema: dict) -> bytes:
+def to_example(features: dict, schema: dict) -> bytes:
     feature = {}
     for name, (_, dtype) in schema.items():
         values = features[name]
@@ -89,7 +89,7 @@ def write_examples(examples, task: glue.GlueTask, tokenizer, max_seq_length: int
     records = []
     for i in order.tolist():
         features = example_features(examples[i], task, tokenizer, max_seq_length)
-        records.append(_to_example(features, schema))
+        records.append(to_example(features, schema))
         ids_a = len(tokenizer.encode(examples[i].text_a))
         ids_b = (len(tokenizer.encode(examples[i].text_b))
                  if examples[i].text_b is not None else 0)
@@ -99,7 +99,7 @@ def write_examples(examples, task: glue.GlueTask, tokenizer, max_seq_length: int
     if padding:
         pad = {name: [0] * length for name, (length, _) in schema.items()}
         pad[LABEL_IDS] = [0.0] if task.is_regression else [0]
-        records.extend([_to_example(pad, schema)] * padding)
+        records.extend([to_example(pad, schema)] * padding)
     tf.io.gfile.makedirs(os.path.dirname(os.path.abspath(path)))
     tmp = path + ".tmp"
     with tf.io.TFRecordWriter(tmp) as writer:

@@ -101,3 +101,234 @@ def windows(num_pieces: int, max_pieces: int, doc_stride: int) -> list[tuple[int
         if start + length >= num_pieces:
             return spans
         start += min(length, doc_stride)
+
+
+# ---------------------------------------------------------------------------------------------
+# Features: [CLS] question [SEP] window of the context [SEP].
+START_POSITIONS, END_POSITIONS, UNIQUE_IDS = "start_positions", "end_positions", "unique_ids"
+
+
+def squad_schema(max_seq_length: int) -> dict:
+    return {"input_ids": (max_seq_length, "int64"), "input_mask": (max_seq_length, "int64"),
+            "segment_ids": (max_seq_length, "int64"), START_POSITIONS: (1, "int64"),
+            END_POSITIONS: (1, "int64"), UNIQUE_IDS: (1, "int64"),
+            "is_real_example": (1, "int64")}
+
+
+def question_features(question: dict, context: AlignedContext, tokenizer, max_seq_length: int,
+                      doc_stride: int, max_query_length: int, unique_id: int,
+                      is_training: bool) -> list[dict]:
+    """The features of one question (one per context window). Each carries `offset` (index of
+    the window's first piece in the sequence), `window` (start, length) in the context's pieces,
+    and, when training, the answer's piece positions in the sequence (0, 0 = [CLS] when the
+    window does not hold the whole answer, or the question has none)."""
+    from albert_tf.tokenization import CLS_ID, SEP_ID
+
+    query = tokenizer.encode(question["question"])[:max_query_length]
+    budget = max_seq_length - len(query) - 3
+    answer = None
+    if question["answers"]:
+        text, start = question["answers"][0], question["answer_starts"][0]
+        answer = context.piece_span(start, start + len(text))
+    features = []
+    for i, (start, length) in enumerate(windows(len(context.ids), budget, doc_stride)):
+        ids = [CLS_ID, *query, SEP_ID, *context.ids[start:start + length], SEP_ID]
+        segments = [0] * (len(query) + 2) + [1] * (length + 1)
+        offset = len(query) + 2
+        pad = max_seq_length - len(ids)
+        start_position = end_position = 0
+        if answer is not None and start <= answer[0] and answer[1] < start + length:
+            start_position, end_position = answer[0] - start + offset, answer[1] - start + offset
+        features.append({
+            "input_ids": ids + [0] * pad, "input_mask": [1] * len(ids) + [0] * pad,
+            "segment_ids": segments + [0] * pad, START_POSITIONS: [start_position],
+            END_POSITIONS: [end_position], UNIQUE_IDS: [unique_id + i], "is_real_example": [1],
+            "offset": offset, "window": (start, length), "id": question["id"]})
+    return features
+
+
+def best_spans(start_logits, end_logits, feature: dict, n_best: int = 20,
+               max_answer_length: int = 30):
+    """[(score, first piece, last piece)] of the best context spans of one feature (pieces
+    indexed in the context), best first: start and end inside the window, end not before
+    start, at most `max_answer_length` pieces (official n-best rule over the top starts and
+    ends)."""
+    import numpy as np
+
+    offset, (window_start, length) = feature["offset"], feature["window"]
+    starts = np.argsort(start_logits)[::-1][:n_best]
+    ends = np.argsort(end_logits)[::-1][:n_best]
+    spans = []
+    for s in starts.tolist():
+        for e in ends.tolist():
+            if not (offset <= s < offset + length and offset <= e < offset + length):
+                continue
+            if e < s or e - s + 1 > max_answer_length:
+                continue
+            spans.append((float(start_logits[s] + end_logits[e]),
+                          s - offset + window_start, e - offset + window_start))
+    spans.sort(key=lambda t: -t[0])
+    return spans[:n_best]
+
+
+def predict_answers(features, start_logits, end_logits, contexts: dict, n_best: int = 20,
+                    max_answer_length: int = 30, null_threshold: float | None = None):
+    """({question id: answer text}, {question id: null score - best span score}) from the
+    logits of every feature (rows in `features` order). With `null_threshold` (SQuAD v2), a
+    question whose null score ([CLS] start + end, minimum over its windows) exceeds its best
+    span's score by more than the threshold is answered "" (no answer)."""
+    best, null = {}, {}
+    for feature, start, end in zip(features, start_logits, end_logits):
+        qid = feature["id"]
+        null[qid] = min(null.get(qid, float("inf")), float(start[0] + end[0]))
+        for score, first, last in best_spans(start, end, feature, n_best, max_answer_length):
+            if qid not in best or score > best[qid][0]:
+                best[qid] = (score, contexts[qid].text_of(first, last))
+            break
+    answers, null_odds = {}, {}
+    for qid in null:
+        score, text = best.get(qid, (float("-inf"), ""))
+        null_odds[qid] = null[qid] - score
+        answers[qid] = text
+        if null_threshold is not None and null_odds[qid] > null_threshold:
+            answers[qid] = ""
+    return answers, null_odds
+
+
+# ---------------------------------------------------------------------------------------------
+# The span model and the task the training loop runs.
+def write_features(features, path: str, max_seq_length: int) -> dict:
+    """The features as a TFRecord file with a sidecar (count), atomically."""
+    import json
+
+    import tensorflow as tf
+
+    from albert_tf import features as F
+    from albert_tf.classification import to_example
+
+    schema = squad_schema(max_seq_length)
+    tmp = path + ".tmp"
+    with tf.io.TFRecordWriter(tmp) as writer:
+        for feature in features:
+            writer.write(to_example(feature, schema))
+    meta = {"format": "albert_squad_tfrecord", "num_examples": len(features),
+            "max_seq_length": max_seq_length}
+    with open(F.sidecar_path(path), "w", encoding="utf-8") as f:
+        json.dump(meta, f)
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+    return meta
+
+
+def span_model(config, dtype=None):
+    """`AlbertBackbone` + a dense layer of 2 on every position (official `cls/squad` head):
+    outputs `start_logits`, `end_logits` [batch, seq] (float32) and the backbone's."""
+    import keras
+
+    from albert_tf.backbone import AlbertBackbone
+    from albert_tf.layers.common import truncated_normal
+
+    backbone = AlbertBackbone(config, dtype=dtype, name="albert")
+    inputs = dict(backbone.input)
+    outputs = dict(backbone(inputs))
+    logits = keras.layers.Dense(2, kernel_initializer=truncated_normal(config.initializer_range),
+                                dtype="float32", name="squad")(outputs["sequence_output"])
+    outputs["start_logits"] = keras.ops.take(logits, 0, axis=-1)
+    outputs["end_logits"] = keras.ops.take(logits, 1, axis=-1)
+    model = keras.Model(inputs=inputs, outputs=outputs, name="albert_squad")
+    model.backbone = backbone
+    model.config = config
+    return model
+
+
+class SquadTask:
+    """SQuAD span extraction for the one loop: loss = mean of the start and end cross entropies
+    over the real features of the global batch; evaluation decodes every question's best span
+    over its windows and scores it with the official evaluator (`evaluation` must be set:
+    (dataset, features in file order, {question id: AlignedContext}))."""
+
+    model_inputs = ("input_ids", "input_mask", "segment_ids")
+    term_names = ("loss_sum", "count", "start_correct", "end_correct")
+    metric_names = ("span_loss", "start_accuracy", "end_accuracy", "exact_match", "f1")
+    best_metric = "f1"
+    examples_term = "count"
+    name = "squad_v1"
+
+    def __init__(self, albert_config, max_seq_length: int, n_best: int = 20,
+                 max_answer_length: int = 30):
+        self.albert_config = albert_config
+        self.max_seq_length = max_seq_length
+        self.n_best = n_best
+        self.max_answer_length = max_answer_length
+        self.evaluation = None
+        self.last_predictions = None
+
+    def build_model(self, dtype=None):
+        return span_model(self.albert_config, dtype)
+
+    def schema(self):
+        return squad_schema(self.max_seq_length)
+
+    def check_files(self, files):
+        return {path: None for path in files}
+
+    def initialize(self, model, path, init_from_group0=False):
+        from albert_tf.checkpoints import initialize_backbone
+
+        return initialize_backbone(model.backbone, path, init_from_group0=init_from_group0)
+
+    def normalizers(self, features, global_batch_size):
+        import tensorflow as tf
+
+        ctx = tf.distribute.get_replica_context()
+        real = tf.reduce_sum(tf.cast(features["is_real_example"], tf.float32))
+        return {"count": ctx.all_reduce(tf.distribute.ReduceOp.SUM, real)}
+
+    def loss_terms(self, outputs, features):
+        import tensorflow as tf
+
+        real = tf.reshape(tf.cast(features["is_real_example"], tf.float32), [-1])
+        terms = {"loss_sum": 0.0, "count": tf.reduce_sum(real)}
+        for name, key in (("start", START_POSITIONS), ("end", END_POSITIONS)):
+            logits = tf.cast(outputs[f"{name}_logits"], tf.float32)
+            labels = tf.reshape(tf.cast(features[key], tf.int32), [-1])
+            loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+            terms["loss_sum"] += 0.5 * tf.reduce_sum(real * loss)
+            correct = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels)
+            terms[f"{name}_correct"] = tf.reduce_sum(real * tf.cast(correct, tf.float32))
+        return terms
+
+    def loss(self, terms, normalizers):
+        import tensorflow as tf
+
+        return terms["loss_sum"] / tf.maximum(normalizers["count"], 1.0)
+
+    def eval_outputs(self, outputs, features):
+        import tensorflow as tf
+
+        return {"start_logits": tf.cast(outputs["start_logits"], tf.float32),
+                "end_logits": tf.cast(outputs["end_logits"], tf.float32),
+                "unique_ids": tf.reshape(features[UNIQUE_IDS], [-1]),
+                "real": tf.reshape(tf.cast(features["is_real_example"], tf.float32), [-1])}
+
+    def metrics(self, sums, collected=None):
+        count = max(float(sums["count"]), 1.0)
+        metrics = {"span_loss": float(sums["loss_sum"]) / count,
+                   "start_accuracy": float(sums["start_correct"]) / count,
+                   "end_accuracy": float(sums["end_correct"]) / count}
+        if collected and self.evaluation is not None:
+            from albert_tf import squad_eval
+
+            dataset, features, contexts = self.evaluation
+            row = {int(u): i for i, (u, r) in enumerate(zip(collected["unique_ids"],
+                                                            collected["real"])) if r > 0.5}
+            rows = [row[f[UNIQUE_IDS][0]] for f in features]
+            answers, _ = predict_answers(features, collected["start_logits"][rows],
+                                         collected["end_logits"][rows], contexts, self.n_best,
+                                         self.max_answer_length)
+            metrics.update(squad_eval.evaluate_v1(dataset, answers))
+            self.last_predictions = answers
+        return metrics
+
+    def progress(self, metrics):
+        return (f"span loss {metrics['span_loss']:.4f} | start acc "
+                f"{metrics['start_accuracy']:.3f} | end acc {metrics['end_accuracy']:.3f}")

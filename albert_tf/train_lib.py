@@ -374,8 +374,10 @@ class TrainingRun:
             loss = self.task.loss(terms, normalizers)
         grads = tape.gradient(loss, self.model.trainable_variables)
         # Embedding gradients come as IndexedSlices; dense tensors sum and all-reduce simply.
-        grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
-                 for g in grads]
+        # A weight off the loss path (the pooler under a span head) gets a zero gradient.
+        grads = [tf.zeros_like(v) if g is None else
+                 tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+                 for g, v in zip(grads, self.model.trainable_variables)]
         return grads, terms, loss
 
     def _replica_step(self, features):
