@@ -106,3 +106,42 @@ def test_a_tiny_model_learns_a_squad_slice(tmp_path, sample_vocab):
           f"EM {metrics['exact_match']:.1f}, F1 {metrics['f1']:.1f}")
     assert metrics["examples"] == len(features)
     assert metrics["f1"] >= 90.0
+
+
+def test_run_squad_v1_command_line(tmp_path, sample_vocab):
+    """The official command line on a SQuAD slice: predictions.json in the official format for
+    every question, eval_results.json from the official evaluator."""
+    import json
+    import subprocess
+    import sys
+
+    from albert_tf import AlbertConfig
+    from conftest import ROOT
+
+    data = S.load_dataset(os.path.join(SQUAD_DIR, "dev-v1.1.json.zip"))
+    paragraphs = data[0]["paragraphs"][:2]
+    (tmp_path / "slice.json").write_text(json.dumps(
+        {"version": "1.1", "data": [{"title": "slice", "paragraphs": paragraphs}]}))
+    config = tmp_path / "albert_config.json"
+    AlbertConfig(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                 num_attention_heads=4, intermediate_size=48,
+                 max_position_embeddings=128).to_json_file(config)
+    args = ["--train_file", str(tmp_path / "slice.json"), "--predict_file",
+            str(tmp_path / "slice.json"), "--albert_config_file", str(config),
+            "--spm_model_file", sample_vocab, "--output_dir", str(tmp_path / "out"),
+            "--do_train", "--do_predict", "--max_seq_length", "128", "--doc_stride", "64",
+            "--max_query_length", "24", "--train_batch_size", "8", "--num_train_epochs", "2",
+            "--learning_rate", "1e-3", "--iterations_per_loop", "10"]
+    proc = subprocess.run([sys.executable, "-m", "albert_tf.run_squad_v1", *args], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    questions = S.questions([{"paragraphs": paragraphs}])
+    predictions = json.load(open(tmp_path / "out" / "predictions.json"))
+    assert set(predictions) == {q["id"] for q in questions}
+    for q in questions:  # every answer is a span of its own context
+        assert predictions[q["id"]] in q["context"]
+    results = json.load(open(tmp_path / "out" / "eval_results.json"))
+    assert results["questions"] == len(questions)
+    assert results == dict(S.evaluate_v1([{"paragraphs": paragraphs}], predictions),
+                           questions=len(questions), features=results["features"])
