@@ -199,23 +199,12 @@ def predict_answers(features, start_logits, end_logits, contexts: dict, n_best: 
 # The span model and the task the training loop runs.
 def write_features(features, path: str, max_seq_length: int) -> dict:
     """The features as a TFRecord file with a sidecar (count), atomically."""
-    import json
-
-    import tensorflow as tf
-
-    from albert_tf import features as F
-    from albert_tf.classification import to_example
+    from albert_tf.classification import to_example, write_records
 
     schema = squad_schema(max_seq_length)
-    tmp = path + ".tmp"
-    with tf.io.TFRecordWriter(tmp) as writer:
-        for feature in features:
-            writer.write(to_example(feature, schema))
     meta = {"format": "albert_squad_tfrecord", "num_examples": len(features),
             "max_seq_length": max_seq_length}
-    with open(F.sidecar_path(path), "w", encoding="utf-8") as f:
-        json.dump(meta, f)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    write_records([to_example(feature, schema) for feature in features], path, meta)
     return meta
 
 
@@ -244,7 +233,12 @@ class SquadTask:
     """SQuAD span extraction for the one loop: loss = mean of the start and end cross entropies
     over the real features of the global batch; evaluation decodes every question's best span
     over its windows and scores it with the official evaluator (`evaluation` must be set:
-    (dataset, features in file order, {question id: AlignedContext}))."""
+    (dataset, features in file order, {question id: AlignedContext})).
+
+    `version=2` (SQuAD v2.0): unanswerable questions train toward [CLS]; evaluation answers ""
+    where the null odds exceed `null_threshold` and reports the official v2.0 scores (`exact`
+    and `f1` of those answers, HasAns/NoAns, and `best_exact`/`best_f1` with their thresholds
+    from the official search over the null odds); the best checkpoint by `best_f1`."""
 
     model_inputs = ("input_ids", "input_mask", "segment_ids")
     term_names = ("loss_sum", "count", "start_correct", "end_correct")
@@ -254,7 +248,18 @@ class SquadTask:
     name = "squad_v1"
 
     def __init__(self, albert_config, max_seq_length: int, n_best: int = 20,
-                 max_answer_length: int = 30):
+                 max_answer_length: int = 30, version: int = 1,
+                 null_threshold: float | None = None):
+        if version not in (1, 2):
+            raise ValueError(f"SQuAD version must be 1 or 2, not {version!r}.")
+        self.version = version
+        self.null_threshold = (0.0 if null_threshold is None else null_threshold) \
+            if version == 2 else None
+        if version == 2:
+            self.name = "squad_v2"
+            self.metric_names = ("span_loss", "start_accuracy", "end_accuracy", "exact", "f1",
+                                 "best_exact", "best_f1")
+            self.best_metric = "best_f1"
         self.albert_config = albert_config
         self.max_seq_length = max_seq_length
         self.n_best = n_best
@@ -322,10 +327,14 @@ class SquadTask:
             row = {int(u): i for i, (u, r) in enumerate(zip(collected["unique_ids"],
                                                             collected["real"])) if r > 0.5}
             rows = [row[f[UNIQUE_IDS][0]] for f in features]
-            answers, _ = predict_answers(features, collected["start_logits"][rows],
-                                         collected["end_logits"][rows], contexts, self.n_best,
-                                         self.max_answer_length)
-            metrics.update(squad_eval.evaluate_v1(dataset, answers))
+            answers, null_odds = predict_answers(
+                features, collected["start_logits"][rows], collected["end_logits"][rows],
+                contexts, self.n_best, self.max_answer_length, self.null_threshold)
+            if self.version == 1:
+                metrics.update(squad_eval.evaluate_v1(dataset, answers))
+            else:
+                metrics.update(squad_eval.evaluate_v2(dataset, answers, null_odds,
+                                                      float("inf")))
             self.last_predictions = answers
         return metrics
 

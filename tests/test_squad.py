@@ -145,3 +145,59 @@ def test_run_squad_v1_command_line(tmp_path, sample_vocab):
     assert results["questions"] == len(questions)
     assert results == dict(S.evaluate_v1([{"paragraphs": paragraphs}], predictions),
                            questions=len(questions), features=results["features"])
+
+
+def test_run_squad_v2_command_line_null_odds_and_best_threshold(tmp_path, sample_vocab):
+    """SQuAD v2.0 through the official command line on a slice with unanswerable questions:
+    predictions.json and null_odds.json for every question, "" exactly where the null odds exceed
+    --null_score_diff_threshold, eval_results.json from the official v2.0 evaluator; predicting
+    again at its best_f1_thresh scores its best_f1."""
+    import json
+    import subprocess
+    import sys
+
+    from albert_tf import AlbertConfig
+    from conftest import ROOT
+
+    data = S.load_dataset(os.path.join(SQUAD_DIR, "dev-v2.0.json.zip"))
+    paragraphs = data[0]["paragraphs"][:2]
+    dataset = [{"paragraphs": paragraphs}]
+    questions = S.questions(dataset)
+    assert 0 < sum(not q["answers"] for q in questions) < len(questions)
+    (tmp_path / "slice.json").write_text(json.dumps(
+        {"version": "v2.0", "data": [{"title": "slice", "paragraphs": paragraphs}]}))
+    config = tmp_path / "albert_config.json"
+    AlbertConfig(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                 num_attention_heads=4, intermediate_size=48,
+                 max_position_embeddings=128).to_json_file(config)
+    out = tmp_path / "out"
+    args = ["--predict_file", str(tmp_path / "slice.json"), "--albert_config_file", str(config),
+            "--spm_model_file", sample_vocab, "--output_dir", str(out), "--do_predict",
+            "--max_seq_length", "128", "--doc_stride", "64", "--max_query_length", "24"]
+
+    def run(*extra):
+        proc = subprocess.run([sys.executable, "-m", "albert_tf.run_squad_v2", *args, *extra],
+                              cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return (json.load(open(out / "predictions.json")),
+                json.load(open(out / "null_odds.json")),
+                json.load(open(out / "eval_results.json")))
+
+    predictions, odds, results = run("--do_train", "--train_file", str(tmp_path / "slice.json"),
+                                     "--train_batch_size", "8", "--num_train_epochs", "3",
+                                     "--learning_rate", "1e-3", "--iterations_per_loop", "10")
+    assert set(predictions) == set(odds) == {q["id"] for q in questions}
+    for q in questions:
+        if odds[q["id"]] > 0.0:
+            assert predictions[q["id"]] == ""
+        elif predictions[q["id"]] == "":  # below the threshold, "" only when no span fits
+            assert odds[q["id"]] == float("inf")
+        assert predictions[q["id"]] in q["context"]
+    assert results == dict(S.evaluate_v2(dataset, predictions, odds, float("inf")),
+                           questions=len(questions), features=results["features"])
+    assert results["HasAns_total"] + results["NoAns_total"] == len(questions)
+    threshold = results["best_f1_thresh"]
+    again, odds_again, rescored = run("--null_score_diff_threshold", repr(threshold))
+    assert odds_again == odds
+    assert rescored["f1"] == pytest.approx(results["best_f1"], abs=1e-9)

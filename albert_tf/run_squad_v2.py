@@ -1,0 +1,40 @@
+"""Fine-tuning on SQuAD v2.0 through the one training loop.
+
+Flag names are the official google-research/albert `run_squad_v2.py` ones, with BERT's
+`--null_score_diff_threshold` and `--distribution_strategy`/`--tpu` added:
+
+    python -m albert_tf.run_squad_v2 --train_file=train-v2.0.json \
+        --predict_file=dev-v2.0.json --albert_config_file=albert_base/albert_config.json \
+        --spm_model_file=albert_base/30k-clean.model \
+        --init_checkpoint=albert_base/model.ckpt-best --output_dir=runs/squad2 \
+        --do_train --do_predict --max_seq_length=384 --doc_stride=128 --train_batch_size=48 \
+        --learning_rate=3e-5 --num_train_epochs=2.0 --warmup_proportion=0.1
+
+`--do_predict` writes `predictions.json` ("" for no answer), `null_odds.json` (null score
+minus best span score per question: the official evaluator's `--na-prob-file`) and, when the
+predict file has answers, `eval_results.json`: the official v2.0 evaluator's exact and F1 (with
+HasAns/NoAns) of the predictions, and the best threshold search (`best_f1`,
+`best_f1_thresh`). Rerun with `--nodo_train --null_score_diff_threshold=<best_f1_thresh>` to
+predict at that threshold. The no-answer decision is the span head's null score (BERT's
+method); the official ALBERT v2 answer-class head is not built (`albert_tf.squad_runner`).
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+from absl import app  # noqa: E402
+
+from albert_tf import squad_runner  # noqa: E402
+
+
+def main(argv):
+    del argv
+    return squad_runner.main(version=2)
+
+
+if __name__ == "__main__":
+    squad_runner.define_flags(version=2)
+    sys.exit(app.run(main))
