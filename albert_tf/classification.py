@@ -100,22 +100,28 @@ def write_examples(examples, task: glue.GlueTask, tokenizer, max_seq_length: int
         pad = {name: [0] * length for name, (length, _) in schema.items()}
         pad[LABEL_IDS] = [0.0] if task.is_regression else [0]
         records.extend([to_example(pad, schema)] * padding)
-    tf.io.gfile.makedirs(os.path.dirname(os.path.abspath(path)))
-    tmp = path + ".tmp"
-    with tf.io.TFRecordWriter(tmp) as writer:
-        for record in records:
-            writer.write(record)
     meta = {"format": SIDECAR_FORMAT, "task": task.name, "num_examples": len(records),
             "real_examples": len(examples), "padding_examples": padding,
             "truncated_examples": truncated, "max_seq_length": max_seq_length,
             "labels": list(task.labels) if task.labels else None,
             "vocab_size": tokenizer.vocab_size, "spm_model_sha256": tokenizer.sha256,
             "digest": digest}
+    write_records(records, path, meta)
+    return meta
+
+
+def write_records(records, path: str, meta: dict) -> None:
+    """Serialized examples to a TFRecord file and `meta` to its JSON sidecar, each written to a
+    temporary name and renamed, so a reader never sees half a file."""
+    tf.io.gfile.makedirs(os.path.dirname(os.path.abspath(path)))
+    sidecar_path = F.sidecar_path(path)
+    with tf.io.TFRecordWriter(path + ".tmp") as writer:
+        for record in records:
+            writer.write(record)
     with tf.io.gfile.GFile(sidecar_path + ".tmp", "w") as f:
         json.dump(meta, f, indent=2)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
     tf.io.gfile.rename(sidecar_path + ".tmp", sidecar_path, overwrite=True)
-    return meta
 
 
 class ClassificationTask(Task):

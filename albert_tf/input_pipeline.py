@@ -83,13 +83,15 @@ def check_files(files, max_seq_length, max_predictions_per_seq, vocab_size=None)
 
 
 def _parse_spec(schema: dict) -> dict:
-    return {name: tf.io.FixedLenFeature([length], tf.int64 if dtype == "int64" else tf.float32)
+    return {name: tf.io.FixedLenFeature(list(length) if isinstance(length, (tuple, list))
+                                        else [length],
+                                        tf.int64 if dtype == "int64" else tf.float32)
             for name, (length, dtype) in schema.items()}
 
 
 def schema_parser(schema: dict):
-    """Record -> dict of fixed-shape tensors of `schema` ({name: (length, "int64" |
-    "float32")}); int64 features become int32 (TPU-friendly)."""
+    """Record -> dict of fixed-shape tensors of `schema` ({name: (length or shape tuple,
+    "int64" | "float32")}); int64 features become int32 (TPU-friendly)."""
     spec = _parse_spec(schema)
 
     def parse(record):
@@ -434,7 +436,7 @@ def stream_dataset(plan: InputPlan, start_step: int, schema: dict,
     def parse(records):
         example = tf.io.parse_example(records, spec)
         return {name: tf.reshape(tf.cast(t, tf.int32) if t.dtype == tf.int64 else t,
-                                 [local, per_replica, t.shape[-1]])
+                                 [local, per_replica, *t.shape[1:]])
                 for name, t in example.items()}
 
     dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

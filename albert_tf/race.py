@@ -1,0 +1,348 @@
+"""RACE (multiple-choice reading comprehension): the original files, features, the
+multiple-choice model and the task the training loop runs.
+
+Files, as the RACE release ships them: `<data_dir>/RACE/{train,dev,test}/{middle,high}/*.txt`
+(the official runner's layout; `<data_dir>/{train,dev,test}/...` is read too), each holding one
+JSON object per passage — `id`, `article`, `questions`, `options` (four per question),
+`answers` ("A"-"D"). Passages are read in sorted file order (the official reader's `listdir`
+order is the file system's). A malformed file is an error naming it and what is wrong.
+
+Features (official `race_utils.py`): for each of the four options, `[CLS] article [SEP] qa
+[SEP]`, where `qa` is the question with its `_` blank filled by the option, or the question and
+the option joined by a space when it has no blank; the last `max_qa_length` pieces of `qa` are
+kept and the article is cut to fit. `input_ids`, `input_mask`, `segment_ids` are
+[num_choices, max_seq_length]; `label_ids` [1] (0-3), `is_real_example` [1], and `race_level`
+[1] (0 middle, 1 high) for the breakdown. Evaluation files are padded with `is_real_example = 0`
+examples to whole batches, so every question is scored.
+
+Model: the backbone on each (passage, option) sequence, dropout then a dense layer to one logit
+on the pooled output (official `output_weights` [1, H], `output_bias` [1]), the four logits
+softmaxed. Metrics: accuracy, and accuracy on middle-school and high-school questions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from albert_tf import features as F
+from albert_tf.tasks import SUM, Task
+
+LEVELS = ("middle", "high")
+LABELS = ("A", "B", "C", "D")
+NUM_CHOICES = 4
+LABEL_IDS, IS_REAL_EXAMPLE, RACE_LEVEL = "label_ids", "is_real_example", "race_level"
+SIDECAR_FORMAT = "albert_race_tfrecord"
+
+
+class RaceDataError(ValueError):
+    """A RACE file cannot be read; the message names the file and what is wrong."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RaceExample:
+    """One question: `guid` ("<passage id>-<question index>"), its passage's `level`, the
+    `article`, the `question`, its four `options`, and `label` (0-3, None when unlabelled)."""
+
+    guid: str
+    level: str
+    article: str
+    question: str
+    options: tuple
+    label: int | None
+
+    def choices(self) -> list[str]:
+        """The second segment of each option (official rule)."""
+        if "_" in self.question:
+            return [self.question.replace("_", option) for option in self.options]
+        return [" ".join([self.question, option]) for option in self.options]
+
+
+def _passages(path: str):
+    with tf.io.gfile.GFile(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise RaceDataError(f"{path} is not UTF-8 ({e}); RACE files are UTF-8 JSON.") from None
+    try:
+        return [json.loads(text)]
+    except json.JSONDecodeError:
+        pass
+    passages = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                passages.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise RaceDataError(f"{path}, line {number}: not JSON ({e.msg}); each RACE "
+                                    "file holds one JSON object per passage.") from None
+    return passages
+
+
+def _examples_of(passage, path: str, level: str) -> list[RaceExample]:
+    if not isinstance(passage, dict):
+        raise RaceDataError(f"{path}: a passage is {type(passage).__name__}, not an object.")
+    missing = [k for k in ("article", "questions", "options") if k not in passage]
+    if missing:
+        raise RaceDataError(f"{path}: passage without {', '.join(missing)}.")
+    questions, options = passage["questions"], passage["options"]
+    answers = passage.get("answers")
+    if len(options) != len(questions) or answers is not None and len(answers) != len(questions):
+        raise RaceDataError(f"{path}: {len(questions)} questions, {len(options)} option lists"
+                            f"{'' if answers is None else f', {len(answers)} answers'}; they "
+                            "must be as many.")
+    pid = passage.get("id") or os.path.basename(path)
+    examples = []
+    for i, question in enumerate(questions):
+        if len(options[i]) != NUM_CHOICES:
+            raise RaceDataError(f"{path}: question {i} has {len(options[i])} options; RACE has "
+                                f"{NUM_CHOICES}.")
+        label = None
+        if answers is not None:
+            if answers[i] not in LABELS:
+                raise RaceDataError(f"{path}: question {i}'s answer {answers[i]!r} is not one "
+                                    f"of {', '.join(LABELS)}.")
+            label = LABELS.index(answers[i])
+        examples.append(RaceExample(f"{pid}-{i}", level, passage["article"], question,
+                                    tuple(options[i]), label))
+    return examples
+
+
+def read_split(data_dir: str, split: str, levels=LEVELS) -> list[RaceExample]:
+    """Every question of a split ("train", "dev", "test") at the given levels."""
+    base = os.path.join(data_dir, "RACE")
+    if not tf.io.gfile.isdir(os.path.join(base, split)):
+        base = data_dir
+    examples = []
+    for level in levels:
+        directory = os.path.join(base, split, level)
+        if not tf.io.gfile.isdir(directory):
+            raise FileNotFoundError(f"{directory} does not exist: --data_dir must hold the RACE "
+                                    f"release (RACE/{split}/{level}/*.txt).")
+        names = sorted(n for n in tf.io.gfile.listdir(directory) if n.endswith(".txt"))
+        if not names:
+            raise RaceDataError(f"{directory} holds no .txt passage files.")
+        for name in names:
+            path = os.path.join(directory, name)
+            for passage in _passages(path):
+                examples.extend(_examples_of(passage, path, level))
+    return examples
+
+
+# ---------------------------------------------------------------------------------------------
+def race_schema(max_seq_length: int) -> dict:
+    return {F.INPUT_IDS: ((NUM_CHOICES, max_seq_length), "int64"),
+            F.INPUT_MASK: ((NUM_CHOICES, max_seq_length), "int64"),
+            F.SEGMENT_IDS: ((NUM_CHOICES, max_seq_length), "int64"),
+            LABEL_IDS: (1, "int64"), IS_REAL_EXAMPLE: (1, "int64"), RACE_LEVEL: (1, "int64")}
+
+
+def example_features(example: RaceExample, tokenizer, max_seq_length: int,
+                     max_qa_length: int) -> tuple[dict, bool]:
+    """(features with flat lists, whether the article was cut) of one question."""
+    from albert_tf.tokenization import CLS_ID, SEP_ID
+
+    article = tokenizer.encode(example.article)
+    ids, mask, segments, cut = [], [], [], False
+    for choice in example.choices():
+        qa = tokenizer.encode(choice)[-max_qa_length:] if max_qa_length > 0 else []
+        context = article[:max(0, max_seq_length - 3 - len(qa))]
+        cut |= len(context) < len(article)
+        tokens = [CLS_ID, *context, SEP_ID, *qa, SEP_ID]
+        pad = max_seq_length - len(tokens)
+        if pad < 0:
+            raise ValueError(f"--max_qa_length {max_qa_length} leaves no room in "
+                             f"--max_seq_length {max_seq_length}.")
+        ids += tokens + [0] * pad
+        mask += [1] * len(tokens) + [0] * pad
+        segments += [0] * (len(context) + 2) + [1] * (len(qa) + 1) + [0] * pad
+    features = {F.INPUT_IDS: ids, F.INPUT_MASK: mask, F.SEGMENT_IDS: segments,
+                LABEL_IDS: [example.label or 0], IS_REAL_EXAMPLE: [1],
+                RACE_LEVEL: [LEVELS.index(example.level)]}
+    return features, cut
+
+
+def write_examples(examples, tokenizer, max_seq_length: int, max_qa_length: int, path: str,
+                   shuffle_seed: int | None = None, pad_to_multiple: int = 1) -> dict:
+    """The questions as a TFRecord file with a JSON sidecar, atomically (kept when made from
+    the same examples and settings); seeded order for training files, `is_real_example = 0`
+    padding to a multiple of `pad_to_multiple`."""
+    from albert_tf.classification import to_example, write_records
+
+    digest = hashlib.sha256(json.dumps(
+        ["race", max_seq_length, max_qa_length, shuffle_seed, pad_to_multiple,
+         tokenizer.sha256, tokenizer.do_lower_case,
+         [dataclasses.astuple(e) for e in examples]], ensure_ascii=False).encode()).hexdigest()
+    sidecar = F.sidecar_path(path)
+    if tf.io.gfile.exists(path) and tf.io.gfile.exists(sidecar):
+        with tf.io.gfile.GFile(sidecar) as f:
+            meta = json.load(f)
+        if meta.get("digest") == digest:
+            return meta
+    schema = race_schema(max_seq_length)
+    order = np.arange(len(examples))
+    if shuffle_seed is not None:
+        order = np.random.default_rng([shuffle_seed, 0x8ACE]).permutation(len(examples))
+    records, cut = [], 0
+    for i in order.tolist():
+        features, was_cut = example_features(examples[i], tokenizer, max_seq_length,
+                                             max_qa_length)
+        cut += int(was_cut)
+        records.append(to_example(features, schema))
+    padding = (-len(records)) % pad_to_multiple
+    pad = {name: [0] * int(np.prod(shape)) for name, (shape, _) in schema.items()}
+    records.extend([to_example(pad, schema)] * padding)
+    meta = {"format": SIDECAR_FORMAT, "task": "race", "num_examples": len(records),
+            "real_examples": len(examples), "padding_examples": padding,
+            "truncated_examples": cut, "max_seq_length": max_seq_length,
+            "max_qa_length": max_qa_length,
+            "levels": {level: sum(e.level == level for e in examples) for level in LEVELS},
+            "vocab_size": tokenizer.vocab_size, "spm_model_sha256": tokenizer.sha256,
+            "digest": digest}
+    write_records(records, path, meta)
+    return meta
+
+
+# ---------------------------------------------------------------------------------------------
+def multiple_choice_model(config, num_choices: int = NUM_CHOICES, dropout_rate: float = 0.1,
+                          dtype=None):
+    """`AlbertClassifier` with one logit applied to each of the `num_choices` sequences:
+    inputs [batch, num_choices, seq]; outputs `logits` [batch, num_choices] (float32).
+    `model.backbone` and `model.classifier` are the shared parts."""
+    import keras
+
+    from albert_tf.classifier import AlbertClassifier
+
+    class Regroup(keras.layers.Layer):
+        """[..., n] -> [-1, n] (choices into the batch and back)."""
+
+        def __init__(self, n=None, **kwargs):
+            super().__init__(**kwargs)
+            self.n = n
+
+        def call(self, x):
+            return tf.reshape(x, [-1, self.n if self.n else tf.shape(x)[-1]])
+
+        def compute_output_shape(self, shape):
+            return (None, self.n or shape[-1])
+
+    classifier = AlbertClassifier(config, 1, dropout_rate=dropout_rate, dtype=dtype,
+                                  name="albert_classifier")
+    inputs = {name: keras.Input((num_choices, None), dtype="int32", name=name)
+              for name in F.BACKBONE_INPUTS}
+    flat = {name: Regroup(name=f"{name}_choices")(t) for name, t in inputs.items()}
+    logits = classifier(flat)["logits"]
+    outputs = {"logits": Regroup(num_choices, dtype="float32", name="choices")(logits)}
+    model = keras.Model(inputs=inputs, outputs=outputs, name="albert_multiple_choice")
+    model.backbone = classifier.backbone
+    model.classifier = classifier
+    model.config = config
+    return model
+
+
+class RaceTask(Task):
+    """RACE through the one loop: cross entropy over the four options, averaged over the real
+    questions of the global batch; accuracy overall and per level; the best checkpoint by
+    accuracy."""
+
+    name = "race"
+    model_inputs = F.BACKBONE_INPUTS
+    term_names = ("loss_sum", "count", "correct_sum")
+    metric_names = ("cross_entropy", "accuracy", "accuracy_middle", "accuracy_high")
+    best_metric = "accuracy"
+    examples_term = "count"
+
+    def __init__(self, albert_config, max_seq_length: int, dropout_rate: float = 0.1):
+        self.albert_config = albert_config
+        self.max_seq_length = max_seq_length
+        self.dropout_rate = dropout_rate
+
+    def build_model(self, dtype=None):
+        return multiple_choice_model(self.albert_config, NUM_CHOICES, self.dropout_rate, dtype)
+
+    def schema(self):
+        return race_schema(self.max_seq_length)
+
+    def check_files(self, files):
+        from albert_tf.input_pipeline import DataMismatchError
+
+        found = {}
+        for path in files:
+            sidecar = F.sidecar_path(path)
+            if not tf.io.gfile.exists(sidecar):
+                raise DataMismatchError(f"{path} has no sidecar; write RACE data with "
+                                        "albert_tf.race.write_examples.")
+            with tf.io.gfile.GFile(sidecar) as f:
+                meta = json.load(f)
+            if meta.get("format") != SIDECAR_FORMAT or \
+                    meta.get("max_seq_length") != self.max_seq_length or \
+                    meta.get("vocab_size") != self.albert_config.vocab_size:
+                raise DataMismatchError(
+                    f"{path} is {meta.get('format')} with max_seq_length "
+                    f"{meta.get('max_seq_length')}, vocab_size {meta.get('vocab_size')}; this "
+                    f"run is RACE with {self.max_seq_length}, {self.albert_config.vocab_size}.")
+            found[path] = meta
+        return found
+
+    def initialize(self, model, path, init_from_group0=False):
+        from albert_tf.checkpoints import initialize_backbone
+
+        return initialize_backbone(model.backbone, path, init_from_group0=init_from_group0)
+
+    def normalizers(self, features, global_batch_size):
+        ctx = tf.distribute.get_replica_context()
+        real = tf.reduce_sum(tf.cast(features[IS_REAL_EXAMPLE], tf.float32))
+        return {"count": ctx.all_reduce(SUM, real)}
+
+    def _per_example(self, outputs, features):
+        logits = tf.cast(outputs["logits"], tf.float32)
+        label = tf.reshape(tf.cast(features[LABEL_IDS], tf.int32), [-1])
+        real = tf.reshape(tf.cast(features[IS_REAL_EXAMPLE], tf.float32), [-1])
+        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits)
+        return tf.argmax(logits, -1, output_type=tf.int32), label, loss, real
+
+    def loss_terms(self, outputs, features):
+        prediction, label, loss, real = self._per_example(outputs, features)
+        return {"loss_sum": tf.reduce_sum(real * loss), "count": tf.reduce_sum(real),
+                "correct_sum": tf.reduce_sum(
+                    real * tf.cast(tf.equal(prediction, label), tf.float32))}
+
+    def loss(self, terms, normalizers):
+        return terms["loss_sum"] / tf.maximum(normalizers["count"], 1.0)
+
+    def eval_outputs(self, outputs, features):
+        prediction, label, _, real = self._per_example(outputs, features)
+        return {"prediction": prediction, "label": label, "real": real,
+                "level": tf.reshape(features[RACE_LEVEL], [-1])}
+
+    def metrics(self, sums, collected=None):
+        count = max(float(sums["count"]), 1.0)
+        metrics = {"cross_entropy": float(sums["loss_sum"]) / count,
+                   "accuracy": float(sums["correct_sum"]) / count}
+        if collected:
+            metrics.update(race_accuracy(collected["prediction"], collected["label"],
+                                         collected["level"], collected["real"] > 0.5))
+        return metrics
+
+    def progress(self, metrics):
+        return " | ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
+
+
+def race_accuracy(predictions, labels, levels, real=None) -> dict:
+    """Accuracy overall and per level (`levels`: 0 middle, 1 high) over the real examples, with
+    the counts."""
+    predictions, labels, levels = map(np.asarray, (predictions, labels, levels))
+    real = np.ones(len(labels), bool) if real is None else np.asarray(real, bool)
+    correct = (predictions == labels) & real
+    result = {"accuracy": float(correct.sum() / max(real.sum(), 1))}
+    for i, level in enumerate(LEVELS):
+        chosen = real & (levels == i)
+        result[f"accuracy_{level}"] = float(correct[chosen].sum() / max(chosen.sum(), 1))
+        result[f"examples_{level}"] = int(chosen.sum())
+    return result

@@ -1,0 +1,229 @@
+"""RACE: the original file format, features by the official rule, the multiple-choice model, the
+task through the one loop, and the runner. No RACE data is shipped (its licence forbids
+redistribution), so the tests write RACE-format files from real SQuAD passages: each question's
+options are its answer and three answers to other questions of the same passage."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from albert_tf import AlbertConfig, race
+from albert_tf import squad_eval as S
+from albert_tf.tokenization import CLS_ID, SEP_ID, Tokenizer
+from conftest import ROOT, SHARED_DIR
+
+TINY = dict(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+            num_attention_heads=4, intermediate_size=40, max_position_embeddings=64)
+
+
+def write_race(root, split_passages, seed=0):
+    """RACE layout under `root` from SQuAD paragraphs: {split: {level: [paragraph, ...]}}.
+    Returns {split: number of questions}."""
+    rng = np.random.default_rng(seed)
+    counts = {}
+    for split, levels in split_passages.items():
+        counts[split] = 0
+        for level, paragraphs in levels.items():
+            directory = root / "RACE" / split / level
+            directory.mkdir(parents=True)
+            for n, paragraph in enumerate(paragraphs):
+                answers = [qa["answers"][0]["text"] for qa in paragraph["qas"]]
+                questions, options, letters = [], [], []
+                for i, qa in enumerate(paragraph["qas"]):
+                    others = [a for a in dict.fromkeys(answers) if a != answers[i]]
+                    if len(others) < 3:
+                        continue
+                    choice = [answers[i], *rng.choice(others, 3, replace=False).tolist()]
+                    order = rng.permutation(4)
+                    options.append([choice[j] for j in order])
+                    letters.append("ABCD"[int(np.argmax(order == 0))])
+                    questions.append(qa["question"])
+                passage = {"answers": letters, "options": options, "questions": questions,
+                           "article": paragraph["context"], "id": f"{level}{n}.txt"}
+                (directory / f"{n}.txt").write_text(json.dumps(passage), encoding="utf-8")
+                counts[split] += len(questions)
+    return counts
+
+
+@pytest.fixture(scope="module")
+def squad_paragraphs():
+    data = S.load_dataset(os.path.join(SHARED_DIR, "data", "squad", "dev-v1.1.json.zip"))
+    return [p for article in data[:3] for p in article["paragraphs"][:3]]
+
+
+def test_reader_counts_labels_and_the_blank_rule(tmp_path, squad_paragraphs):
+    counts = write_race(tmp_path, {"train": {"middle": squad_paragraphs[:2],
+                                             "high": squad_paragraphs[2:4]}})
+    examples = race.read_split(str(tmp_path), "train")
+    assert len(examples) == counts["train"] > 0
+    assert [e.level for e in examples].count("middle") == sum(
+        len(json.load(open(tmp_path / "RACE/train/middle" / f))["questions"])
+        for f in os.listdir(tmp_path / "RACE/train/middle"))
+    first = json.load(open(tmp_path / "RACE/train/middle/0.txt"))
+    assert examples[0].guid == "middle0.txt-0"
+    assert examples[0].options == tuple(first["options"][0])
+    assert examples[0].label == "ABCD".index(first["answers"][0])
+    assert examples[0].choices()[1] == first["questions"][0] + " " + first["options"][0][1]
+    blank = race.RaceExample("x-0", "high", "a", "The cat sat on the _ all day.",
+                             ("mat", "dog", "roof", "sun"), 2)
+    assert blank.choices() == ["The cat sat on the mat all day.", "The cat sat on the dog all "
+                               "day.", "The cat sat on the roof all day.",
+                               "The cat sat on the sun all day."]
+    assert len(race.read_split(str(tmp_path), "train", ("high",))) == \
+        len(examples) - [e.level for e in examples].count("middle")
+    # A BOM, pretty-printed JSON and one object per line all read the same.
+    passage = json.load(open(tmp_path / "RACE/train/high/0.txt"))
+    (tmp_path / "RACE/train/high/0.txt").write_bytes(
+        b"\xef\xbb\xbf" + json.dumps(passage, indent=2).encode())
+    assert race.read_split(str(tmp_path), "train") == examples
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda p: p.update(options=[o[:3] for o in p["options"]]), "has 3 options"),
+    (lambda p: p["answers"].__setitem__(0, "E"), "answer 'E' is not one of"),
+    (lambda p: p["answers"].pop(), "must be as many"),
+    (lambda p: p.pop("article"), "passage without article"),
+])
+def test_malformed_files_are_named(tmp_path, squad_paragraphs, damage, message):
+    write_race(tmp_path, {"dev": {"middle": squad_paragraphs[:1], "high": squad_paragraphs[1:2]}})
+    path = tmp_path / "RACE/dev/high/0.txt"
+    passage = json.load(open(path))
+    damage(passage)
+    path.write_text(json.dumps(passage))
+    with pytest.raises(race.RaceDataError, match=message) as error:
+        race.read_split(str(tmp_path), "dev")
+    assert str(path) in str(error.value)
+
+
+def test_non_utf8_and_missing_directories_are_named(tmp_path, squad_paragraphs):
+    write_race(tmp_path, {"dev": {"middle": squad_paragraphs[:1], "high": squad_paragraphs[1:2]}})
+    (tmp_path / "RACE/dev/high/0.txt").write_bytes(b"\xff\xfe{}")
+    with pytest.raises(race.RaceDataError, match=r"0.txt is not UTF-8"):
+        race.read_split(str(tmp_path), "dev")
+    with pytest.raises(FileNotFoundError, match=r"RACE/test/middle/\*.txt"):
+        race.read_split(str(tmp_path), "test")
+
+
+def test_features_follow_the_official_truncation(sample_vocab):
+    """[CLS] article [SEP] qa [SEP] per option; the last max_qa_length pieces of qa are kept and
+    the article is cut to fit."""
+    tokenizer = Tokenizer(sample_vocab)
+    article = "Alice was beginning to get very tired of sitting by her sister on the bank. " * 4
+    example = race.RaceExample("p-0", "high", article, "What was Alice doing by the _ ?",
+                               ("bank of the river", "house", "tree", "road"), 1)
+    seq, max_qa = 40, 9
+    features, cut = race.example_features(example, tokenizer, seq, max_qa)
+    assert cut
+    ids = np.reshape(features["input_ids"], (4, seq))
+    segments = np.reshape(features["segment_ids"], (4, seq))
+    mask = np.reshape(features["input_mask"], (4, seq))
+    article_ids = tokenizer.encode(article)
+    for i, choice in enumerate(example.choices()):
+        qa = tokenizer.encode(choice)[-max_qa:]
+        context = article_ids[:seq - 3 - len(qa)]
+        want = [CLS_ID, *context, SEP_ID, *qa, SEP_ID]
+        assert ids[i].tolist() == want + [0] * (seq - len(want))
+        assert segments[i].tolist() == [0] * (len(context) + 2) + [1] * (len(qa) + 1) + \
+            [0] * (seq - len(want))
+        assert mask[i].sum() == len(want) == seq  # the article filled what qa left
+    assert features["label_ids"] == [1] and features["race_level"] == [1]
+    short, cut = race.example_features(
+        race.RaceExample("p-1", "middle", "Short text.", "Why?", ("a", "b", "c", "d"), 0),
+        tokenizer, seq, max_qa)
+    assert not cut and short["race_level"] == [0]
+
+
+def test_multiple_choice_logits_are_the_classifier_on_each_option():
+    """The [batch, 4, seq] model equals the one-logit classifier run on each (passage, option)
+    sequence alone."""
+    config = AlbertConfig(**TINY)
+    model = race.multiple_choice_model(config, dropout_rate=0.1)
+    rng = np.random.default_rng(0)
+    batch, seq = 3, 12
+    ids = rng.integers(5, 8000, (batch, 4, seq)).astype(np.int32)
+    mask = (np.arange(seq)[None, None] < rng.integers(4, seq + 1, (batch, 4, 1))).astype(np.int32)
+    segments = (np.arange(seq)[None, None] >= 6).astype(np.int32) * mask
+    inputs = {"input_ids": ids * mask, "input_mask": mask, "segment_ids": segments}
+    logits = model(inputs, training=False)["logits"].numpy()
+    assert logits.shape == (batch, 4)
+    for b in range(batch):
+        for c in range(4):
+            alone = model.classifier({k: v[b:b + 1, c] for k, v in inputs.items()},
+                                     training=False)["logits"].numpy()
+            np.testing.assert_allclose(logits[b, c], alone[0, 0], atol=1e-6)
+    # The classifier's weights and nothing else: one logit per option ([H, 1]).
+    assert [w.path for w in model.weights] == [w.path for w in model.classifier.weights]
+    assert model.classifier.classifier_head.kernel.shape == (32, 1)
+
+
+def test_a_tiny_model_learns_a_race_slice_with_the_level_breakdown(tmp_path, squad_paragraphs,
+                                                                    sample_vocab):
+    from albert_tf.train_lib import TrainingConfig, TrainingRun
+
+    counts = write_race(tmp_path / "data", {"train": {"middle": squad_paragraphs[:3],
+                                                      "high": squad_paragraphs[3:6]}})
+    examples = race.read_split(str(tmp_path / "data"), "train")
+    tokenizer = Tokenizer(sample_vocab)
+    race.write_examples(examples, tokenizer, 64, 24, str(tmp_path / "train.tfrecord"),
+                        shuffle_seed=1)
+    meta = race.write_examples(examples, tokenizer, 64, 24, str(tmp_path / "dev.tfrecord"),
+                               pad_to_multiple=16)
+    assert meta["real_examples"] == counts["train"] == len(examples)
+    assert meta["num_examples"] % 16 == 0 and meta["padding_examples"] < 16
+    cfg = TrainingConfig(albert_config=AlbertConfig(**TINY),
+                         input_file=str(tmp_path / "train.tfrecord"),
+                         eval_input_file=str(tmp_path / "dev.tfrecord"),
+                         output_dir=str(tmp_path / "run"), max_seq_length=64,
+                         train_batch_size=16, eval_batch_size=16, optimizer="adamw",
+                         learning_rate=3e-3, num_train_steps=240, num_warmup_steps=10,
+                         save_checkpoints_steps=240, iterations_per_loop=40, do_eval=True,
+                         max_eval_steps=10 ** 6, seed=3, shuffle_window=64, verbose=False)
+    metrics = TrainingRun(race.RaceTask(AlbertConfig(**TINY), 64, 0.0), cfg).run()["eval"]
+    print(f"\nRACE-format slice ({len(examples)} questions) after 240 steps: {metrics}")
+    middle = sum(e.level == "middle" for e in examples)
+    assert metrics["examples"] == len(examples)
+    assert (metrics["examples_middle"], metrics["examples_high"]) == \
+        (middle, len(examples) - middle)
+    assert metrics["accuracy"] >= 0.9
+    weighted = (metrics["accuracy_middle"] * middle
+                + metrics["accuracy_high"] * (len(examples) - middle)) / len(examples)
+    assert weighted == pytest.approx(metrics["accuracy"], abs=1e-9)
+
+
+def test_run_race_command_line(tmp_path, squad_paragraphs, sample_vocab):
+    counts = write_race(tmp_path / "data", {
+        split: {"middle": squad_paragraphs[i:i + 1], "high": squad_paragraphs[i + 1:i + 2]}
+        for split, i in (("train", 0), ("dev", 2), ("test", 4))})
+    config = tmp_path / "albert_config.json"
+    AlbertConfig(**TINY).to_json_file(config)
+    out = tmp_path / "out"
+    args = ["--data_dir", str(tmp_path / "data"), "--albert_config_file", str(config),
+            "--spm_model_file", sample_vocab, "--output_dir", str(out), "--do_train",
+            "--do_eval", "--do_predict", "--max_seq_length", "64", "--max_qa_length", "24",
+            "--train_batch_size", "8", "--eval_batch_size", "8", "--predict_batch_size", "8",
+            "--train_step", "6", "--warmup_step", "2", "--save_checkpoints_steps", "6",
+            "--iterations_per_loop", "3", "--learning_rate", "1e-3"]
+    proc = subprocess.run([sys.executable, "-m", "albert_tf.run_race", *args], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.load(open(out / "eval_results.json"))
+    assert results["examples"] == counts["dev"] and results["global_step"] == 6
+    test = race.read_split(str(tmp_path / "data"), "test")
+    predictions = json.load(open(out / "predictions.json"))
+    assert list(predictions) == [e.guid for e in test]
+    assert set(predictions.values()) <= set("ABCD")
+    scored = json.load(open(out / "test_results.json"))
+    want = np.mean([predictions[e.guid] == "ABCD"[e.label] for e in test])
+    assert scored["examples"] == counts["test"] and scored["accuracy"] == pytest.approx(want)
+    # Bad input: a clear error, no traceback.
+    bad = subprocess.run([sys.executable, "-m", "albert_tf.run_race", "--data_dir",
+                          str(tmp_path / "missing"), *args[2:]], cwd=ROOT,
+                         env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
+                         timeout=600)
+    assert bad.returncode == 1 and "RACE/train/middle" in bad.stderr
+    assert "Traceback" not in bad.stderr
