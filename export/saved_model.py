@@ -32,7 +32,6 @@ import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F
-from albert_tf.config import AlbertConfig
 from export.ops_check import check_saved_model_ops, load_allowed_ops
 from export.serving import AlbertServingModule, signature_method_names
 
@@ -59,33 +58,15 @@ def _find_spm(*directories) -> str | None:
 
 
 def _restore_pretraining_checkpoint(output_dir: str, checkpoint: str):
-    from albert_tf.checkpoints import build_model
+    """`read_training_checkpoint` (the pretrainer of a pretraining `--output_dir`), its errors
+    as `ExportError` with the export flag to use."""
+    from albert_tf.checkpoints import CheckpointError, read_training_checkpoint
 
-    config_path = os.path.join(output_dir, "albert_config.json")
-    config = AlbertConfig.from_json_file(config_path)
-    if checkpoint == "best":
-        prefix = os.path.join(output_dir, "best", "ckpt-best")
-        if not tf.io.gfile.exists(prefix + ".index"):
-            raise ExportError(f"{output_dir} has no best checkpoint ({prefix}); it is written "
-                              "when pretraining runs with --do_eval. Use --checkpoint latest.")
-    elif checkpoint == "latest":
-        prefix = tf.train.latest_checkpoint(output_dir)
-        if not prefix:
-            raise ExportError(f"{output_dir} has albert_config.json but no checkpoint yet.")
-    else:
-        prefix = checkpoint
-        if not tf.io.gfile.exists(prefix + ".index"):
-            raise ExportError(f"No checkpoint {prefix} (expected {prefix}.index).")
-    model = build_model("pretrainer", config)
-    # `read`, not `restore`: no save counter; the optimizer and input position are not needed.
-    status = tf.train.Checkpoint(model=model).read(prefix)
-    status.expect_partial()
     try:
-        status.assert_existing_objects_matched()
-    except AssertionError as e:
-        raise ExportError(f"{prefix} does not hold every weight of the model in "
-                          f"{config_path}: {str(e)[:500]}") from None
-    return model, prefix
+        return read_training_checkpoint(output_dir, checkpoint)
+    except CheckpointError as e:
+        hint = " Use --checkpoint latest." if checkpoint == "best" else ""
+        raise ExportError(f"{e}{hint}") from None
 
 
 def load_for_export(path: str, checkpoint: str = "latest", spm_model_file: str | None = None):
