@@ -149,15 +149,22 @@ def pretraining_dataset(input_patterns, global_batch_size: int, max_seq_length: 
 
 def ordered_dataset(files, global_batch_size: int, schema: dict,
                     input_context: tf.distribute.InputContext | None = None,
-                    drop_remainder: bool = True) -> tf.data.Dataset:
-    """One ordered pass over `files` (sharded by input pipeline), batches of the pipeline's
-    share of `global_batch_size`, features of `schema`."""
+                    drop_remainder: bool = True, shard_records: bool = False,
+                    num_batches: int | None = None) -> tf.data.Dataset:
+    """One ordered pass over `files`, batches of the input pipeline's share of
+    `global_batch_size`, features of `schema`.
+
+    With several input pipelines, each reads its own files (`files[i::pipelines]`), or with
+    `shard_records` every file and its own records (`records[i::pipelines]` of the
+    concatenation): any number of files then serves any number of pipelines, and with
+    `num_batches` (the global record count // `global_batch_size`) every pipeline yields the
+    same number of batches, which lock-step evaluation across workers needs."""
     batch_size = global_batch_size
     dataset = tf.data.Dataset.from_tensor_slices(files)
+    pipelines = input_context.num_input_pipelines if input_context is not None else 1
     if input_context is not None:
         batch_size = input_context.get_per_replica_batch_size(global_batch_size)
-        pipelines = input_context.num_input_pipelines
-        if pipelines > 1:
+        if pipelines > 1 and not shard_records:
             if len(files) < pipelines:
                 raise DataMismatchError(
                     f"{len(files)} input file(s) cannot be sharded over {pipelines} input "
@@ -165,9 +172,14 @@ def ordered_dataset(files, global_batch_size: int, schema: dict,
                     "(--num_output_shards).")
             dataset = dataset.shard(pipelines, input_context.input_pipeline_id)
     dataset = dataset.flat_map(tf.data.TFRecordDataset)
+    if shard_records and pipelines > 1:
+        dataset = dataset.shard(pipelines, input_context.input_pipeline_id)
     dataset = dataset.map(schema_parser(schema), num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=True)
-    return dataset.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder)
+    if num_batches is not None:
+        dataset = dataset.take(num_batches)
+    return dataset.prefetch(tf.data.AUTOTUNE)
 
 
 # ---------------------------------------------------------------------------------------------

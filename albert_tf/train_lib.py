@@ -39,7 +39,7 @@ from albert_tf import features as F
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import worker_layout
 from albert_tf.input_pipeline import (DataMismatchError, InputPlan, list_files, ordered_dataset,
-                                     stream_dataset)
+                                     record_counts, stream_dataset)
 from albert_tf.optimization import create_optimizer
 from albert_tf.tasks import PretrainingTask, Task
 
@@ -410,7 +410,11 @@ class TrainingRun:
         return terms, total_loss, grad_norm
 
     def _eval_dataset(self):
-        """The evaluation pass: this worker's files in order, batches of its share."""
+        """The evaluation pass: the evaluation records in order, each worker taking every
+        `num_workers`-th record (so one evaluation file serves any number of workers), batches
+        of its share, and every worker the same number of batches (global records //
+        `eval_batch_size`: the single-device pass; fine-tuning files are padded to whole
+        batches)."""
         cfg = self.cfg
         context = None
         if self.num_workers > 1:
@@ -418,8 +422,12 @@ class TrainingRun:
                 num_input_pipelines=self.num_workers, input_pipeline_id=self.worker_index,
                 num_replicas_in_sync=self.num_workers)  # -> this worker's share of the batch
         files = list_files(cfg.eval_input_file or cfg.input_file)
-        self.task.check_files(files)
-        return ordered_dataset(files, cfg.eval_batch_size, self.task.schema(), context)
+        if getattr(self, "_eval_files", None) != files:
+            sidecars = self.task.check_files(files)
+            self._eval_files = files
+            self._eval_batches = sum(record_counts(files, sidecars)) // cfg.eval_batch_size
+        return ordered_dataset(files, cfg.eval_batch_size, self.task.schema(), context,
+                               shard_records=True, num_batches=self._eval_batches)
 
     def _distribute(self, batch):
         """A worker's evaluation batch -> per-replica values: local replica i takes the i-th
@@ -610,7 +618,8 @@ class TrainingRun:
                     path = self.manager.save(checkpoint_number=step)
                     _log(cfg, f"saved {path}")
                     if cfg.do_eval:
-                        self._write_eval(step, self.evaluate(), eval_writer)
+                        self._last_eval = (step, self.evaluate())
+                        self._write_eval(step, self._last_eval[1], eval_writer)
                 if self._stop_requested:
                     if step % cfg.save_checkpoints_steps:
                         self.manager.save(checkpoint_number=step)
@@ -687,7 +696,9 @@ class TrainingRun:
                     summary["exports"]["best"] = exporter(best, "best")
         if cfg.do_eval:
             step = int(self.optimizer.iterations.numpy())
-            metrics = self.evaluate()
+            last = getattr(self, "_last_eval", None)
+            # The evaluation training just ran at this step, or a new one.
+            metrics = last[1] if last is not None and last[0] == step else self.evaluate()
             summary["eval"] = metrics
             if not cfg.do_train:
                 self._write_eval(step, metrics, tf.summary.create_file_writer(

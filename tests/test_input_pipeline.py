@@ -209,6 +209,41 @@ def test_files_are_sharded_per_input_pipeline(generated_data):
         pretraining_dataset(",".join(files), 8, 64, 10, input_context=context)
 
 
+def test_evaluation_records_are_sharded_over_workers_in_equal_batch_counts(generated_data):
+    """One file or several, any number of workers: each worker takes every P-th record, all
+    workers yield the same number of batches, and together they score exactly the records the
+    single-device pass scores (the loop's evaluation under MultiWorkerMirrored)."""
+    from albert_tf import features as F
+    from albert_tf.input_pipeline import ordered_dataset, record_counts
+
+    schema = F.pretraining_schema(64, 10)
+    for files in (generated_data["files"][:1], generated_data["files"]):
+        total = sum(record_counts(files))
+        batch = 12
+        single = np.concatenate([b["input_ids"].numpy() for b in ordered_dataset(
+            files, batch, schema, num_batches=total // batch)])
+        assert len(single) == total // batch * batch
+        for workers in (2, 3, 4):
+            rows, counts = [], []
+            for worker in range(workers):
+                context = tf.distribute.InputContext(num_input_pipelines=workers,
+                                                     input_pipeline_id=worker,
+                                                     num_replicas_in_sync=workers)
+                ds = ordered_dataset(files, batch, schema, context, shard_records=True,
+                                     num_batches=total // batch)
+                parts = [b["input_ids"].numpy() for b in ds]
+                counts.append(len(parts))
+                assert all(len(p) == batch // workers for p in parts)
+                rows += [r.tobytes() for p in parts for r in p]
+            assert counts == [total // batch] * workers
+            every = [r.tobytes() for r in np.concatenate([b["input_ids"].numpy() for b in
+                                                          ordered_dataset(files, 1, schema)])]
+            # Worker w's k-th record is record k * workers + w of the concatenation.
+            want = sorted(every[i] for i in range(len(every))
+                          if i // workers < total // batch * (batch // workers))
+            assert sorted(rows) == want
+
+
 def test_mismatched_data_is_refused(generated_data, tmp_path):
     files = generated_data["files"]
     with pytest.raises(DataMismatchError, match=r"wiki-00000-of-00003.tfrecord does not match the "
