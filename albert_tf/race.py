@@ -243,6 +243,8 @@ def multiple_choice_model(config, num_choices: int = NUM_CHOICES, dropout_rate: 
     model.backbone = classifier.backbone
     model.classifier = classifier
     model.config = config
+    model.albert_kind = "multiple_choice"
+    model.num_labels = num_choices
     return model
 
 

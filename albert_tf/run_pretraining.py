@@ -98,10 +98,12 @@ def define_flags():
 
 
 def make_exporter(export_dir, output_dir, spm_model_file, max_seq_length, labels=None,
-                  text_pair=False, source_type="run_pretraining"):
+                  text_pair=False, source_type="run_pretraining", options=None,
+                  do_lower_case=True):
     """exporter(model, which) for `TrainingRun.run`: SavedModels through the one exporter
     (`export.saved_model`), final to `export_dir`, best to `export_dir + "_best"`. `labels` and
-    `text_pair` are a classifier's (class names, sentence-pair `serving_default`)."""
+    `text_pair` are a classifier's (class names, sentence-pair `serving_default`); `options`
+    a SQuAD or RACE model's decoding and packing settings (`export_saved_model`)."""
     from export.saved_model import ExportError, export_saved_model
 
     def exporter(model, which):
@@ -112,7 +114,8 @@ def make_exporter(export_dir, output_dir, spm_model_file, max_seq_length, labels
                               "sidecar naming one); pass --spm_model_file.")
         target = export_dir.rstrip("/") + ("" if which == "final" else "_best")
         path = export_saved_model(model, target, spm, max_seq_length=max_seq_length,
-                                  labels=labels, text_pair=text_pair,
+                                  labels=labels, text_pair=text_pair, options=options,
+                                  do_lower_case=do_lower_case,
                                   source={"type": source_type, "output_dir": output_dir,
                                           "which": which})
         print(f"exported the {which} model to {path}", flush=True)

@@ -16,7 +16,9 @@ Flag names are the official google-research/albert `run_race.py` ones (with
 `--output_dir`). Writes `eval_results.json` (accuracy overall, on middle and on high school
 questions, and the counts); `--do_predict` writes `predictions.json` ({question id: letter}) for
 the test split and `test_results.json` when it has answers. `--init_checkpoint` takes any
-pretrained source (see `albert_tf.run_classifier`). Rerun the same command to resume.
+pretrained source (see `albert_tf.run_classifier`). With `--export_dir`, the fine-tuned model
+is exported for TF Serving (`export.serving.MultipleChoiceServingModule`: raw article, question
+and options in, the chosen option out). Rerun the same command to resume.
 """
 
 import json
@@ -46,6 +48,10 @@ def define_flags():
     flags.DEFINE_float("dropout_prob", 0.1, "Dropout on the pooled output.")
     flags.DEFINE_integer("max_seq_length", 512, "Packed sequence length.")
     flags.DEFINE_integer("max_qa_length", 128, "Pieces of question + option kept (the last).")
+    flags.DEFINE_string("export_dir", None, "When training completes, export SavedModels for "
+                        "TF Serving (BASE/NAME; the best one to BASE/NAME_best with "
+                        "--do_eval) whose serving_default takes article, question and options "
+                        "as raw text.")
     flags.DEFINE_integer("num_keep_checkpoint", 5, "Checkpoints kept.")
     flags.DEFINE_bool("high_only", False, "Only high-school passages.")
     flags.DEFINE_bool("middle_only", False, "Only middle-school passages.")
@@ -176,8 +182,16 @@ def main(argv):
                 seed=seed, shuffle_window=10000)
             strategy = get_strategy("tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy,
                                     tpu=FLAGS.tpu or FLAGS.tpu_name)
+            exporter = None
+            if FLAGS.export_dir and FLAGS.do_train:
+                from albert_tf.run_pretraining import make_exporter
+
+                exporter = make_exporter(FLAGS.export_dir, out, FLAGS.spm_model_file,
+                                         FLAGS.max_seq_length, source_type="run_race",
+                                         options={"max_qa_length": FLAGS.max_qa_length},
+                                         do_lower_case=FLAGS.do_lower_case)
             run = TrainingRun(task, cfg, strategy)
-            summary = run.run()
+            summary = run.run(exporter=exporter)
             model = run.model
         if FLAGS.do_eval and "eval" in summary:
             results = dict(summary["eval"], task="race",

@@ -1,5 +1,7 @@
 """What `run_squad_v1` and `run_squad_v2` share: the official flags, features, training through
-the one loop, prediction, the official files and the official evaluation.
+the one loop, prediction, the official files and the official evaluation; with `--export_dir`,
+a SavedModel that answers raw-text questions the way `--do_predict` does
+(`export.serving.SpanServingModule`, with this run's stride, lengths and threshold).
 
 SQuAD v2.0 uses the span head with a null score (the [CLS] position's start + end logits, the
 minimum over a question's windows, as in BERT's `run_squad.py`): a question is answered "" when
@@ -56,6 +58,9 @@ def define_flags(version: int):
     flags.DEFINE_integer("iterations_per_loop", 1000, "Steps per host call.")
     flags.DEFINE_integer("n_best_size", 20, "Candidates per window in decoding.")
     flags.DEFINE_integer("max_answer_length", 30, "Longest answer, in pieces.")
+    flags.DEFINE_string("export_dir", None, "When training completes, export a SavedModel for "
+                        "TF Serving (BASE/NAME) whose serving_default takes a question and a "
+                        "context as raw text and answers with a span of the context.")
     flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"], "Optimizer.")
     flags.DEFINE_bool("use_tpu", False, "Official alias: --distribution_strategy=tpu.")
     flags.DEFINE_string("tpu_name", None, "Official alias of --tpu.")
@@ -197,8 +202,20 @@ def main(version: int):
                 seed=seed)
             strategy = get_strategy("tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy,
                                     tpu=FLAGS.tpu or FLAGS.tpu_name)
+            exporter = None
+            if FLAGS.export_dir:
+                from albert_tf.run_pretraining import make_exporter
+
+                exporter = make_exporter(
+                    FLAGS.export_dir, out, FLAGS.spm_model_file, FLAGS.max_seq_length,
+                    source_type=f"run_squad_v{version}", do_lower_case=FLAGS.do_lower_case,
+                    options={"doc_stride": FLAGS.doc_stride,
+                             "max_query_length": FLAGS.max_query_length,
+                             "n_best_size": FLAGS.n_best_size,
+                             "max_answer_length": FLAGS.max_answer_length,
+                             "null_score_diff_threshold": threshold})
             run = TrainingRun(task, cfg, strategy)
-            run.run()
+            run.run(exporter=exporter)
             model = run.model
         if FLAGS.do_predict:
             if model is None:

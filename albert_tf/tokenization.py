@@ -240,7 +240,10 @@ class InGraphTokenizer:
     - characters whose NFKD decomposition differs between Python's Unicode tables and the ICU
       tables inside TensorFlow (only where the two Unicode versions differ);
     - context-dependent lowercasing: Python lowercases a word-final capital sigma to "ς", the
-      per-character lowering of `tf.strings.lower` gives "σ" (Greek text only).
+      per-character lowering of `tf.strings.lower` gives "σ" (Greek text only);
+    - ties between segmentations of equal score (the same pieces in another order, e.g. "000"
+      as "0" + "00" or "00" + "0"): tensorflow-text's SentencePiece build and the pip one can
+      break them differently.
 
     Input bytes that are not valid UTF-8 are replaced by U+FFFD (one per maximal invalid
     subsequence, as Python's `bytes.decode("utf-8", "replace")` does) before anything else.
@@ -334,6 +337,10 @@ class InGraphTokenizer:
             tf.fill([tf.reduce_sum(follows)], tf.constant(MASK_ID, ids.dtype)), follows)
         joined = tf.concat([ids, masks], axis=1)
         return tf.RaggedTensor.from_row_splits(joined, parts.row_splits).merge_dims(1, 2)
+
+    def pieces_to_ids(self, pieces):
+        """The ids of piece strings (any shape), as int32."""
+        return self._sp.string_to_id(pieces)
 
     def id_to_piece(self, ids):
         """The pieces of int ids (any shape), as strings."""

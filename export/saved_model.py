@@ -33,7 +33,7 @@ import tensorflow as tf
 
 from albert_tf import features as F
 from export.ops_check import check_saved_model_ops, load_allowed_ops
-from export.serving import AlbertServingModule, signature_method_names
+from export.serving import AlbertServingModule, serving_module, signature_method_names
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 MODELS_CONFIG = "models.config"
@@ -41,6 +41,12 @@ BATCHING_CONFIG = "batching_parameters.txt"
 EXPORT_RECORD = "albert_export.json"
 WARMUP_TEXTS = ("ALBERT shares one transformer block across all of its layers.",
                 "The capital of France is [MASK].")
+WARMUP_QUESTIONS = ("What does ALBERT share across its layers?", "What is the capital of France?")
+WARMUP_CONTEXTS = ("ALBERT shares one transformer block across all of its layers, and it "
+                   "factorizes the embedding into two smaller matrices.",
+                   "Paris is the capital and most populous city of France.")
+WARMUP_OPTIONS = (("one transformer block", "its vocabulary", "nothing", "the optimizer"),
+                  ("Lyon", "Paris", "Nice", "Lille"))
 
 
 class ExportError(ValueError):
@@ -187,6 +193,26 @@ def warmup_inputs(module: AlbertServingModule, tokenizer) -> dict:
     """{signature: {input name: numpy array}} of small real requests, one per signature."""
     from albert_tf.packing import pack_ids, pad_features
 
+    if module.kind in ("span", "multiple_choice"):
+        packed = [pack_ids(tokenizer.encode(q), tokenizer.encode(c), module.max_seq_length)
+                  for q, c in zip(WARMUP_QUESTIONS, WARMUP_CONTEXTS)]
+        length = max(len(ids) for ids, _ in packed)
+        rows = [pad_features(ids, seg, length) for ids, seg in packed]
+        tokens = {name: np.array([r[name] for r in rows], np.int32)
+                  for name in F.BACKBONE_INPUTS}
+        questions = np.array([q.encode() for q in WARMUP_QUESTIONS], dtype=object)
+        contexts = np.array([c.encode() for c in WARMUP_CONTEXTS], dtype=object)
+        if module.kind == "span":
+            return {"serving_default": {"question": questions, "context": contexts},
+                    "serve_tokens": tokens}
+        choices = module.num_labels
+        options = np.array([[o.encode() for o in (list(row) * choices)[:choices]]
+                            for row in WARMUP_OPTIONS], dtype=object)
+        return {"serving_default": {"article": contexts, "question": questions,
+                                    "options": options},
+                "serve_tokens": {name: np.repeat(t[:, None, :], choices, axis=1)
+                                 for name, t in tokens.items()}}
+
     texts = np.array([t.encode() for t in WARMUP_TEXTS], dtype=object)
     packed = [pack_ids(tokenizer.encode_with_masks(t), None, module.max_seq_length)
               for t in WARMUP_TEXTS]
@@ -200,6 +226,13 @@ def warmup_inputs(module: AlbertServingModule, tokenizer) -> dict:
     if module.kind == "classifier":
         out["regress" if module.num_labels == 1 else "classify"] = {"inputs": examples}
     return out
+
+
+def _module_options(module) -> dict:
+    names = {"span": ("doc_stride", "max_query_length", "n_best_size", "max_answer_length",
+                      "null_score_diff_threshold"),
+             "multiple_choice": ("max_qa_length",)}.get(module.kind, ())
+    return {name: getattr(module, name) for name in names}
 
 
 def example_bytes(features: dict) -> bytes:
@@ -249,7 +282,7 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
                        max_seq_length: int = 512, top_k: int = 5, text_pair: bool = False,
                        hidden_states: bool = False, labels=None, do_lower_case: bool = True,
                        allowed_ops: str | None = None, serving_base_path: str | None = None,
-                       source: dict | None = None) -> str:
+                       source: dict | None = None, options: dict | None = None) -> str:
     """Writes `model` as version `version` (default: the next integer) of `export_dir`.
 
     Args:
@@ -265,6 +298,10 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
         labels: class names of a classifier (for `classify`).
         allowed_ops: JSON op list of the target server (default: TF Serving 2.20's).
         serving_base_path: `base_path` written to models.config (default `/models/NAME`).
+        source: where the model came from (kept in `assets.extra/albert_export.json`).
+        options: a SQuAD span model's `doc_stride`, `max_query_length`, `n_best_size`,
+            `max_answer_length`, `null_score_diff_threshold` (SQuAD 2.0; None: always
+            answer), or a multiple-choice model's `max_qa_length` (`export.serving`).
 
     Returns:
         The version directory written.
@@ -295,10 +332,14 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
                           f"vocab_size is {model.config.vocab_size}: pass the SentencePiece model "
                           "the model was trained with (--spm_model_file).")
     kind = model_kind(model)
-    module = AlbertServingModule(host_copy(model), kind, tokenizer.model_proto,
-                                 do_lower_case=do_lower_case, max_seq_length=max_seq_length,
-                                 top_k=top_k, text_pair=text_pair, hidden_states=hidden_states,
-                                 labels=labels)
+    text_options = {} if kind in ("span", "multiple_choice") else dict(
+        top_k=top_k, text_pair=text_pair, hidden_states=hidden_states)
+    try:
+        module = serving_module(host_copy(model), kind, tokenizer.model_proto,
+                                do_lower_case=do_lower_case, max_seq_length=max_seq_length,
+                                options=options, labels=labels, **text_options)
+    except (ValueError, TypeError) as e:
+        raise ExportError(f"Cannot export the {kind} model: {e}") from None
     tmp = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=export_dir)
     try:
         signatures = module.signatures()
@@ -312,6 +353,7 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
                        "num_labels": module.num_labels, "labels": module.labels,
                        "max_seq_length": max_seq_length, "top_k": module.top_k,
                        "text_pair": text_pair, "do_lower_case": do_lower_case,
+                       "options": _module_options(module),
                        "signatures": sorted(signatures),
                        "sentencepiece_model": os.path.basename(spm_model_file),
                        "compatible_with": {k: allowed.get(k) for k in

@@ -246,6 +246,227 @@ class AlbertServingModule(tf.Module):
         return signatures
 
 
+# ---------------------------------------------------------------------------------------------
+# Fine-tuned task models whose text inputs are not one or two segments.
+QUESTION, CONTEXT, ARTICLE, OPTIONS = "question", "context", "article", "options"
+
+
+class SpanServingModule(AlbertServingModule):
+    """A SQuAD span model (`albert_tf.squad.span_model`) answering questions about raw text.
+
+    Signatures:
+    - `serving_default`: `question`, `context` (string [batch]). In-graph, as
+      `run_squad_v1`/`run_squad_v2` predict: the context's pieces aligned to its characters
+      (`albert_tf.squad.align_context_in_graph`), the question's first `max_query_length`
+      pieces, windows of the context every `doc_stride` pieces, the best span of at most
+      `max_answer_length` pieces among each window's top `n_best_size` starts and ends, the
+      best window. Outputs [batch]: `answer` (the context's own characters; "" when no span
+      is valid, or for a SQuAD 2.0 model when `null_odds` > `null_score_diff_threshold`),
+      `answer_start`, `answer_end` (character offsets in the context, end exclusive; -1 with no
+      answer), `score` (start + end logit of the span), `null_odds` (null score minus `score`,
+      as `null_odds.json`), `num_windows`.
+    - `serve_tokens`: `input_ids`, `input_mask`, `segment_ids` [batch, length] ->
+      `start_logits`, `end_logits` [batch, length].
+    """
+
+    def __init__(self, model, spm_model_proto, do_lower_case=True, max_seq_length=384,
+                 doc_stride=128, max_query_length=64, n_best_size=20, max_answer_length=30,
+                 null_score_diff_threshold=None):
+        super().__init__(model, "span", spm_model_proto, do_lower_case=do_lower_case,
+                         max_seq_length=max_seq_length)
+        if not 1 <= max_query_length <= max_seq_length - 4:
+            raise ValueError(f"max_query_length={max_query_length} must be between 1 and "
+                             f"max_seq_length - 4 = {max_seq_length - 4} (a window needs room "
+                             "for [CLS], [SEP], a context piece and [SEP]).")
+        for name, value in (("doc_stride", doc_stride), ("n_best_size", n_best_size),
+                            ("max_answer_length", max_answer_length)):
+            if value < 1:
+                raise ValueError(f"{name} must be positive; got {value}.")
+        self.doc_stride = int(doc_stride)
+        self.max_query_length = int(max_query_length)
+        self.n_best_size = int(n_best_size)
+        self.max_answer_length = int(max_answer_length)
+        self.null_score_diff_threshold = (None if null_score_diff_threshold is None
+                                          else float(null_score_diff_threshold))
+
+    def logits_from_tokens(self, features):
+        features = self._check_tokens(features)
+        out = self._model.value({name: features[name] for name in F.BACKBONE_INPUTS},
+                                training=False)
+        return {"start_logits": tf.cast(out["start_logits"], tf.float32),
+                "end_logits": tf.cast(out["end_logits"], tf.float32)}
+
+    def answer(self, question, context):
+        from albert_tf.squad import align_context_in_graph, decode_in_graph, windows_in_graph
+
+        tf.debugging.assert_equal(tf.shape(question), tf.shape(context), message=(
+            "question and context must have the same batch size"))
+        text, ids, starts, ends = align_context_in_graph(context, self.tokenizer)
+        query = self.tokenizer(question)[:, :self.max_query_length]
+        windows = windows_in_graph(query, ids, self.max_seq_length, self.doc_stride)
+        logits = self.logits_from_tokens({name: windows[name] for name in F.BACKBONE_INPUTS})
+        batch = tf.shape(question, out_type=tf.int64)[0]
+        best = decode_in_graph(logits["start_logits"], logits["end_logits"], windows, batch,
+                               self.n_best_size, self.max_answer_length)
+        found = best["score"] > float("-inf")
+        if self.null_score_diff_threshold is not None:
+            found &= ~(best["null_odds"] > self.null_score_diff_threshold)
+        rows = tf.range(batch)
+        begin = tf.gather(starts.flat_values, tf.gather(starts.row_starts(), rows) + best["first"])
+        end = tf.gather(ends.flat_values, tf.gather(ends.row_starts(), rows) + best["last"])
+        begin, end = tf.where(found, begin, 0), tf.where(found, end, 0)
+
+        def characters(byte_offset):
+            return tf.strings.length(tf.strings.substr(text, tf.zeros_like(byte_offset),
+                                                       byte_offset), unit="UTF8_CHAR")
+
+        return {"answer": tf.where(found, tf.strings.substr(text, begin, end - begin), ""),
+                "answer_start": tf.where(found, characters(begin), -1),
+                "answer_end": tf.where(found, characters(end), -1),
+                "score": best["score"], "null_odds": best["null_odds"],
+                "num_windows": tf.math.bincount(tf.cast(windows["example"], tf.int32),
+                                                minlength=tf.cast(batch, tf.int32),
+                                                maxlength=tf.cast(batch, tf.int32))}
+
+    def signatures(self) -> dict:
+        answer_fn = tf.function(lambda question, context: self.answer(question, context))
+        tokens_fn = tf.function(lambda input_ids, input_mask, segment_ids:
+                                self.logits_from_tokens({F.INPUT_IDS: input_ids,
+                                                         F.INPUT_MASK: input_mask,
+                                                         F.SEGMENT_IDS: segment_ids}))
+        return {
+            "serving_default": answer_fn.get_concrete_function(_string_spec(QUESTION),
+                                                               _string_spec(CONTEXT)),
+            "serve_tokens": tokens_fn.get_concrete_function(
+                *(_token_spec(name) for name in F.BACKBONE_INPUTS)),
+        }
+
+
+class MultipleChoiceServingModule(AlbertServingModule):
+    """A RACE multiple-choice model (`albert_tf.race.multiple_choice_model`) on raw text.
+
+    Signatures:
+    - `serving_default`: `article`, `question` (string [batch]), `options` (string [batch,
+      num_choices]). In-graph, as `albert_tf.race.example_features`: each option's second
+      segment (the question with its `_` blanks filled by the option, else question + " " +
+      option), its last `max_qa_length` pieces, the article cut to fit, `[CLS] article [SEP]
+      qa [SEP]` per option, padded to the batch's longest. Outputs: `logits`,
+      `probabilities` [batch, num_choices], `label` [batch] (index of the best option),
+      `answer` [batch] (its letter, "A"...).
+    - `serve_tokens`: `input_ids`, `input_mask`, `segment_ids` [batch, num_choices, length] ->
+      the same outputs.
+    """
+
+    def __init__(self, model, spm_model_proto, do_lower_case=True, max_seq_length=512,
+                 max_qa_length=128, labels=None):
+        from albert_tf.race import LABELS
+
+        super().__init__(model, "multiple_choice", spm_model_proto, do_lower_case=do_lower_case,
+                         max_seq_length=max_seq_length,
+                         labels=labels or list(LABELS[:model.num_labels]))
+        if not 0 <= max_qa_length <= max_seq_length - 3:
+            raise ValueError(f"max_qa_length={max_qa_length} must be between 0 and "
+                             f"max_seq_length - 3 = {max_seq_length - 3}.")
+        self.max_qa_length = int(max_qa_length)
+
+    def outputs_from_tokens(self, features):
+        flat = {name: tf.reshape(features[name], [-1, tf.shape(features[name])[-1]])
+                for name in F.BACKBONE_INPUTS}
+        checked = self._check_tokens(flat)
+        choices = self.num_labels
+        with tf.control_dependencies([tf.debugging.assert_equal(
+                tf.shape(features[F.INPUT_IDS])[1], choices, message=(
+                    f"the model takes {choices} options per question"))]):
+            inputs = {name: tf.reshape(checked[name], tf.shape(features[name]))
+                      for name in F.BACKBONE_INPUTS}
+        logits = tf.cast(self._model.value(inputs, training=False)["logits"], tf.float32)
+        label = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1),
+                "label": label, "answer": tf.gather(tf.constant(self.labels), label)}
+
+    def tokens_from_text(self, article, question, options):
+        from albert_tf.tokenization import CLS_ID, SEP_ID
+
+        choices = self.num_labels
+        with tf.control_dependencies([
+                tf.debugging.assert_equal(tf.shape(options), tf.stack(
+                    [tf.shape(article)[0], choices]), message=(
+                        f"options must be [batch, {choices}] for [batch] articles")),
+                tf.debugging.assert_equal(tf.shape(question), tf.shape(article), message=(
+                    "article and question must have the same batch size"))]):
+            options = tf.reshape(options, [-1])  # [batch * choices]
+        repeated = tf.repeat(question, choices)
+        # The question with every "_" replaced by the option, or question + " " + option.
+        parts = tf.strings.split(repeated, sep="_")
+        filler = tf.gather(options, parts.value_rowids())
+        pairs = tf.stack([parts.flat_values, filler], axis=1)  # part, option, part, option...
+        interleaved = tf.RaggedTensor.from_row_lengths(tf.reshape(pairs, [-1]),
+                                                       2 * parts.row_lengths())
+        filled = tf.strings.reduce_join(interleaved[:, :-1], axis=1)
+        has_blank = tf.strings.regex_full_match(repeated, "(?s).*_.*")
+        qa_text = tf.where(has_blank, filled, tf.strings.join([repeated, options], " "))
+        qa = self.tokenizer(qa_text)
+        keep = tf.minimum(qa.row_lengths(), self.max_qa_length)
+        qa = tf.ragged.boolean_mask(qa, tf.ragged.range(qa.row_lengths())
+                                    >= tf.expand_dims(qa.row_lengths() - keep, 1))
+        article_ids = tf.gather(self.tokenizer(article),
+                                tf.repeat(tf.range(tf.shape(article)[0]), choices))
+        room = tf.maximum(self.max_seq_length - 3 - keep, 0)
+        context = tf.ragged.boolean_mask(article_ids, tf.ragged.range(
+            article_ids.row_lengths()) < tf.expand_dims(room, 1))
+        n = tf.shape(options, out_type=tf.int64)[0]
+
+        def column(value):
+            return tf.RaggedTensor.from_row_lengths(tf.fill([n], tf.constant(value, tf.int32)),
+                                                    tf.ones([n], tf.int64))
+
+        parts = [column(CLS_ID), context, column(SEP_ID), qa, column(SEP_ID)]
+        ids = tf.concat(parts, axis=1)
+        segments = tf.concat([tf.ones_like(p) * s for p, s in zip(parts, (0, 0, 0, 1, 1))],
+                             axis=1)
+        shape = tf.stack([tf.shape(article)[0], choices, -1])
+        return {F.INPUT_IDS: tf.reshape(ids.to_tensor(0), shape),
+                F.INPUT_MASK: tf.reshape(tf.ones_like(ids).to_tensor(0), shape),
+                F.SEGMENT_IDS: tf.reshape(segments.to_tensor(0), shape)}
+
+    def signatures(self) -> dict:
+        text_fn = tf.function(lambda article, question, options: self.outputs_from_tokens(
+            self.tokens_from_text(article, question, options)))
+        tokens_fn = tf.function(lambda input_ids, input_mask, segment_ids:
+                                self.outputs_from_tokens({F.INPUT_IDS: input_ids,
+                                                          F.INPUT_MASK: input_mask,
+                                                          F.SEGMENT_IDS: segment_ids}))
+        choice_spec = lambda name: tf.TensorSpec([None, None, None], tf.int32, name=name)  # noqa: E731
+        return {
+            "serving_default": text_fn.get_concrete_function(
+                _string_spec(ARTICLE), _string_spec(QUESTION),
+                tf.TensorSpec([None, None], tf.string, name=OPTIONS)),
+            "serve_tokens": tokens_fn.get_concrete_function(
+                *(choice_spec(name) for name in F.BACKBONE_INPUTS)),
+        }
+
+
+def serving_module(model, kind, spm_model_proto, do_lower_case=True, max_seq_length=512,
+                   options=None, **kwargs):
+    """The serving module of a model of any kind; `options` are the task's settings (span:
+    doc_stride, max_query_length, n_best_size, max_answer_length, null_score_diff_threshold;
+    multiple_choice: max_qa_length), `kwargs` the text models' (top_k, text_pair,
+    hidden_states, labels)."""
+    options = dict(options or {})
+    if kind == "span":
+        return SpanServingModule(model, spm_model_proto, do_lower_case, max_seq_length,
+                                 **options)
+    if kind == "multiple_choice":
+        return MultipleChoiceServingModule(model, spm_model_proto, do_lower_case,
+                                           max_seq_length, labels=kwargs.get("labels"),
+                                           **options)
+    if options:
+        raise ValueError(f"Options {sorted(options)} are for span and multiple-choice models, "
+                         f"not a {kind}.")
+    return AlbertServingModule(model, kind, spm_model_proto, do_lower_case=do_lower_case,
+                               max_seq_length=max_seq_length, **kwargs)
+
+
 def signature_method_names(signatures) -> dict:
     """{signature name: TF Serving method name} for the signatures that are not predict."""
     return {name: {"classify": CLASSIFY_METHOD, "regress": REGRESS_METHOD}[name]

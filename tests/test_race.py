@@ -206,7 +206,8 @@ def test_run_race_command_line(tmp_path, squad_paragraphs, sample_vocab):
             "--do_eval", "--do_predict", "--max_seq_length", "64", "--max_qa_length", "24",
             "--train_batch_size", "8", "--eval_batch_size", "8", "--predict_batch_size", "8",
             "--train_step", "6", "--warmup_step", "2", "--save_checkpoints_steps", "6",
-            "--iterations_per_loop", "3", "--learning_rate", "1e-3"]
+            "--iterations_per_loop", "3", "--learning_rate", "1e-3",
+            "--export_dir", str(tmp_path / "exports" / "race")]
     proc = subprocess.run([sys.executable, "-m", "albert_tf.run_race", *args], cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
                           text=True, timeout=600)
@@ -220,6 +221,23 @@ def test_run_race_command_line(tmp_path, squad_paragraphs, sample_vocab):
     scored = json.load(open(out / "test_results.json"))
     want = np.mean([predictions[e.guid] == "ABCD"[e.label] for e in test])
     assert scored["examples"] == counts["test"] and scored["accuracy"] == pytest.approx(want)
+    # --export_dir: the SavedModel picks the options predictions.json holds, from raw text.
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+
+    assert sorted(os.listdir(tmp_path / "exports")) == ["race", "race_best"]
+    loaded = tf.saved_model.load(str(tmp_path / "exports" / "race" / "1"))
+    got = loaded.signatures["serving_default"](
+        article=tf.constant([e.article for e in test]),
+        question=tf.constant([e.question for e in test]),
+        options=tf.constant([list(e.options) for e in test]))
+    model = race.multiple_choice_model(AlbertConfig(**TINY))
+    tf.train.Checkpoint(model=model).read(tf.train.latest_checkpoint(str(out))).expect_partial()
+    tokenizer = Tokenizer(sample_vocab)
+    rows = [race.example_features(e, tokenizer, 64, 24)[0] for e in test]
+    want = model({k: np.reshape([r[k] for r in rows], (len(rows), 4, 64))
+                  for k in ("input_ids", "input_mask", "segment_ids")})["logits"].numpy()
+    np.testing.assert_allclose(got["logits"].numpy(), want, atol=1e-5, rtol=0)
     # Bad input: a clear error, no traceback.
     bad = subprocess.run([sys.executable, "-m", "albert_tf.run_race", "--data_dir",
                           str(tmp_path / "missing"), *args[2:]], cwd=ROOT,

@@ -131,7 +131,8 @@ def test_run_squad_v1_command_line(tmp_path, sample_vocab):
             "--spm_model_file", sample_vocab, "--output_dir", str(tmp_path / "out"),
             "--do_train", "--do_predict", "--max_seq_length", "128", "--doc_stride", "64",
             "--max_query_length", "24", "--train_batch_size", "8", "--num_train_epochs", "2",
-            "--learning_rate", "1e-3", "--iterations_per_loop", "10"]
+            "--learning_rate", "1e-3", "--iterations_per_loop", "10",
+            "--export_dir", str(tmp_path / "exports" / "squad")]
     proc = subprocess.run([sys.executable, "-m", "albert_tf.run_squad_v1", *args], cwd=ROOT,
                           env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
                           text=True, timeout=600)
@@ -145,6 +146,16 @@ def test_run_squad_v1_command_line(tmp_path, sample_vocab):
     assert results["questions"] == len(questions)
     assert results == dict(S.evaluate_v1([{"paragraphs": paragraphs}], predictions),
                            questions=len(questions), features=results["features"])
+    # --export_dir: the SavedModel answers raw text as predictions.json does.
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401
+
+    loaded = tf.saved_model.load(str(tmp_path / "exports" / "squad" / "1"))
+    got = loaded.signatures["serving_default"](
+        question=tf.constant([q["question"] for q in questions]),
+        context=tf.constant([q["context"] for q in questions]))
+    assert [a.decode() for a in got["answer"].numpy()] == [predictions[q["id"]]
+                                                          for q in questions]
 
 
 def test_run_squad_v2_command_line_null_odds_and_best_threshold(tmp_path, sample_vocab):

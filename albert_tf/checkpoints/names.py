@@ -124,12 +124,30 @@ def classifier_weights(classifier) -> list[NamedWeight]:
     ]
 
 
+def span_weights(model) -> list[NamedWeight]:
+    """Official names of a SQuAD span model (`albert_tf.squad.span_model`): backbone + the
+    official `cls/squad/output_weights` [2, H] and `cls/squad/output_bias` [2]."""
+    head = model.get_layer("squad")
+    return backbone_weights(model.backbone) + [
+        NamedWeight("cls/squad/output_weights", head.kernel, transposed=True),
+        NamedWeight("cls/squad/output_bias", head.bias),
+    ]
+
+
+def multiple_choice_weights(model) -> list[NamedWeight]:
+    """Official names of a multiple-choice model (`albert_tf.race.multiple_choice_model`): its
+    one-logit classifier (official RACE `output_weights` [1, H], `output_bias` [1])."""
+    return classifier_weights(model.classifier)
+
+
 def model_kind(model) -> str:
-    """"pretrainer", "classifier" or "backbone"."""
+    """"pretrainer", "classifier", "backbone", "span" (SQuAD) or "multiple_choice" (RACE)."""
     from albert_tf.backbone import AlbertBackbone
     from albert_tf.classifier import AlbertClassifier
     from albert_tf.pretrainer import AlbertPretrainer
 
+    if getattr(model, "albert_kind", None) in ("span", "multiple_choice"):
+        return model.albert_kind
     for cls, kind in ((AlbertPretrainer, "pretrainer"), (AlbertClassifier, "classifier"),
                       (AlbertBackbone, "backbone")):
         if isinstance(model, cls):
@@ -138,12 +156,13 @@ def model_kind(model) -> str:
 
 
 def model_weights(model) -> list[NamedWeight]:
-    """The official names of every variable of `model` (backbone, pretrainer or classifier);
+    """The official names of every variable of `model` (any `model_kind`);
     checks that the table covers every variable exactly once (the contract cannot drift
     silently)."""
     kind = model_kind(model)
     named = {"pretrainer": pretrainer_weights, "classifier": classifier_weights,
-             "backbone": backbone_weights}[kind](model)
+             "backbone": backbone_weights, "span": span_weights,
+             "multiple_choice": multiple_choice_weights}[kind](model)
     ids = [id(w.variable) for w in named]
     model_ids = {id(v) for v in model.weights}
     if len(set(ids)) != len(ids) or set(ids) != model_ids:
