@@ -44,7 +44,7 @@ GLUE = {"sst-2": ("SST-2", 64, 32, 2000, 200, 1e-4),
         "cola": ("CoLA", 64, 32, 800, 80, 1e-4),
         "rte": ("RTE", 128, 32, 400, 40, 5e-5),
         "sts-b": ("STS-B", 128, 32, 600, 60, 1e-4)}
-MAIN_METRIC = {"sst-2": "accuracy", "cola": "matthews_corrcoef", "rte": "accuracy",
+MAIN_METRIC = {"sst-2": "accuracy", "cola": "matthews_corr", "rte": "accuracy",
                "sts-b": "pearson"}
 
 
@@ -55,7 +55,7 @@ def run(cmd, log, done):
     COMMANDS.append(printable)
     if done and (done() if callable(done) else os.path.exists(done)):
         print("  (done before: skipped)")
-        return 0.0
+        return TIMINGS.get(printable, 0.0)
     t0 = time.time()
     with open(log, "a") as f:
         proc = subprocess.run([sys.executable, "-m", *cmd[2:]], cwd=ROOT, stdout=f,
@@ -65,10 +65,16 @@ def run(cmd, log, done):
         sys.exit(f"failed ({proc.returncode}); see {log}")
     seconds = time.time() - t0
     print(f"  {seconds:.0f} s", flush=True)
+    TIMINGS[printable] = seconds
+    if TIMINGS_FILE:
+        with open(TIMINGS_FILE, "w") as f:
+            json.dump(TIMINGS, f, indent=2)
     return seconds
 
 
 COMMANDS = []
+TIMINGS = {}  # command -> seconds, kept in OUT/timings.json so a resumed run reports them
+TIMINGS_FILE = None
 
 
 def _finished(output_dir, steps):
@@ -116,6 +122,11 @@ def main(argv):
     log = os.path.join(out, "log.txt")
     py = "python -m"
     seconds = {}
+    global TIMINGS_FILE
+    TIMINGS_FILE = os.path.join(out, "timings.json")
+    if os.path.exists(TIMINGS_FILE):
+        with open(TIMINGS_FILE) as f:
+            TIMINGS.update(json.load(f))
     corpus = os.path.join(out, "corpus")
     sample = os.path.join(ROOT, "sample_data", "pretrain_text")
     seconds["corpus"] = run([*py.split(), "data.prepare_corpus", "--input_file",
@@ -199,7 +210,7 @@ def main(argv):
             lines.append(f"| {task} ({row['random'].get('examples', '?')} examples) | {metric} "
                          f"| {base:.4f} | {row['random'][metric]:.4f} | "
                          f"{row['pretrained'][metric]:.4f} |")
-    report = ["# What pretraining buys", "", *lines, "", "Seconds per step: " + ", ".join(
+    report = ["# What pretraining buys", "", *lines, "", "Seconds per step (0: run before timings were kept): " + ", ".join(
         f"{k} {v:.0f}" for k, v in seconds.items()), "", "Commands:", "", "```",
         *COMMANDS, "```"]
     with open(os.path.join(out, "report.md"), "w") as f:
