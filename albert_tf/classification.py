@@ -66,22 +66,22 @@ def to_example(features: dict, schema: dict) -> bytes:
 
 
 def write_examples(examples, task: glue.GlueTask, tokenizer, max_seq_length: int, path: str,
-                   shuffle_seed: int | None = None, pad_to_multiple: int = 1) -> dict:
-    """Writes `examples` as a TFRecord file with a JSON sidecar (counts, lengths, labels),
-    atomically; an existing file made from the same examples and settings is kept. Returns the
-    sidecar. `shuffle_seed` writes the examples in a seeded order (training files);
-    `pad_to_multiple` appends `is_real_example = 0` examples up to a multiple of it."""
+                   shuffle_seed: int | None = None, pad_to_multiple: int = 1,
+                   num_files: int = 1) -> dict:
+    """Writes `examples` as TFRecords with JSON sidecars (counts, lengths, labels), atomically;
+    files made from the same examples and settings are kept. Returns the split's sidecar with
+    `files` (the paths written: `path`, or `num_files` shards of it, see `write_records`).
+    `shuffle_seed` writes the examples in a seeded order (training files); `pad_to_multiple`
+    appends `is_real_example = 0` examples up to a multiple of it."""
     schema = classifier_schema(max_seq_length, task.is_regression)
     digest = hashlib.sha256(json.dumps(
         [task.name, max_seq_length, shuffle_seed, pad_to_multiple, tokenizer.sha256,
          tokenizer.do_lower_case, [(e.guid, e.text_a, e.text_b, e.label) for e in examples]],
         ensure_ascii=False).encode()).hexdigest()
-    sidecar_path = F.sidecar_path(path)
-    if tf.io.gfile.exists(path) and tf.io.gfile.exists(sidecar_path):
-        with tf.io.gfile.GFile(sidecar_path) as f:
-            meta = json.load(f)
-        if meta.get("digest") == digest:
-            return meta
+    num_files = files_for(len(examples), num_files)
+    cached = read_cached(path, digest, num_files)
+    if cached:
+        return cached
     order = np.arange(len(examples))
     if shuffle_seed is not None:
         order = np.random.default_rng([shuffle_seed, 0xC1A55]).permutation(len(examples))
@@ -106,22 +106,81 @@ def write_examples(examples, task: glue.GlueTask, tokenizer, max_seq_length: int
             "labels": list(task.labels) if task.labels else None,
             "vocab_size": tokenizer.vocab_size, "spm_model_sha256": tokenizer.sha256,
             "digest": digest}
-    write_records(records, path, meta)
-    return meta
+    files = write_records(records, path, meta, num_files)
+    return dict(meta, files=files)
 
 
-def write_records(records, path: str, meta: dict) -> None:
-    """Serialized examples to a TFRecord file and `meta` to its JSON sidecar, each written to a
-    temporary name and renamed, so a reader never sees half a file."""
+def files_for(num_records: int, num_files: int) -> int:
+    """The number of files `write_records` splits `num_records` into: `num_files`, but never
+    an empty file."""
+    if num_files < 1:
+        raise ValueError(f"The number of feature files must be positive; got {num_files}.")
+    return max(1, min(num_files, num_records))
+
+
+def shard_paths(path: str, num_files: int) -> list[str]:
+    """`path` itself for one file; else `<root>-00000-of-0000N<ext>` ... for N files."""
+    if num_files == 1:
+        return [path]
+    root, ext = os.path.splitext(path)
+    return [f"{root}-{i:05d}-of-{num_files:05d}{ext}" for i in range(num_files)]
+
+
+def read_cached(path: str, digest: str, num_files: int = 1) -> dict | None:
+    """The split's sidecar when every file `write_records` would write exists with sidecar
+    `digest` (made from the same inputs and settings); else None."""
+    metas = []
+    for shard in shard_paths(path, num_files):
+        sidecar = F.sidecar_path(shard)
+        if not (tf.io.gfile.exists(shard) and tf.io.gfile.exists(sidecar)):
+            return None
+        with tf.io.gfile.GFile(sidecar) as f:
+            meta = json.load(f)
+        if meta.get("digest") != digest:
+            return None
+        metas.append(meta)
+    return dict(metas[0], num_examples=sum(m["num_examples"] for m in metas),
+                files=shard_paths(path, num_files))
+
+
+def write_records(records, path: str, meta: dict, num_files: int = 1) -> list[str]:
+    """Serialized examples to TFRecords, each with a JSON sidecar (`meta`, with the file's own
+    `num_examples`), atomically; returns the paths. With `num_files` > 1 the records are split
+    into that many consecutive blocks (`shard_paths`), so several input pipelines (workers, TPU
+    hosts) can read a split: the input pipeline deals whole files to its shards."""
+    records = list(records)
+    paths = shard_paths(path, num_files)
+    bounds = np.linspace(0, len(records), len(paths) + 1).round().astype(int)
+    for i, shard in enumerate(paths):
+        block = records[bounds[i]:bounds[i + 1]]
+        shard_meta = meta if len(paths) == 1 else dict(
+            meta, num_examples=len(block), file_index=i, num_files=len(paths),
+            split_examples=meta["num_examples"])
+        _write_one(block, shard, shard_meta)
+    return paths
+
+
+def _write_one(records, path: str, meta: dict) -> None:
+    """Each file written to a temporary name of this process and renamed, so a reader never
+    sees half a file and workers that write the same file into a shared directory at once never
+    write into one another's."""
+    import uuid
+
     tf.io.gfile.makedirs(os.path.dirname(os.path.abspath(path)))
     sidecar_path = F.sidecar_path(path)
-    with tf.io.TFRecordWriter(path + ".tmp") as writer:
-        for record in records:
-            writer.write(record)
-    with tf.io.gfile.GFile(sidecar_path + ".tmp", "w") as f:
-        json.dump(meta, f, indent=2)
-    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
-    tf.io.gfile.rename(sidecar_path + ".tmp", sidecar_path, overwrite=True)
+    tmp = f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        with tf.io.TFRecordWriter(path + tmp) as writer:
+            for record in records:
+                writer.write(record)
+        with tf.io.gfile.GFile(sidecar_path + tmp, "w") as f:
+            json.dump(meta, f, indent=2)
+        tf.io.gfile.rename(path + tmp, path, overwrite=True)
+        tf.io.gfile.rename(sidecar_path + tmp, sidecar_path, overwrite=True)
+    finally:
+        for leftover in (path + tmp, sidecar_path + tmp):
+            if tf.io.gfile.exists(leftover):
+                tf.io.gfile.remove(leftover)
 
 
 class ClassificationTask(Task):

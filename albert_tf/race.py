@@ -169,22 +169,22 @@ def example_features(example: RaceExample, tokenizer, max_seq_length: int,
 
 
 def write_examples(examples, tokenizer, max_seq_length: int, max_qa_length: int, path: str,
-                   shuffle_seed: int | None = None, pad_to_multiple: int = 1) -> dict:
-    """The questions as a TFRecord file with a JSON sidecar, atomically (kept when made from
-    the same examples and settings); seeded order for training files, `is_real_example = 0`
-    padding to a multiple of `pad_to_multiple`."""
-    from albert_tf.classification import to_example, write_records
+                   shuffle_seed: int | None = None, pad_to_multiple: int = 1,
+                   num_files: int = 1) -> dict:
+    """The questions as TFRecords with JSON sidecars, atomically (kept when made from the same
+    examples and settings); seeded order for training files, `is_real_example = 0` padding to
+    a multiple of `pad_to_multiple`, `num_files` files (`classification.write_records`).
+    Returns the split's sidecar with `files`."""
+    from albert_tf.classification import files_for, read_cached, to_example, write_records
 
     digest = hashlib.sha256(json.dumps(
         ["race", max_seq_length, max_qa_length, shuffle_seed, pad_to_multiple,
          tokenizer.sha256, tokenizer.do_lower_case,
          [dataclasses.astuple(e) for e in examples]], ensure_ascii=False).encode()).hexdigest()
-    sidecar = F.sidecar_path(path)
-    if tf.io.gfile.exists(path) and tf.io.gfile.exists(sidecar):
-        with tf.io.gfile.GFile(sidecar) as f:
-            meta = json.load(f)
-        if meta.get("digest") == digest:
-            return meta
+    num_files = files_for(len(examples), num_files)
+    cached = read_cached(path, digest, num_files)
+    if cached:
+        return cached
     schema = race_schema(max_seq_length)
     order = np.arange(len(examples))
     if shuffle_seed is not None:
@@ -205,8 +205,7 @@ def write_examples(examples, tokenizer, max_seq_length: int, max_qa_length: int,
             "levels": {level: sum(e.level == level for e in examples) for level in LEVELS},
             "vocab_size": tokenizer.vocab_size, "spm_model_sha256": tokenizer.sha256,
             "digest": digest}
-    write_records(records, path, meta)
-    return meta
+    return dict(meta, files=write_records(records, path, meta, num_files))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -83,14 +83,20 @@ def define_flags():
     flags.DEFINE_enum("mixed_precision", "float32", ["float32", "bfloat16"], "Compute dtype.")
     flags.DEFINE_integer("grad_accum_steps", 1, "Micro-batches per step.")
     flags.DEFINE_float("dropout_rate", 0.1, "Dropout on the pooled output (official 0.1).")
+    flags.DEFINE_integer("num_train_files", 8, "Files the training features are written as (consecutive blocks of the seeded order), so that up to this many input pipelines (workers, TPU hosts; --input_shards) can read them.")
+    flags.DEFINE_integer("input_shards", 0, "Streams the training records are dealt into "
+                         "(0: one per input pipeline, i.e. worker). The data order depends on "
+                         "it, not on the hardware: one device with --input_shards 2 trains on "
+                         "the batches 2 workers do.")
     flags.DEFINE_integer("random_seed", 12345, "Seed of the head, dropout and data order; "
                          "-1 draws a fresh one.")
     flags.DEFINE_bool("init_from_group0", False, "Official --init_from_group0 fallback.")
 
 
 def write_features(task, tokenizer, data_dir, cache_dir, max_seq_length, splits, seed,
-                   eval_batch_size, predict_batch_size):
-    """{split: (TFRecord path, sidecar)} for the requested splits (kept when up to date)."""
+                   eval_batch_size, predict_batch_size, num_train_files=1):
+    """{split: (TFRecord paths, comma-separated; sidecar; examples)} for the requested splits
+    (kept when up to date); the training split in `num_train_files` files."""
     from albert_tf import glue
     from albert_tf.classification import write_examples
 
@@ -102,10 +108,12 @@ def write_features(task, tokenizer, data_dir, cache_dir, max_seq_length, splits,
             examples, task, tokenizer, max_seq_length, path,
             shuffle_seed=seed if split == "train" else None,
             pad_to_multiple={"train": 1, "dev": eval_batch_size,
-                             "test": predict_batch_size}[split])
-        written[split] = (path, meta, examples)
+                             "test": predict_batch_size}[split],
+            num_files=num_train_files if split == "train" else 1)
+        written[split] = (",".join(meta["files"]), meta, examples)
         print(f"{split}: {meta['real_examples']:,} examples ({meta['padding_examples']} padding, "
-              f"{meta['truncated_examples']} truncated to {max_seq_length}) -> {path}",
+              f"{meta['truncated_examples']} truncated to {max_seq_length}) -> {path}"
+              + (f" ({len(meta['files'])} files)" if len(meta["files"]) > 1 else ""),
               flush=True)
     return written
 
@@ -190,7 +198,7 @@ def main(argv):
                                   ("test", FLAGS.do_predict)) if on]
         data = write_features(task, tokenizer, FLAGS.data_dir, cache_dir, FLAGS.max_seq_length,
                               splits, seed if seed is not None else 0, FLAGS.eval_batch_size,
-                              FLAGS.predict_batch_size)
+                              FLAGS.predict_batch_size, FLAGS.num_train_files)
         strategy = get_strategy("tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy,
                                 tpu=FLAGS.tpu or FLAGS.tpu_name)
         any_file = next(iter(data.values()))[0]
@@ -208,7 +216,8 @@ def main(argv):
             do_eval=FLAGS.do_eval,
             max_eval_steps=10 ** 9, mixed_precision=FLAGS.mixed_precision,
             grad_accum_steps=FLAGS.grad_accum_steps, seed=seed,
-            shuffle_window=10000) if (FLAGS.do_train or FLAGS.do_eval) else None
+            shuffle_window=10000, input_shards=FLAGS.input_shards) \
+            if (FLAGS.do_train or FLAGS.do_eval) else None
         exporter = None
         if FLAGS.export_dir:
             exporter = make_exporter(FLAGS.export_dir, FLAGS.output_dir, FLAGS.spm_model_file,

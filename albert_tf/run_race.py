@@ -48,6 +48,9 @@ def define_flags():
     flags.DEFINE_float("dropout_prob", 0.1, "Dropout on the pooled output.")
     flags.DEFINE_integer("max_seq_length", 512, "Packed sequence length.")
     flags.DEFINE_integer("max_qa_length", 128, "Pieces of question + option kept (the last).")
+    flags.DEFINE_integer("num_train_files", 8, "Files the training features are written as (consecutive blocks of the seeded order), so that up to this many input pipelines (workers, TPU hosts; --input_shards) can read them.")
+    flags.DEFINE_integer("input_shards", 0, "Streams the training records are dealt into (0: "
+                         "one per input pipeline, i.e. worker).")
     flags.DEFINE_string("export_dir", None, "When training completes, export SavedModels for "
                         "TF Serving (BASE/NAME; the best one to BASE/NAME_best with "
                         "--do_eval) whose serving_default takes article, question and options "
@@ -157,8 +160,10 @@ def main(argv):
             meta = race.write_examples(examples, tokenizer, FLAGS.max_seq_length,
                                        FLAGS.max_qa_length, path,
                                        shuffle_seed=(seed or 0) if split == "train" else None,
-                                       pad_to_multiple=batch)
-            data[split] = (path, examples)
+                                       pad_to_multiple=batch,
+                                       num_files=FLAGS.num_train_files if split == "train"
+                                       else 1)
+            data[split] = (",".join(meta["files"]), examples)
             print(f"{split}: {len(examples):,} questions ({meta['levels']['middle']:,} middle, "
                   f"{meta['levels']['high']:,} high; {meta['padding_examples']} padding; "
                   f"{meta['truncated_examples']} articles cut) -> {path}", flush=True)
@@ -179,7 +184,7 @@ def main(argv):
                 iterations_per_loop=FLAGS.iterations_per_loop, do_train=FLAGS.do_train,
                 do_eval=FLAGS.do_eval, max_eval_steps=10 ** 9,
                 mixed_precision=FLAGS.mixed_precision, grad_accum_steps=FLAGS.grad_accum_steps,
-                seed=seed, shuffle_window=10000)
+                seed=seed, shuffle_window=10000, input_shards=FLAGS.input_shards)
             strategy = get_strategy("tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy,
                                     tpu=FLAGS.tpu or FLAGS.tpu_name)
             exporter = None

@@ -202,15 +202,17 @@ def predict_answers(features, start_logits, end_logits, contexts: dict, n_best: 
 
 # ---------------------------------------------------------------------------------------------
 # The span model and the task the training loop runs.
-def write_features(features, path: str, max_seq_length: int) -> dict:
-    """The features as a TFRecord file with a sidecar (count), atomically."""
-    from albert_tf.classification import to_example, write_records
+def write_features(features, path: str, max_seq_length: int, num_files: int = 1) -> dict:
+    """The features as TFRecords with sidecars (counts), atomically, in `num_files` files
+    (`classification.write_records`); returns the sidecar with `files`."""
+    from albert_tf.classification import files_for, to_example, write_records
 
     schema = squad_schema(max_seq_length)
     meta = {"format": "albert_squad_tfrecord", "num_examples": len(features),
             "max_seq_length": max_seq_length}
-    write_records([to_example(feature, schema) for feature in features], path, meta)
-    return meta
+    files = write_records([to_example(feature, schema) for feature in features], path, meta,
+                          files_for(len(features), num_files))
+    return dict(meta, files=files)
 
 
 def span_model(config, dtype=None):

@@ -58,6 +58,9 @@ def define_flags(version: int):
     flags.DEFINE_integer("iterations_per_loop", 1000, "Steps per host call.")
     flags.DEFINE_integer("n_best_size", 20, "Candidates per window in decoding.")
     flags.DEFINE_integer("max_answer_length", 30, "Longest answer, in pieces.")
+    flags.DEFINE_integer("num_train_files", 8, "Files the training features are written as (consecutive blocks of the seeded order), so that up to this many input pipelines (workers, TPU hosts; --input_shards) can read them.")
+    flags.DEFINE_integer("input_shards", 0, "Streams the training records are dealt into (0: "
+                         "one per input pipeline, i.e. worker).")
     flags.DEFINE_string("export_dir", None, "When training completes, export a SavedModel for "
                         "TF Serving (BASE/NAME) whose serving_default takes a question and a "
                         "context as raw text and answers with a span of the context.")
@@ -185,7 +188,9 @@ def main(version: int):
             _, train_features, _ = build_features(FLAGS.train_file, tokenizer, FLAGS, True,
                                                   seed or 0)
             train_path = FLAGS.train_feature_file or os.path.join(out, "train.tfrecord")
-            write_features(train_features, train_path, FLAGS.max_seq_length)
+            train_path = ",".join(write_features(train_features, train_path,
+                                                 FLAGS.max_seq_length,
+                                                 FLAGS.num_train_files)["files"])
             steps = max(1, math.ceil(len(train_features) * FLAGS.num_train_epochs
                                      / FLAGS.train_batch_size))
             print(f"train: {len(train_features):,} features; {steps:,} steps", flush=True)
@@ -199,7 +204,7 @@ def main(version: int):
                 keep_checkpoint_max=FLAGS.keep_checkpoint_max,
                 iterations_per_loop=FLAGS.iterations_per_loop,
                 mixed_precision=FLAGS.mixed_precision, grad_accum_steps=FLAGS.grad_accum_steps,
-                seed=seed)
+                seed=seed, input_shards=FLAGS.input_shards)
             strategy = get_strategy("tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy,
                                     tpu=FLAGS.tpu or FLAGS.tpu_name)
             exporter = None
