@@ -69,3 +69,32 @@ def test_render_table_checks_the_formula():
     assert "| ALBERT base " in text and "11,683,584" in text and "= (rounded)" in text
     with pytest.raises(AssertionError, match="built model has 11,683,585 parameters"):
         render_table("T", rows, counter=lambda c: backbone_param_count(c) + 1)
+
+
+def test_command_counts_without_building_and_builds_on_request(tmp_path):
+    """`python -m albert_tf.params` prints the tables from the closed formula (no model built:
+    the process stays far below BERT-xlarge's 5.7 GB); `--build` builds the rows up to
+    --max_build_params and checks them."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    def run(*args):
+        code = ("import resource, runpy, sys; sys.argv = ['params', *sys.argv[1:]]\n"
+                "try:\n    runpy.run_module('albert_tf.params', run_name='__main__')\n"
+                "except SystemExit:\n    pass\n"
+                "print('peak_rss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+        proc = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT,
+                              env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout, int(proc.stdout.split("peak_rss_kb")[1])
+
+    out, rss_kb = run()
+    assert "1,275,291,648" in out and "11,683,584" in out  # BERT xlarge, ALBERT base
+    assert rss_kb < 1_500_000, rss_kb  # far below 5.7 GB: nothing of that size was built
+    out, _ = run("--tables", "1", "--build", "--max_build_params", "20000000")
+    summary = [line for line in out.splitlines() if line.startswith("built and checked")]
+    assert summary and "BERT xlarge" in summary[0] and "ALBERT base" not in summary[0]
