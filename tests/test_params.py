@@ -82,10 +82,12 @@ def test_command_counts_without_building_and_builds_on_request(tmp_path):
     from conftest import ROOT
 
     def run(*args):
-        code = ("import resource, runpy, sys; sys.argv = ['params', *sys.argv[1:]]\n"
+        # VmHWM: this process's own peak (ru_maxrss would carry the parent's over fork/exec).
+        code = ("import runpy, sys; sys.argv = ['params', *sys.argv[1:]]\n"
                 "try:\n    runpy.run_module('albert_tf.params', run_name='__main__')\n"
                 "except SystemExit:\n    pass\n"
-                "print('peak_rss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+                "print('peak_rss_kb', [line.split()[1] for line in open('/proc/self/status')\n"
+                "                      if line.startswith('VmHWM:')][0])")
         proc = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT,
                               env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
                               text=True, timeout=600)
