@@ -74,11 +74,54 @@ def pad_features(input_ids, segment_ids, length: int) -> dict:
 
 # ---------------------------------------------------------------------------------------------
 # In-graph.
-def _keep_first(ragged, keep):
+def keep_first(ragged, keep):
+    """The first `keep[i]` values of each row of a 2-D RaggedTensor."""
     import tensorflow as tf
 
     positions = tf.ragged.range(ragged.row_lengths())
-    return tf.ragged.boolean_mask(ragged, positions < tf.expand_dims(keep, 1))
+    return tf.ragged.boolean_mask(ragged, positions < tf.expand_dims(
+        tf.cast(keep, positions.dtype), 1))
+
+
+def keep_last(ragged, keep):
+    """The last `keep[i]` values of each row of a 2-D RaggedTensor (all when shorter)."""
+    import tensorflow as tf
+
+    lengths = ragged.row_lengths()
+    positions = tf.ragged.range(lengths)
+    return tf.ragged.boolean_mask(ragged, positions >= tf.expand_dims(
+        lengths - tf.cast(keep, lengths.dtype), 1))
+
+
+def join_in_graph(ids_a, ids_b=None) -> dict:
+    """`[CLS] A [SEP] (B [SEP])` of already-truncated rows, as model inputs.
+
+    Args:
+        ids_a, ids_b: int32 RaggedTensors [rows, (tokens)]; `ids_b` None for one segment.
+
+    Returns:
+        dict of int32 [rows, length] tensors `input_ids`, `input_mask`, `segment_ids` (segment
+        0 through the first [SEP], 1 after), padded with 0 to the longest row.
+    """
+    import tensorflow as tf
+
+    ids_a = tf.cast(ids_a, tf.int32)
+    rows = ids_a.nrows()
+
+    def column(value):
+        return tf.RaggedTensor.from_row_lengths(tf.fill([rows], tf.constant(value, tf.int32)),
+                                                tf.ones([rows], tf.int64))
+
+    parts = [column(CLS_ID), ids_a, column(SEP_ID)]
+    segments = [0, 0, 0]
+    if ids_b is not None:
+        parts += [tf.cast(ids_b, tf.int32), column(SEP_ID)]
+        segments += [1, 1]
+    input_ids = tf.concat(parts, axis=1)
+    segment_ids = tf.concat([tf.ones_like(p) * s for p, s in zip(parts, segments)], axis=1)
+    return {"input_ids": input_ids.to_tensor(0),
+            "input_mask": tf.ones_like(input_ids).to_tensor(0),
+            "segment_ids": segment_ids.to_tensor(0)}
 
 
 def pack_in_graph(ids_a, ids_b=None, max_seq_length: int = 512) -> dict:
@@ -96,29 +139,12 @@ def pack_in_graph(ids_a, ids_b=None, max_seq_length: int = 512) -> dict:
 
     pair = ids_b is not None
     _check_max_seq_length(max_seq_length, pair)
-    ids_a = tf.cast(ids_a, tf.int32)
-    batch = ids_a.nrows()
     len_a = ids_a.row_lengths()
-
-    def column(value):
-        return tf.RaggedTensor.from_row_lengths(tf.fill([batch], tf.constant(value, tf.int32)),
-                                                tf.ones([batch], tf.int64))
-
-    if pair:
-        ids_b = tf.cast(ids_b, tf.int32)
-        len_b = ids_b.row_lengths()
-        budget = tf.constant(max_seq_length - PAIR_SPECIAL_TOKENS, tf.int64)
-        keep_a = tf.minimum(len_a, tf.maximum((budget + 1) // 2, budget - len_b))
-        keep_b = tf.minimum(len_b, tf.maximum(budget // 2, budget - len_a))
-        a, b = _keep_first(ids_a, keep_a), _keep_first(ids_b, keep_b)
-        pieces = [column(CLS_ID), a, column(SEP_ID), b, column(SEP_ID)]
-        segments = [0, 0, 0, 1, 1]
-    else:
-        keep_a = tf.minimum(len_a, max_seq_length - SINGLE_SPECIAL_TOKENS)
-        pieces = [column(CLS_ID), _keep_first(ids_a, keep_a), column(SEP_ID)]
-        segments = [0, 0, 0]
-    input_ids = tf.concat(pieces, axis=1)
-    segment_ids = tf.concat([tf.ones_like(p) * s for p, s in zip(pieces, segments)], axis=1)
-    return {"input_ids": input_ids.to_tensor(0),
-            "input_mask": tf.ones_like(input_ids).to_tensor(0),
-            "segment_ids": segment_ids.to_tensor(0)}
+    if not pair:
+        return join_in_graph(keep_first(ids_a, tf.minimum(
+            len_a, max_seq_length - SINGLE_SPECIAL_TOKENS)))
+    len_b = ids_b.row_lengths()
+    budget = tf.constant(max_seq_length - PAIR_SPECIAL_TOKENS, tf.int64)
+    keep_a = tf.minimum(len_a, tf.maximum((budget + 1) // 2, budget - len_b))
+    keep_b = tf.minimum(len_b, tf.maximum(budget // 2, budget - len_a))
+    return join_in_graph(keep_first(ids_a, keep_a), keep_first(ids_b, keep_b))

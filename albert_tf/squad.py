@@ -389,11 +389,11 @@ def align_context_in_graph(contexts, tokenizer):
                                         replacement_char=0xFFFD)
     words, word_begin, word_end = tf_text.regex_split_with_offsets(text, _word_delimiters())
     flat_words = words.flat_values
-    pieces = tokenizer.tokenize_pieces(flat_words)  # [words, (pieces)]
+    preprocessed = tokenizer.preprocess(flat_words)
+    pieces = tokenizer.tokenize_pieces(preprocessed, preprocessed=True)  # [words, (pieces)]
     surfaces = pieces.with_flat_values(
         tf.strings.regex_replace(pieces.flat_values, SPIECE_UNDERLINE, ""))
     word_chars = tf.strings.length(flat_words, unit="UTF8_CHAR")
-    preprocessed = tokenizer.preprocess(flat_words)
     aligned = (tf.equal(tf.strings.reduce_join(surfaces, axis=1), preprocessed)
                & tf.equal(tf.strings.length(preprocessed, unit="UTF8_CHAR"), word_chars))
     # Character span of each piece inside its word: running sum of surface lengths per word.
@@ -448,7 +448,7 @@ def windows_in_graph(query_ids, context_ids, max_seq_length: int, doc_stride: in
     """
     import tensorflow as tf
 
-    from albert_tf.tokenization import CLS_ID, SEP_ID
+    from albert_tf.packing import join_in_graph
 
     query_length = query_ids.row_lengths()
     pieces = context_ids.row_lengths()
@@ -460,18 +460,8 @@ def windows_in_graph(query_ids, context_ids, max_seq_length: int, doc_stride: in
     length = tf.minimum(tf.gather(budget, example), tf.gather(pieces, example) - start)
     first = tf.gather(context_ids.row_starts(), example) + start
     window = tf.gather(context_ids.flat_values, tf.ragged.range(first, first + length))
-    query = tf.gather(query_ids, example)
-    n = tf.size(example, out_type=tf.int64)
-
-    def column(value):
-        return tf.RaggedTensor.from_row_lengths(tf.fill([n], tf.constant(value, tf.int32)),
-                                                tf.ones([n], tf.int64))
-
-    parts = [column(CLS_ID), query, column(SEP_ID), window, column(SEP_ID)]
-    ids = tf.concat(parts, axis=1)
-    segments = tf.concat([tf.ones_like(p) * s for p, s in zip(parts, (0, 0, 0, 1, 1))], axis=1)
-    return {"input_ids": ids.to_tensor(0), "input_mask": tf.ones_like(ids).to_tensor(0),
-            "segment_ids": segments.to_tensor(0), "example": example,
+    features = join_in_graph(tf.gather(query_ids, example), window)
+    return {**features, "example": example,
             "offset": tf.gather(query_length, example) + 2, "window_start": start,
             "window_length": length}
 

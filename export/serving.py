@@ -33,7 +33,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from albert_tf import features as F
-from albert_tf.packing import pack_in_graph
+from albert_tf.packing import join_in_graph, keep_first, keep_last, pack_in_graph
 from albert_tf.tokenization import MASK_ID, InGraphTokenizer
 
 TEXT, TEXT_B, EXAMPLES = "text", "text_b", "examples"
@@ -385,8 +385,6 @@ class MultipleChoiceServingModule(AlbertServingModule):
                 "label": label, "answer": tf.gather(tf.constant(self.labels), label)}
 
     def tokens_from_text(self, article, question, options):
-        from albert_tf.tokenization import CLS_ID, SEP_ID
-
         choices = self.num_labels
         with tf.control_dependencies([
                 tf.debugging.assert_equal(tf.shape(options), tf.stack(
@@ -405,29 +403,14 @@ class MultipleChoiceServingModule(AlbertServingModule):
         filled = tf.strings.reduce_join(interleaved[:, :-1], axis=1)
         has_blank = tf.strings.regex_full_match(repeated, "(?s).*_.*")
         qa_text = tf.where(has_blank, filled, tf.strings.join([repeated, options], " "))
-        qa = self.tokenizer(qa_text)
-        keep = tf.minimum(qa.row_lengths(), self.max_qa_length)
-        qa = tf.ragged.boolean_mask(qa, tf.ragged.range(qa.row_lengths())
-                                    >= tf.expand_dims(qa.row_lengths() - keep, 1))
+        qa = keep_last(self.tokenizer(qa_text), self.max_qa_length)
         article_ids = tf.gather(self.tokenizer(article),
                                 tf.repeat(tf.range(tf.shape(article)[0]), choices))
-        room = tf.maximum(self.max_seq_length - 3 - keep, 0)
-        context = tf.ragged.boolean_mask(article_ids, tf.ragged.range(
-            article_ids.row_lengths()) < tf.expand_dims(room, 1))
-        n = tf.shape(options, out_type=tf.int64)[0]
-
-        def column(value):
-            return tf.RaggedTensor.from_row_lengths(tf.fill([n], tf.constant(value, tf.int32)),
-                                                    tf.ones([n], tf.int64))
-
-        parts = [column(CLS_ID), context, column(SEP_ID), qa, column(SEP_ID)]
-        ids = tf.concat(parts, axis=1)
-        segments = tf.concat([tf.ones_like(p) * s for p, s in zip(parts, (0, 0, 0, 1, 1))],
-                             axis=1)
+        context = keep_first(article_ids, tf.maximum(
+            self.max_seq_length - 3 - qa.row_lengths(), 0))
+        features = join_in_graph(context, qa)
         shape = tf.stack([tf.shape(article)[0], choices, -1])
-        return {F.INPUT_IDS: tf.reshape(ids.to_tensor(0), shape),
-                F.INPUT_MASK: tf.reshape(tf.ones_like(ids).to_tensor(0), shape),
-                F.SEGMENT_IDS: tf.reshape(segments.to_tensor(0), shape)}
+        return {name: tf.reshape(features[name], shape) for name in F.BACKBONE_INPUTS}
 
     def signatures(self) -> dict:
         text_fn = tf.function(lambda article, question, options: self.outputs_from_tokens(
