@@ -59,5 +59,10 @@ def main(argv):
     return 0
 
 
-if __name__ == "__main__":
+def cli():
+    """The command (`python -m` and the console script in pyproject.toml)."""
     sys.exit(app.run(main))
+
+
+if __name__ == "__main__":
+    cli()

@@ -3,6 +3,7 @@
     python -m albert_tf.params                  # all three tables, from the closed formula
     python -m albert_tf.params --tables 1       # only Table 1
     python -m albert_tf.params --build          # also build each model and check its count
+    python -m albert_tf.params --plot           # also draw them (albert_params.png)
 
 The counts come from the closed formula below, which the tests check against
 `model.count_params()` of built Keras models (every sharing mode, random shapes, albert-base
@@ -191,6 +192,40 @@ def render_table(title: str, rows: list[Row], counter=None) -> str:
     return "\n".join(out)
 
 
+def plot_tables(keys, path: str) -> str:
+    """The tables as a chart: one panel per table, our exact count (closed formula) beside the
+    paper's figure for every row, in millions on a log scale. Writes the PNG at `path`."""
+    from albert_tf.analysis import charts
+
+    plt = charts.pyplot()
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    fig, axes = plt.subplots(1, len(keys), figsize=(5.2 * len(keys), 4.4), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        title, make_rows = TABLES[key]
+        rows = make_rows()
+        ys = list(range(len(rows)))[::-1]
+        ours = [backbone_param_count(r.config) / 1e6 for r in rows]
+        paper = [r.paper_millions for r in rows]
+        ax.barh([y + 0.2 for y in ys], ours, height=0.4, label="ours (exact)", color="#3a78b5")
+        ax.barh([y - 0.2 for y in ys], [p or 0 for p in paper], height=0.4, label="paper",
+                color="#e59a3c")
+        for y, value in zip(ys, ours):
+            ax.text(value * 1.05, y + 0.2, f"{value:.1f}M", va="center", fontsize=7)
+        ax.set_yticks(ys)
+        ax.set_yticklabels([r.label for r in rows], fontsize=8)
+        ax.set_xscale("log")
+        ax.set_xlim(min(ours) / 2, max(ours) * 3)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xlabel("parameters (millions, log scale)")
+        ax.set_title(title, fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    return charts.save(fig, path)
+
+
 def define_flags():
     """Command-line flags (defined only when run as a program)."""
     flags.DEFINE_list("tables", ["1", "4", "5"], "Which paper tables to print: 1, 4, 5.")
@@ -198,6 +233,8 @@ def define_flags():
                       "count_params() against the closed formula.")
     flags.DEFINE_integer("max_build_params", 150_000_000, "With --build: rows with more "
                          "parameters than this are not built (4 bytes each in float32).")
+    flags.DEFINE_bool("plot", False, "Also draw the tables as a chart (--plot_file).")
+    flags.DEFINE_string("plot_file", "albert_params.png", "Where --plot writes its PNG.")
 
 
 def main(argv):
@@ -220,8 +257,15 @@ def main(argv):
                           if backbone_param_count(r.config) > FLAGS.max_build_params})
         print(f"built and checked every row but {', '.join(skipped) or 'none'} (over "
               f"--max_build_params={FLAGS.max_build_params:,})")
+    if FLAGS.plot:
+        print(f"wrote {plot_tables(FLAGS.tables, FLAGS.plot_file)}")
+
+
+def cli():
+    """The command (`python -m` and the console script in pyproject.toml)."""
+    define_flags()
+    sys.exit(app.run(main))
 
 
 if __name__ == "__main__":
-    define_flags()
-    sys.exit(app.run(main))
+    cli()

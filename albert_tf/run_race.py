@@ -235,6 +235,11 @@ def main(argv):
     return 0
 
 
-if __name__ == "__main__":
+def cli():
+    """The command (`python -m` and the console script in pyproject.toml)."""
     define_flags()
     sys.exit(app.run(main))
+
+
+if __name__ == "__main__":
+    cli()

@@ -34,6 +34,11 @@ def main(argv):
     return squad_runner.main(version=1)
 
 
-if __name__ == "__main__":
+def cli():
+    """The command (`python -m` and the console script in pyproject.toml)."""
     squad_runner.define_flags(version=1)
     sys.exit(app.run(main))
+
+
+if __name__ == "__main__":
+    cli()

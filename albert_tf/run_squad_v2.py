@@ -35,6 +35,11 @@ def main(argv):
     return squad_runner.main(version=2)
 
 
-if __name__ == "__main__":
+def cli():
+    """The command (`python -m` and the console script in pyproject.toml)."""
     squad_runner.define_flags(version=2)
     sys.exit(app.run(main))
+
+
+if __name__ == "__main__":
+    cli()

@@ -20,7 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app, flags  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-flags.DEFINE_string("corpus", os.path.join(ROOT, "sample_data", "pretrain_text", "gutenberg",
+flags.DEFINE_string("corpus", os.path.join(ROOT, "albert_tf", "sample_data", "pretrain_text", "gutenberg",
                                            "*-0.txt"), "Raw text files (glob).")
 flags.DEFINE_list("seq_lengths", ["128", "512"], "Sequence lengths.")
 flags.DEFINE_list("workers", ["1", "2"], "Worker counts.")

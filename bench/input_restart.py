@@ -46,7 +46,7 @@ def _generate(tmp):
     from data.train_vocab import train_vocab
 
     corpus = os.path.join(tmp, "books.txt")
-    prepare_corpus(os.path.join(ROOT, "sample_data", "pretrain_text", "gutenberg", "*-0.txt"),
+    prepare_corpus(os.path.join(ROOT, "albert_tf", "sample_data", "pretrain_text", "gutenberg", "*-0.txt"),
                    corpus)
     vocab = train_vocab(corpus, os.path.join(tmp, "v8k"), vocab_size=8000)["model_file"]
     job = make_job(corpus, os.path.join(tmp, "data", "train"), vocab, num_output_shards=8,

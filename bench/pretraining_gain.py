@@ -7,7 +7,7 @@ a step whose output exists is skipped, so rerunning resumes.
         --squad_file ../shared/data/squad/dev-v1.1.json.zip
 
 Steps: corpus -> SentencePiece vocabulary -> pretraining TFRecords (`data.*`), pretraining
-(`albert_tf.run_pretraining`, `bench/configs/albert_small.json`), then for SST-2, CoLA, RTE,
+(`albert_tf.run_pretraining`, `albert_tf/sample_data/albert_config_small.json`, the demo's model), then for SST-2, CoLA, RTE,
 STS-B (`albert_tf.run_classifier`) and SQuAD v1.1 (`albert_tf.run_squad_v1`; no train set is
 shipped: the dev set's articles are split, the first `--squad_train_articles` to train, the rest
 to evaluate) one fine-tuning from the pretrained model and one from random initialisation with
@@ -29,8 +29,8 @@ flags.DEFINE_string("glue_dir", os.path.join(ROOT, "..", "shared", "data", "glue
                     "Directory holding CoLA/, RTE/, SST-2/, STS-B/ (original GLUE files).")
 flags.DEFINE_string("squad_file", os.path.join(ROOT, "..", "shared", "data", "squad",
                                                "dev-v1.1.json.zip"), "SQuAD v1.1 dev.")
-flags.DEFINE_string("albert_config", os.path.join(ROOT, "bench", "configs",
-                                                  "albert_small.json"), "Model config.")
+flags.DEFINE_string("albert_config", os.path.join(ROOT, "albert_tf", "sample_data",
+                                                  "albert_config_small.json"), "Model config.")
 flags.DEFINE_integer("dupe_factor", 10, "Pretraining data passes.")
 flags.DEFINE_integer("pretrain_steps", 4000, "Pretraining steps.")
 flags.DEFINE_integer("pretrain_batch_size", 64, "Pretraining batch size.")
@@ -83,22 +83,9 @@ def _finished(output_dir, steps):
 
 
 def majority_baseline(task_name, glue_dir):
-    import numpy as np
+    from albert_tf.analysis.baselines import majority_class
 
-    from albert_tf import glue
-
-    task = glue.get_task(task_name)
-    train = glue.load_split(task, os.path.join(glue_dir, GLUE[task_name][0]), "train")
-    dev = glue.load_split(task, os.path.join(glue_dir, GLUE[task_name][0]), "dev")
-    if task.is_regression:  # a constant prediction: no correlation
-        mean = float(np.mean([float(e.label) for e in train]))
-        return {"constant": mean, "pearson": 0.0, "spearman": 0.0}
-    labels = [e.label for e in train]
-    majority = max(task.labels, key=labels.count)
-    predictions = np.full(len(dev), task.labels.index(majority))
-    gold = np.array([task.labels.index(e.label) for e in dev])
-    metrics = glue.glue_metrics(task, predictions, gold)
-    return dict(metrics, majority_label=majority)
+    return majority_class(task_name, os.path.join(glue_dir, GLUE[task_name][0]))
 
 
 def squad_split(out):
@@ -128,7 +115,7 @@ def main(argv):
         with open(TIMINGS_FILE) as f:
             TIMINGS.update(json.load(f))
     corpus = os.path.join(out, "corpus")
-    sample = os.path.join(ROOT, "sample_data", "pretrain_text")
+    sample = os.path.join(ROOT, "albert_tf", "sample_data", "pretrain_text")
     seconds["corpus"] = run([*py.split(), "data.prepare_corpus", "--input_file",
                              f"{sample}/gutenberg/*-0.txt", "--output_file",
                              f"{corpus}/books.txt"], log, f"{corpus}/books.txt")

@@ -38,14 +38,14 @@ def _vocab(directory):
     from data.train_vocab import train_vocab
 
     prefix = os.path.join(directory, "bench8k")
-    train_vocab(sorted(glob.glob(os.path.join(ROOT, "sample_data", "pretrain_text", "gutenberg",
+    train_vocab(sorted(glob.glob(os.path.join(ROOT, "albert_tf", "sample_data", "pretrain_text", "gutenberg",
                                               "*-0.txt"))), prefix, vocab_size=8000,
                 num_threads=2)
     return prefix + ".model"
 
 
 def _sentences(n):
-    path = os.path.join(ROOT, "sample_data", "pretrain_text", "gutenberg", "1342-0.txt")
+    path = os.path.join(ROOT, "albert_tf", "sample_data", "pretrain_text", "gutenberg", "1342-0.txt")
     with open(path, encoding="utf-8-sig") as f:
         lines = [" ".join(line.split()) for line in f if len(line.split()) >= 8]
     return lines[200:200 + n]

@@ -42,7 +42,7 @@ def main(argv):
     preds = 20 if FLAGS.seq_length <= 128 else 76
     with tempfile.TemporaryDirectory() as tmp:
         corpus = os.path.join(tmp, "books.txt")
-        prepare_corpus(os.path.join(ROOT, "sample_data", "pretrain_text", "gutenberg", "*-0.txt"),
+        prepare_corpus(os.path.join(ROOT, "albert_tf", "sample_data", "pretrain_text", "gutenberg", "*-0.txt"),
                        corpus)
         vocab = train_vocab(corpus, os.path.join(tmp, "v8k"), vocab_size=8000)["model_file"]
         job = make_job(corpus, os.path.join(tmp, "data", "train"), vocab, num_output_shards=2,

@@ -126,31 +126,57 @@ def file_documents(path: str, paragraphs: str = "blank_lines",
 
 
 def prepare_corpus(input_patterns, output_file, paragraphs="blank_lines",
-                   document_marker_regex=None, drop_line_regex=None) -> dict:
-    """Writes the official format for all inputs (in order) to `output_file`, atomically."""
+                   document_marker_regex=None, drop_line_regex=None, heldout_file=None,
+                   heldout_every=0) -> dict:
+    """Writes the official format for all inputs (in order) to `output_file`, atomically.
+
+    With `heldout_file` and `heldout_every` N > 1, every N-th document (the N-th, 2N-th, ...,
+    counted over all inputs in order) goes to `heldout_file` instead: an evaluation set whose
+    documents the training data never saw.
+    """
     if paragraphs not in ("blank_lines", "lines"):
         raise ValueError(f"--paragraphs must be blank_lines or lines; got {paragraphs!r}")
+    if bool(heldout_file) != (heldout_every > 0) or heldout_every == 1:
+        raise ValueError("--heldout_file and --heldout_every N (N >= 2) go together; got "
+                         f"--heldout_file={heldout_file!r} --heldout_every={heldout_every}")
     files = expand_input_patterns(input_patterns)
     counts = {"files": len(files), "documents": 0, "sentences": 0}
-    os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
-    tmp = output_file + ".tmp"
+    if heldout_file:
+        counts.update(heldout_documents=0, heldout_sentences=0)
+    targets = [(output_file, "")] + ([(heldout_file, "heldout_")] if heldout_file else [])
+    tmps = {}
     try:
-        with open(tmp, "w", encoding="utf-8", newline="\n") as out:
-            for path in files:
-                documents = file_documents(path, paragraphs, document_marker_regex,
-                                           drop_line_regex)
-                if not documents:
-                    raise InputError(f"{path} holds no text after preparation.")
-                for document in documents:
-                    if counts["documents"]:
-                        out.write("\n")
-                    out.write("\n".join(document) + "\n")
-                    counts["documents"] += 1
-                    counts["sentences"] += len(document)
-        os.replace(tmp, output_file)
+        for path, _ in targets:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            tmps[path] = open(path + ".tmp", "w", encoding="utf-8", newline="\n")
+        index = 0
+        for path in files:
+            documents = file_documents(path, paragraphs, document_marker_regex,
+                                       drop_line_regex)
+            if not documents:
+                raise InputError(f"{path} holds no text after preparation.")
+            for document in documents:
+                index += 1
+                target, prefix = targets[1] if heldout_every and index % heldout_every == 0 \
+                    else targets[0]
+                out = tmps[target]
+                if counts[prefix + "documents"]:
+                    out.write("\n")
+                out.write("\n".join(document) + "\n")
+                counts[prefix + "documents"] += 1
+                counts[prefix + "sentences"] += len(document)
+        if heldout_file and not counts["heldout_documents"]:
+            raise InputError(f"--heldout_every {heldout_every} held out nothing: the inputs hold "
+                             f"{index} documents.")
+        for path, _ in targets:
+            tmps.pop(path).close()
+            os.replace(path + ".tmp", path)
     finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        for path, f in tmps.items():
+            f.close()
+        for path, _ in targets:
+            if os.path.exists(path + ".tmp"):
+                os.remove(path + ".tmp")
     return counts
 
 
@@ -165,6 +191,10 @@ def define_flags():
                         "A line matching this starts a new document (and is dropped). Default: one "
                         "document per file.")
     flags.DEFINE_string("drop_line_regex", None, "Drop lines matching this (e.g. headings).")
+    flags.DEFINE_string("heldout_file", None,
+                        "Write every --heldout_every-th document here instead (an evaluation "
+                        "set of documents the training data never saw).")
+    flags.DEFINE_integer("heldout_every", 0, "With --heldout_file: hold out every N-th document.")
 
 
 def main(argv):
@@ -174,15 +204,24 @@ def main(argv):
         raise app.UsageError("--input_file and --output_file are required.")
     try:
         counts = prepare_corpus(FLAGS.input_file, FLAGS.output_file, FLAGS.paragraphs,
-                                FLAGS.document_marker_regex, FLAGS.drop_line_regex)
+                                FLAGS.document_marker_regex, FLAGS.drop_line_regex,
+                                FLAGS.heldout_file, FLAGS.heldout_every)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"wrote {counts['documents']} documents, {counts['sentences']} sentences from "
-          f"{counts['files']} files to {FLAGS.output_file}")
+          f"{counts['files']} files to {FLAGS.output_file}"
+          + (f"; held out {counts['heldout_documents']} documents, "
+             f"{counts['heldout_sentences']} sentences to {FLAGS.heldout_file}"
+             if FLAGS.heldout_file else ""))
     return 0
 
 
-if __name__ == "__main__":
+def cli():
+    """The command (`python -m` and the console script in pyproject.toml)."""
     define_flags()
     sys.exit(app.run(main))
+
+
+if __name__ == "__main__":
+    cli()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -100,6 +101,34 @@ def run_loader(binary: str, saved_model: str, op_libraries, signature: str = "se
     return {"stdout": proc.stdout, "signature": sig, "outputs": outputs}
 
 
+def run_in_python(saved_model: str, signature: str = "serving_default",
+                  inputs: dict | None = None) -> dict:
+    """`run_loader`'s result from TensorFlow in this process (`tf.saved_model.load`, tensorflow-text
+    imported first): the fallback where no C++ compiler is installed."""
+    import numpy as np
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401 - the SentencePiece ops the export uses
+
+    fn = tf.saved_model.load(saved_model).signatures[signature]
+    outputs = {}
+    if inputs:
+        result = fn(**{name: tf.constant(value) for name, value in inputs.items()})
+        outputs = {key: np.asarray(value) for key, value in result.items()}
+    return {"stdout": "", "outputs": outputs,
+            "signature": {"method": None, "inputs": {k: {} for k in fn.structured_input_signature[1]},
+                          "outputs": {k: {} for k in fn.structured_outputs}}}
+
+
+def _jsonable(value):
+    import numpy as np
+
+    value = np.asarray(value)
+    if value.dtype == object:
+        return np.vectorize(lambda b: b.decode("utf-8", "replace") if isinstance(b, bytes)
+                            else b, otypes=[object])(value).tolist()
+    return value.tolist()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--saved_model", required=True, help="A version directory.")
@@ -108,27 +137,64 @@ def main(argv=None) -> int:
     parser.add_argument("--text", action="append", default=None,
                         help="Run serving_default on these texts (repeatable).")
     parser.add_argument("--signature", default="serving_default")
+    parser.add_argument("--loader_binary", default=None,
+                        help="Where the compiled loader is kept: built there when missing, "
+                             "reused when present (default: a new temporary directory).")
+    parser.add_argument("--runtime", choices=["auto", "cpp", "python"], default="cpp",
+                        help="cpp: the C++ loader (LoadSavedModel + Session::Run, as TF Serving; "
+                             "needs g++); python: tf.saved_model.load in this process; auto: cpp "
+                             "when g++ is installed, else python.")
+    parser.add_argument("--output_json", default=None,
+                        help="Also write {runtime, signature, outputs} here.")
     args = parser.parse_args(argv)
-    info = tensorflow_info(args.python)
-    work = tempfile.mkdtemp(prefix="serving_loader-")
-    binary = compile_loader(info, os.path.join(work, "serving_loader"))
-    print(f"built against TensorFlow {info['version']}, tensorflow-text {info['text_version']}")
+    runtime = args.runtime
+    if runtime == "auto":
+        runtime = "cpp" if shutil.which("g++") else "python"
+        if runtime == "python":
+            print("g++ not found: loading with tf.saved_model.load in Python instead of the C++ "
+                  "loader")
     inputs = None
     if args.text:
         import numpy as np
 
         inputs = {"text": np.array([t.encode() for t in args.text], dtype=object)}
+    work = tempfile.mkdtemp(prefix="serving_loader-")
     try:
-        result = run_loader(binary, os.path.abspath(args.saved_model), info["op_libraries"],
-                            args.signature, inputs, work)
-    except LoaderError as e:
+        if runtime == "cpp":
+            info = tensorflow_info(args.python)
+            binary = args.loader_binary or os.path.join(work, "serving_loader")
+            if not os.path.exists(binary):
+                os.makedirs(os.path.dirname(os.path.abspath(binary)), exist_ok=True)
+                compile_loader(info, binary + ".tmp")
+                os.replace(binary + ".tmp", binary)
+            print(f"C++ loader built against TensorFlow {info['version']}, tensorflow-text "
+                  f"{info['text_version']}")
+            result = run_loader(binary, os.path.abspath(args.saved_model), info["op_libraries"],
+                                args.signature, inputs, work)
+        else:
+            result = run_in_python(os.path.abspath(args.saved_model), args.signature, inputs)
+    except (LoaderError, OSError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     print(result["stdout"], end="")
-    for key, value in result["outputs"].items():
+    for key, value in sorted(result["outputs"].items()):
         print(f"{key}: {value.tolist() if value.size <= 20 else value.shape}")
+    if args.output_json:
+        with open(args.output_json + ".tmp", "w", encoding="utf-8") as f:
+            json.dump({"runtime": runtime, "saved_model": os.path.abspath(args.saved_model),
+                       "signature": args.signature, "inputs": args.text,
+                       "outputs": {k: _jsonable(v) for k, v in result["outputs"].items()}},
+                      f, indent=1, ensure_ascii=False)
+        os.replace(args.output_json + ".tmp", args.output_json)
     return 0
 
 
-if __name__ == "__main__":
+def cli():
+    """The command (`python -m` and the console script in pyproject.toml)."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

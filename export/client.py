@@ -365,5 +365,10 @@ def main(argv=None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli():
+    """The command (`python -m` and the console script in pyproject.toml)."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

@@ -11,9 +11,14 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-if __name__ == "__main__":
+def cli():
+    """The command (`python -m` and the console script in pyproject.toml)."""
     import tensorflow_text  # noqa: F401 - registers SentencePiece and normalization ops
     from tensorflow.python.tools import saved_model_cli
 
     sys.argv[0] = "saved_model_cli"
     sys.exit(saved_model_cli.main())
+
+
+if __name__ == "__main__":
+    cli()

@@ -66,7 +66,7 @@ def _fresh_keras_state():
 # ---------------------------------------------------------------------------------------------
 # Data fixtures: the bundled sample corpus, prepared once, and a vocabulary trained on it.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SAMPLE_DIR = os.path.join(ROOT, "sample_data", "pretrain_text")
+SAMPLE_DIR = os.path.join(ROOT, "albert_tf", "sample_data", "pretrain_text")
 GUTENBERG = os.path.join(SAMPLE_DIR, "gutenberg", "*-0.txt")
 WIKITEXT = os.path.join(SAMPLE_DIR, "wikitext-2-raw", "wiki.test.raw")
 WIKI_FLAGS = dict(paragraphs="lines", document_marker_regex=r"^ = [^=].* = $",

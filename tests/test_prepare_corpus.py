@@ -59,6 +59,29 @@ def test_wikitext_articles(tmp_path):
     assert not any(re.fullmatch(r"(= )+.*( =)+", s) for d in documents for s in d)
 
 
+def test_heldout_documents(tmp_path):
+    whole = tmp_path / "whole.txt"
+    counts = prepare_corpus(WIKITEXT, str(whole), **WIKI_FLAGS)
+    out, heldout = tmp_path / "train.txt", tmp_path / "heldout" / "wiki.txt"
+    split = prepare_corpus(WIKITEXT, str(out), heldout_file=str(heldout), heldout_every=10,
+                           **WIKI_FLAGS)
+    documents = list(read_documents(str(whole)))
+    # the 10th, 20th, ... 60th of the 62 articles are held out, the rest kept in order
+    assert split["heldout_documents"] == 6 and split["documents"] == 56
+    assert list(read_documents(str(heldout))) == documents[9::10]
+    assert list(read_documents(str(out))) == [d for i, d in enumerate(documents)
+                                              if (i + 1) % 10]
+    assert split["sentences"] + split["heldout_sentences"] == counts["sentences"]
+    for every, file in ((1, str(heldout)), (0, str(heldout)), (10, None)):
+        with pytest.raises(ValueError, match="--heldout_file and --heldout_every N"):
+            prepare_corpus(WIKITEXT, str(tmp_path / "x.txt"), heldout_file=file,
+                           heldout_every=every, **WIKI_FLAGS)
+    with pytest.raises(InputError, match="--heldout_every 100 held out nothing"):
+        prepare_corpus(WIKITEXT, str(tmp_path / "y.txt"), heldout_file=str(tmp_path / "h.txt"),
+                       heldout_every=100, **WIKI_FLAGS)
+    assert not list(tmp_path.glob("y.txt*")) and not list(tmp_path.glob("h.txt*"))
+
+
 def test_bad_inputs(tmp_path):
     with pytest.raises(InputError, match=r"Input pattern '.*nothing\*.txt' matches no file"):
         prepare_corpus(str(tmp_path / "nothing*.txt"), str(tmp_path / "out.txt"))

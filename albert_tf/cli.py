@@ -1,0 +1,49 @@
+"""Console scripts (`[project.scripts]` in pyproject.toml): each one filters TensorFlow's start-up
+lines (`albert_tf.quiet`) before the command's module imports TensorFlow, then runs the same
+`cli()` as `python -m <module>`."""
+
+import importlib
+import sys
+
+from albert_tf import quiet
+
+# console script -> module whose cli() it runs
+COMMANDS = {
+    "albert-demo": "albert_tf.demo",
+    "albert-params": "albert_tf.params",
+    "albert-transitions": "albert_tf.analysis.transitions",
+    "albert-prepare-corpus": "data.prepare_corpus",
+    "albert-train-vocab": "data.train_vocab",
+    "albert-create-pretraining-data": "data.create_pretraining_data",
+    "albert-pretrain": "albert_tf.run_pretraining",
+    "albert-classifier": "albert_tf.run_classifier",
+    "albert-squad-v1": "albert_tf.run_squad_v1",
+    "albert-squad-v2": "albert_tf.run_squad_v2",
+    "albert-race": "albert_tf.run_race",
+    "albert-convert": "albert_tf.convert",
+    "albert-export": "export.export_saved_model",
+    "albert-client": "export.client",
+    "albert-serving-loader": "export.cc_loader",
+    "albert-saved-model-cli": "export.saved_model_cli",
+    "albert-ops-check": "export.ops_check",
+}
+
+
+def _runner(module):
+    def run():
+        quiet.install()
+        mod = importlib.import_module(module)
+        from absl import app
+
+        if getattr(mod, "app", None) is app:
+            # absl's --help lists the flags of the module named by sys.argv[0] and prints the
+            # __main__ docstring: here the script is __main__, the flags live in `module`.
+            sys.argv[0] = module
+            sys.modules["__main__"].__doc__ = mod.__doc__
+        return mod.cli()
+    run.__doc__ = f"python -m {module}"
+    return run
+
+
+for _script, _module in COMMANDS.items():
+    globals()[_script.removeprefix("albert-").replace("-", "_")] = _runner(_module)

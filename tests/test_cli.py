@@ -1,0 +1,132 @@
+"""Commands: TensorFlow's start-up noise filtered out of our commands' stderr (and nothing else),
+console scripts installed by `pip install .` that work from any directory."""
+
+import os
+import subprocess
+import sys
+import sysconfig
+import textwrap
+
+import pytest
+
+from albert_tf import quiet
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOISE = [
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+    "I0000 00:00:1795383420.924027   29050 port.cc:153] oneDNN custom operations are on. You "
+    "may see slightly different numerical results due to floating-point round-off errors from "
+    "different computation orders. To turn them off, set the environment variable "
+    "`TF_ENABLE_ONEDNN_OPTS=0`.",
+    "I0000 00:00:1795383420.924473   29050 cudart_stub.cc:31] Could not find cuda drivers on "
+    "your machine, GPU will not be used.",
+    "I0000 00:00:1795383422.165725   29050 cpu_feature_guard.cc:227] This TensorFlow binary is "
+    "optimized to use available CPU instructions in performance-critical operations.",
+    "To enable the following instructions: AVX2 AVX512F AVX512_VNNI AVX512_BF16 FMA, in other "
+    "operations, rebuild TensorFlow with the appropriate compiler flags.",
+    "E0000 00:00:1795383430.695480   29056 cuda_platform.cc:52] failed call to cuInit: "
+    "INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)",
+]
+KEPT = [
+    "error: --max_seq_length=512 exceeds the model's max_position_embeddings=128",
+    "E0000 00:00:1795383430.695480   29056 saved_model_loader.cc:52] Op type not registered",
+    "W1122 10:00:00.000000   29056 port.cc",  # not a whole log line of the listed kind
+    "Traceback (most recent call last):",
+]
+
+
+def test_noise_patterns():
+    assert all(quiet.is_noise(line) for line in NOISE)
+    assert not any(quiet.is_noise(line) for line in KEPT)
+
+
+def _script(body):
+    return textwrap.dedent(f"""
+        import os, sys
+        sys.path.insert(0, {ROOT!r})
+        from albert_tf import quiet
+        print("filter on:", quiet.install(), flush=True)
+        {body}
+    """)
+
+
+def test_filter_drops_noise_keeps_the_rest_and_survives_a_crash():
+    lines = [NOISE[0], KEPT[0], NOISE[2], KEPT[1], NOISE[4], KEPT[3]]
+    body = "os.write(2, ({!r}).encode()); os.abort()".format("\n".join(lines) + "\nlast words")
+    proc = subprocess.run([sys.executable, "-c", _script(body)], capture_output=True, text=True,
+                          env=dict(os.environ, ALBERT_TF_VERBOSE="0"))
+    assert proc.returncode == -6  # SIGABRT: the process died at once, its last words arrive
+    assert proc.stdout == "filter on: True\n"
+    assert proc.stderr.splitlines() == [KEPT[0], KEPT[1], KEPT[3], "last words"]
+    verbose = subprocess.run([sys.executable, "-c", _script("print('x', file=sys.stderr)")],
+                             capture_output=True, text=True,
+                             env=dict(os.environ, ALBERT_TF_VERBOSE="1"))
+    assert verbose.stdout == "filter on: False\n" and verbose.stderr == "x\n"
+
+
+def test_module_commands_print_no_tensorflow_noise(tmp_path):
+    # Imports TensorFlow and runs ops before it refuses the config: the unfiltered run prints
+    # the CUDA-probing lines on this machine, ours does not, and the error still arrives.
+    args = [sys.executable, "-m", "albert_tf.run_pretraining", "--albert_config_file",
+            os.path.join(ROOT, "albert_tf", "sample_data", "albert_config_tiny.json"),
+            "--input_file", str(tmp_path / "none-*.tfrecord"), "--output_dir",
+            str(tmp_path / "out"), "--do_train"]
+    proc = subprocess.run(args, capture_output=True, text=True, cwd=str(tmp_path),
+                          env=dict(os.environ, ALBERT_TF_VERBOSE="0"))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "error: --max_seq_length=512 exceeds the model's max_position_embeddings=128"]
+    raw = subprocess.run(args, capture_output=True, text=True, cwd=str(tmp_path),
+                         env=dict(os.environ, ALBERT_TF_VERBOSE="1"))
+    assert raw.stderr.endswith(proc.stderr)
+    assert any(quiet.is_noise(line) for line in raw.stderr.splitlines())  # what was filtered
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """`pip install .` (no dependencies: this environment has them) into a prefix of its own."""
+    prefix = tmp_path_factory.mktemp("prefix")
+    build = tmp_path_factory.mktemp("build")
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--ignore-installed",
+                           "--no-deps", "--no-index", "--no-build-isolation", "--quiet",
+                           "--prefix", str(prefix), ROOT],
+                          capture_output=True, text=True, cwd=str(build),
+                          env=dict(os.environ, TMPDIR=str(build)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # --ignore-installed: this environment's own (editable) install is left as it was
+    probe = subprocess.run([sys.executable, "-c", "import albert_tf; print(albert_tf.__file__)"],
+                           capture_output=True, text=True, cwd=str(build))
+    assert probe.stdout.strip() == os.path.join(ROOT, "albert_tf", "__init__.py"), probe.stderr
+    site = sysconfig.get_path("purelib", vars={"base": str(prefix), "platbase": str(prefix)})
+    return {"bin": os.path.join(str(prefix), "bin"), "site": site}
+
+
+def test_console_scripts_from_outside_the_repository(installed, tmp_path):
+    from albert_tf.cli import COMMANDS
+
+    site = installed["site"]
+    # every package the commands need was installed, with the bundled sample data
+    for package in ("albert_tf", "data", "export"):
+        assert os.path.exists(os.path.join(site, package, "__init__.py")), package
+    for name in ("albert_config_small.json", "glue/SST-2/train.tsv",
+                 "pretrain_text/gutenberg/11-0.txt", "pretrain_text/wikitext-2-raw/wiki.test.raw"):
+        assert os.path.exists(os.path.join(site, "albert_tf", "sample_data", name)), name
+    assert os.path.exists(os.path.join(site, "export", "serving_loader.cc"))
+    assert sorted(os.listdir(installed["bin"])) == sorted(COMMANDS)
+    env = dict(os.environ, PYTHONPATH=site, ALBERT_TF_VERBOSE="0")
+    # the module each script runs is the installed copy, not this checkout
+    probe = subprocess.run([sys.executable, "-c", "import albert_tf; print(albert_tf.__file__)"],
+                           capture_output=True, text=True, cwd=str(tmp_path), env=env)
+    assert probe.stdout.strip() == os.path.join(site, "albert_tf", "__init__.py")
+    expected = {"albert-demo": "--smoke", "albert-params": "--plot_file",
+                "albert-export": "--export_dir", "albert-transitions": "--model_dir"}
+    for script, flag in expected.items():
+        proc = subprocess.run([os.path.join(installed["bin"], script), "--help"],
+                              capture_output=True, text=True, cwd=str(tmp_path), env=env)
+        assert proc.returncode == 0, (script, proc.stderr[-2000:])
+        assert flag in proc.stdout, script
+        assert not any(quiet.is_noise(line) for line in proc.stderr.splitlines()), script
+    proc = subprocess.run([os.path.join(installed["bin"], "albert-params"), "--tables", "4"],
+                          capture_output=True, text=True, cwd=str(tmp_path), env=env)
+    assert proc.returncode == 0 and "| all-shared E=128 " in proc.stdout
+    assert "11,683,584" in proc.stdout
