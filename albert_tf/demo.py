@@ -60,7 +60,7 @@ SETTINGS = {
               "checkpoint_every": 20, "log_every": 10, "finetune_steps": 40,
               "finetune_batch_size": 16, "finetune_learning_rate": 1e-4, "heldout_every": 10,
               "max_seq_length": 64, "max_predictions_per_seq": 10, "finetune_seq_length": 48,
-              "transitions_examples": 32, "books": ["11-0.txt"]},
+              "transitions_examples": 32, "books": ["11-0.txt"], "serve_runtime": "python"},
 }
 
 FILL_MASK_REQUESTS = [
@@ -306,7 +306,7 @@ def run_demo(run: Run) -> dict:
 
     serve = run.path("serve")
     loader = run.path("serve", "serving_loader")
-    runtime = "cpp" if shutil.which("g++") else "python"
+    runtime = s.get("serve_runtime") or ("cpp" if shutil.which("g++") else "python")
     run.step("serve", [
         ["export.cc_loader", "--runtime", runtime, "--loader_binary", p(loader),
          "--saved_model", p(os.path.join(mlm_export, "1")),

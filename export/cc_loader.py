@@ -182,6 +182,7 @@ def main(argv=None) -> int:
     for key, value in sorted(result["outputs"].items()):
         print(f"{key}: {value.tolist() if value.size <= 20 else value.shape}")
     if args.output_json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.output_json)), exist_ok=True)
         with open(args.output_json + ".tmp", "w", encoding="utf-8") as f:
             json.dump({"runtime": runtime, "saved_model": os.path.abspath(args.saved_model),
                        "signature": args.signature, "inputs": args.text,

@@ -123,8 +123,8 @@ def test_console_scripts_from_outside_the_repository(installed, tmp_path):
     for script, flag in expected.items():
         proc = subprocess.run([os.path.join(installed["bin"], script), "--help"],
                               capture_output=True, text=True, cwd=str(tmp_path), env=env)
-        assert proc.returncode == 0, (script, proc.stderr[-2000:])
-        assert flag in proc.stdout, script
+        assert proc.returncode in (0, 1), (script, proc.stderr[-2000:])  # absl's --help exits 1
+        assert flag in proc.stdout, (script, proc.stdout[-2000:], proc.stderr[-2000:])
         assert not any(quiet.is_noise(line) for line in proc.stderr.splitlines()), script
     proc = subprocess.run([os.path.join(installed["bin"], "albert-params"), "--tables", "4"],
                           capture_output=True, text=True, cwd=str(tmp_path), env=env)

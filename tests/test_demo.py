@@ -70,11 +70,12 @@ def test_smoke_run_metrics_within_bounds(smoke_run):
 def test_smoke_run_served_both_models(smoke_run):
     r = smoke_run["results"]
     fm, st = r["fill_mask"], r["sentiment"]
-    assert fm["runtime"] == st["runtime"] == ("cpp" if _has_gxx() else "python")
+    # --smoke loads in Python (the C++ loader's 20 s build is tested in test_export*.py)
+    assert fm["runtime"] == st["runtime"] == "python"
     probs = np.array(fm["outputs"]["fill_mask_probabilities"])
     assert probs.shape == (3, 1, 5)  # 3 requests, one [MASK] each, top 5
     assert np.all(np.diff(probs, axis=-1) <= 0) and np.all(probs.sum(-1) <= 1 + 1e-6)
-    assert all(len(p) == 5 and all(isinstance(x, str) for x in p[0])
+    assert all(len(p[0]) == 5 and all(isinstance(x, str) for x in p[0])
                for p in fm["outputs"]["fill_mask_pieces"])
     p = np.array(st["outputs"]["probabilities"])
     assert p.shape == (4, 2)
@@ -118,8 +119,3 @@ def test_second_run_resumes_without_redoing_anything(smoke_run):
     after = {p: os.path.getmtime(p) for p in before}
     assert after == before  # no step's output was rewritten
 
-
-def _has_gxx():
-    import shutil
-
-    return shutil.which("g++") is not None
