@@ -22,6 +22,7 @@ COMMANDS = {
     "albert-race": "albert_tf.run_race",
     "albert-convert": "albert_tf.convert",
     "albert-export": "export.export_saved_model",
+    "albert-export-tflite": "export.export_tflite",
     "albert-client": "export.client",
     "albert-serving-loader": "export.cc_loader",
     "albert-saved-model-cli": "export.saved_model_cli",

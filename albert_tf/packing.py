@@ -148,3 +148,34 @@ def pack_in_graph(ids_a, ids_b=None, max_seq_length: int = 512) -> dict:
     keep_a = tf.minimum(len_a, tf.maximum((budget + 1) // 2, budget - len_b))
     keep_b = tf.minimum(len_b, tf.maximum(budget // 2, budget - len_a))
     return join_in_graph(keep_first(ids_a, keep_a), keep_first(ids_b, keep_b))
+
+
+def pack_row_in_graph(ids_a, ids_b=None, max_seq_length: int = 512) -> dict:
+    """`pack_in_graph` of one example of 1-D int32 ids, with dense ops only (no ragged tensors),
+    as a TensorFlow Lite graph needs: the same truncation (longest first, from the end) and
+    layout.
+
+    Returns:
+        dict of int32 [1, length] tensors `input_ids`, `input_mask`, `segment_ids` (no padding).
+    """
+    import tensorflow as tf
+
+    pair = ids_b is not None
+    _check_max_seq_length(max_seq_length, pair)
+    len_a = tf.size(ids_a)
+    if pair:
+        len_b = tf.size(ids_b)
+        budget = max_seq_length - PAIR_SPECIAL_TOKENS
+        keep_a = tf.minimum(len_a, tf.maximum((budget + 1) // 2, budget - len_b))
+        keep_b = tf.minimum(len_b, tf.maximum(budget // 2, budget - len_a))
+    else:
+        keep_a = tf.minimum(len_a, max_seq_length - SINGLE_SPECIAL_TOKENS)
+    cls, sep = tf.constant([CLS_ID], tf.int32), tf.constant([SEP_ID], tf.int32)
+    parts = [cls, tf.cast(ids_a[:keep_a], tf.int32), sep]
+    segment_ids = tf.zeros([keep_a + 2], tf.int32)
+    if pair:
+        parts += [tf.cast(ids_b[:keep_b], tf.int32), sep]
+        segment_ids = tf.concat([segment_ids, tf.ones([keep_b + 1], tf.int32)], axis=0)
+    input_ids = tf.concat(parts, axis=0)
+    return {"input_ids": input_ids[None], "input_mask": tf.ones_like(input_ids)[None],
+            "segment_ids": segment_ids[None]}

@@ -117,21 +117,21 @@ class Tokenizer:
 
     def tokenize(self, text: str) -> list[str]:
         """Pieces of `text` after preprocessing, with the official digit-comma re-split."""
-        pieces = self.sp.EncodeAsPieces(self.preprocess(text))
         out = []
-        for piece in pieces:
-            if len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit():
-                sub = self.sp.EncodeAsPieces(piece[:-1].replace(SPIECE_UNDERLINE, ""))
-                if piece[0] != SPIECE_UNDERLINE and sub and sub[0][0] == SPIECE_UNDERLINE:
-                    if len(sub[0]) == 1:
-                        sub = sub[1:]
-                    else:
-                        sub[0] = sub[0][1:]
-                out.extend(sub)
-                out.append(piece[-1])
-            else:
-                out.append(piece)
+        for piece in self.sp.EncodeAsPieces(self.preprocess(text)):
+            out.extend(self._resplit(piece) if _is_digit_comma(piece) else [piece])
         return out
+
+    def _resplit(self, piece: str) -> list[str]:
+        """The official re-split of a piece ending in digit + comma (depends on the piece
+        alone, so it is also a table over the vocabulary: `resplit_table`)."""
+        sub = self.sp.EncodeAsPieces(piece[:-1].replace(SPIECE_UNDERLINE, ""))
+        if piece[0] != SPIECE_UNDERLINE and sub and sub[0][0] == SPIECE_UNDERLINE:
+            if len(sub[0]) == 1:
+                sub = sub[1:]
+            else:
+                sub[0] = sub[0][1:]
+        return sub + [piece[-1]]
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text` (no [CLS]/[SEP])."""
@@ -159,6 +159,100 @@ class Tokenizer:
 
     def in_graph(self) -> "InGraphTokenizer":
         return InGraphTokenizer(self.model_proto, self.do_lower_case)
+
+    # -- on device (TensorFlow Lite) ----------------------------------------------------------
+    @functools.cached_property
+    def on_device_model_proto(self) -> bytes:
+        """This SentencePiece model with the official preprocessing compiled into its normalizer,
+        for tensorflow-text's `FastSentencepieceTokenizer` (the tokenizer TensorFlow Lite runs).
+
+        SentencePiece normalizes with a character map (longest match of a source string,
+        replaced by a target). The map written here sends each source `s` to
+        `model_normalizer(preprocess(s))`, over every source of the model's own map and every
+        code point the preprocessing changes (whitespace to " ", NFKD, combining marks dropped,
+        lowercasing), plus "``" and "''" to '"'. SentencePiece's own whitespace handling then
+        collapses and strips spaces as `str.split()` did. Two further changes: "[MASK]" maps to
+        " [MASK] " and the [MASK] piece becomes a user-defined symbol, so a literal "[MASK]" in
+        the text is the [MASK] id (`OnDeviceTokenizer` drops the "▁" piece this puts before
+        it); ids, pieces and scores are unchanged. The digit-comma re-split is
+        `resplit_table`."""
+        import sentencepiece as spm
+        from sentencepiece import sentencepiece_model_pb2
+
+        model_normalizer = spm.SentencePieceNormalizer(
+            model_proto=self.model_proto, add_dummy_prefix=False, remove_extra_whitespaces=False,
+            escape_whitespaces=False)
+        preprocessed = dict(_preprocessed_code_points(self.do_lower_case))
+        sources = {source for source, _ in model_normalizer.Decompile()} | set(preprocessed)
+
+        def preprocess(source):
+            if len(source) == 1:
+                return preprocessed.get(source, source)
+            return "".join(preprocessed.get(c, c) for c in source)
+
+        rules = []
+        for source in sorted(sources):
+            target = model_normalizer.Normalize(preprocess(source))
+            if target != source:
+                rules.append((source, target))
+        rules += [("``", '"'), ("''", '"'), (MASK_PIECE, f" {MASK_PIECE} ")]
+        spec = sentencepiece_model_pb2.NormalizerSpec()
+        spec.ParseFromString(spm.SentencePieceNormalizer(
+            norm_map=rules).serialized_normalizer_spec())
+        proto = sentencepiece_model_pb2.ModelProto()
+        proto.ParseFromString(self.model_proto)
+        proto.normalizer_spec.name = "albert_tf_official_preprocessing"
+        proto.normalizer_spec.precompiled_charsmap = spec.precompiled_charsmap
+        proto.pieces[MASK_ID].type = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+        return proto.SerializeToString()
+
+    @functools.cached_property
+    def resplit_table(self):
+        """numpy int32 [vocab_size, K]: row i is the ids piece i becomes after the official
+        digit-comma re-split (itself for every other piece), padded with -1; None when no piece
+        of the vocabulary ends in digit + comma."""
+        import numpy as np
+
+        rows = {i: self.pieces_to_ids(self._resplit(self.sp.IdToPiece(i)))
+                for i in range(self.vocab_size) if _is_digit_comma(self.sp.IdToPiece(i))}
+        if not rows:
+            return None
+        table = np.full((self.vocab_size, max(map(len, rows.values()))), -1, np.int32)
+        table[:, 0] = np.arange(self.vocab_size)
+        for i, ids in rows.items():
+            table[i, :len(ids)] = ids
+        return table
+
+    def on_device(self) -> "OnDeviceTokenizer":
+        return OnDeviceTokenizer(self)
+
+
+def _is_digit_comma(piece: str) -> bool:
+    # The official test: len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit().
+    return len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit()
+
+
+@functools.lru_cache(maxsize=None)
+def _preprocessed_code_points(do_lower_case: bool) -> tuple:
+    """((c, preprocess(c)), ...) for every code point the official preprocessing changes, taken
+    one character at a time (whitespace becomes " "; collapsing is SentencePiece's). Character
+    by character equals the whole string except for context: the final-sigma rule of Python's
+    lowercasing ("ς" at the end of a word) and the "``"/"''" quotes."""
+    out = []
+    for cp in range(sys.maxunicode + 1):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        c = chr(cp)
+        if c.isspace():
+            target = " "
+        else:
+            target = "".join(d for d in unicodedata.normalize("NFKD", c)
+                             if not unicodedata.combining(d))
+            if do_lower_case:
+                target = target.lower()
+        if target != c:
+            out.append((c, target))
+    return tuple(out)
 
 
 # Official `_is_start_piece_sp` punctuation (google-research/albert create_pretraining_data.py):
@@ -346,3 +440,76 @@ class InGraphTokenizer:
     def id_to_piece(self, ids):
         """The pieces of int ids (any shape), as strings."""
         return self._sp.id_to_string(ids)
+
+
+class OnDeviceTokenizer:
+    """The same tokenizer with ops TensorFlow Lite runs: tensorflow-text's
+    `FastSentencepieceTokenizer` on `Tokenizer.on_device_model_proto` (the official
+    preprocessing compiled into SentencePiece's normalizer), then the digit-comma re-split as a
+    table lookup and the "▁" before each [MASK] dropped, all with dense TensorFlow ops (no
+    ragged tensors, no string ops), so a graph using it converts with TFLite builtins plus the
+    two tensorflow-text custom ops (`tensorflow_text.tflite_registrar`).
+
+    `encode_with_masks` equals `Tokenizer.encode_with_masks` except where the preprocessing
+    depends on context (`_preprocessed_code_points`): a word-final capital sigma, and a
+    multi-character source of the model's own normalizer that the preprocessing of a
+    *neighbouring* character completes. Measured on the shipped corpora by
+    `tests/test_tflite.py`.
+    """
+
+    def __init__(self, tokenizer: Tokenizer):
+        import tensorflow as tf
+        import tensorflow_text as tf_text
+
+        self.sentencepiece = tf_text.FastSentencepieceTokenizer(tokenizer.on_device_model_proto)
+        space = tokenizer.sp.PieceToId(SPIECE_UNDERLINE)
+        self._space_id = space if tokenizer.sp.IdToPiece(space) == SPIECE_UNDERLINE else -1
+        table = tokenizer.resplit_table
+        self._resplit = None if table is None else tf.constant(table)
+        self.vocab_size = tokenizer.vocab_size
+
+    def encode_flat(self, strings):
+        """(ids, rows): int32 [n] ids of every string of `strings` [batch], concatenated, and
+        int64 [n] the index of the string each came from."""
+        import tensorflow as tf
+
+        tokens = self.sentencepiece.tokenize(strings)
+        ids = tf.cast(tokens.flat_values, tf.int32)
+        rows = tf.cast(tokens.value_rowids(), tf.int64)
+        return self._finish(ids, rows)
+
+    def encode_one(self, text):
+        """int32 [n] ids of one string (`text`: string [] or [1]); the form a TFLite graph uses
+        (no row bookkeeping)."""
+        import tensorflow as tf
+
+        ids = tf.cast(self.sentencepiece.tokenize(tf.reshape(text, [1])).flat_values, tf.int32)
+        return self._finish(ids, None)[0]
+
+    def _finish(self, ids, rows):
+        import tensorflow as tf
+
+        if self._space_id >= 0:  # "x [MASK]" gives "▁x", "▁", "[MASK]": drop that "▁"
+            following = tf.concat([ids[1:], [-1]], axis=0)
+            drop = tf.equal(ids, self._space_id) & tf.equal(following, MASK_ID)
+            if rows is not None:
+                drop &= tf.equal(tf.concat([rows[1:], [-1]], axis=0), rows)
+            keep = tf.logical_not(drop)
+            ids = tf.boolean_mask(ids, keep)
+            rows = None if rows is None else tf.boolean_mask(rows, keep)
+        if self._resplit is not None:
+            replaced = tf.gather(self._resplit, ids)  # [n, K], -1 padded
+            valid = tf.reshape(replaced >= 0, [-1])
+            ids = tf.boolean_mask(tf.reshape(replaced, [-1]), valid)
+            if rows is not None:
+                rows = tf.boolean_mask(tf.reshape(tf.broadcast_to(
+                    rows[:, None], tf.shape(replaced, out_type=rows.dtype)), [-1]), valid)
+        return ids, rows
+
+    def encode_with_masks(self, strings):
+        """int32 RaggedTensor [batch, (ids)] (for TensorFlow graphs and tests)."""
+        import tensorflow as tf
+
+        ids, rows = self.encode_flat(strings)
+        return tf.RaggedTensor.from_value_rowids(ids, rows,
+                                                 nrows=tf.shape(strings, out_type=tf.int64)[0])

@@ -88,6 +88,17 @@ def load_for_export(path: str, checkpoint: str = "latest", spm_model_file: str |
     path = os.fspath(path)
     record = {"path": os.path.abspath(path)}
     labels = None
+    version = exported_version(path)
+    if version:
+        model, stored = load_exported(version)
+        record.update(type="saved_model", version_dir=version, labels=stored.get("labels"),
+                      max_seq_length=stored.get("max_seq_length"),
+                      text_pair=stored.get("text_pair", False))
+        spm_model_file = spm_model_file or os.path.join(version, "assets.extra",
+                                                        stored["sentencepiece_model"])
+        if not os.path.exists(spm_model_file):
+            raise ExportError(f"SentencePiece model not found: {spm_model_file}")
+        return model, spm_model_file, record
     if path.endswith(".keras") or os.path.exists(os.path.join(path, FORMAT_FILE)):
         model = load_pretrained(path)
         record["type"] = "albert_tf"
@@ -119,6 +130,43 @@ def load_for_export(path: str, checkpoint: str = "latest", spm_model_file: str |
         raise ExportError(f"SentencePiece model not found: {spm_model_file}")
     record["labels"] = labels
     return model, spm_model_file, record
+
+
+def exported_version(path: str) -> str | None:
+    """The version directory of one of our SavedModel exports: `path` itself (BASE/NAME/N) or
+    the newest version of BASE/NAME; None when `path` is neither."""
+    if os.path.exists(os.path.join(path, "assets.extra", EXPORT_RECORD)):
+        return path
+    versions = [name for name in (os.listdir(path) if os.path.isdir(path) else [])
+                if re.fullmatch(r"\d+", name)
+                and os.path.exists(os.path.join(path, name, "assets.extra", EXPORT_RECORD))]
+    return os.path.join(path, max(versions, key=int)) if versions else None
+
+
+def load_exported(version_dir: str):
+    """(model, export record) of a SavedModel version written by `export_saved_model`: the
+    model rebuilt from the record (kind, config, labels) and its weights read from the
+    SavedModel's variables (tracked in the model's own weight order)."""
+    import tensorflow_text  # noqa: F401 - the SentencePiece ops of the graph
+
+    from albert_tf.checkpoints import build_model
+    from albert_tf.config import AlbertConfig
+
+    with open(os.path.join(version_dir, "assets.extra", EXPORT_RECORD), encoding="utf-8") as f:
+        stored = json.load(f)
+    with tf.device("/cpu:0"):
+        model = build_model(stored["model"], AlbertConfig.from_dict(stored["config"]),
+                            stored.get("num_labels"))
+    loaded = tf.saved_model.load(version_dir)
+    variables = list(getattr(loaded, "model_variables", []))
+    if len(variables) != len(model.weights) or any(
+            tuple(v.shape) != tuple(w.shape) for v, w in zip(variables, model.weights)):
+        raise ExportError(f"{version_dir}'s variables do not match a {stored['model']} of its "
+                          f"recorded config ({len(variables)} variables, {len(model.weights)} "
+                          "expected); it was not written by this version of export_saved_model.")
+    for weight, variable in zip(model.weights, variables):
+        weight.assign(variable.numpy())
+    return model, stored
 
 
 def host_copy(model):

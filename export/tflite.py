@@ -1,0 +1,303 @@
+"""ALBERT as a TensorFlow Lite model that takes raw text (or token ids), for phones.
+
+One signature, `serving_default`, one example per invocation (batch dimension 1):
+
+- `--inputs text` (default): `text` (string [1]), and `text_b` (string [1]) for a model exported
+  with `text_pair=True`. Tokenized inside the model by `albert_tf.tokenization.OnDeviceTokenizer`
+  (tensorflow-text's `FastSentencepieceTokenizer` with the official preprocessing compiled into
+  the SentencePiece normalizer; a literal "[MASK]" is the [MASK] id), packed and truncated to
+  `max_seq_length` as the SavedModel does (`albert_tf.packing.pack_row_in_graph`), no padding.
+- `--inputs tokens`: `input_ids`, `input_mask`, `segment_ids` (int32 [1, length]), for apps
+  that tokenize themselves.
+
+Outputs, as the SavedModel's `serving_default` (`export.serving`): `input_ids`, `input_mask`,
+`segment_ids` (what the model saw, [1, length]); classifier: `logits`, `probabilities` [1, C],
+`label` [1] (regression: `logits` [1, 1], `score` [1]); pretrainer: `pooled_output` [1, H],
+`sequence_output` [1, length, H] and, for each [MASK] in order, `mask_positions` [1, M],
+`fill_mask_ids`, `fill_mask_pieces`, `fill_mask_probabilities` [1, M, top_k] (M is at least 1:
+a text without [MASK] gives one entry of position -1, id -1, piece "" and probability 0, the
+SavedModel's padding; TFLite cannot return an empty tensor); backbone:
+`pooled_output`, `sequence_output`.
+
+The graph uses TFLite builtin ops plus tensorflow-text's `TFText>FastSentencepieceTokenize`
+(text inputs only): an interpreter needs tensorflow-text's registrar
+(`tensorflow_text.tflite_registrar.SELECT_TFTEXT_OPS`; `interpreter()` here does it). Token
+inputs out of range (ids >= vocab_size, length > max_position_embeddings) are not checked in
+the graph (TFLite has no assertions): the interpreter fails on the gather.
+
+Quantization (`quantize`): "none" (float32), "float16" (weights stored as float16, computed in
+float32), "dynamic_int8" (weights int8; matrix products quantize activations per call).
+
+Beside `FILE.tflite`, `FILE.json` records the signature, inputs, outputs, labels, quantization,
+sizes and the agreement with the float32 TensorFlow graph measured at export.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import warnings
+
+import numpy as np
+import tensorflow as tf
+
+from albert_tf import features as F
+from albert_tf.packing import pack_row_in_graph
+from albert_tf.tokenization import MASK_ID, Tokenizer
+from export.serving import AlbertServingModule
+
+QUANTIZATIONS = ("none", "float16", "dynamic_int8")
+INPUTS = ("text", "tokens")
+SIGNATURE = "serving_default"
+KINDS = ("pretrainer", "classifier", "backbone")
+CHECK_TEXTS = ("ALBERT shares one transformer block across all of its layers.",
+               "The capital of France is [MASK].",
+               "A touching, funny and beautifully acted film.",
+               "")
+
+
+class TFLiteExportError(ValueError):
+    """A model cannot be exported to TensorFlow Lite as asked; the message names the fix."""
+
+
+class TFLiteModule(AlbertServingModule):
+    """`AlbertServingModule`'s outputs for one example, with ops TensorFlow Lite runs."""
+
+    def __init__(self, model, kind, tokenizer: Tokenizer, max_seq_length=512, top_k=5,
+                 text_pair=False, labels=None):
+        super().__init__(model, kind, tokenizer.model_proto, tokenizer.do_lower_case,
+                         max_seq_length=max_seq_length, top_k=top_k, text_pair=text_pair,
+                         labels=labels)
+        self.sentencepiece = None  # the SavedModel tokenizer's resource is not part of this graph
+        self.tokenizer = tokenizer.on_device()
+        # every piece, then "" (index vocab_size) for padding entries: TFLite selects no strings
+        self._pieces = tf.constant([tokenizer.sp.IdToPiece(i)
+                                    for i in range(tokenizer.vocab_size)] + [""])
+
+    def _check_tokens(self, features):
+        # TFLite has no assertion ops; out-of-range ids fail in the interpreter's gather.
+        return {name: tf.cast(features[name], tf.int32) for name in F.BACKBONE_INPUTS}
+
+    def _fill_mask(self, input_ids, mlm_logits_fn):
+        found = tf.cast(tf.where(tf.equal(input_ids[0], MASK_ID))[:, 0], tf.int32)
+        # TFLite cannot hand out an empty tensor: with no [MASK] there is one padding entry
+        # (position -1, id -1, piece "", probability 0), as the SavedModel pads short rows.
+        count = tf.maximum(tf.size(found), 1)
+        positions = tf.concat([found, [-1]], axis=0)[:count][None]  # [1, M]
+        valid = positions >= 0
+        logits = mlm_logits_fn(tf.maximum(positions, 0))  # [1, M, V]
+        probabilities, ids = tf.math.top_k(tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1),
+                                           k=self.top_k)
+        valid_k = tf.broadcast_to(valid[:, :, None], tf.shape(ids))
+        return {"mask_positions": positions,
+                "fill_mask_ids": tf.where(valid_k, ids, -1),
+                "fill_mask_pieces": tf.gather(self._pieces, tf.where(
+                    valid_k, ids, tf.shape(self._pieces)[0] - 1)),
+                "fill_mask_probabilities": tf.where(valid_k, probabilities, 0.0)}
+
+    def tokens_from_text(self, text, text_b=None):
+        ids_b = None if text_b is None else self.tokenizer.encode_one(text_b)
+        return pack_row_in_graph(self.tokenizer.encode_one(text), ids_b, self.max_seq_length)
+
+    def function(self, inputs: str):
+        """The concrete function of `serving_default` for `inputs` ("text" or "tokens")."""
+        if inputs == "tokens":
+            spec = [tf.TensorSpec([1, None], tf.int32, name=name) for name in F.BACKBONE_INPUTS]
+            fn = tf.function(lambda input_ids, input_mask, segment_ids: self.outputs_from_tokens(
+                {F.INPUT_IDS: input_ids, F.INPUT_MASK: input_mask, F.SEGMENT_IDS: segment_ids}))
+        elif self.text_pair:
+            spec = [tf.TensorSpec([1], tf.string, name=name) for name in ("text", "text_b")]
+            fn = tf.function(lambda text, text_b: self.outputs_from_tokens(
+                self.tokens_from_text(text, text_b)))
+        else:
+            spec = [tf.TensorSpec([1], tf.string, name="text")]
+            fn = tf.function(lambda text: self.outputs_from_tokens(self.tokens_from_text(text)))
+        return fn.get_concrete_function(*spec)
+
+
+# ---------------------------------------------------------------------------------------------
+def interpreter(model, num_threads: int | None = None):
+    """A TFLite interpreter of `model` (a path or the file's bytes) with tensorflow-text's ops
+    registered, tensors allocated."""
+    import importlib
+
+    from tensorflow_text import tflite_registrar
+
+    module = importlib.import_module("tensorflow.lite.python.interpreter")
+    kwargs = {"model_content": model} if isinstance(model, (bytes, bytearray)) else {
+        "model_path": os.fspath(model)}
+    with warnings.catch_warnings():  # tf.lite.Interpreter's notice that LiteRT replaces it
+        warnings.simplefilter("ignore")
+        result = module.InterpreterWithCustomOps(
+            custom_op_registerers=tflite_registrar.SELECT_TFTEXT_OPS, num_threads=num_threads,
+            **kwargs)
+    result.allocate_tensors()
+    return result
+
+
+def run(runner, inputs: dict) -> dict:
+    """Calls a signature runner on numpy inputs (strings as bytes or str)."""
+    feed = {}
+    for name, value in inputs.items():
+        array = np.asarray(value)
+        if array.dtype.kind in "US":
+            array = np.array([v.encode() if isinstance(v, str) else v
+                              for v in array.reshape(-1)], dtype=object).reshape(array.shape)
+        feed[name] = array
+    return runner(**feed)
+
+
+def _converter(concrete_function, module, quantize):
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete_function], module)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    converter.allow_custom_ops = True  # tensorflow-text's, registered by its registrar
+    if quantize == "float16":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.target_spec.supported_types = [tf.float16]
+    elif quantize == "dynamic_int8":
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    return converter
+
+
+def _check_inputs(module, inputs, tokenizer):
+    """Requests to compare the file with the TensorFlow graph on."""
+    texts = list(CHECK_TEXTS)
+    if inputs == "text":
+        if module.text_pair:
+            return [{"text": np.array([a.encode()], object),
+                     "text_b": np.array([b.encode()], object)}
+                    for a, b in zip(texts, texts[1:] + texts[:1])]
+        return [{"text": np.array([t.encode()], object)} for t in texts]
+    from albert_tf.packing import pack_ids
+
+    out = []
+    for text in texts:
+        ids, segments = pack_ids(tokenizer.encode_with_masks(text), None, module.max_seq_length)
+        out.append({F.INPUT_IDS: np.array([ids], np.int32),
+                    F.INPUT_MASK: np.ones([1, len(ids)], np.int32),
+                    F.SEGMENT_IDS: np.array([segments], np.int32)})
+    return out
+
+
+def compare_outputs(expected: dict, got: dict) -> dict:
+    """{output: largest absolute difference} of the float outputs; raises if an int or string
+    output (ids, positions, labels, pieces) differs in shape."""
+    diffs = {}
+    for name, value in expected.items():
+        value = np.asarray(value)
+        other = np.asarray(got[name])
+        if value.shape != other.shape:
+            raise AssertionError(f"{name}: shape {other.shape}, expected {value.shape}")
+        if value.dtype.kind == "f":
+            diffs[name] = float(np.max(np.abs(value - other))) if value.size else 0.0
+    return diffs
+
+
+def export_tflite(model, output: str, spm_model_file: str, quantize: str = "none",
+                  inputs: str = "text", max_seq_length: int | None = None, top_k: int = 5,
+                  text_pair: bool = False, labels=None, do_lower_case: bool = True,
+                  source: dict | None = None, tolerance: float = 1e-4) -> dict:
+    """Writes `model` as a TensorFlow Lite file and returns its record (also `FILE.json`).
+
+    Args:
+        model: a pretrainer, classifier or backbone (any strategy or dtype policy; a float32
+            host copy is exported).
+        output: the `.tflite` path (written whole or not at all; an existing file is refused).
+        spm_model_file: the SentencePiece model the model was trained with.
+        quantize: "none", "float16" or "dynamic_int8".
+        inputs: "text" (raw text, tokenized in the model) or "tokens".
+        max_seq_length: longest packed sequence of text inputs (default: min(512,
+            max_position_embeddings)).
+        top_k: fill-mask candidates per [MASK] (pretrainer).
+        text_pair: the text signature takes `text` and `text_b`.
+        labels: class names of a classifier.
+        tolerance: largest difference allowed between a float32 file and the TensorFlow graph
+            on the check requests (quantized files: measured and recorded, not enforced).
+    """
+    from albert_tf.checkpoints import model_kind
+    from export.saved_model import host_copy
+
+    if quantize not in QUANTIZATIONS:
+        raise TFLiteExportError(f"--quantize must be one of {', '.join(QUANTIZATIONS)}; got "
+                                f"{quantize!r}.")
+    if inputs not in INPUTS:
+        raise TFLiteExportError(f"--inputs must be text or tokens; got {inputs!r}.")
+    output = os.path.abspath(os.fspath(output))
+    if not output.endswith(".tflite"):
+        raise TFLiteExportError(f"--output must end in .tflite; got {output!r}.")
+    if os.path.exists(output):
+        raise TFLiteExportError(f"{output} exists; choose another --output (or delete it).")
+    kind = model_kind(model)
+    if kind not in KINDS:
+        raise TFLiteExportError(
+            f"A {kind} model has no TensorFlow Lite export (its text pipeline needs windows, "
+            "options or spans the on-device graph does not have); export a SavedModel with "
+            "python -m export.export_saved_model.")
+    if max_seq_length is None:
+        max_seq_length = min(512, model.config.max_position_embeddings)
+    if max_seq_length > model.config.max_position_embeddings:
+        raise TFLiteExportError(f"--max_seq_length={max_seq_length} exceeds the model's "
+                                f"max_position_embeddings={model.config.max_position_embeddings}.")
+    tokenizer = Tokenizer(spm_model_file, do_lower_case)
+    if tokenizer.vocab_size != model.config.vocab_size:
+        raise TFLiteExportError(
+            f"{spm_model_file} has {tokenizer.vocab_size} pieces but the model's vocab_size is "
+            f"{model.config.vocab_size}: pass the SentencePiece model the model was trained "
+            "with (--spm_model_file).")
+    module = TFLiteModule(host_copy(model), kind, tokenizer, max_seq_length=max_seq_length,
+                          top_k=top_k, text_pair=text_pair, labels=labels)
+    function = module.function(inputs)
+    content = _converter(function, module, quantize).convert()
+
+    # The file against the TensorFlow graph it came from, on real requests.
+    runner = interpreter(content).get_signature_runner(SIGNATURE)
+    differences = {}
+    for request in _check_inputs(module, inputs, tokenizer):
+        expected = {k: v.numpy() for k, v in function(**{
+            k: tf.constant(v) for k, v in request.items()}).items()}
+        got = run(runner, request)
+        for name, diff in compare_outputs(expected, got).items():
+            differences[name] = max(differences.get(name, 0.0), diff)
+        for name in ("input_ids", "label", "fill_mask_ids"):
+            if name in expected and quantize == "none" and not np.array_equal(
+                    expected[name], got[name]):
+                raise TFLiteExportError(f"The TFLite file's {name} differ from the TensorFlow "
+                                        f"graph's on {request}; please report this.")
+    worst = max(differences.values(), default=0.0)
+    if quantize == "none" and worst > tolerance:
+        raise TFLiteExportError(f"The float32 TFLite file differs from the TensorFlow graph by "
+                                f"{worst:.3g} (> {tolerance}) on the check requests: "
+                                f"{differences}; please report this.")
+    details = runner.get_input_details(), runner.get_output_details()
+    record = {
+        "model": kind, "signature": SIGNATURE, "inputs": inputs, "quantize": quantize,
+        "input_names": sorted(details[0]), "output_names": sorted(details[1]),
+        "max_seq_length": max_seq_length, "top_k": module.top_k if kind == "pretrainer" else None,
+        "text_pair": bool(text_pair), "labels": module.labels, "do_lower_case": do_lower_case,
+        "config": model.config.to_dict(), "size_bytes": len(content),
+        "custom_ops": ["TFText>FastSentencepieceTokenize"] if inputs == "text" else [],
+        "check_max_abs_difference": differences,
+        "sentencepiece_model": os.path.basename(spm_model_file),
+        "exported_with": {"tensorflow": tf.__version__}, "source": source or {},
+    }
+    os.makedirs(os.path.dirname(output), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".tflite", dir=os.path.dirname(output))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(content)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is not what a written file should be
+        with open(record_path(output), "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=2)
+        os.rename(tmp, output)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return record
+
+
+def record_path(output: str) -> str:
+    return output[:-len(".tflite")] + ".json"
