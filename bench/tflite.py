@@ -47,7 +47,9 @@ def main(argv):
     del argv
     import tensorflow as tf
     import tensorflow_text  # noqa: F401
+    from absl import logging
 
+    logging.set_verbosity(logging.WARNING)  # the converter's INFO lines
     from export.saved_model import export_saved_model, exported_version, load_for_export
     from export.tflite import export_tflite, interpreter, run
 
