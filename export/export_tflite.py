@@ -51,6 +51,10 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
+    if os.path.exists(FLAGS.output):  # before loading anything
+        print(f"error: {FLAGS.output} exists; choose another --output (or delete it).",
+              file=sys.stderr)
+        return 1
     from albert_tf.checkpoints import CheckpointError
     from export.saved_model import ExportError, load_for_export
     from export.tflite import TFLiteExportError, export_tflite

@@ -113,6 +113,16 @@ def generated_data(tmp_path_factory, prepared_corpus, sample_vocab):
     return {"files": list(job.output_files), "summary": summary, "job": job}
 
 
+@pytest.fixture(scope="session")
+def serving_loader(tmp_path_factory):
+    """(binary, tensorflow_info) of the C++ loader that stands in for TF Serving, compiled once
+    for the session (about 25 s)."""
+    from export.cc_loader import compile_loader, tensorflow_info
+
+    info = tensorflow_info()
+    return compile_loader(info, str(tmp_path_factory.mktemp("loader") / "serving_loader")), info
+
+
 # ---------------------------------------------------------------------------------------------
 # SavedModel exports (tests/test_export.py, tests/test_client.py).
 EXPORT_MAX_SEQ = 48

@@ -313,13 +313,12 @@ def test_refused_export_leaves_no_version(exported, sample_vocab, tmp_path):
     assert os.listdir(base) == []  # no version, no temporary directory
 
 
-def test_loaded_from_cpp_the_way_tf_serving_does(exported, tmp_path):
+def test_loaded_from_cpp_the_way_tf_serving_does(exported, tmp_path, serving_loader):
     """LoadSavedModel(tag "serve") into a SavedModelBundle, tensor names from the signature_def,
     Session::Run, tensorflow-text ops loaded through TF_LoadLibrary: outputs equal Python's."""
-    from export.cc_loader import compile_loader, run_loader, tensorflow_info
+    from export.cc_loader import run_loader
 
-    info = tensorflow_info()
-    binary = compile_loader(info, str(tmp_path / "serving_loader"))
+    binary, info = serving_loader
     _, path, loaded = exported["pretrainer"]
     texts = np.array([t.encode() for t in TEXTS], dtype=object)
     result = run_loader(binary, path, info["op_libraries"], "serving_default", {"text": texts},

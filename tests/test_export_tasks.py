@@ -229,12 +229,11 @@ def test_task_warmup_requests_replay(squad_export, race_export):
 
 
 def test_task_exports_load_from_cpp_the_way_tf_serving_does(squad_export, race_export,
-                                                              tmp_path):
-    from export.cc_loader import compile_loader, run_loader, tensorflow_info
+                                                              tmp_path, serving_loader):
+    from export.cc_loader import run_loader
     from export.ops_check import check_saved_model_ops
 
-    info = tensorflow_info()
-    binary = compile_loader(info, str(tmp_path / "serving_loader"))
+    binary, info = serving_loader
     _, path, loaded, questions, _ = squad_export
     assert "RegexSplitWithOffsets" in check_saved_model_ops(path)
     inputs = {"question": np.array([q["question"].encode() for q in questions[:8]], object),
