@@ -177,8 +177,8 @@ class Tokenizer:
         it); ids, pieces and scores are unchanged. The digit-comma re-split is
         `resplit_table`."""
         import sentencepiece as spm
-        from sentencepiece import sentencepiece_model_pb2
 
+        messages = _model_proto_messages()
         model_normalizer = spm.SentencePieceNormalizer(
             model_proto=self.model_proto, add_dummy_prefix=False, remove_extra_whitespaces=False,
             escape_whitespaces=False)
@@ -196,14 +196,14 @@ class Tokenizer:
             if target != source:
                 rules.append((source, target))
         rules += [("``", '"'), ("''", '"'), (MASK_PIECE, f" {MASK_PIECE} ")]
-        spec = sentencepiece_model_pb2.NormalizerSpec()
+        spec = messages["NormalizerSpec"]()
         spec.ParseFromString(spm.SentencePieceNormalizer(
             norm_map=rules).serialized_normalizer_spec())
-        proto = sentencepiece_model_pb2.ModelProto()
+        proto = messages["ModelProto"]()
         proto.ParseFromString(self.model_proto)
         proto.normalizer_spec.name = "albert_tf_official_preprocessing"
         proto.normalizer_spec.precompiled_charsmap = spec.precompiled_charsmap
-        proto.pieces[MASK_ID].type = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+        proto.pieces[MASK_ID].type = _USER_DEFINED
         return proto.SerializeToString()
 
     @functools.cached_property
@@ -230,6 +230,45 @@ class Tokenizer:
 def _is_digit_comma(piece: str) -> bool:
     # The official test: len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit().
     return len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit()
+
+
+_USER_DEFINED = 4  # sentencepiece's ModelProto.SentencePiece.Type.USER_DEFINED
+
+
+@functools.lru_cache(maxsize=None)
+def _model_proto_messages() -> dict:
+    """Message classes for SentencePiece's ModelProto with only the fields edited here (pieces:
+    piece/score/type; normalizer_spec: name/precompiled_charsmap), every other field kept as an
+    unknown field through parse and serialize. Built at run time in a private descriptor pool:
+    sentencepiece's generated `sentencepiece_model_pb2` demands protobuf >= 7.36 at import,
+    while the optional Beam group (`pip install .[beam]`) needs protobuf 6."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    F = descriptor_pb2.FieldDescriptorProto
+    file = descriptor_pb2.FileDescriptorProto(
+        name="albert_tf/sentencepiece_model_subset.proto", package="albert_tf_spm",
+        syntax="proto2")
+
+    def message(name, fields):
+        m = file.message_type.add(name=name)
+        for field_name, number, kind, label, type_name in fields:
+            m.field.add(name=field_name, number=number, type=kind, label=label,
+                        **({"type_name": type_name} if type_name else {}))
+
+    optional, repeated = F.LABEL_OPTIONAL, F.LABEL_REPEATED
+    message("SentencePiece", [("piece", 1, F.TYPE_STRING, optional, None),
+                              ("score", 2, F.TYPE_FLOAT, optional, None),
+                              ("type", 3, F.TYPE_INT32, optional, None)])  # an enum on the wire
+    message("NormalizerSpec", [("name", 1, F.TYPE_STRING, optional, None),
+                               ("precompiled_charsmap", 2, F.TYPE_BYTES, optional, None)])
+    message("ModelProto", [
+        ("pieces", 1, F.TYPE_MESSAGE, repeated, ".albert_tf_spm.SentencePiece"),
+        ("normalizer_spec", 3, F.TYPE_MESSAGE, optional, ".albert_tf_spm.NormalizerSpec")])
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return {name: message_factory.GetMessageClass(
+        pool.FindMessageTypeByName(f"albert_tf_spm.{name}"))
+        for name in ("SentencePiece", "NormalizerSpec", "ModelProto")}
 
 
 @functools.lru_cache(maxsize=None)

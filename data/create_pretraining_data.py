@@ -12,6 +12,22 @@ makes it from raw text). Output: the official feature format (`albert_tf.feature
 sidecar per file. Same seed and inputs give byte-identical files for any --num_workers.
 A killed run restarted with the same flags resumes. See `data/generator.py` and
 `data/pretraining.py` for the algorithm and its documented differences from the official one.
+
+On Apache Beam (`pip install .[beam]`), for corpora beyond one machine: the same flags plus
+`--runner` and Beam's own pipeline flags, which are passed through; the files are byte-identical
+to the local generator's (`data/beam_pipeline.py`):
+
+    python -m data.create_pretraining_data --input_file 'corpus/*.txt' --output_file out/train \
+        --num_output_shards 8 --spm_model_file 30k-clean.model --runner FnApiRunner \
+        --direct_running_mode multi_processing --direct_num_workers 8
+
+    python -m data.create_pretraining_data --input_file 'gs://BUCKET/corpus/*.txt' \
+        --output_file gs://BUCKET/tfrecords/train --num_output_shards 1000 \
+        --spm_model_file 30k-clean.model --runner DataflowRunner --project PROJECT \
+        --region us-central1 --temp_location gs://BUCKET/tmp \
+        --extra_package dist/albert_tf-0.1.0-py3-none-any.whl
+
+BUILD.md ("Data generation on Apache Beam") has the Flink and Spark commands.
 """
 
 import os
@@ -50,6 +66,10 @@ flags.DEFINE_integer("tokens_per_unit", 1_000_000,
                      "Tokens per work unit (part of what determines the output; num_workers "
                      "is not).")
 flags.DEFINE_bool("progress", True, "Show a progress line.")
+flags.DEFINE_string("runner", None,
+                    "Run on Apache Beam with this runner (FnApiRunner, DirectRunner, "
+                    "DataflowRunner, FlinkRunner, SparkRunner, PortableRunner); flags this "
+                    "command does not define are passed to Beam. Needs `pip install .[beam]`.")
 FLAGS = flags.FLAGS
 
 
@@ -67,7 +87,14 @@ def _check_vocab_file(vocab_file, spm_model_file):
 
 
 def main(argv):
-    del argv
+    pipeline_args = argv[1:]
+    if pipeline_args and not FLAGS.runner:
+        raise app.UsageError(f"Unknown arguments {pipeline_args}; flags other than this "
+                             "command's are accepted only with --runner (Beam's flags).")
+    if FLAGS.runner and FLAGS.num_workers != 1:
+        raise app.UsageError("--num_workers is the local generator's; on Beam the runner's own "
+                             "flags set the workers (e.g. --direct_num_workers, "
+                             "--max_num_workers).")
     for name in ("input_file", "output_file", "spm_model_file"):
         if not getattr(FLAGS, name):
             raise app.UsageError(f"--{name} is required.")
@@ -87,8 +114,13 @@ def main(argv):
             do_whole_word_mask=FLAGS.do_whole_word_mask,
             random_next_sentence=FLAGS.random_next_sentence, dupe_factor=FLAGS.dupe_factor,
             random_seed=FLAGS.random_seed, tokens_per_unit=FLAGS.tokens_per_unit)
-        summary = generate(job, num_workers=FLAGS.num_workers, progress=FLAGS.progress)
-    except (InputError, ValueError, FileNotFoundError) as e:
+        if FLAGS.runner:
+            from data.beam_pipeline import generate_with_beam
+
+            summary = generate_with_beam(job, [f"--runner={FLAGS.runner}"] + pipeline_args)
+        else:
+            summary = generate(job, num_workers=FLAGS.num_workers, progress=FLAGS.progress)
+    except (InputError, ValueError, FileNotFoundError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     if summary["already_complete"]:
@@ -99,12 +131,15 @@ def main(argv):
               f"file(s) in {summary['seconds']} s; SOP label 1: "
               f"{c['sentence_order_label_1'] / c['examples']:.1%}; masked positions: "
               f"{c['masked_positions']:,}")
+        if "counters" in summary:
+            print("Beam counters: " + ", ".join(f"{k} {v:,}"
+                                                for k, v in summary["counters"].items()))
     return 0
 
 
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
-    sys.exit(app.run(main))
+    sys.exit(app.run(main, flags_parser=lambda argv: FLAGS(argv, known_only=True)))
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ from data.token_cache import TokenStore, is_tokenized, tokenize_file
 
 REDUCE_STREAM = 0x5EED  # separates the reducers' random streams from the units'
 FORMAT_VERSION = 1
-_STATS = ("examples", "masked_positions", "sentence_order_label_1", "random_document",
+STATS = ("examples", "masked_positions", "sentence_order_label_1", "random_document",
           "short_target")
 
 
@@ -137,10 +137,12 @@ def _tokenize_task(path, cache_prefix):
     return tokenize_file(path, _WORKER["tokenizer"], cache_prefix)
 
 
-def _unit_task(job: GenerationJob, unit_dir, block, dupe, doc_ids, offset):
-    """Builds the examples of one (block, pass) unit and spills them grouped by shard."""
+def unit_examples(job: GenerationJob, store, vocab, block: int, dupe: int, doc_ids):
+    """The examples of one (block, dupe pass) unit, shuffled and dealt round-robin to the output
+    shards: (serialized records, int64 [n, len(STATS)] stats, per-shard index arrays into the
+    records). The local map phase and the Beam pipeline (`data.beam_pipeline`) both call it."""
     rng = np.random.default_rng([job.random_seed, block, dupe])
-    store, vocab, params = _WORKER["store"], _WORKER["vocab"], job.params
+    params = job.params
     records, stats = [], []
     for doc in doc_ids:
         for inst in create_instances_from_document(store, int(doc), params, vocab, rng):
@@ -148,13 +150,22 @@ def _unit_task(job: GenerationJob, unit_dir, block, dupe, doc_ids, offset):
             stats.append((1, len(inst.masked_lm_positions), inst.next_sentence_label,
                           int(inst.random_document), int(inst.short_target)))
     num_shards = len(job.output_files)
+    offset = (block * job.dupe_factor + dupe) % num_shards
     order = rng.permutation(len(records))
     shard_of = (np.arange(len(records)) + offset) % num_shards  # round-robin after the shuffle
     grouped = [order[shard_of == s] for s in range(num_shards)]
+    stats = np.asarray(stats, np.int64).reshape(-1, len(STATS))
+    return records, stats, grouped
+
+
+def _unit_task(job: GenerationJob, unit_dir, block, dupe, doc_ids):
+    """Builds the examples of one (block, pass) unit and spills them grouped by shard."""
+    records, stats, grouped = unit_examples(job, _WORKER["store"], _WORKER["vocab"], block,
+                                            dupe, doc_ids)
+    num_shards = len(job.output_files)
     lengths = np.array([len(records[i]) for g in grouped for i in g], np.int64)
     counts = np.array([len(g) for g in grouped], np.int64)
-    shard_stats = np.zeros((num_shards, len(_STATS)), np.int64)
-    stats = np.asarray(stats, np.int64).reshape(-1, len(_STATS))
+    shard_stats = np.zeros((num_shards, len(STATS)), np.int64)
     for s, g in enumerate(grouped):
         shard_stats[s] = stats[g].sum(0)
     name = os.path.join(unit_dir, f"unit-{block:06d}-{dupe:04d}")
@@ -183,7 +194,8 @@ def _read_unit_shard(name, shard):
 
 
 # ---------------------------------------------------------------------------------------------
-def _run_hash(job: GenerationJob, input_hashes, spm_hash) -> str:
+def compute_run_hash(job: GenerationJob, input_hashes, spm_hash) -> str:
+    """The identity of a run: what determines its output bytes (recorded in each sidecar)."""
     description = {
         "format_version": FORMAT_VERSION, "inputs": input_hashes, "spm": spm_hash,
         "outputs": [os.path.basename(o) for o in job.output_files],
@@ -194,15 +206,16 @@ def _run_hash(job: GenerationJob, input_hashes, spm_hash) -> str:
     return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()
 
 
-def _blocks(store: TokenStore, job: GenerationJob):
-    """Documents in the seeded shuffled order, cut into blocks of ~tokens_per_unit tokens."""
-    order = np.random.default_rng([job.random_seed]).permutation(len(store))
-    sizes = store.document_tokens()[order]
+def document_blocks(document_tokens: np.ndarray, random_seed: int, tokens_per_unit: int):
+    """Documents (numbered globally) in the seeded shuffled order, cut into blocks of about
+    `tokens_per_unit` tokens: a list of lists of document numbers."""
+    order = np.random.default_rng([random_seed]).permutation(len(document_tokens))
+    sizes = np.asarray(document_tokens)[order]
     blocks, current, tokens = [], [], 0
     for doc, size in zip(order.tolist(), sizes.tolist()):
         current.append(doc)
         tokens += size
-        if tokens >= job.tokens_per_unit:
+        if tokens >= tokens_per_unit:
             blocks.append(current)
             current, tokens = [], 0
     if current:
@@ -310,12 +323,11 @@ def _map_phase(run: _Run, prefixes) -> list[str]:
     """2. Units of (block, dupe pass) -> examples spilled per shard (skipping finished units);
     returns the unit names in unit order."""
     job = run.job
-    blocks = _blocks(TokenStore(prefixes), job)
+    blocks = document_blocks(TokenStore(prefixes).document_tokens(), job.random_seed,
+                             job.tokens_per_unit)
     units = [(b, d) for b in range(len(blocks)) for d in range(job.dupe_factor)]
     unit_names = [run.path("units", f"unit-{b:06d}-{d:04d}") for b, d in units]
-    num_shards = len(job.output_files)
-    todo = [(_unit_task, (job, run.path("units"), b, d, blocks[b],
-                          (b * job.dupe_factor + d) % num_shards))
+    todo = [(_unit_task, (job, run.path("units"), b, d, blocks[b]))
             for (b, d), name in zip(units, unit_names) if not os.path.exists(name + ".idx")]
     bar = _Progress("examples", len(todo), run.progress)
     _run_tasks(todo, run.num_workers, run.worker_args + (prefixes,), bar)
@@ -325,11 +337,38 @@ def _map_phase(run: _Run, prefixes) -> list[str]:
 
 def _shard_totals(unit_names, num_shards) -> np.ndarray:
     """[shard, stat] counts summed over the units' indexes."""
-    totals = np.zeros((num_shards, len(_STATS)), np.int64)
+    totals = np.zeros((num_shards, len(STATS)), np.int64)
     for name in unit_names:
         with np.load(name + ".idx") as idx:
             totals += idx["stats"][:num_shards]
     return totals
+
+
+def reduce_order(job: GenerationJob, shard: int, num_records: int) -> np.ndarray:
+    """The order in which a shard's records (gathered in unit order) are written."""
+    return np.random.default_rng([job.random_seed, REDUCE_STREAM, shard]).permutation(
+        num_records)
+
+
+def shard_metadata(job: GenerationJob, shard: int, counts: dict, total_examples: int,
+                   vocab_size: int, spm_sha256: str, inputs: list, run_hash: str) -> dict:
+    """The JSON sidecar of output shard `shard` (`albert_tf.features.sidecar_path`)."""
+    path = job.output_files[shard]
+    generation = dict(dataclasses.asdict(job.params), dupe_factor=job.dupe_factor,
+                      do_lower_case=job.do_lower_case, random_seed=job.random_seed,
+                      tokens_per_unit=job.tokens_per_unit)
+    return {
+        "format": F.SIDECAR_FORMAT, "format_version": F.SIDECAR_VERSION,
+        "file": os.path.basename(path), "shard_index": shard,
+        "num_shards": len(job.output_files),
+        "num_examples": counts["examples"], "total_examples": total_examples,
+        "max_seq_length": job.params.max_seq_length,
+        "max_predictions_per_seq": job.params.max_predictions_per_seq,
+        "vocab_size": vocab_size, "spm_model_sha256": spm_sha256,
+        "spm_model_file": os.path.abspath(job.spm_model_file),
+        "counts": counts, "generation": generation, "input_files": inputs,
+        "run_hash": run_hash,
+    }
 
 
 def _write_shard(run: _Run, shard: int, unit_names, counts: dict, total_examples: int,
@@ -344,28 +383,13 @@ def _write_shard(run: _Run, shard: int, unit_names, counts: dict, total_examples
     records = []
     for name in unit_names:
         records.extend(_read_unit_shard(name, shard)[0])
-    order = np.random.default_rng([job.random_seed, REDUCE_STREAM, shard]).permutation(
-        len(records))
     open(run.path("writing", str(shard)), "w").close()
     tmp = run.path(f"shard-{shard:05d}")
     with tf.io.TFRecordWriter(tmp + ".tfrecord") as writer:
-        for i in order.tolist():
+        for i in reduce_order(job, shard, len(records)).tolist():
             writer.write(records[i])
-    generation = dict(dataclasses.asdict(job.params), dupe_factor=job.dupe_factor,
-                      do_lower_case=job.do_lower_case, random_seed=job.random_seed,
-                      tokens_per_unit=job.tokens_per_unit)
-    meta = {
-        "format": F.SIDECAR_FORMAT, "format_version": F.SIDECAR_VERSION,
-        "file": os.path.basename(path), "shard_index": shard,
-        "num_shards": len(job.output_files),
-        "num_examples": counts["examples"], "total_examples": total_examples,
-        "max_seq_length": job.params.max_seq_length,
-        "max_predictions_per_seq": job.params.max_predictions_per_seq,
-        "vocab_size": tokenizer.vocab_size, "spm_model_sha256": tokenizer.sha256,
-        "spm_model_file": os.path.abspath(job.spm_model_file),
-        "counts": counts, "generation": generation, "input_files": run.inputs,
-        "run_hash": run.run_hash,
-    }
+    meta = shard_metadata(job, shard, counts, total_examples, tokenizer.vocab_size,
+                          tokenizer.sha256, run.inputs, run.run_hash)
     with open(tmp + ".json", "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=2)
     os.replace(tmp + ".tfrecord", path)
@@ -382,7 +406,7 @@ def _reduce_phase(run: _Run, unit_names, finished, tokenizer) -> np.ndarray:
     bar = _Progress("write", num_shards - len(finished), run.progress)
     for shard in range(num_shards):
         if shard not in finished:
-            counts = dict(zip(_STATS, totals[shard].tolist()))
+            counts = dict(zip(STATS, totals[shard].tolist()))
             _write_shard(run, shard, unit_names, counts, total_examples, tokenizer)
             bar.update(1, counts["examples"])
     bar.close()
@@ -396,7 +420,7 @@ def generate(job: GenerationJob, num_workers: int = 1, progress: bool = True) ->
     started = time.time()
     tokenizer = Tokenizer(job.spm_model_file, job.do_lower_case)  # validates the special ids
     inputs = [{"path": os.path.abspath(p), "sha256": file_sha256(p)} for p in job.input_files]
-    run_hash = _run_hash(job, [i["sha256"] for i in inputs], tokenizer.sha256)
+    run_hash = compute_run_hash(job, [i["sha256"] for i in inputs], tokenizer.sha256)
     out_dir = os.path.dirname(os.path.abspath(job.output_files[0]))
     run = _Run(job, run_hash, os.path.join(out_dir, f".albert_pretraining_{run_hash[:16]}"),
                inputs, num_workers, progress)
@@ -415,8 +439,8 @@ def generate(job: GenerationJob, num_workers: int = 1, progress: bool = True) ->
     totals = _reduce_phase(run, unit_names, finished, tokenizer)
     shutil.rmtree(run.work_dir, ignore_errors=True)
     return {"run_hash": run_hash, "already_complete": False, "outputs": list(job.output_files),
-            "total_examples": int(totals[:, 0].sum()),
-            "counts": dict(zip(_STATS, totals.sum(0).tolist())),
+            "total_examples": int(totals[:, 0].sum()), "units": len(unit_names),
+            "counts": dict(zip(STATS, totals.sum(0).tolist())),
             "seconds": round(time.time() - started, 2)}
 
 

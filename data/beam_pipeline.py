@@ -1,0 +1,457 @@
+"""Pretraining data generation on Apache Beam: the local generator's examples, on many machines.
+
+`python -m data.create_pretraining_data --runner=RUNNER ...` (or `generate_with_beam`) runs the
+algorithm of `data.generator` as a Beam pipeline, so a corpus too large for one machine is
+processed by Dataflow, Flink or Spark workers. Same inputs, flags and seed give **byte-identical
+files and sidecars** to the local generator (`generate`), for any runner and number of workers:
+not only the same multiset of examples, the same order within each file.
+
+The stages, each the local generator's own function:
+
+1. read: each input file on one worker (Beam's text reader cannot split on blank lines), split
+   into documents (`data.text_io.documents_of`); the file's SHA-256 is taken on the way (the
+   sidecar and the run hash record it). A document with a line that is not UTF-8 is dropped,
+   counted and logged with the file, line and byte; the rest of the file is used.
+2. tokenize: documents are reshuffled so one large file spreads over the workers; each document
+   is tokenized (sentences that tokenize to nothing dropped, and documents left empty).
+3. plan (one small element): documents get the local generator's global numbering (input-file
+   order, then order in the file), are shuffled with the seed and cut into blocks of about
+   `tokens_per_unit` tokens (`data.generator.document_blocks`).
+4. units: documents are grouped by (block, dupe pass), the local generator's unit of work, so
+   the work spreads over as many workers as the local generator's; each unit's examples are
+   built with `default_rng([seed, block, pass])` (`data.generator.unit_examples`). A chunk
+   completed from a random other document reads it from a keyed side input of all documents
+   (one lookup, cached). The shuffle carries each tokenized document `dupe_factor` times (4
+   bytes per token and pass: about half of what the examples themselves weigh in the next
+   shuffle).
+5. write: examples are grouped by output shard, put in unit order, shuffled with the shard's
+   seed and written as a TFRecord, then its JSON sidecar, each under a temporary name renamed
+   into place (a retried bundle rewrites the same bytes).
+
+Memory: a worker holds one unit (about `tokens_per_unit` tokens) and its examples;
+the writer of a shard holds that shard's examples, as the local reducer does: choose
+`--num_output_shards` so one shard (total examples / shards x about 1.5 KB at sequence length
+128) fits in a worker's memory.
+
+Counters (Beam metrics, namespace `albert_tf.data`): files, files_without_documents, documents,
+documents_not_utf8, documents_empty, sentences, tokens, units, examples, masked_positions,
+sentence_order_label_1, random_document, short_target; printed at the end of a run.
+
+Unlike the local generator, a Beam run does not resume after it is stopped (a runner retries
+failed bundles within a run); it refuses to start when an output file exists, except when every
+output exists from an identical run ("already complete").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import tempfile
+import time
+import uuid
+
+import numpy as np
+
+from albert_tf import features as F
+
+NAMESPACE = "albert_tf.data"
+COUNTERS = ("files", "files_without_documents", "documents", "documents_not_utf8",
+            "documents_empty", "sentences", "tokens", "units", "examples", "masked_positions",
+            "sentence_order_label_1", "random_document", "short_target")
+_REPORTED_ERRORS_PER_FILE = 5
+_RANDOM_DOCUMENT_CACHE = 4096
+
+log = logging.getLogger("albert_tf.beam")
+
+
+def _beam():
+    if not os.environ.get("ALBERT_TF_VERBOSE"):
+        # Beam's import and planning messages (optional GCP clients missing, type hints); its
+        # errors still show. This module's per-unit lines are logged under "albert_tf.beam".
+        logging.getLogger("apache_beam").setLevel(logging.ERROR)
+    try:
+        import apache_beam as beam
+    except ImportError:
+        raise ImportError(
+            "Apache Beam is not installed: `pip install .[beam]` (or `pip install "
+            "apache-beam==2.77.0 google-crc32c`) to run data generation on Beam; the local "
+            "generator (without --runner) needs neither.") from None
+    return beam
+
+
+def _counter(name):
+    from apache_beam.metrics import Metrics
+
+    return Metrics.counter(NAMESPACE, name)
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. read
+def _read_file(element, input_tag):
+    """(file index, path) -> ((file index, document index), lines) for each good document;
+    tagged `input_tag`: (file index, {"path", "sha256"})."""
+    from apache_beam import pvalue
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    from data.text_io import documents_of
+
+    index, path = element
+    digest = hashlib.sha256()
+
+    def lines(f):
+        for raw in f:
+            digest.update(raw)
+            yield raw
+
+    errors = []
+    count = 0
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        for document in documents_of(lines(f), path, errors=errors):
+            yield (index, count), document
+            count += 1
+    _counter("files").inc()
+    if errors:
+        _counter("documents_not_utf8").inc(len(errors))
+        for e in errors[:_REPORTED_ERRORS_PER_FILE]:
+            log.warning("skipped a document: %s", e)
+        if len(errors) > _REPORTED_ERRORS_PER_FILE:
+            log.warning("%s: %d documents skipped in all (not UTF-8)", path, len(errors))
+    if not count:
+        _counter("files_without_documents").inc()
+        log.warning("%s holds no usable document (no line of UTF-8 text)", path)
+    yield pvalue.TaggedOutput(input_tag, (index, {
+        "path": path if _is_remote(path) else os.path.abspath(path),
+        "sha256": digest.hexdigest()}))
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. tokenize
+class _WithTokenizer:
+    """Mixin: a Tokenizer and Vocabulary built once per DoFn instance from the model's bytes
+    (workers need not see the launcher's file system)."""
+
+    def __init__(self, model_proto: bytes, do_lower_case: bool):
+        self.model_proto, self.do_lower_case = model_proto, do_lower_case
+
+    def setup(self):
+        from albert_tf.tokenization import Tokenizer
+        from data.pretraining import Vocabulary
+
+        fd, path = tempfile.mkstemp(suffix=".model")
+        with os.fdopen(fd, "wb") as f:
+            f.write(self.model_proto)
+        try:
+            self.tokenizer = Tokenizer(path, self.do_lower_case)
+            self.vocab = Vocabulary.from_tokenizer(self.tokenizer)
+            self.tokenizer.sp  # loaded: the file can go
+        finally:
+            os.remove(path)
+
+
+def _tokenize_dofn():
+    beam = _beam()
+
+    class Tokenize(_WithTokenizer, beam.DoFn):
+        def __init__(self, model_proto, do_lower_case):
+            _WithTokenizer.__init__(self, model_proto, do_lower_case)
+            beam.DoFn.__init__(self)
+
+        def process(self, element):
+            key, lines = element
+            tokens, ends = [], [0]
+            for line in lines:
+                ids = self.tokenizer.encode(line)
+                if ids:
+                    tokens.extend(ids)
+                    ends.append(len(tokens))
+            if len(ends) == 1:
+                _counter("documents_empty").inc()
+                return
+            _counter("documents").inc()
+            _counter("sentences").inc(len(ends) - 1)
+            _counter("tokens").inc(len(tokens))
+            yield key, (np.asarray(tokens, np.int32), np.asarray(ends, np.int64))
+
+    return Tokenize
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. plan
+def make_plan(sizes, random_seed: int, tokens_per_unit: int) -> dict:
+    """[(file index, document index, tokens)] of every document -> the global numbering
+    (sorted keys) and each document's block and rank within it."""
+    from data.generator import document_blocks
+
+    sizes = sorted(sizes)
+    keys = np.asarray([(f << 32) | d for f, d, _ in sizes], np.int64)
+    tokens = np.asarray([n for _, _, n in sizes], np.int64)
+    blocks = document_blocks(tokens, random_seed, tokens_per_unit)
+    block_of = np.zeros(len(keys), np.int32)
+    rank = np.zeros(len(keys), np.int32)
+    for b, docs in enumerate(blocks):
+        block_of[docs] = b
+        rank[docs] = np.arange(len(docs))
+    return {"keys": keys, "block_of": block_of, "rank": rank, "num_documents": len(keys),
+            "num_blocks": len(blocks)}
+
+
+def _global_id(element, plan):
+    (f, d), document = element
+    gid = int(np.searchsorted(plan["keys"], (f << 32) | d))
+    return gid, document
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. units
+def _unit_keys(element, plan, dupe_factor):
+    """A document once for each (block, pass) unit that reads it."""
+    block = int(plan["block_of"][element[0]])
+    for dupe in range(dupe_factor):
+        yield (block, dupe), element
+
+
+class _BlockStore:
+    """The `data.pretraining.Documents` interface over one block's documents (in memory) and
+    every other document through a keyed side input (random-document chunks)."""
+
+    def __init__(self, num_documents, local: dict, side):
+        self._n, self._local, self._side, self._cache = num_documents, local, side, {}
+
+    def __len__(self):
+        return self._n
+
+    def _document(self, doc):
+        found = self._local.get(doc)
+        if found is None:
+            found = self._cache.get(doc)
+            if found is None:
+                values = list(self._side[doc])
+                if len(values) != 1:
+                    raise RuntimeError(f"document {doc}: {len(values)} entries in the side input")
+                if len(self._cache) >= _RANDOM_DOCUMENT_CACHE:
+                    self._cache.clear()
+                found = self._cache[doc] = values[0]
+        return found
+
+    def num_sentences(self, doc):
+        return len(self._document(doc)[1]) - 1
+
+    def sentence(self, doc, index):
+        tokens, ends = self._document(doc)
+        return tokens[ends[index]:ends[index + 1]]
+
+
+def _units_dofn():
+    beam = _beam()
+
+    class Units(_WithTokenizer, beam.DoFn):
+        """((block, pass), [(global id, document)]) -> (shard, (unit, index, record, stats))."""
+
+        def __init__(self, job, model_proto):
+            _WithTokenizer.__init__(self, model_proto, job.do_lower_case)
+            beam.DoFn.__init__(self)
+            self.job = job
+
+        def process(self, element, plan, documents):
+            from data.generator import STATS, unit_examples
+
+            (block, dupe), items = element
+            local = dict(items)
+            doc_ids = sorted(local, key=lambda g: int(plan["rank"][g]))
+            store = _BlockStore(plan["num_documents"], local, documents)
+            job = self.job
+            records, stats, grouped = unit_examples(job, store, self.vocab, block, dupe, doc_ids)
+            unit = block * job.dupe_factor + dupe
+            for shard, indexes in enumerate(grouped):
+                for k, i in enumerate(indexes.tolist()):
+                    yield shard, (unit, k, records[i], stats[i])
+            for name, value in zip(STATS, stats.sum(0).tolist()):
+                _counter(name).inc(int(value))
+            _counter("units").inc()
+            log.info("unit (block %d of %d, pass %d of %d): %d documents, %d examples",
+                     block + 1, plan["num_blocks"], dupe + 1, job.dupe_factor, len(doc_ids),
+                     len(records))
+
+    return Units
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. write
+def _run_info(inputs, job, spm_sha256) -> dict:
+    from data.generator import compute_run_hash
+
+    inputs = [meta for _, meta in sorted(inputs, key=lambda kv: kv[0])]
+    return {"inputs": inputs,
+            "run_hash": compute_run_hash(job, [i["sha256"] for i in inputs], spm_sha256)}
+
+
+def _write_shard(element, job, vocab_size, spm_sha256, total_examples, run):
+    """(shard, values) -> the shard's TFRecord, then its sidecar, each written under a temporary
+    name and renamed into place; yields the path. Beam's file systems (local, gs://, s3://,
+    hdfs://) and its TFRecord framing, which is TensorFlow's byte for byte."""
+    import json
+
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.io.tfrecordio import _TFRecordUtil
+
+    from data.generator import STATS, reduce_order, shard_metadata
+
+    shard, values = element
+    if not total_examples:  # nothing written; the launcher reports "no examples"
+        return []
+    values = sorted((v for v in values if v is not None), key=lambda v: (v[0], v[1]))
+    records = [v[2] for v in values]
+    stats = (np.sum([v[3] for v in values], 0) if values
+             else np.zeros(len(STATS), np.int64))
+    counts = dict(zip(STATS, (int(x) for x in stats)))
+    path = job.output_files[shard]
+    meta = shard_metadata(job, shard, counts, total_examples, vocab_size, spm_sha256,
+                          run["inputs"], run["run_hash"])
+    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    raw = CompressionTypes.UNCOMPRESSED
+    with FileSystems.create(tmp, compression_type=raw) as f:
+        for i in reduce_order(job, shard, len(records)).tolist():
+            _TFRecordUtil.write_record(f, records[i])
+    with FileSystems.create(tmp + ".json", compression_type=raw) as f:
+        f.write(json.dumps(meta, indent=2).encode("utf-8"))
+    FileSystems.rename([tmp], [path])
+    FileSystems.rename([tmp + ".json"], [F.sidecar_path(path)])  # last: the shard is complete
+    return [path]
+
+
+# ---------------------------------------------------------------------------------------------
+def build_pipeline(pipeline, job, model_proto: bytes, vocab_size: int, spm_sha256: str):
+    """Adds the generation of `job` to `pipeline`; returns the PCollection of written paths."""
+    beam = _beam()
+    from apache_beam import pvalue
+
+    files = (pipeline
+             | "Files" >> beam.Create(list(enumerate(job.input_files)))
+             | "SpreadFiles" >> beam.Reshuffle())
+    read = files | "Read" >> beam.FlatMap(_read_file, "inputs").with_outputs(
+        "inputs", main="documents")
+    tokenized = (read.documents
+                 | "SpreadDocuments" >> beam.Reshuffle()
+                 | "Tokenize" >> beam.ParDo(_tokenize_dofn()(model_proto, job.do_lower_case)))
+    plan = (tokenized
+            | "Sizes" >> beam.Map(lambda kv: (kv[0][0], kv[0][1], int(kv[1][1][-1])))
+            | "AllSizes" >> beam.combiners.ToList()
+            | "Plan" >> beam.Map(make_plan, job.random_seed, job.tokens_per_unit))
+    plan_side = pvalue.AsSingleton(plan)
+    numbered = tokenized | "Number" >> beam.Map(_global_id, plan_side)
+    examples = (numbered
+                | "ByUnit" >> beam.FlatMap(_unit_keys, plan_side, job.dupe_factor)
+                | "Units" >> beam.GroupByKey()
+                | "Examples" >> beam.ParDo(_units_dofn()(job, model_proto), plan_side,
+                                        pvalue.AsMultiMap(numbered)))
+    total = examples | "Total" >> beam.combiners.Count.Globally()
+    run = (read.inputs
+           | "AllInputs" >> beam.combiners.ToList()
+           | "RunHash" >> beam.Map(_run_info, job, spm_sha256))
+    every_shard = pipeline | "Shards" >> beam.Create(
+        [(s, None) for s in range(len(job.output_files))])
+    return ((examples, every_shard)
+            | "WithEmptyShards" >> beam.Flatten()
+            | "ByShard" >> beam.GroupByKey()
+            | "Write" >> beam.FlatMap(_write_shard, job, vocab_size, spm_sha256,
+                                      pvalue.AsSingleton(total), pvalue.AsSingleton(run)))
+
+
+def _existing_outputs(job, spm_sha256) -> bool:
+    """True when every output exists from an identical run; raises `InputError` when some output
+    exists otherwise (nothing is changed)."""
+    import json
+
+    from apache_beam.io.filesystems import FileSystems
+
+    from albert_tf.tokenization import file_sha256
+    from data.generator import compute_run_hash
+    from data.text_io import InputError
+
+    existing = [p for p in job.output_files
+                if FileSystems.exists(p) or FileSystems.exists(F.sidecar_path(p))]
+    if not existing:
+        return False
+    if len(existing) == len(job.output_files) and not any(map(_is_remote, job.input_files)):
+        expected = compute_run_hash(job, [file_sha256(p) for p in job.input_files], spm_sha256)
+        hashes = set()
+        for p in job.output_files:
+            try:
+                with FileSystems.open(F.sidecar_path(p)) as f:
+                    hashes.add(json.loads(f.read().decode("utf-8")).get("run_hash"))
+            except (OSError, ValueError, IOError):
+                hashes.add(None)
+        if hashes == {expected} and all(map(FileSystems.exists, job.output_files)):
+            return True
+    raise InputError(
+        f"{existing[0]} (or its .json sidecar) already exists. A Beam run writes every output "
+        "anew: remove the existing outputs or choose another --output_file; nothing was "
+        "changed.")
+
+
+def pipeline_options(pipeline_args=()):
+    """`PipelineOptions` from Beam's own flags. `--runner=FnApiRunner` (also the default) runs
+    locally in this process or, with `--direct_running_mode=multi_processing
+    --direct_num_workers=N`, in N worker processes, without the Prism download that recent
+    DirectRunners try first."""
+    _beam()
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+    options = PipelineOptions(list(pipeline_args))
+    standard = options.view_as(StandardOptions)
+    runner = standard.runner
+    if runner is None or runner in ("FnApiRunner", "local"):
+        from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+        standard.runner = None
+        return options, FnApiRunner()
+    return options, None
+
+
+def generate_with_beam(job, pipeline_args=(), progress: bool = True) -> dict:
+    """Runs the generation of `job` on the Beam runner named in `pipeline_args` (Beam flags:
+    `--runner`, `--project`, `--temp_location`, ...); waits for it and returns a summary like
+    `data.generator.generate`'s, with the Beam counters."""
+    beam = _beam()
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from albert_tf.tokenization import Tokenizer
+    from data.text_io import InputError
+
+    started = time.time()
+    tokenizer = Tokenizer(job.spm_model_file, job.do_lower_case)  # validates the special ids
+    job = dataclasses.replace(job, spm_model_file=os.path.abspath(job.spm_model_file))
+    if _existing_outputs(job, tokenizer.sha256):
+        return {"already_complete": True, "outputs": list(job.output_files)}
+    for path in job.output_files:
+        if not _is_remote(path):
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    options, runner = pipeline_options(pipeline_args)
+    pipeline = beam.Pipeline(runner=runner, options=options)
+    build_pipeline(pipeline, job, tokenizer.model_proto, tokenizer.vocab_size, tokenizer.sha256)
+    result = pipeline.run()
+    result.wait_until_finish()
+    counters = dict.fromkeys(COUNTERS, 0)
+    for c in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]:
+        value = c.committed if c.committed is not None else c.attempted
+        counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + int(value or 0)
+    if not counters["examples"]:
+        raise InputError(
+            f"The inputs produced no examples ({counters['documents']} usable documents, "
+            f"{counters['documents_not_utf8']} not UTF-8, {counters['documents_empty']} empty); "
+            "no file was written. Inputs must be UTF-8 text, one sentence per line, a blank line "
+            "between documents.")
+    from data.generator import STATS
+
+    return {"already_complete": False, "outputs": list(job.output_files),
+            "total_examples": counters["examples"],
+            "counts": {k: counters[k] for k in STATS}, "counters": counters,
+            "seconds": round(time.time() - started, 2)}

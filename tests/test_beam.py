@@ -1,0 +1,151 @@
+"""Data generation on Apache Beam: the local generator's files, byte for byte; bad input counted."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+beam = pytest.importorskip("apache_beam")
+
+from albert_tf import features as F  # noqa: E402
+from conftest import GENERATION_KW, ROOT  # noqa: E402
+from data.beam_pipeline import COUNTERS, generate_with_beam  # noqa: E402
+from data.generator import generate, make_job  # noqa: E402
+from data.text_io import InputError  # noqa: E402
+from data.token_cache import tokenize_file  # noqa: E402
+
+TWO_PROCESSES = ["--runner=FnApiRunner", "--direct_running_mode=multi_processing",
+                 "--direct_num_workers=2"]
+
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+@pytest.fixture(scope="module")
+def beam_run(generated_data, tmp_path_factory):
+    """The job of `generated_data` (WikiText, 3 shards, 2 passes, 7 blocks) on Beam, in two
+    worker processes."""
+    out = tmp_path_factory.mktemp("beam")
+    local_job = generated_data["job"]
+    job = dataclasses.replace(local_job, output_files=tuple(
+        str(out / os.path.basename(p)) for p in local_job.output_files))
+    summary = generate_with_beam(job, TWO_PROCESSES)
+    return {"job": job, "summary": summary}
+
+
+def test_files_and_sidecars_equal_the_local_generator(beam_run, generated_data):
+    local, ours = generated_data["files"], beam_run["job"].output_files
+    assert len(ours) == 3
+    for a, b in zip(local, ours):
+        assert _read(a) == _read(b)  # same examples in the same order
+        meta_local, meta_beam = (json.load(open(F.sidecar_path(p))) for p in (a, b))
+        assert meta_beam == meta_local  # counts, inputs with their SHA-256, run hash
+    # Only the outputs are left in the directory: no temporary files.
+    names = sorted(os.listdir(os.path.dirname(ours[0])))
+    assert names == sorted([os.path.basename(p) for p in ours]
+                           + [os.path.basename(F.sidecar_path(p)) for p in ours])
+
+
+def test_counters_equal_the_local_counts(beam_run, generated_data, sample_vocab, tmp_path):
+    from albert_tf.tokenization import Tokenizer
+
+    summary, local = beam_run["summary"], generated_data["summary"]
+    assert summary["counts"] == local["counts"]
+    assert summary["total_examples"] == local["total_examples"] > 3000
+    tokenized = tokenize_file(generated_data["job"].input_files[0],
+                              Tokenizer(sample_vocab), str(tmp_path / "wiki"))
+    counters = summary["counters"]
+    assert set(counters) == set(COUNTERS)
+    assert (counters["documents"], counters["sentences"], counters["tokens"]) == (
+        tokenized["documents"], tokenized["sentences"], tokenized["tokens"])
+    assert counters["files"] == 1 and counters["units"] == local["units"] == 16
+    assert counters["documents_not_utf8"] == counters["documents_empty"] == 0
+
+
+def test_rerun_is_complete_and_another_run_is_refused(beam_run, prepared_corpus):
+    job = beam_run["job"]
+    before = [_read(p) for p in job.output_files]
+    again = generate_with_beam(job, ["--runner=FnApiRunner"])
+    assert again["already_complete"] is True
+    other = dataclasses.replace(job, random_seed=job.random_seed + 1)
+    with pytest.raises(InputError, match="already exists.*nothing was changed"):
+        generate_with_beam(other, ["--runner=FnApiRunner"])
+    assert [_read(p) for p in job.output_files] == before
+
+
+def _documents(path, count, skip=0):
+    """`count` documents of an official-format file, after `skip`."""
+    from data.text_io import read_documents
+
+    docs = list(read_documents(path))[skip:skip + count]
+    assert len(docs) == count
+    return docs
+
+
+def _write(path, documents, raw=None):
+    with open(path, "wb") as f:
+        f.write(raw if raw is not None else
+                "\n\n".join("\n".join(d) for d in documents).encode("utf-8") + b"\n")
+
+
+def test_bad_input_is_counted_and_the_rest_written(prepared_corpus, sample_vocab, tmp_path):
+    """From the command line: a file with two documents that are not UTF-8 (one of them its
+    last), an empty file and a document whose only line tokenizes to nothing, among good files.
+    The output equals the local generator's on the same files with the bad documents removed."""
+    wiki = prepared_corpus["wiki"]
+    good_a, good_b = _documents(wiki, 4), _documents(wiki, 5, skip=10)
+    mixed = _documents(wiki, 4, skip=20)
+    corrupt = [line.encode("utf-8") for line in ["\n".join(d) for d in mixed]]
+    corrupt[1] = corrupt[1].replace(b" ", b" \xff\xfe ", 1)
+    corrupt[3] = b"caf\xe9 au lait\n" + corrupt[3]
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    _write(inputs / "a.txt", good_a)
+    _write(inputs / "b_mixed.txt", None, raw=b"\n\n".join(corrupt) + b"\n")
+    _write(inputs / "c_empty.txt", None, raw=b"\n\n  \n")
+    _write(inputs / "d.txt", good_b + [["\u200b"]])  # the last document tokenizes to nothing
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    _write(clean / "a.txt", good_a)
+    _write(clean / "b_mixed.txt", [d for i, d in enumerate(mixed) if i not in (1, 3)])
+    _write(clean / "d.txt", good_b)
+
+    kw = dict(GENERATION_KW, tokens_per_unit=3_000)
+    local = make_job(",".join(str(clean / n) for n in ("a.txt", "b_mixed.txt", "d.txt")),
+                     str(tmp_path / "local" / "out"), sample_vocab, num_output_shards=2, **kw)
+    local_summary = generate(local, num_workers=1, progress=False)
+
+    out = tmp_path / "beam" / "out"
+    flags = [f"--{k}={v}" for k, v in kw.items()]
+    result = subprocess.run(
+        [sys.executable, "-m", "data.create_pretraining_data",
+         f"--input_file={inputs}/*.txt", f"--output_file={out}", "--num_output_shards=2",
+         f"--spm_model_file={sample_vocab}", "--runner=FnApiRunner", *flags],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ours = [f"{out}-0000{i}-of-00002.tfrecord" for i in range(2)]
+    assert [_read(p) for p in ours] == [_read(p) for p in local.output_files]
+    total = local_summary["total_examples"]
+    assert f"wrote {total:,} examples to 2 file(s)" in result.stdout
+    for name, value in [("files", 4), ("files_without_documents", 1),
+                        ("documents_not_utf8", 2), ("documents_empty", 1),
+                        ("documents", 4 + 2 + 5), ("units", local_summary["units"]),
+                        ("examples", total)]:
+        assert f"{name} {value:,}" in result.stdout, (name, result.stdout)
+    # The reports name the file, the line and the byte.
+    assert "b_mixed.txt: line" in result.stderr and "byte 0xff" in result.stderr
+    assert "byte 0xe9" in result.stderr and "c_empty.txt holds no usable document" in result.stderr
+
+
+def test_without_runner_beam_flags_are_refused(tmp_path, sample_vocab):
+    result = subprocess.run(
+        [sys.executable, "-m", "data.create_pretraining_data", "--input_file=x.txt",
+         f"--output_file={tmp_path}/o", f"--spm_model_file={sample_vocab}",
+         "--direct_num_workers=2"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "accepted only with --runner" in result.stderr
