@@ -67,17 +67,24 @@ log = logging.getLogger("albert_tf.beam")
 
 
 def _beam():
-    if not os.environ.get("ALBERT_TF_VERBOSE"):
+    quiet = not os.environ.get("ALBERT_TF_VERBOSE")
+    if quiet:
         # Beam's import and planning messages (optional GCP clients missing, type hints); its
         # errors still show. This module's per-unit lines are logged under "albert_tf.beam".
         logging.getLogger("apache_beam").setLevel(logging.ERROR)
+    root = logging.getLogger()
+    level = root.level
     try:
+        if quiet:
+            root.setLevel(logging.ERROR)  # "apitools not found" goes to the root logger
         import apache_beam as beam
     except ImportError:
         raise ImportError(
             "Apache Beam is not installed: `pip install .[beam]` (or `pip install "
             "apache-beam==2.77.0 google-crc32c`) to run data generation on Beam; the local "
             "generator (without --runner) needs neither.") from None
+    finally:
+        root.setLevel(level)
     return beam
 
 
@@ -398,10 +405,10 @@ def _existing_outputs(job, spm_sha256) -> bool:
 
 
 def pipeline_options(pipeline_args=()):
-    """`PipelineOptions` from Beam's own flags. `--runner=FnApiRunner` (also the default) runs
-    locally in this process or, with `--direct_running_mode=multi_processing
-    --direct_num_workers=N`, in N worker processes, without the Prism download that recent
-    DirectRunners try first."""
+    """(`PipelineOptions` from Beam's own flags, a runner object or None). `--runner=FnApiRunner`
+    (also the default) runs locally in this process or, with
+    `--direct_running_mode=multi_processing --direct_num_workers=N`, in N worker processes,
+    never trying the Prism runner binary that recent DirectRunners try first."""
     _beam()
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
@@ -416,7 +423,7 @@ def pipeline_options(pipeline_args=()):
     return options, None
 
 
-def generate_with_beam(job, pipeline_args=(), progress: bool = True) -> dict:
+def generate_with_beam(job, pipeline_args=()) -> dict:
     """Runs the generation of `job` on the Beam runner named in `pipeline_args` (Beam flags:
     `--runner`, `--project`, `--temp_location`, ...); waits for it and returns a summary like
     `data.generator.generate`'s, with the Beam counters."""
@@ -428,7 +435,11 @@ def generate_with_beam(job, pipeline_args=(), progress: bool = True) -> dict:
 
     started = time.time()
     tokenizer = Tokenizer(job.spm_model_file, job.do_lower_case)  # validates the special ids
-    job = dataclasses.replace(job, spm_model_file=os.path.abspath(job.spm_model_file))
+    job = dataclasses.replace(  # workers may run elsewhere: no path relative to this directory
+        job, spm_model_file=os.path.abspath(job.spm_model_file),
+        input_files=tuple(p if _is_remote(p) else os.path.abspath(p) for p in job.input_files),
+        output_files=tuple(p if _is_remote(p) else os.path.abspath(p)
+                           for p in job.output_files))
     if _existing_outputs(job, tokenizer.sha256):
         return {"already_complete": True, "outputs": list(job.output_files)}
     for path in job.output_files:
