@@ -157,8 +157,7 @@ class _WithTokenizer:
         try:
             self.tokenizer = Tokenizer(path, self.do_lower_case)
             self.vocab = Vocabulary.from_tokenizer(self.tokenizer)
-            self.tokenizer.sp  # loaded: the file can go
-        finally:
+        finally:  # the model is loaded: the file can go
             os.remove(path)
 
 
@@ -171,20 +170,17 @@ def _tokenize_dofn():
             beam.DoFn.__init__(self)
 
         def process(self, element):
+            from data.token_cache import tokenize_document
+
             key, lines = element
-            tokens, ends = [], [0]
-            for line in lines:
-                ids = self.tokenizer.encode(line)
-                if ids:
-                    tokens.extend(ids)
-                    ends.append(len(tokens))
-            if len(ends) == 1:
+            tokens, ends = tokenize_document(lines, self.tokenizer)
+            if not tokens:
                 _counter("documents_empty").inc()
                 return
             _counter("documents").inc()
-            _counter("sentences").inc(len(ends) - 1)
+            _counter("sentences").inc(len(ends))
             _counter("tokens").inc(len(tokens))
-            yield key, (np.asarray(tokens, np.int32), np.asarray(ends, np.int64))
+            yield key, (np.asarray(tokens, np.int32), np.asarray([0] + ends, np.int64))
 
     return Tokenize
 
@@ -394,7 +390,7 @@ def _existing_outputs(job, spm_sha256) -> bool:
             try:
                 with FileSystems.open(F.sidecar_path(p)) as f:
                     hashes.add(json.loads(f.read().decode("utf-8")).get("run_hash"))
-            except (OSError, ValueError, IOError):
+            except (OSError, ValueError):
                 hashes.add(None)
         if hashes == {expected} and all(map(FileSystems.exists, job.output_files)):
             return True

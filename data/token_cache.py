@@ -34,6 +34,18 @@ def _save_npy_atomic(path: str, values: np.ndarray) -> None:
     os.replace(tmp, path)
 
 
+def tokenize_document(lines, tokenizer) -> tuple[list, list]:
+    """(token ids, sentence end offsets) of one document; sentences that tokenize to nothing
+    are dropped (an empty result: the document is dropped). `data.beam_pipeline` uses it too."""
+    ids, ends = [], []
+    for line in lines:
+        sentence = tokenizer.encode(line)
+        if sentence:
+            ids.extend(sentence)
+            ends.append(len(ids))
+    return ids, ends
+
+
 def tokenize_file(path: str, tokenizer, cache_prefix: str) -> dict:
     """Tokenizes `path` into `cache_prefix.*.npy`; returns its counts. Raises `InputError` when
     the file holds no document (nothing is written then)."""
@@ -41,13 +53,10 @@ def tokenize_file(path: str, tokenizer, cache_prefix: str) -> dict:
     sentence_ends = array("q")
     document_ends = array("q")
     for document in read_documents(path):
-        before = len(sentence_ends)
-        for line in document:
-            ids = tokenizer.encode(line)
-            if ids:
-                tokens.extend(ids)
-                sentence_ends.append(len(tokens))
-        if len(sentence_ends) > before:
+        ids, ends = tokenize_document(document, tokenizer)
+        if ids:
+            sentence_ends.extend(len(tokens) + end for end in ends)
+            tokens.extend(ids)
             document_ends.append(len(sentence_ends))
     if not document_ends:
         raise InputError(
