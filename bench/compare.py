@@ -53,23 +53,7 @@ flags.DEFINE_integer("timeout", 1800, "Seconds allowed to one measurement.")
 flags.DEFINE_string("child", None, "(internal) one measurement, as JSON.")
 FLAGS = flags.FLAGS
 
-FORMULA = ("forward FLOPs = B*S*(2*E*H + L*(8*H^2 + 4*S*H + 4*H*I)) + B*P*(2*H*E + 2*E*V) "
-           "+ B*(2*H^2 + 4*H); training step = 3 x forward (backward = 2 x forward)")
-
-
-def model_dims(preset: str) -> dict:
-    from albert_tf.config import AlbertConfig
-
-    c = AlbertConfig.from_preset(preset)
-    return {"V": c.vocab_size, "E": c.embedding_size, "H": c.hidden_size,
-            "I": c.intermediate_size, "L": c.num_hidden_layers, "heads": c.num_attention_heads,
-            "max_positions": c.max_position_embeddings}
-
-
-def forward_flops(d: dict, B: int, S: int, P: int) -> float:
-    E, H, I, L, V = d["E"], d["H"], d["I"], d["L"], d["V"]
-    return float(B * S * (2 * E * H + L * (8 * H * H + 4 * S * H + 4 * H * I))
-                 + B * P * (2 * H * E + 2 * E * V) + B * (2 * H * H + 4 * H))
+from bench.flops import FORMULA, forward_flops, model_dims  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,6 +264,7 @@ def child_serving(spec):
     out = os.path.join(spec["work"], f"serving-{os.getpid()}.json")
     subprocess.run([sys.executable, "-m", "bench.serving_latency", "--preset", spec["preset"],
                     "--kinds", "classifier", "--max_seq_length", str(spec["S"]),
+                    "--padding", "removed,padded",
                     "--repeats", "50", "--output", out], cwd=ROOT, check=True,
                    capture_output=True, text=True)
     with open(out) as f:
@@ -403,10 +388,16 @@ def markdown(results) -> str:
                          f"{r['error'].splitlines()[-1][:80] if r['error'] else ''} | | | | |")
             continue
         if r["case"] == "serving":
+            peak = results["peaks_gflops"].get("float32")
             for name, c in r.get("cases", {}).items():
-                lines.append(f"| albert_tf SavedModel | serving {name} | float32 | "
-                             f"p50 {c['p50_ms'] / 1000:.4f} (p99 {c['p99_ms'] / 1000:.4f}) | | "
-                             f"| | {fmt(r.get('peak_rss_mb'), '.0f')} |")
+                floor = c["encoder_gflop_real_tokens"] / peak if peak else None
+                lines.append(
+                    f"| albert_tf SavedModel | serving {name} ({c['tokens']} tokens, longest "
+                    f"{c['longest']}) | float32 | p50 {c['p50_ms'] / 1000:.4f} (p99 "
+                    f"{c['p99_ms'] / 1000:.4f}) | {c['sentences_per_s']:.1f} | "
+                    f"{fmt(c['encoder_gflop_real_tokens'] / c['p50_ms'] * 1000, '.1f')} | "
+                    f"{fmt(floor / (c['p50_ms'] / 1000) if floor else None, '.0%')} | "
+                    f"{fmt(r.get('peak_rss_mb'), '.0f')} |")
             continue
         lines.append(f"| {r['implementation']} | {r['case']} | {r['dtype']} | "
                      f"{fmt(r.get('median_s'), '.3f')} | {fmt(r.get('examples_per_s'), '.2f')} | "

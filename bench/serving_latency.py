@@ -5,8 +5,12 @@ included), loaded the way a Python server would (`tf.saved_model.load`, tensorfl
 
 Exports a randomly initialized model of the preset (vocabulary: `--spm_model_file`, or an 8k
 SentencePiece model trained here on the bundled novels) with `max_seq_length` 128, then times one
-real sentence and a batch of 32 real sentences from the bundled corpus: `--warmup` untimed calls,
-then `--repeats` timed calls each; prints p50 and p99 in milliseconds and writes JSON.
+real sentence and a batch of the first 32 SST-2 dev sentences (mixed lengths, 4 to 55 pieces):
+`--warmup` untimed calls, then `--repeats` timed calls each; prints p50 and p99 in milliseconds
+and writes JSON. `--padding removed,padded` exports each model twice, with the encoder on the
+batch's real tokens only (`remove_padding`, the default export) and padded to the batch's longest
+row, and reports the batch throughput of each; every case also reports its FLOPs on real tokens
+only (`bench.flops`), the floor any implementation pays.
 """
 
 import glob
@@ -28,6 +32,8 @@ flags.DEFINE_string("spm_model_file", None, "SentencePiece model (default: train
 flags.DEFINE_integer("max_seq_length", 128, "max_seq_length of the export.")
 flags.DEFINE_integer("warmup", 3, "Untimed calls per case.")
 flags.DEFINE_integer("repeats", 50, "Timed calls per case.")
+flags.DEFINE_list("padding", ["removed"], "Exports to time: removed (remove_padding, the "
+                  "default export), padded (--noremove_padding).")
 flags.DEFINE_string("output", None, "JSON results file.")
 FLAGS = flags.FLAGS
 
@@ -45,10 +51,11 @@ def _vocab(directory):
 
 
 def _sentences(n):
-    path = os.path.join(ROOT, "albert_tf", "sample_data", "pretrain_text", "gutenberg", "1342-0.txt")
-    with open(path, encoding="utf-8-sig") as f:
-        lines = [" ".join(line.split()) for line in f if len(line.split()) >= 8]
-    return lines[200:200 + n]
+    """The first n SST-2 dev sentences (real text of mixed lengths)."""
+    path = os.path.join(ROOT, "albert_tf", "sample_data", "glue", "SST-2", "dev.tsv")
+    with open(path, encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f][1:]
+    return [row[0] for row in rows[:n]]
 
 
 def _time(fn, warmup, repeats):
@@ -83,22 +90,33 @@ def main(argv):
     results = {"preset": FLAGS.preset, "vocab_size": vocab_size,
                "max_seq_length": FLAGS.max_seq_length, "cpu_count": os.cpu_count(),
                "tensorflow": tf.__version__, "cases": {}}
+    from bench.flops import encoder_flops
+
+    dims = {"E": config.embedding_size, "H": config.hidden_size, "I": config.intermediate_size,
+            "L": config.num_hidden_layers}
     for kind in FLAGS.kinds:
         model = (AlbertPretrainer(config) if kind == "pretrainer"
                  else AlbertClassifier(config, num_labels=2))
-        path = export_saved_model(model, os.path.join(work, kind), spm,
-                                  max_seq_length=FLAGS.max_seq_length)
-        fn = tf.saved_model.load(path).signatures["serving_default"]
-        one = tf.constant([SENTENCE])
-        many = tf.constant(batch)
-        lengths = fn(text=many)["input_mask"].numpy().sum(1)
-        for name, text in (("1 sentence", one), ("batch of 32", many)):
-            r = _time(lambda: fn(text=text), FLAGS.warmup, FLAGS.repeats)
-            results["cases"][f"{kind}, {name}"] = r
-            print(f"{FLAGS.preset} {kind:10s} {name:12s} p50 {r['p50_ms']:8.1f} ms  "
-                  f"p99 {r['p99_ms']:8.1f} ms", flush=True)
-        results[f"{kind}_batch_tokens"] = {"mean": float(lengths.mean()),
-                                           "max": int(lengths.max())}
+        for padding in FLAGS.padding:
+            path = export_saved_model(model, os.path.join(work, f"{kind}-{padding}"), spm,
+                                      max_seq_length=FLAGS.max_seq_length,
+                                      remove_padding=padding == "removed")
+            fn = tf.saved_model.load(path).signatures["serving_default"]
+            for name, text in (("1 sentence", [SENTENCE]), ("batch of 32", batch)):
+                text = tf.constant(text)
+                lengths = fn(text=text)["input_mask"].numpy().sum(1)
+                r = _time(lambda: fn(text=text), FLAGS.warmup, FLAGS.repeats)
+                r.update(tokens=int(lengths.sum()), longest=int(lengths.max()),
+                         rows=len(lengths), padding=padding,
+                         encoder_gflop_real_tokens=encoder_flops(dims, lengths) / 1e9,
+                         encoder_gflop_padded=encoder_flops(
+                             dims, [int(lengths.max())] * len(lengths)) / 1e9,
+                         sentences_per_s=len(lengths) / (r["p50_ms"] / 1000))
+                label = f"{kind}, {name}" + ("" if padding == "removed" else ", padded")
+                results["cases"][label] = r
+                print(f"{FLAGS.preset} {label:34s} p50 {r['p50_ms']:8.1f} ms  p99 "
+                      f"{r['p99_ms']:8.1f} ms  {r['tokens']} tokens (longest {r['longest']})",
+                      flush=True)
     if FLAGS.output:
         with open(FLAGS.output, "w") as f:
             json.dump(results, f, indent=2)

@@ -47,6 +47,10 @@ flags.DEFINE_float("null_score_diff_threshold", None,
                    "always answer, as SQuAD 1.1).")
 flags.DEFINE_integer("max_qa_length", 128, "RACE multiple-choice model: question + option "
                      "pieces kept (the last).")
+flags.DEFINE_bool("remove_padding", True,
+                  "The encoder's matmuls run on a batch's real tokens only (a batch of mixed "
+                  "lengths costs its tokens, not batch x longest); --noremove_padding keeps the "
+                  "padded computation.")
 flags.DEFINE_string("allowed_ops", None,
                     "Op list of the target server (default: TF Serving 2.20, "
                     "export/serving_ops_tf2.20.json).")
@@ -80,7 +84,7 @@ def main(argv):
             top_k=FLAGS.top_k, text_pair=FLAGS.text_pair, hidden_states=FLAGS.hidden_states,
             labels=FLAGS.labels or source.get("labels"), do_lower_case=FLAGS.do_lower_case,
             allowed_ops=FLAGS.allowed_ops, serving_base_path=FLAGS.serving_base_path,
-            source=source, options=options)
+            source=source, options=options, remove_padding=FLAGS.remove_padding)
     except (ExportError, CheckpointError, UnsupportedOpError, ValueError,
             FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -330,7 +330,8 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
                        max_seq_length: int = 512, top_k: int = 5, text_pair: bool = False,
                        hidden_states: bool = False, labels=None, do_lower_case: bool = True,
                        allowed_ops: str | None = None, serving_base_path: str | None = None,
-                       source: dict | None = None, options: dict | None = None) -> str:
+                       source: dict | None = None, options: dict | None = None,
+                       remove_padding: bool = True) -> str:
     """Writes `model` as version `version` (default: the next integer) of `export_dir`.
 
     Args:
@@ -350,6 +351,9 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
         options: a SQuAD span model's `doc_stride`, `max_query_length`, `n_best_size`,
             `max_answer_length`, `null_score_diff_threshold` (SQuAD 2.0; None: always
             answer), or a multiple-choice model's `max_qa_length` (`export.serving`).
+        remove_padding: the encoder's matmuls run on the real tokens of a batch only (a batch
+            of mixed lengths costs its tokens, not batch x longest; `AlbertEncoder`); False
+            keeps the padded computation.
 
     Returns:
         The version directory written.
@@ -385,7 +389,8 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
     try:
         module = serving_module(host_copy(model), kind, tokenizer.model_proto,
                                 do_lower_case=do_lower_case, max_seq_length=max_seq_length,
-                                options=options, labels=labels, **text_options)
+                                options=options, labels=labels,
+                                remove_padding=remove_padding, **text_options)
     except (ValueError, TypeError) as e:
         raise ExportError(f"Cannot export the {kind} model: {e}") from None
     tmp = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=export_dir)
@@ -402,6 +407,7 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
                        "max_seq_length": max_seq_length, "top_k": module.top_k,
                        "text_pair": text_pair, "do_lower_case": do_lower_case,
                        "options": _module_options(module),
+                       "remove_padding": bool(remove_padding),
                        "signatures": sorted(signatures),
                        "sentencepiece_model": os.path.basename(spm_model_file),
                        "compatible_with": {k: allowed.get(k) for k in

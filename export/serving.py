@@ -26,6 +26,10 @@ Outputs, from the token features (every signature returns the same set):
 - classifier: `logits` and `probabilities` [batch, C], `label` [batch] (argmax); with one output
   (regression): `logits` [batch, 1] and `score` [batch];
 - with `hidden_states=True`: `hidden_state_<i>` [batch, length, H] for i = 0 (embeddings) .. L.
+
+The encoder runs on the real tokens of the batch only (`remove_padding`, the default export;
+`AlbertEncoder`): per-token outputs at padding positions (`sequence_output`, `hidden_state_<i>`,
+a span model's logits there) are 0 or computed from 0, never read by the model's own outputs.
 """
 
 from __future__ import annotations
@@ -78,10 +82,14 @@ class AlbertServingModule(tf.Module):
         text_pair: `serving_default` takes `text` and `text_b`.
         hidden_states: add `hidden_state_<i>` outputs.
         labels: class names for `classify` (default "0", "1", ...).
+        remove_padding: run the encoder's per-token matmuls on the real tokens only
+            (`AlbertEncoder`'s `remove_padding`; sets it on `model`, which the module owns): a
+            batch of mixed lengths costs its real tokens, not batch x longest.
     """
 
     def __init__(self, model, kind, spm_model_proto, do_lower_case=True, max_seq_length=512,
-                 top_k=5, text_pair=False, hidden_states=False, labels=None):
+                 top_k=5, text_pair=False, hidden_states=False, labels=None,
+                 remove_padding=True):
         super().__init__(name="albert_serving")
         config = model.config
         if max_seq_length > config.max_position_embeddings:
@@ -93,6 +101,7 @@ class AlbertServingModule(tf.Module):
         # a TF1-style session load (TF Serving's) restores the copies and leaves the variables
         # the graph reads uninitialized ("Could not find variable ...").
         self._model = _Untracked(model)
+        getattr(model, "backbone", model).encoder.remove_padding = bool(remove_padding)
         self.model_variables = [_tf_variable(v) for v in model.weights]
         self.kind = kind
         self.tokenizer = InGraphTokenizer(spm_model_proto, do_lower_case)
@@ -430,24 +439,30 @@ class MultipleChoiceServingModule(AlbertServingModule):
 
 
 def serving_module(model, kind, spm_model_proto, do_lower_case=True, max_seq_length=512,
-                   options=None, **kwargs):
+                   options=None, remove_padding=True, **kwargs):
     """The serving module of a model of any kind; `options` are the task's settings (span:
     doc_stride, max_query_length, n_best_size, max_answer_length, null_score_diff_threshold;
     multiple_choice: max_qa_length), `kwargs` the text models' (top_k, text_pair,
-    hidden_states, labels)."""
+    hidden_states, labels); `remove_padding` as `AlbertServingModule`."""
     options = dict(options or {})
     if kind == "span":
-        return SpanServingModule(model, spm_model_proto, do_lower_case, max_seq_length,
-                                 **options)
-    if kind == "multiple_choice":
-        return MultipleChoiceServingModule(model, spm_model_proto, do_lower_case,
-                                           max_seq_length, labels=kwargs.get("labels"),
-                                           **options)
+        module = SpanServingModule(model, spm_model_proto, do_lower_case, max_seq_length,
+                                   **options)
+    elif kind == "multiple_choice":
+        module = MultipleChoiceServingModule(model, spm_model_proto, do_lower_case,
+                                             max_seq_length, labels=kwargs.get("labels"),
+                                             **options)
+    else:
+        module = None
+    if module is not None:
+        getattr(model, "backbone", model).encoder.remove_padding = bool(remove_padding)
+        return module
     if options:
         raise ValueError(f"Options {sorted(options)} are for span and multiple-choice models, "
                          f"not a {kind}.")
     return AlbertServingModule(model, kind, spm_model_proto, do_lower_case=do_lower_case,
-                               max_seq_length=max_seq_length, **kwargs)
+                               max_seq_length=max_seq_length, remove_padding=remove_padding,
+                               **kwargs)
 
 
 def signature_method_names(signatures) -> dict:

@@ -68,7 +68,7 @@ class TFLiteModule(AlbertServingModule):
                  text_pair=False, labels=None):
         super().__init__(model, kind, tokenizer.model_proto, tokenizer.do_lower_case,
                          max_seq_length=max_seq_length, top_k=top_k, text_pair=text_pair,
-                         labels=labels)
+                         labels=labels, remove_padding=False)  # one example: no padding
         self.sentencepiece = None  # the SavedModel tokenizer's resource is not part of this graph
         self.tokenizer = tokenizer.on_device()
         # every piece, then "" (index vocab_size) for padding entries: TFLite selects no strings

@@ -66,8 +66,14 @@ def _keras_reference(model, kind, tokens):
 
 def _check(kind, got, ref, top_k=4):
     if kind == "pretrainer":
-        for name in ("pooled_output", "sequence_output"):
-            np.testing.assert_allclose(got[name].numpy(), ref[name], atol=TOL, rtol=0)
+        np.testing.assert_allclose(got["pooled_output"].numpy(), ref["pooled_output"], atol=TOL,
+                                   rtol=0)
+        # The export runs the encoder on real tokens only (remove_padding): equal there, 0 on
+        # padding (the Keras model's values at padding are attention over the real tokens).
+        real = got["input_mask"].numpy().astype(bool)
+        sequence = got["sequence_output"].numpy()
+        np.testing.assert_allclose(sequence[real], ref["sequence_output"][real], atol=TOL, rtol=0)
+        assert (sequence[~real] == 0).all()
         np.testing.assert_array_equal(got["mask_positions"].numpy(), ref["mask_positions"])
         valid = ref["mask_positions"] >= 0
         assert valid.sum() >= 1
@@ -365,9 +371,13 @@ def test_entry_point_exports_our_model_directory(tmp_path, sample_vocab):
     expected = model(tokens, training=False)
     np.testing.assert_allclose(got["logits"].numpy(), expected["logits"].numpy(), atol=TOL)
     assert len([k for k in got if k.startswith("hidden_state_")]) == 6  # embeddings + 5 layers
-    for i in (0, 3, 5):
-        np.testing.assert_allclose(got[f"hidden_state_{i}"].numpy(),
-                                   expected["hidden_states"][i].numpy(), atol=TOL, rtol=0)
+    real = tokens["input_mask"].numpy().astype(bool)
+    assert (~real).any()
+    for i in (0, 3, 5):  # real tokens equal; padding 0 (the export's remove_padding)
+        hidden = got[f"hidden_state_{i}"].numpy()
+        np.testing.assert_allclose(hidden[real], expected["hidden_states"][i].numpy()[real],
+                                   atol=TOL, rtol=0)
+        assert (hidden[~real] == 0).all()
     # A directory that holds no model: exit 1 and a message naming it.
     proc = subprocess.run(cmd[:4] + [str(tmp_path)] + cmd[5:7], capture_output=True, text=True,
                           env=env, cwd=ROOT)

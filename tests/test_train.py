@@ -130,14 +130,34 @@ def _check_export_of_mirrored_run(path, weights):
 
 
 def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on, below the kernel's ephemeral range: a port the kernel hands
+    out (bind to 0) can be taken as the client side of another connection - one of the other
+    worker's, or another test's - before the worker that should listen on it starts."""
+    low = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    rng = np.random.default_rng()
+    for _ in range(100):
+        port = int(rng.integers(max(1024, low - 12000), low))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def _multi_worker(tmp_path, name, output_dir, extra=()):
     """Worker arguments of a 2-process MultiWorkerMirrored run: {name-i: args}."""
-    ports = [_free_port(), _free_port()]
+    ports = [_free_port()]
+    while len(ports) < 2:
+        port = _free_port()
+        if port not in ports:
+            ports.append(port)
     runs = {}
     for index in range(2):
         tf_config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
@@ -158,12 +178,16 @@ def test_multi_worker_mirrored_two_processes(generated_data, tmp_path):
     runs.update(_multi_worker(tmp_path, "w", tmp_path / "out", data))
     runs.update(_multi_worker(tmp_path, "k", tmp_path / "killed",
                               data + ["--save_every", "2", "--kill_at_step", "2"]))
-    for name, (code, out) in _run_workers(runs, tmp_path, timeout=300).items():
-        assert code == (-signal.SIGKILL if name.startswith("k") else 0), f"{name}: {out[-3000:]}"
+    outputs = _run_workers(runs, tmp_path, timeout=300)
+    failed = {name: out for name, (code, out) in outputs.items()
+              if code != (-signal.SIGKILL if name.startswith("k") else 0)}
+    assert not failed, "\n\n".join(f"{name}: {out[-3000:]}" for name, out in failed.items())
     assert not os.path.exists(tmp_path / "killed" / "ckpt-4.index")
     restarted = _multi_worker(tmp_path, "r", tmp_path / "killed", data + ["--save_every", "2"])
-    for name, (code, out) in _run_workers(restarted, tmp_path, timeout=300).items():
-        assert code == 0, f"{name}: {out[-3000:]}"
+    outputs = _run_workers(restarted, tmp_path, timeout=300)
+    failed = {name: out for name, (code, out) in outputs.items() if code != 0}
+    assert not failed, "\n\n".join(f"{name}: {out[-3000:]}" for name, out in failed.items())
+    for name, (code, out) in outputs.items():
         assert "start=resumed first_logged_step=4 " in out, out[-2000:]
     w0, replicas = _weights(tmp_path / "w0.npz")
     w1, _ = _weights(tmp_path / "w1.npz")

@@ -40,11 +40,14 @@ class AlbertAttention(keras.layers.Layer):
         layer_norm_epsilon: LayerNorm epsilon (official: 1e-12).
 
     Call args:
-        x: [batch, seq, H].
+        x: [batch, seq, H]; or [tokens, H], the real tokens only, with `token_indices`.
         attention_bias: float [batch, 1, 1, seq]; 0 for real tokens, -10000 for padding.
+        token_indices: optional int32 [tokens, 2], the (row, position) of each row of `x` (see
+            `AlbertEncoder`'s `remove_padding`): the projections run on real tokens only and
+            only the attention itself sees the padded [batch, seq] layout.
 
     Returns:
-        [batch, seq, H].
+        [batch, seq, H], or [tokens, H] with `token_indices`.
     """
 
     def __init__(self, hidden_size, num_attention_heads, attention_probs_dropout_prob=0.0,
@@ -87,11 +90,20 @@ class AlbertAttention(keras.layers.Layer):
     def _split_heads(self, x, batch, seq):
         return tf.reshape(x, [batch, seq, self.num_attention_heads, self.head_size])
 
-    def call(self, x, attention_bias=None, training=None):
-        batch, seq = tf.shape(x)[0], tf.shape(x)[1]
-        q = self._split_heads(self.query(x), batch, seq)
-        k = self._split_heads(self.key(x), batch, seq)
-        v = self._split_heads(self.value(x), batch, seq)
+    def call(self, x, attention_bias=None, training=None, token_indices=None):
+        if token_indices is None:
+            batch, seq = tf.shape(x)[0], tf.shape(x)[1]
+            padded = lambda t: t  # noqa: E731
+        else:
+            if attention_bias is None:
+                raise ValueError("`token_indices` needs `attention_bias` (its shape gives the "
+                                 "padded [batch, seq] layout).")
+            batch, seq = tf.shape(attention_bias)[0], tf.shape(attention_bias)[3]
+            shape = tf.stack([batch, seq, self.hidden_size])
+            padded = lambda t: tf.scatter_nd(token_indices, t, shape)  # noqa: E731
+        q = self._split_heads(padded(self.query(x)), batch, seq)
+        k = self._split_heads(padded(self.key(x)), batch, seq)
+        v = self._split_heads(padded(self.value(x)), batch, seq)
         scores = tf.einsum("bqnd,bknd->bnqk", q, k)
         scores = tf.cast(scores, tf.float32) * (1.0 / math.sqrt(self.head_size))
         if attention_bias is not None:
@@ -100,10 +112,12 @@ class AlbertAttention(keras.layers.Layer):
         probs = self.attention_dropout(tf.cast(probs, self.compute_dtype), training=training)
         context = tf.einsum("bnqk,bknd->bqnd", probs, v)
         context = tf.reshape(context, [batch, seq, self.hidden_size])
+        if token_indices is not None:
+            context = tf.gather_nd(context, token_indices)
         out = self.output_dropout(self.output_dense(context), training=training)
         return self.layer_norm(out + tf.cast(x, out.dtype))
 
-    def compute_output_shape(self, x_shape, attention_bias_shape=None):
+    def compute_output_shape(self, x_shape, attention_bias_shape=None, token_indices_shape=None):
         return tuple(x_shape)
 
     def get_config(self):
@@ -201,6 +215,14 @@ class AlbertEncoder(keras.layers.Layer):
     Sublayers are named `group_{o}_inner_group_{i}_attention` / `..._ffn`, where o is the owner:
     the official checkpoint scope `transformer/group_{o}/inner_group_{i}` one-to-one.
 
+    `remove_padding=True` runs every per-token matmul (query/key/value/output projections,
+    FFN, LayerNorms) on the real tokens only, gathered by `input_mask` into [tokens, H]; only
+    the attention scores and context see the padded [batch, seq] layout. A batch of mixed
+    lengths then costs about its number of real tokens, not batch x longest. Outputs at real
+    tokens equal the padded computation's (to float rounding); outputs at padding positions are
+    0 (the padded computation gives values there that nothing should read). Shapes become
+    data-dependent, so leave it off for XLA/TPU; the attribute may be changed before tracing.
+
     Call args:
         x: [batch, seq, H], the projected embeddings.
         input_mask: int [batch, seq], 1 for real tokens, 0 for padding (right-padded).
@@ -212,7 +234,8 @@ class AlbertEncoder(keras.layers.Layer):
     def __init__(self, hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
                  num_hidden_groups=1, inner_group_num=1, sharing="all", hidden_act="gelu",
                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                 initializer_range=0.02, layer_norm_epsilon=1e-12, **kwargs):
+                 initializer_range=0.02, layer_norm_epsilon=1e-12, remove_padding=False,
+                 **kwargs):
         super().__init__(**kwargs)
         if sharing not in SHARING_MODES:
             raise ValueError(f"`sharing` must be one of {SHARING_MODES}. Received: {sharing!r}")
@@ -232,6 +255,7 @@ class AlbertEncoder(keras.layers.Layer):
         self.attention_probs_dropout_prob = attention_probs_dropout_prob
         self.initializer_range = initializer_range
         self.layer_norm_epsilon = layer_norm_epsilon
+        self.remove_padding = bool(remove_padding)
 
         self.attention_shared = sharing in ATTENTION_SHARED_MODES
         self.ffn_shared = sharing in FFN_SHARED_MODES
@@ -276,14 +300,23 @@ class AlbertEncoder(keras.layers.Layer):
     def call(self, x, input_mask, training=None):
         mask = tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]
         attention_bias = (1.0 - mask) * MASK_ADDER
+        token_indices = None
+        if self.remove_padding:
+            token_indices = tf.cast(tf.where(tf.not_equal(input_mask, 0)), tf.int32)
+            shape = tf.shape(x)
+            x = tf.gather_nd(x, token_indices)
         hidden_states = [x]
         for layer_index in range(self.num_hidden_layers):
             a = self.attention_owner(layer_index) * self.inner_group_num
             f = self.ffn_owner(layer_index) * self.inner_group_num
             for inner in range(self.inner_group_num):
-                x = self.attention_layers[a + inner](x, attention_bias, training=training)
+                x = self.attention_layers[a + inner](x, attention_bias, training=training,
+                                                     token_indices=token_indices)
                 x = self.ffn_layers[f + inner](x, training=training)
             hidden_states.append(x)
+        if token_indices is not None:
+            hidden_states = [tf.scatter_nd(token_indices, h, tf.cast(shape, tf.int32))
+                             for h in hidden_states]
         return hidden_states
 
     def compute_output_shape(self, x_shape, input_mask_shape=None):
@@ -298,5 +331,6 @@ class AlbertEncoder(keras.layers.Layer):
             inner_group_num=self.inner_group_num, sharing=self.sharing,
             hidden_act=self.hidden_act, hidden_dropout_prob=self.hidden_dropout_prob,
             attention_probs_dropout_prob=self.attention_probs_dropout_prob,
-            initializer_range=self.initializer_range, layer_norm_epsilon=self.layer_norm_epsilon)
+            initializer_range=self.initializer_range, layer_norm_epsilon=self.layer_norm_epsilon,
+            remove_padding=self.remove_padding)
         return config
