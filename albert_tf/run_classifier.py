@@ -81,6 +81,9 @@ def define_flags():
                       "tf.distribute strategy.")
     flags.DEFINE_string("tpu", None, "TPU name, grpc://host:port, or 'local'.")
     flags.DEFINE_enum("mixed_precision", "float32", ["float32", "bfloat16"], "Compute dtype.")
+    flags.DEFINE_bool("remove_padding", True,
+                      "Run the encoder's matmuls on each batch's real tokens only (not on "
+                      "padding); ignored under TPUStrategy and with XLA (--jit_compile).")
     flags.DEFINE_integer("grad_accum_steps", 1, "Micro-batches per step.")
     flags.DEFINE_float("dropout_rate", 0.1, "Dropout on the pooled output (official 0.1).")
     flags.DEFINE_integer("num_train_files", 8, "Files the training features are written as (consecutive blocks of the seeded order), so that up to this many input pipelines (workers, TPU hosts; --input_shards) can read them.")
@@ -183,7 +186,7 @@ def main(argv):
     from albert_tf.run_pretraining import make_exporter
     from albert_tf.tokenization import Tokenizer
     from albert_tf.train_lib import (NonFiniteLossError, OutputDirMismatchError, TrainingConfig,
-                                     TrainingRun)
+                                     TrainingRun, set_remove_padding)
 
     seed = None if FLAGS.random_seed == -1 else FLAGS.random_seed
     try:
@@ -215,6 +218,7 @@ def main(argv):
             iterations_per_loop=FLAGS.iterations_per_loop, do_train=FLAGS.do_train,
             do_eval=FLAGS.do_eval,
             max_eval_steps=10 ** 9, mixed_precision=FLAGS.mixed_precision,
+            remove_padding=FLAGS.remove_padding,
             grad_accum_steps=FLAGS.grad_accum_steps, seed=seed,
             shuffle_window=10000, input_shards=FLAGS.input_shards) \
             if (FLAGS.do_train or FLAGS.do_eval) else None
@@ -242,6 +246,7 @@ def main(argv):
         if FLAGS.do_predict:
             if model is None:
                 model = classification.build_model()
+                set_remove_padding(model, FLAGS.remove_padding)
                 latest = tf.train.latest_checkpoint(FLAGS.output_dir)
                 if not latest:
                     raise CheckpointError(f"--do_predict without --do_train needs a fine-tuned "

@@ -68,6 +68,9 @@ def define_flags():
     flags.DEFINE_string("tpu", None, "TPU name, grpc://host:port, or 'local'.")
     flags.DEFINE_float("tpu_connect_timeout", 60.0, "Seconds allowed for each TPU connect step.")
     flags.DEFINE_enum("mixed_precision", "float32", ["float32", "bfloat16"], "Compute dtype.")
+    flags.DEFINE_bool("remove_padding", True,
+                      "Run the encoder's matmuls on each batch's real tokens only (not on "
+                      "padding); ignored under TPUStrategy and with XLA (--jit_compile).")
     flags.DEFINE_integer("grad_accum_steps", 1,
                          "Split each batch into this many sequential micro-batches.")
     flags.DEFINE_bool("jit_compile", False, "Compile the step with XLA.")
@@ -161,7 +164,8 @@ def main(argv):
             keep_checkpoint_max=FLAGS.keep_checkpoint_max,
             iterations_per_loop=FLAGS.iterations_per_loop, do_train=FLAGS.do_train,
             do_eval=FLAGS.do_eval, max_eval_steps=FLAGS.max_eval_steps,
-            mixed_precision=FLAGS.mixed_precision, grad_accum_steps=FLAGS.grad_accum_steps,
+            mixed_precision=FLAGS.mixed_precision,
+            remove_padding=FLAGS.remove_padding, grad_accum_steps=FLAGS.grad_accum_steps,
             jit_compile=FLAGS.jit_compile,
             seed=None if FLAGS.random_seed == -1 else FLAGS.random_seed,
             shuffle_window=FLAGS.shuffle_window, input_shards=FLAGS.input_shards,

@@ -81,6 +81,9 @@ def define_flags():
                       "tf.distribute strategy.")
     flags.DEFINE_string("tpu", None, "TPU name, grpc://host:port, or 'local'.")
     flags.DEFINE_enum("mixed_precision", "float32", ["float32", "bfloat16"], "Compute dtype.")
+    flags.DEFINE_bool("remove_padding", True,
+                      "Run the encoder's matmuls on each batch's real tokens only (not on "
+                      "padding); ignored under TPUStrategy and with XLA (--jit_compile).")
     flags.DEFINE_integer("grad_accum_steps", 1, "Micro-batches per step.")
     flags.DEFINE_integer("random_seed", 12345, "Seed of the head, dropout and data order; "
                          "-1 draws a fresh one.")
@@ -133,7 +136,7 @@ def main(argv):
     from albert_tf.input_pipeline import DataMismatchError
     from albert_tf.tokenization import Tokenizer
     from albert_tf.train_lib import (NonFiniteLossError, OutputDirMismatchError, TrainingConfig,
-                                     TrainingRun)
+                                     TrainingRun, set_remove_padding)
 
     seed = None if FLAGS.random_seed == -1 else FLAGS.random_seed
     levels = ("high",) if FLAGS.high_only else ("middle",) if FLAGS.middle_only else race.LEVELS
@@ -183,7 +186,8 @@ def main(argv):
                 keep_checkpoint_max=FLAGS.num_keep_checkpoint,
                 iterations_per_loop=FLAGS.iterations_per_loop, do_train=FLAGS.do_train,
                 do_eval=FLAGS.do_eval, max_eval_steps=10 ** 9,
-                mixed_precision=FLAGS.mixed_precision, grad_accum_steps=FLAGS.grad_accum_steps,
+                mixed_precision=FLAGS.mixed_precision,
+                remove_padding=FLAGS.remove_padding, grad_accum_steps=FLAGS.grad_accum_steps,
                 seed=seed, shuffle_window=10000, input_shards=FLAGS.input_shards)
             strategy = get_strategy("tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy,
                                     tpu=FLAGS.tpu or FLAGS.tpu_name)
@@ -208,6 +212,7 @@ def main(argv):
         if FLAGS.do_predict:
             if model is None:
                 model = task.build_model()
+                set_remove_padding(model, FLAGS.remove_padding)
                 latest = tf.train.latest_checkpoint(out)
                 if not latest:
                     raise CheckpointError(f"--do_predict without --do_train needs a fine-tuned "

@@ -76,6 +76,9 @@ def define_flags(version: int):
                       "tf.distribute strategy.")
     flags.DEFINE_string("tpu", None, "TPU name, grpc://host:port, or 'local'.")
     flags.DEFINE_enum("mixed_precision", "float32", ["float32", "bfloat16"], "Compute dtype.")
+    flags.DEFINE_bool("remove_padding", True,
+                      "Run the encoder's matmuls on each batch's real tokens only (not on "
+                      "padding); ignored under TPUStrategy and with XLA (--jit_compile).")
     flags.DEFINE_integer("grad_accum_steps", 1, "Micro-batches per step.")
     flags.DEFINE_integer("random_seed", 12345, "Seed; -1 draws a fresh one.")
     flags.DEFINE_bool("init_from_group0", False, "Official --init_from_group0 fallback.")
@@ -163,7 +166,7 @@ def main(version: int):
     from albert_tf.squad import SquadTask, predict_answers, write_features
     from albert_tf.tokenization import Tokenizer
     from albert_tf.train_lib import (NonFiniteLossError, OutputDirMismatchError, TrainingConfig,
-                                     TrainingRun)
+                                     TrainingRun, set_remove_padding)
 
     seed = None if FLAGS.random_seed == -1 else FLAGS.random_seed
     threshold = FLAGS.null_score_diff_threshold if version == 2 else None
@@ -203,7 +206,8 @@ def main(version: int):
                 save_checkpoints_steps=FLAGS.save_checkpoints_steps,
                 keep_checkpoint_max=FLAGS.keep_checkpoint_max,
                 iterations_per_loop=FLAGS.iterations_per_loop,
-                mixed_precision=FLAGS.mixed_precision, grad_accum_steps=FLAGS.grad_accum_steps,
+                mixed_precision=FLAGS.mixed_precision,
+                remove_padding=FLAGS.remove_padding, grad_accum_steps=FLAGS.grad_accum_steps,
                 seed=seed, input_shards=FLAGS.input_shards)
             strategy = get_strategy("tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy,
                                     tpu=FLAGS.tpu or FLAGS.tpu_name)
@@ -225,6 +229,7 @@ def main(version: int):
         if FLAGS.do_predict:
             if model is None:
                 model = task.build_model()
+                set_remove_padding(model, FLAGS.remove_padding)
                 latest = tf.train.latest_checkpoint(out)
                 if not latest:
                     raise CheckpointError(f"--do_predict without --do_train needs a fine-tuned "

@@ -70,6 +70,13 @@ def _is_input_error(error) -> bool:
     return "parse" in message.lower() and ("Example" in message or "Feature" in message)
 
 
+def set_remove_padding(model, enabled: bool) -> None:
+    """Sets `AlbertEncoder.remove_padding` on any ALBERT model (before its functions are traced):
+    a prediction path sets it as the training run did, so the same checkpoint gives the same
+    bits whether or not it was just trained."""
+    getattr(model, "backbone", model).encoder.remove_padding = bool(enabled)
+
+
 @dataclasses.dataclass
 class TrainingConfig:
     """Settings of the loop, for any task (official `run_pretraining.py` / `run_classifier.py`
@@ -99,6 +106,10 @@ class TrainingConfig:
     mixed_precision: str = "float32"
     grad_accum_steps: int = 1
     jit_compile: bool = False
+    # The encoder's per-token matmuls on each batch's real tokens only (`AlbertEncoder`'s
+    # remove_padding): fine-tuning batches padded to max_seq_length cost their tokens. Applies
+    # where shapes may vary: not under TPUStrategy and not with jit_compile.
+    remove_padding: bool = True
     clip_norm: float = 1.0
     weight_decay_rate: float = 0.01
     # Model initialization and input shuffling. Fixed by default (the official data script's
@@ -205,6 +216,8 @@ class TrainingRun:
         with self.strategy.scope():
             dtype = "mixed_bfloat16" if cfg.mixed_precision == "bfloat16" else None
             self.model = task.build_model(dtype=dtype)
+            set_remove_padding(self.model, cfg.remove_padding and not cfg.jit_compile
+                               and not isinstance(self.strategy, tf.distribute.TPUStrategy))
             self.optimizer = create_optimizer(
                 cfg.optimizer, cfg.learning_rate, cfg.num_train_steps, cfg.num_warmup_steps,
                 cfg.poly_power, cfg.start_warmup_step, cfg.weight_decay_rate)
