@@ -47,6 +47,7 @@ flags.DEFINE_list("implementations", ["albert_tf", "hf_torch", "keras_hub"], "Wh
 flags.DEFINE_list("cases", ["matmul", "forward", "train", "serving"], "What runs.")
 flags.DEFINE_bool("jit_compile", False, "albert_tf: compile the forward pass and the training "
                   "step with XLA (PretrainingConfig.jit_compile).")
+flags.DEFINE_bool("remove_padding", True, "albert_tf training: TrainingConfig.remove_padding.")
 flags.DEFINE_integer("warmup", 2, "Untimed calls per measurement.")
 flags.DEFINE_integer("repeats", 5, "Timed calls per measurement (the median is reported).")
 flags.DEFINE_string("peer_python", None, "Interpreter of the peers' environment.")
@@ -143,7 +144,8 @@ def _albert_tf_train(spec):
         train_batch_size=spec["B"], num_train_steps=steps, num_warmup_steps=1,
         learning_rate=1e-4, save_checkpoints_steps=steps, iterations_per_loop=1,
         mixed_precision=spec["dtype"], seed=1, verbose=False,
-        jit_compile=spec.get("jit_compile", False))
+        jit_compile=spec.get("jit_compile", False),
+        remove_padding=spec.get("remove_padding", True))
     run = PretrainingRun(cfg)
     run._position_input()
     loop = run._train_loop = run._build_train_loop()
@@ -330,7 +332,8 @@ def main(argv):
     fwd = forward_flops(dims, B, S, P)
     peer_python = FLAGS.peer_python or sys.executable
     base = {"preset": FLAGS.preset, "dims": dims, "B": B, "S": S, "P": P, "work": work,
-            "warmup": FLAGS.warmup, "repeats": FLAGS.repeats, "jit_compile": FLAGS.jit_compile}
+            "warmup": FLAGS.warmup, "repeats": FLAGS.repeats, "jit_compile": FLAGS.jit_compile,
+            "remove_padding": FLAGS.remove_padding}
     print(f"{FLAGS.preset} {dims}, batch {B}, seq {S}, {P} masked; cpus {os.cpu_count()}")
     print(FORMULA)
     print(f"forward {fwd / 1e9:.1f} GFLOP, training step {3 * fwd / 1e9:.1f} GFLOP", flush=True)
