@@ -102,6 +102,18 @@ def child_matmul(spec):
         gflops = 2 * n ** 3 / t["median_s"] / 1e9
         if gflops > best.get("gflops", 0):
             best = dict(t, gflops=gflops, n=n)
+    # The model's own matmul shapes: [tokens, H] x [H, H] (Q/K/V/output), [H, I], [I, H], for
+    # one 20-token sentence and for a batch of 8 x 128 tokens.
+    d = spec["dims"]
+    best["shapes"] = {}
+    for m in (20, spec["B"] * spec["S"]):
+        for k, n in ((d["H"], d["H"]), (d["H"], d["I"]), (d["I"], d["H"])):
+            a = tf.cast(tf.random.normal((m, k)), dtype)
+            b = tf.cast(tf.random.normal((k, n)), dtype)
+            f = tf.function(lambda a, b: tf.matmul(a, b))
+            t = _median_time(lambda: f(a, b).numpy(), spec["warmup"] + 3,
+                             max(spec["repeats"], 20))
+            best["shapes"][f"{m}x{k}x{n}"] = 2 * m * k * n / t["median_s"] / 1e9
     return best
 
 
@@ -422,6 +434,10 @@ def markdown(results) -> str:
                      f"{fmt(r.get('median_s'), '.3f')} | {fmt(r.get('examples_per_s'), '.2f')} | "
                      f"{fmt(r.get('gflops'), '.1f')} | {fmt(r.get('fraction_of_peak'), '.0%')} | "
                      f"{fmt(r.get('peak_rss_mb'), '.0f')} |")
+        if r["case"] == "matmul" and r.get("shapes"):
+            lines.append(f"| matmul | model shapes (M x K x N: GFLOP/s) | {r['dtype']} | "
+                         + ", ".join(f"{k}: {v:.0f}" for k, v in r["shapes"].items())
+                         + " | | | | |")
     return "\n".join(lines) + "\n"
 
 
