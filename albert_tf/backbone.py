@@ -40,6 +40,13 @@ def backbone_inputs() -> dict:
             for name in features.BACKBONE_INPUTS}
 
 
+def set_remove_padding(model, enabled: bool) -> None:
+    """Sets `AlbertEncoder.remove_padding` on any ALBERT model (its backbone's encoder), before
+    its functions are traced. Training, prediction and export set it the same way, so a
+    checkpoint gives the same bits on every path."""
+    getattr(model, "backbone", model).encoder.remove_padding = bool(enabled)
+
+
 @keras.saving.register_keras_serializable(package="albert_tf")
 class AlbertBackbone(AlbertConfigSerialization, keras.Model):
     """ALBERT encoder (arXiv 1909.11942): factorized embedding, shared post-LN blocks, pooler.

@@ -186,7 +186,8 @@ def main(argv):
     from albert_tf.run_pretraining import make_exporter
     from albert_tf.tokenization import Tokenizer
     from albert_tf.train_lib import (NonFiniteLossError, OutputDirMismatchError, TrainingConfig,
-                                     TrainingRun, set_remove_padding)
+                                     TrainingRun)
+    from albert_tf.backbone import set_remove_padding
 
     seed = None if FLAGS.random_seed == -1 else FLAGS.random_seed
     try:

@@ -136,7 +136,8 @@ def main(argv):
     from albert_tf.input_pipeline import DataMismatchError
     from albert_tf.tokenization import Tokenizer
     from albert_tf.train_lib import (NonFiniteLossError, OutputDirMismatchError, TrainingConfig,
-                                     TrainingRun, set_remove_padding)
+                                     TrainingRun)
+    from albert_tf.backbone import set_remove_padding
 
     seed = None if FLAGS.random_seed == -1 else FLAGS.random_seed
     levels = ("high",) if FLAGS.high_only else ("middle",) if FLAGS.middle_only else race.LEVELS

@@ -166,7 +166,8 @@ def main(version: int):
     from albert_tf.squad import SquadTask, predict_answers, write_features
     from albert_tf.tokenization import Tokenizer
     from albert_tf.train_lib import (NonFiniteLossError, OutputDirMismatchError, TrainingConfig,
-                                     TrainingRun, set_remove_padding)
+                                     TrainingRun)
+    from albert_tf.backbone import set_remove_padding
 
     seed = None if FLAGS.random_seed == -1 else FLAGS.random_seed
     threshold = FLAGS.null_score_diff_threshold if version == 2 else None

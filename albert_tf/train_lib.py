@@ -36,6 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F
+from albert_tf.backbone import set_remove_padding
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import worker_layout
 from albert_tf.input_pipeline import (DataMismatchError, InputPlan, list_files, ordered_dataset,
@@ -68,13 +69,6 @@ def _is_input_error(error) -> bool:
     if isinstance(error, tf.errors.FailedPreconditionError):
         return "expected to contain" in message
     return "parse" in message.lower() and ("Example" in message or "Feature" in message)
-
-
-def set_remove_padding(model, enabled: bool) -> None:
-    """Sets `AlbertEncoder.remove_padding` on any ALBERT model (before its functions are traced):
-    a prediction path sets it as the training run did, so the same checkpoint gives the same
-    bits whether or not it was just trained."""
-    getattr(model, "backbone", model).encoder.remove_padding = bool(enabled)
 
 
 @dataclasses.dataclass

@@ -90,10 +90,9 @@ def main(argv):
     results = {"preset": FLAGS.preset, "vocab_size": vocab_size,
                "max_seq_length": FLAGS.max_seq_length, "cpu_count": os.cpu_count(),
                "tensorflow": tf.__version__, "cases": {}}
-    from bench.flops import encoder_flops
+    from bench.flops import encoder_flops, model_dims
 
-    dims = {"E": config.embedding_size, "H": config.hidden_size, "I": config.intermediate_size,
-            "L": config.num_hidden_layers}
+    dims = model_dims(FLAGS.preset)  # the encoder's FLOPs do not depend on the vocabulary
     for kind in FLAGS.kinds:
         model = (AlbertPretrainer(config) if kind == "pretrainer"
                  else AlbertClassifier(config, num_labels=2))

@@ -37,6 +37,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from albert_tf import features as F
+from albert_tf.backbone import set_remove_padding
 from albert_tf.packing import join_in_graph, keep_first, keep_last, pack_in_graph
 from albert_tf.tokenization import MASK_ID, InGraphTokenizer
 
@@ -101,7 +102,7 @@ class AlbertServingModule(tf.Module):
         # a TF1-style session load (TF Serving's) restores the copies and leaves the variables
         # the graph reads uninitialized ("Could not find variable ...").
         self._model = _Untracked(model)
-        getattr(model, "backbone", model).encoder.remove_padding = bool(remove_padding)
+        set_remove_padding(model, remove_padding)
         self.model_variables = [_tf_variable(v) for v in model.weights]
         self.kind = kind
         self.tokenizer = InGraphTokenizer(spm_model_proto, do_lower_case)
@@ -280,9 +281,9 @@ class SpanServingModule(AlbertServingModule):
 
     def __init__(self, model, spm_model_proto, do_lower_case=True, max_seq_length=384,
                  doc_stride=128, max_query_length=64, n_best_size=20, max_answer_length=30,
-                 null_score_diff_threshold=None):
+                 null_score_diff_threshold=None, remove_padding=True):
         super().__init__(model, "span", spm_model_proto, do_lower_case=do_lower_case,
-                         max_seq_length=max_seq_length)
+                         max_seq_length=max_seq_length, remove_padding=remove_padding)
         if not 1 <= max_query_length <= max_seq_length - 4:
             raise ValueError(f"max_query_length={max_query_length} must be between 1 and "
                              f"max_seq_length - 4 = {max_seq_length - 4} (a window needs room "
@@ -367,12 +368,13 @@ class MultipleChoiceServingModule(AlbertServingModule):
     """
 
     def __init__(self, model, spm_model_proto, do_lower_case=True, max_seq_length=512,
-                 max_qa_length=128, labels=None):
+                 max_qa_length=128, labels=None, remove_padding=True):
         from albert_tf.race import LABELS
 
         super().__init__(model, "multiple_choice", spm_model_proto, do_lower_case=do_lower_case,
                          max_seq_length=max_seq_length,
-                         labels=labels or list(LABELS[:model.num_labels]))
+                         labels=labels or list(LABELS[:model.num_labels]),
+                         remove_padding=remove_padding)
         if not 0 <= max_qa_length <= max_seq_length - 3:
             raise ValueError(f"max_qa_length={max_qa_length} must be between 0 and "
                              f"max_seq_length - 3 = {max_seq_length - 3}.")
@@ -446,17 +448,12 @@ def serving_module(model, kind, spm_model_proto, do_lower_case=True, max_seq_len
     hidden_states, labels); `remove_padding` as `AlbertServingModule`."""
     options = dict(options or {})
     if kind == "span":
-        module = SpanServingModule(model, spm_model_proto, do_lower_case, max_seq_length,
-                                   **options)
-    elif kind == "multiple_choice":
-        module = MultipleChoiceServingModule(model, spm_model_proto, do_lower_case,
-                                             max_seq_length, labels=kwargs.get("labels"),
-                                             **options)
-    else:
-        module = None
-    if module is not None:
-        getattr(model, "backbone", model).encoder.remove_padding = bool(remove_padding)
-        return module
+        return SpanServingModule(model, spm_model_proto, do_lower_case, max_seq_length,
+                                 remove_padding=remove_padding, **options)
+    if kind == "multiple_choice":
+        return MultipleChoiceServingModule(model, spm_model_proto, do_lower_case,
+                                           max_seq_length, labels=kwargs.get("labels"),
+                                           remove_padding=remove_padding, **options)
     if options:
         raise ValueError(f"Options {sorted(options)} are for span and multiple-choice models, "
                          f"not a {kind}.")

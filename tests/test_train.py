@@ -56,6 +56,12 @@ def _config(tmp_path, files, **changes):
 
 
 # ---------------------------------------------------------------------------------------------
+def _assert_exits(outputs, expected=lambda name: 0):
+    """Every worker exited with `expected(name)`; otherwise every failed worker's output."""
+    failed = {name: out for name, (code, out) in outputs.items() if code != expected(name)}
+    assert not failed, "\n\n".join(f"{name}: {out[-3000:]}" for name, out in failed.items())
+
+
 def _run_workers(runs, tmp_path, timeout=600):
     """Starts every run (name -> worker arguments) at once; returns {name: output}."""
     procs = {name: _worker(args + ["--weights", str(tmp_path / f"{name}.npz")])
@@ -181,15 +187,12 @@ def test_multi_worker_mirrored_two_processes(generated_data, tmp_path):
     runs.update(_multi_worker(tmp_path, "w", tmp_path / "out", data))
     runs.update(_multi_worker(tmp_path, "k", tmp_path / "killed",
                               data + ["--save_every", "2", "--kill_at_step", "2"]))
-    outputs = _run_workers(runs, tmp_path, timeout=300)
-    failed = {name: out for name, (code, out) in outputs.items()
-              if code != (-signal.SIGKILL if name.startswith("k") else 0)}
-    assert not failed, "\n\n".join(f"{name}: {out[-3000:]}" for name, out in failed.items())
+    _assert_exits(_run_workers(runs, tmp_path, timeout=300),
+                  lambda name: -signal.SIGKILL if name.startswith("k") else 0)
     assert not os.path.exists(tmp_path / "killed" / "ckpt-4.index")
     restarted = _multi_worker(tmp_path, "r", tmp_path / "killed", data + ["--save_every", "2"])
     outputs = _run_workers(restarted, tmp_path, timeout=300)
-    failed = {name: out for name, (code, out) in outputs.items() if code != 0}
-    assert not failed, "\n\n".join(f"{name}: {out[-3000:]}" for name, out in failed.items())
+    _assert_exits(outputs)
     for name, (code, out) in outputs.items():
         assert "start=resumed first_logged_step=4 " in out, out[-2000:]
     w0, replicas = _weights(tmp_path / "w0.npz")
@@ -303,19 +306,24 @@ def test_bfloat16_training(generated_data, tmp_path):
 
 def test_xla_step_matches_uncompiled(generated_data, tmp_path):
     """The TPU proxy: the whole step (forward, loss, gradients, LAMB update) compiles with XLA
-    on CPU with static shapes, and gives the same losses and weights within float32 rounding."""
+    on CPU with static shapes, and gives the same losses and weights within float32 rounding.
+    The uncompiled run computes on real tokens only (remove_padding, the default), which XLA
+    turns off; a third run without it gives the same again."""
     results = {}
-    for jit in (False, True):
+    for name, jit, remove_padding in (("real", False, True), ("xla", True, True),
+                                      ("padded", False, False)):
         keras.utils.set_random_seed(5)
-        run = PretrainingRun(_config(tmp_path / str(jit), _pattern(generated_data),
+        run = PretrainingRun(_config(tmp_path / name, _pattern(generated_data),
                                      jit_compile=jit, num_train_steps=3, iterations_per_loop=1,
-                                     save_checkpoints_steps=3))
+                                     save_checkpoints_steps=3, remove_padding=remove_padding))
+        assert run.model.backbone.encoder.remove_padding is (name == "real")
         summary = run.run()
-        results[jit] = ([h["loss"] for h in summary["history"]],
-                        [v.numpy() for v in run.model.weights])
-    np.testing.assert_allclose(results[True][0], results[False][0], rtol=1e-5)
-    for a, b in zip(results[True][1], results[False][1]):
-        np.testing.assert_allclose(a, b, atol=2e-5)
+        results[name] = ([h["loss"] for h in summary["history"]],
+                         [v.numpy() for v in run.model.weights])
+    for other in ("xla", "padded"):
+        np.testing.assert_allclose(results[other][0], results["real"][0], rtol=1e-5)
+        for a, b in zip(results[other][1], results["real"][1]):
+            np.testing.assert_allclose(a, b, atol=2e-5)
 
 
 def test_non_finite_loss_stops_with_the_step_and_a_good_checkpoint(generated_data, tmp_path):

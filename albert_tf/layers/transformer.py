@@ -315,8 +315,7 @@ class AlbertEncoder(keras.layers.Layer):
                 x = self.ffn_layers[f + inner](x, training=training)
             hidden_states.append(x)
         if token_indices is not None:
-            hidden_states = [tf.scatter_nd(token_indices, h, tf.cast(shape, tf.int32))
-                             for h in hidden_states]
+            hidden_states = [tf.scatter_nd(token_indices, h, shape) for h in hidden_states]
         return hidden_states
 
     def compute_output_shape(self, x_shape, input_mask_shape=None):
