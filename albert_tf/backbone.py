@@ -47,6 +47,13 @@ def set_remove_padding(model, enabled: bool) -> None:
     getattr(model, "backbone", model).encoder.remove_padding = bool(enabled)
 
 
+def set_recompute(model, enabled: bool) -> None:
+    """Sets `AlbertEncoder.recompute` on any ALBERT model, before its training step is traced:
+    the backward pass recomputes each layer's activations instead of keeping them (training
+    memory of one layer instead of L, for about one more forward pass; same bits)."""
+    getattr(model, "backbone", model).encoder.recompute = bool(enabled)
+
+
 @keras.saving.register_keras_serializable(package="albert_tf")
 class AlbertBackbone(AlbertConfigSerialization, keras.Model):
     """ALBERT encoder (arXiv 1909.11942): factorized embedding, shared post-LN blocks, pooler.

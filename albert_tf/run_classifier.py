@@ -84,6 +84,10 @@ def define_flags():
     flags.DEFINE_bool("remove_padding", True,
                       "Run the encoder's matmuls on each batch's real tokens only (not on "
                       "padding); ignored under TPUStrategy and with XLA (--jit_compile).")
+    flags.DEFINE_bool("recompute", False,
+                      "Recompute each encoder layer's activations in the backward pass instead "
+                      "of keeping them: less training memory for about one more forward pass "
+                      "(same results).")
     flags.DEFINE_integer("grad_accum_steps", 1, "Micro-batches per step.")
     flags.DEFINE_float("dropout_rate", 0.1, "Dropout on the pooled output (official 0.1).")
     flags.DEFINE_integer("num_train_files", 8, "Files the training features are written as (consecutive blocks of the seeded order), so that up to this many input pipelines (workers, TPU hosts; --input_shards) can read them.")
@@ -219,7 +223,7 @@ def main(argv):
             iterations_per_loop=FLAGS.iterations_per_loop, do_train=FLAGS.do_train,
             do_eval=FLAGS.do_eval,
             max_eval_steps=10 ** 9, mixed_precision=FLAGS.mixed_precision,
-            remove_padding=FLAGS.remove_padding,
+            remove_padding=FLAGS.remove_padding, recompute=FLAGS.recompute,
             grad_accum_steps=FLAGS.grad_accum_steps, seed=seed,
             shuffle_window=10000, input_shards=FLAGS.input_shards) \
             if (FLAGS.do_train or FLAGS.do_eval) else None

@@ -71,6 +71,10 @@ def define_flags():
     flags.DEFINE_bool("remove_padding", True,
                       "Run the encoder's matmuls on each batch's real tokens only (not on "
                       "padding); ignored under TPUStrategy and with XLA (--jit_compile).")
+    flags.DEFINE_bool("recompute", False,
+                      "Recompute each encoder layer's activations in the backward pass instead "
+                      "of keeping them: less training memory for about one more forward pass "
+                      "(same results).")
     flags.DEFINE_integer("grad_accum_steps", 1,
                          "Split each batch into this many sequential micro-batches.")
     flags.DEFINE_bool("jit_compile", False, "Compile the step with XLA.")
@@ -165,7 +169,8 @@ def main(argv):
             iterations_per_loop=FLAGS.iterations_per_loop, do_train=FLAGS.do_train,
             do_eval=FLAGS.do_eval, max_eval_steps=FLAGS.max_eval_steps,
             mixed_precision=FLAGS.mixed_precision,
-            remove_padding=FLAGS.remove_padding, grad_accum_steps=FLAGS.grad_accum_steps,
+            remove_padding=FLAGS.remove_padding, recompute=FLAGS.recompute,
+            grad_accum_steps=FLAGS.grad_accum_steps,
             jit_compile=FLAGS.jit_compile,
             seed=None if FLAGS.random_seed == -1 else FLAGS.random_seed,
             shuffle_window=FLAGS.shuffle_window, input_shards=FLAGS.input_shards,

@@ -84,6 +84,10 @@ def define_flags():
     flags.DEFINE_bool("remove_padding", True,
                       "Run the encoder's matmuls on each batch's real tokens only (not on "
                       "padding); ignored under TPUStrategy and with XLA (--jit_compile).")
+    flags.DEFINE_bool("recompute", False,
+                      "Recompute each encoder layer's activations in the backward pass instead "
+                      "of keeping them: less training memory for about one more forward pass "
+                      "(same results).")
     flags.DEFINE_integer("grad_accum_steps", 1, "Micro-batches per step.")
     flags.DEFINE_integer("random_seed", 12345, "Seed of the head, dropout and data order; "
                          "-1 draws a fresh one.")
@@ -188,7 +192,8 @@ def main(argv):
                 iterations_per_loop=FLAGS.iterations_per_loop, do_train=FLAGS.do_train,
                 do_eval=FLAGS.do_eval, max_eval_steps=10 ** 9,
                 mixed_precision=FLAGS.mixed_precision,
-                remove_padding=FLAGS.remove_padding, grad_accum_steps=FLAGS.grad_accum_steps,
+                remove_padding=FLAGS.remove_padding, recompute=FLAGS.recompute,
+                grad_accum_steps=FLAGS.grad_accum_steps,
                 seed=seed, shuffle_window=10000, input_shards=FLAGS.input_shards)
             strategy = get_strategy("tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy,
                                     tpu=FLAGS.tpu or FLAGS.tpu_name)

@@ -13,7 +13,10 @@ same shapes and the same random inputs for every implementation:
   1024, 2048, 4096; the best GFLOP/s).
 - `forward`: the pretraining model's forward pass (no gradient).
 - `train`: one training step. Ours runs the real loop (`albert_tf.train_lib`: input pipeline
-  from TFRecords, forward, backward, clipping, LAMB); Hugging Face's `AlbertForPreTraining`
+  from TFRecords, forward, backward, clipping, LAMB), and again as `albert_tf_recompute` with
+  `TrainingConfig.recompute` (each layer's activations recomputed in the backward pass: the
+  memory lever); the TFRecords are generated first in a child of their own, so that no
+  measurement's peak RSS includes data generation. Hugging Face's `AlbertForPreTraining`
   with AdamW (its MLM head scores every position, not only the masked ones); keras-hub's
   `AlbertMaskedLM` with Adam (MLM on the masked positions, no sentence-order head).
 - `serving` (ours): the exported SavedModel's `serving_default` on raw text, one sentence and a
@@ -43,7 +46,9 @@ flags.DEFINE_integer("batch_size", 8, "Batch size.")
 flags.DEFINE_integer("seq_length", 128, "Sequence length.")
 flags.DEFINE_integer("predictions", 20, "Masked positions per sequence.")
 flags.DEFINE_list("dtypes", ["float32", "bfloat16"], "Precisions.")
-flags.DEFINE_list("implementations", ["albert_tf", "hf_torch", "keras_hub"], "Who runs.")
+flags.DEFINE_list("implementations", ["albert_tf", "albert_tf_recompute", "hf_torch",
+                                       "keras_hub"],
+                  "Who runs (albert_tf_recompute: training only, TrainingConfig.recompute).")
 flags.DEFINE_list("cases", ["matmul", "forward", "train", "serving"], "What runs.")
 flags.DEFINE_bool("jit_compile", False, "albert_tf: compile the forward pass and the training "
                   "step with XLA (PretrainingConfig.jit_compile).")
@@ -124,7 +129,7 @@ def child_albert_tf(spec):
     from albert_tf import AlbertConfig, AlbertPretrainer
 
     if spec["case"] == "train":
-        return _albert_tf_train(spec)
+        return _albert_tf_train(spec, recompute=spec["who"] == "albert_tf_recompute")
     keras.mixed_precision.set_global_policy(
         "mixed_bfloat16" if spec["dtype"] == "bfloat16" else "float32")
     model = AlbertPretrainer(AlbertConfig.from_preset(spec["preset"]))
@@ -139,7 +144,7 @@ def child_albert_tf(spec):
     return _median_time(lambda: forward(feed).numpy(), spec["warmup"], spec["repeats"])
 
 
-def _albert_tf_train(spec):
+def _albert_tf_train(spec, recompute=False):
     """The real loop: TFRecords generated from the bundled novels (8k vocabulary; the model keeps
     the preset's vocabulary, so its cost is the peers'), one step per timed call."""
     import tensorflow as tf
@@ -157,7 +162,7 @@ def _albert_tf_train(spec):
         learning_rate=1e-4, save_checkpoints_steps=steps, iterations_per_loop=1,
         mixed_precision=spec["dtype"], seed=1, verbose=False,
         jit_compile=spec.get("jit_compile", False),
-        remove_padding=spec.get("remove_padding", True))
+        remove_padding=spec.get("remove_padding", True), recompute=recompute)
     run = PretrainingRun(cfg)
     run._position_input()
     loop = run._train_loop = run._build_train_loop()
@@ -303,8 +308,10 @@ def child_serving(spec):
 
 def run_child(spec_json: str) -> int:
     spec = json.loads(spec_json)
-    fn = {"matmul": child_matmul, "albert_tf": child_albert_tf, "hf_torch": child_hf_torch,
-          "keras_hub": child_keras_hub, "serving": child_serving}[spec["who"]]
+    fn = {"matmul": child_matmul, "albert_tf": child_albert_tf,
+          "albert_tf_recompute": child_albert_tf, "hf_torch": child_hf_torch,
+          "keras_hub": child_keras_hub, "serving": child_serving,
+          "data": lambda spec: {"pattern": _pretraining_records(spec)}}[spec["who"]]
     result = fn(spec)
     import resource
 
@@ -357,8 +364,14 @@ def main(argv):
         if case in FLAGS.cases:
             for dt in FLAGS.dtypes:
                 for who in FLAGS.implementations:
-                    plan.append((who, case, dt, sys.executable if who == "albert_tf"
+                    if who == "albert_tf_recompute" and case != "train":
+                        continue  # the same forward as albert_tf
+                    plan.append((who, case, dt, sys.executable if who.startswith("albert_tf")
                                  else peer_python))
+    if any(who.startswith("albert_tf") and case == "train" for who, case, _, _ in plan):
+        made = measure(dict(base, who="data", case="data", dtype="float32"), sys.executable)
+        if "error" in made:
+            raise RuntimeError(f"generating the training TFRecords failed: {made['error']}")
     if "serving" in FLAGS.cases:
         plan.append(("serving", "serving", "float32", sys.executable))
     peaks = {}

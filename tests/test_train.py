@@ -308,19 +308,23 @@ def test_xla_step_matches_uncompiled(generated_data, tmp_path):
     """The TPU proxy: the whole step (forward, loss, gradients, LAMB update) compiles with XLA
     on CPU with static shapes, and gives the same losses and weights within float32 rounding.
     The uncompiled run computes on real tokens only (remove_padding, the default), which XLA
-    turns off; a third run without it gives the same again."""
+    turns off; a third run without it gives the same again, and a fourth that recomputes each
+    layer's activations in the backward pass (`recompute`)."""
     results = {}
-    for name, jit, remove_padding in (("real", False, True), ("xla", True, True),
-                                      ("padded", False, False)):
+    for name, jit, remove_padding, recompute in (
+            ("real", False, True, False), ("xla", True, True, False),
+            ("padded", False, False, False), ("recompute", False, True, True)):
         keras.utils.set_random_seed(5)
         run = PretrainingRun(_config(tmp_path / name, _pattern(generated_data),
                                      jit_compile=jit, num_train_steps=3, iterations_per_loop=1,
-                                     save_checkpoints_steps=3, remove_padding=remove_padding))
-        assert run.model.backbone.encoder.remove_padding is (name == "real")
+                                     save_checkpoints_steps=3, remove_padding=remove_padding,
+                                     recompute=recompute))
+        assert run.model.backbone.encoder.remove_padding is (name in ("real", "recompute"))
+        assert run.model.backbone.encoder.recompute is recompute
         summary = run.run()
         results[name] = ([h["loss"] for h in summary["history"]],
                          [v.numpy() for v in run.model.weights])
-    for other in ("xla", "padded"):
+    for other in ("xla", "padded", "recompute"):
         np.testing.assert_allclose(results[other][0], results["real"][0], rtol=1e-5)
         for a, b in zip(results[other][1], results["real"][1]):
             np.testing.assert_allclose(a, b, atol=2e-5)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 import keras
+import tensorflow as tf
 
 from albert_tf.config import ACTIVATIONS
 
@@ -27,3 +30,30 @@ def get_activation(name: str):
     if name == "linear":
         return keras.activations.linear
     raise ValueError(f"`hidden_act` must be one of {ACTIVATIONS}. Received: {name!r}")
+
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+_GELU_A = 0.044715
+
+
+@tf.custom_gradient
+def gelu_tanh_lean(x):
+    """The tanh GELU (official "gelu") with a hand-written gradient that keeps only `x`.
+
+    The forward is `tf.nn.gelu(x, approximate=True)`, bit for bit what `get_activation("gelu")`
+    returns. Autodiff through it keeps five [tokens, I] intermediates (x^3, the tanh argument,
+    the tanh, ...) alive until the backward pass: 32 MB per layer for ALBERT-base at batch 8,
+    seq 128, a sixth of a training step's peak memory. This backward recomputes the tanh from
+    `x` (elementwise, negligible beside the matmuls) in float32 whatever the compute dtype:
+    d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2), t = tanh(c (x + a x^3)).
+    """
+    y = tf.nn.gelu(x, approximate=True)
+
+    def grad(dy):
+        xf = tf.cast(x, tf.float32)
+        x2 = xf * xf
+        t = tf.tanh(_GELU_C * (xf + _GELU_A * x2 * xf))
+        d = 0.5 * (1.0 + t) + 0.5 * xf * (1.0 - t * t) * (_GELU_C * (1.0 + 3.0 * _GELU_A * x2))
+        return tf.cast(tf.cast(dy, tf.float32) * d, dy.dtype)
+
+    return y, grad

@@ -16,11 +16,32 @@ import tensorflow as tf
 
 from albert_tf.config import (ATTENTION_SHARED_MODES, FFN_SHARED_MODES, SHARING_MODES,
                               layer_group)
-from albert_tf.layers.common import get_activation, truncated_normal
+from albert_tf.layers.common import gelu_tanh_lean, get_activation, truncated_normal
 
 # Added to the attention logits of padded keys (official value; HF uses dtype-min, which gives
 # the same softmax because exp(-10000) underflows to 0 in float32).
 MASK_ADDER = -10000.0
+
+
+def _dropout(layer: keras.layers.Dropout, x, training, seed=None):
+    """`layer(x, training=training)`, or with `seed` (int [2], drawn beforehand from the layer's
+    own generator by `_draw_seed`) the same mask without touching the generator: what
+    `keras.layers.Dropout` computes after drawing that seed, so a recomputed forward pass
+    (`AlbertEncoder`'s `recompute`) replays the masks of the first one bit for bit."""
+    if seed is None:
+        return layer(x, training=training)
+    if seed.dtype != tf.int32:  # as Keras casts its int64 generator state
+        seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
+    return tf.nn.experimental.stateless_dropout(x, rate=layer.rate, noise_shape=tf.shape(x),
+                                                seed=seed)
+
+
+def _draw_seed(layer: keras.layers.Dropout, training):
+    """The seed `layer` would draw on this call (advancing its generator), or None where it
+    draws nothing (not training, or rate 0)."""
+    if training is True and layer.rate > 0:
+        return layer.seed_generator.next()
+    return None
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")
@@ -45,6 +66,8 @@ class AlbertAttention(keras.layers.Layer):
         token_indices: optional int32 [tokens, 2], the (row, position) of each row of `x` (see
             `AlbertEncoder`'s `remove_padding`): the projections run on real tokens only and
             only the attention itself sees the padded [batch, seq] layout.
+        dropout_seeds: optional (probs seed, output seed), drawn beforehand (`draw_seeds`)
+            for a forward pass that must be replayed exactly (`AlbertEncoder`'s `recompute`).
 
     Returns:
         [batch, seq, H], or [tokens, H] with `token_indices`.
@@ -90,7 +113,12 @@ class AlbertAttention(keras.layers.Layer):
     def _split_heads(self, x, batch, seq):
         return tf.reshape(x, [batch, seq, self.num_attention_heads, self.head_size])
 
-    def call(self, x, attention_bias=None, training=None, token_indices=None):
+    def draw_seeds(self, training):
+        return (_draw_seed(self.attention_dropout, training),
+                _draw_seed(self.output_dropout, training))
+
+    def call(self, x, attention_bias=None, training=None, token_indices=None,
+             dropout_seeds=(None, None)):
         if token_indices is None:
             batch, seq = tf.shape(x)[0], tf.shape(x)[1]
             padded = lambda t: t  # noqa: E731
@@ -109,12 +137,14 @@ class AlbertAttention(keras.layers.Layer):
         if attention_bias is not None:
             scores += tf.cast(attention_bias, tf.float32)
         probs = tf.nn.softmax(scores, axis=-1)
-        probs = self.attention_dropout(tf.cast(probs, self.compute_dtype), training=training)
+        probs = _dropout(self.attention_dropout, tf.cast(probs, self.compute_dtype), training,
+                         dropout_seeds[0])
         context = tf.einsum("bnqk,bknd->bqnd", probs, v)
         context = tf.reshape(context, [batch, seq, self.hidden_size])
         if token_indices is not None:
             context = tf.gather_nd(context, token_indices)
-        out = self.output_dropout(self.output_dense(context), training=training)
+        out = _dropout(self.output_dropout, self.output_dense(context), training,
+                       dropout_seeds[1])
         return self.layer_norm(out + tf.cast(x, out.dtype))
 
     def compute_output_shape(self, x_shape, attention_bias_shape=None, token_indices_shape=None):
@@ -174,9 +204,16 @@ class AlbertFeedForward(keras.layers.Layer):
         self.layer_norm.build((None, None, self.hidden_size))
         self.built = True
 
-    def call(self, x, training=None):
-        h = self.activation(self.intermediate(x))
-        out = self.dropout(self.output_dense(h), training=training)
+    def draw_seeds(self, training):
+        return (_draw_seed(self.dropout, training),)
+
+    def call(self, x, training=None, dropout_seeds=(None,)):
+        h = self.intermediate(x)
+        # Training keeps only GELU's input for its gradient (gelu_tanh_lean: same forward bits);
+        # inference and export use the plain op.
+        lean = training is True and self.hidden_act in ("gelu", "gelu_new")
+        h = gelu_tanh_lean(h) if lean else self.activation(h)
+        out = _dropout(self.dropout, self.output_dense(h), training, dropout_seeds[0])
         return self.layer_norm(out + tf.cast(x, out.dtype))
 
     def compute_output_shape(self, input_shape):
@@ -223,6 +260,12 @@ class AlbertEncoder(keras.layers.Layer):
     0 (the padded computation gives values there that nothing should read). Shapes become
     data-dependent, so leave it off for XLA/TPU; the attribute may be changed before tracing.
 
+    `recompute=True` (training only) keeps only each layer's input for the backward pass and
+    runs the layer's forward again there (`tf.recompute_grad`): activation memory of one layer
+    instead of L, for about one more forward pass of compute. Dropout seeds are drawn before
+    the layer runs and replayed, so the masks, outputs and gradients are those of the plain
+    computation, bit for bit.
+
     Call args:
         x: [batch, seq, H], the projected embeddings.
         input_mask: int [batch, seq], 1 for real tokens, 0 for padding (right-padded).
@@ -235,7 +278,7 @@ class AlbertEncoder(keras.layers.Layer):
                  num_hidden_groups=1, inner_group_num=1, sharing="all", hidden_act="gelu",
                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                  initializer_range=0.02, layer_norm_epsilon=1e-12, remove_padding=False,
-                 **kwargs):
+                 recompute=False, **kwargs):
         super().__init__(**kwargs)
         if sharing not in SHARING_MODES:
             raise ValueError(f"`sharing` must be one of {SHARING_MODES}. Received: {sharing!r}")
@@ -256,6 +299,7 @@ class AlbertEncoder(keras.layers.Layer):
         self.initializer_range = initializer_range
         self.layer_norm_epsilon = layer_norm_epsilon
         self.remove_padding = bool(remove_padding)
+        self.recompute = bool(recompute)
 
         self.attention_shared = sharing in ATTENTION_SHARED_MODES
         self.ffn_shared = sharing in FFN_SHARED_MODES
@@ -309,10 +353,19 @@ class AlbertEncoder(keras.layers.Layer):
         for layer_index in range(self.num_hidden_layers):
             a = self.attention_owner(layer_index) * self.inner_group_num
             f = self.ffn_owner(layer_index) * self.inner_group_num
-            for inner in range(self.inner_group_num):
-                x = self.attention_layers[a + inner](x, attention_bias, training=training,
-                                                     token_indices=token_indices)
-                x = self.ffn_layers[f + inner](x, training=training)
+            blocks = [(self.attention_layers[a + inner], self.ffn_layers[f + inner])
+                      for inner in range(self.inner_group_num)]
+            seeds = [(attention.draw_seeds(training), ffn.draw_seeds(training))
+                     for attention, ffn in blocks]
+
+            def layer(h, blocks=blocks, seeds=seeds):
+                for (attention, ffn), (attention_seeds, ffn_seeds) in zip(blocks, seeds):
+                    h = attention(h, attention_bias, training=training,
+                                  token_indices=token_indices, dropout_seeds=attention_seeds)
+                    h = ffn(h, training=training, dropout_seeds=ffn_seeds)
+                return h
+
+            x = (tf.recompute_grad(layer) if self.recompute and training is True else layer)(x)
             hidden_states.append(x)
         if token_indices is not None:
             hidden_states = [tf.scatter_nd(token_indices, h, shape) for h in hidden_states]
@@ -331,5 +384,5 @@ class AlbertEncoder(keras.layers.Layer):
             hidden_act=self.hidden_act, hidden_dropout_prob=self.hidden_dropout_prob,
             attention_probs_dropout_prob=self.attention_probs_dropout_prob,
             initializer_range=self.initializer_range, layer_norm_epsilon=self.layer_norm_epsilon,
-            remove_padding=self.remove_padding)
+            remove_padding=self.remove_padding, recompute=self.recompute)
         return config
