@@ -126,22 +126,28 @@ def test_embedding_equal_e_and_h_has_no_projection():
     assert len(AlbertEmbedding(31, 6, 14, 12, 2)(ids, seg).shape) == 3  # E != H still projects
 
 
+def _ragged_backbone(**config):
+    """A tiny backbone (every dimension distinct, 2 groups of 2 inner blocks over 3 layers) and
+    a right-padded batch of rows of lengths 9, 4, 1 and 6: (model, mask, inputs)."""
+    from albert_tf import AlbertBackbone, AlbertConfig
+
+    model = AlbertBackbone(AlbertConfig(
+        vocab_size=37, embedding_size=6, hidden_size=14, num_hidden_layers=3,
+        num_attention_heads=2, intermediate_size=23, num_hidden_groups=2, inner_group_num=2,
+        initializer_range=0.3, **config))
+    mask = (np.arange(9)[None, :] < np.array([9, 4, 1, 6])[:, None]).astype(np.int32)
+    inputs = {"input_ids": tf.constant(RNG.integers(1, 37, (4, 9)).astype(np.int32) * mask),
+              "input_mask": tf.constant(mask),
+              "segment_ids": tf.constant((np.arange(9)[None, :] >= 3).astype(np.int32) * mask)}
+    return model, mask, inputs
+
+
 @pytest.mark.parametrize("sharing", ["all", "attention", "none"])
 def test_remove_padding_equals_the_padded_encoder(sharing):
     """`remove_padding` runs the per-token matmuls on the real tokens only: every hidden state at
     a real token and every gradient equal the padded computation's to 1e-5; padding rows are 0.
     Rows of lengths 9, 4, 1 and 6 (one full row, one of a single token)."""
-    from albert_tf import AlbertBackbone, AlbertConfig
-
-    config = AlbertConfig(vocab_size=37, embedding_size=6, hidden_size=14, num_hidden_layers=3,
-                          num_attention_heads=2, intermediate_size=23, num_hidden_groups=2,
-                          inner_group_num=2, sharing=sharing, initializer_range=0.3)
-    model = AlbertBackbone(config)
-    lengths = [9, 4, 1, 6]
-    mask = (np.arange(9)[None, :] < np.array(lengths)[:, None]).astype(np.int32)
-    inputs = {"input_ids": tf.constant(RNG.integers(1, 37, (4, 9)).astype(np.int32) * mask),
-              "input_mask": tf.constant(mask),
-              "segment_ids": tf.constant((np.arange(9)[None, :] >= 3).astype(np.int32) * mask)}
+    model, mask, inputs = _ragged_backbone(sharing=sharing)
     weights = tf.constant((RNG.normal(size=(4, 9, 14)) * mask[..., None]).astype(np.float32))
 
     def run(remove_padding):
@@ -210,24 +216,14 @@ def test_gelu_tanh_lean_equals_autodiff():
 
 
 @pytest.mark.parametrize("remove_padding", [False, True])
-def test_recompute_replays_dropout_and_equals_the_plain_step(remove_padding):
+def test_recompute_replays_dropout_and_equals_the_plain_step(remove_padding, monkeypatch):
     """`recompute` keeps only each layer's input and reruns the layer in the backward pass.
     With dropout on (0.2 hidden, 0.3 attention) the masks are replayed, not redrawn: the
     outputs equal the plain training forward exactly, every gradient to 1e-5, and every dropout
     generator ends in the same state (each drew). Dropout is on: training outputs differ from
-    inference's."""
-    from albert_tf import AlbertBackbone, AlbertConfig
-
-    config = AlbertConfig(vocab_size=37, embedding_size=6, hidden_size=14, num_hidden_layers=3,
-                          num_attention_heads=2, intermediate_size=23, num_hidden_groups=2,
-                          inner_group_num=2, sharing="all", initializer_range=0.3,
-                          hidden_dropout_prob=0.2, attention_probs_dropout_prob=0.3)
-    model = AlbertBackbone(config)
-    lengths = [9, 4, 1, 6]
-    mask = (np.arange(9)[None, :] < np.array(lengths)[:, None]).astype(np.int32)
-    inputs = {"input_ids": tf.constant(RNG.integers(1, 37, (4, 9)).astype(np.int32) * mask),
-              "input_mask": tf.constant(mask),
-              "segment_ids": tf.constant((np.arange(9)[None, :] >= 3).astype(np.int32) * mask)}
+    inference's. The layers really run twice: the FFN's forward calls while tracing the step."""
+    model, mask, inputs = _ragged_backbone(sharing="all", hidden_dropout_prob=0.2,
+                                           attention_probs_dropout_prob=0.3)
     generators = [v for v in model.variables if "seed_generator" in v.path]
     assert len(generators) == 13  # embeddings + 2 attention groups x 2 inner x (2 + 1)
     start = [v.numpy() for v in generators]
@@ -246,12 +242,22 @@ def test_recompute_replays_dropout_and_equals_the_plain_step(remove_padding):
                         + tf.reduce_sum(out["pooled_output"]))
             return out["sequence_output"], tape.gradient(loss, model.trainable_variables)
 
+        calls.clear()
         out, grads = step(inputs)
+        runs[recompute] = len(calls)
         return (out.numpy(), [tf.convert_to_tensor(g).numpy() for g in grads],
                 [v.numpy() for v in generators])
 
+    # Count the FFN sublayer's forward calls while the step is traced: the recomputing step
+    # runs each layer's forward again for the backward pass (6 block applications, twice).
+    from albert_tf.layers.transformer import AlbertFeedForward
+
+    calls, runs, ffn_call = [], {}, AlbertFeedForward.call
+    monkeypatch.setattr(AlbertFeedForward, "call",
+                        lambda self, *a, **k: calls.append(1) or ffn_call(self, *a, **k))
     plain, plain_grads, plain_state = run(False)
     recomputed, recomputed_grads, recomputed_state = run(True)
+    assert runs == {False: 6, True: 12}, runs
     np.testing.assert_array_equal(recomputed, plain)
     assert len(recomputed_grads) == len(plain_grads) == len(model.trainable_variables)
     for a, b in zip(plain_grads, recomputed_grads):
