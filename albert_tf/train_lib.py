@@ -174,6 +174,23 @@ def _log(cfg, message):
         print(message, flush=True)
 
 
+def _write_text_atomically(path: str, text: str) -> None:
+    """Writes `text` to `path` so that a reader (another worker, a rerun after a crash) sees the
+    old file or the new one, never a truncated one; an unchanged file is left untouched."""
+    if tf.io.gfile.exists(path):
+        with tf.io.gfile.GFile(path) as f:
+            if f.read() == text:
+                return
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with tf.io.gfile.GFile(tmp, "w") as f:
+            f.write(text)
+        tf.io.gfile.rename(tmp, path, overwrite=True)
+    finally:
+        if tf.io.gfile.exists(tmp):
+            tf.io.gfile.remove(tmp)
+
+
 def _format_duration(seconds):
     if not math.isfinite(seconds):
         return "?"
@@ -274,8 +291,8 @@ class TrainingRun:
                 f"--output_dir {cfg.output_dir} holds checkpoints but no albert_config.json; "
                 "refusing to guess which model they belong to. Use a new --output_dir.")
         if self.is_chief:
-            with tf.io.gfile.GFile(path, "w") as f:
-                f.write(cfg.albert_config.to_json_string())
+            # Other workers read this file as the chief starts: written whole or not at all.
+            _write_text_atomically(path, cfg.albert_config.to_json_string())
             self._copy_sentencepiece_model()
 
     def _copy_sentencepiece_model(self):
@@ -352,9 +369,7 @@ class TrainingRun:
             _log(cfg, f"Note: {cfg.output_dir} has no {INPUT_PLAN_FILE} (a run of an earlier "
                       "version); the input continues from the step in this version's order.")
         if self.is_chief and saved is None:
-            with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-                json.dump(plan.to_dict(), f, indent=1)
-            tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+            _write_text_atomically(path, json.dumps(plan.to_dict(), indent=1))
         return plan
 
     def _position_input(self):

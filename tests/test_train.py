@@ -387,6 +387,30 @@ def test_refuses_mismatched_data_and_output_dir(generated_data, tmp_path):
         _config(tmp_path, _pattern(generated_data), train_batch_size=10, grad_accum_steps=4)
 
 
+def test_chief_files_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    """albert_config.json and the input plan are read by the other workers while the chief
+    starts (a restarted pair once read an empty config): an unchanged file is not rewritten,
+    a changed one replaces the old in one rename, and a write that fails keeps the old one."""
+    from albert_tf.train_lib import _write_text_atomically
+
+    path = str(tmp_path / "albert_config.json")
+    _write_text_atomically(path, '{"a": 1}')
+    before = os.stat(path)
+    _write_text_atomically(path, '{"a": 1}')
+    after = os.stat(path)
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    _write_text_atomically(path, '{"a": 2}')
+    assert open(path).read() == '{"a": 2}' and os.listdir(tmp_path) == ["albert_config.json"]
+
+    def fail(self, data):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tf.io.gfile.GFile, "write", fail)
+    with pytest.raises(OSError, match="disk full"):
+        _write_text_atomically(path, '{"a": 3}')
+    assert open(path).read() == '{"a": 2}' and os.listdir(tmp_path) == ["albert_config.json"]
+
+
 def test_strategy_factory_fails_fast():
     start = time.time()
     with pytest.raises(StrategyError, match=r"--distribution_strategy=tpu found no TPU"):
