@@ -54,25 +54,6 @@ def random_batch(config: AlbertConfig, batch=3, seq=11, predictions=7, seed=0) -
     }
 
 
-# Seconds each of the slowest files took on the 2-core development machine (2026-11-23, the
-# suite's --durations). The files run longest first (`--dist loadfile --no-loadscope-reorder`
-# in pyproject.toml hands them to the two workers in this order), so that no long file starts
-# last while the other worker sits idle: xdist's own order, by number of tests, put the one-test
-# convergence file last.
-FILE_SECONDS = {"test_train.py": 400, "test_export.py": 270, "test_tflite.py": 215,
-                "test_demo.py": 180, "test_convergence.py": 180, "test_input_pipeline.py": 105,
-                "test_export_tasks.py": 100, "test_finetuning.py": 97, "test_squad.py": 95,
-                "test_generator.py": 88, "test_race.py": 80, "test_checkpoints.py": 52,
-                "test_client.py": 37, "test_layers.py": 33, "test_params.py": 31}
-
-
-def pytest_collection_modifyitems(session, config, items):
-    order = {}
-    for item in items:
-        order.setdefault(item.path.name, len(order))
-    items.sort(key=lambda item: (-FILE_SECONDS.get(item.path.name, 0), order[item.path.name]))
-
-
 @pytest.fixture(autouse=True)
 def _fresh_keras_state():
     keras.mixed_precision.set_global_policy("float32")
