@@ -1,6 +1,6 @@
 """The attention core (scores, softmax, context) in two layouts, forward and forward+backward.
 
-    python -m bench.attention_layout                  # the shapes below, median of 7 of 30 calls
+    python -m bench.attention_layout      # the shapes below, median of 30 calls after 2 warm-up
 
 `einsum`: the two einsums "bqnd,bknd->bnqk" and "bnqk,bknd->bqnd" on [batch, seq, heads, d]
 tensors (what AlbertAttention used before). `matmul`: Q and V transposed to [b, n, s, d] and K
@@ -11,8 +11,6 @@ the two outputs (0 when the same kernels run).
 """
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 from absl import app, flags
@@ -40,14 +38,10 @@ def _matmul(tf, q, k, v):
 
 
 def _time(fn, calls):
-    fn()
-    fn()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * float(np.median(times))
+    """Median ms of `calls` calls after 2 warm-up calls (bench.compare's timer)."""
+    from bench.compare import _median_time
+
+    return 1000 * _median_time(fn, warmup=2, repeats=calls)["median_s"]
 
 
 def main(argv):
