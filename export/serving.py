@@ -196,9 +196,10 @@ class AlbertServingModule(tf.Module):
         return out
 
     # -----------------------------------------------------------------------------------------
-    def tokens_from_text(self, text, text_b=None):
-        ids_a = self.tokenizer.encode_with_masks(text)
-        ids_b = None if text_b is None else self.tokenizer.encode_with_masks(text_b)
+    def tokens_from_text(self, text, text_b=None, encode=None):
+        encode = encode or self.tokenizer.encode_with_masks
+        ids_a = encode(text)
+        ids_b = None if text_b is None else encode(text_b)
         if text_b is not None:
             tf.debugging.assert_equal(tf.shape(text), tf.shape(text_b), message=(
                 "text and text_b must have the same batch size"))
@@ -215,43 +216,52 @@ class AlbertServingModule(tf.Module):
             return {name: tf.cast(parsed[name].to_tensor(0), tf.int32)
                     for name in F.BACKBONE_INPUTS}
 
-    def classify_outputs(self, serialized):
-        out = self.outputs_from_tokens(self.tokens_from_examples(serialized))
-        batch = tf.shape(serialized)[0]
-        classes = tf.tile(tf.constant([self.labels], tf.string), [batch, 1])
-        return {"classes": classes, "scores": out["probabilities"]}
-
-    def regress_outputs(self, serialized):
-        out = self.outputs_from_tokens(self.tokens_from_examples(serialized))
-        return {"outputs": out["score"]}
-
     # -----------------------------------------------------------------------------------------
+    def _function(self, fn):
+        """`tf.function(fn)` without AutoGraph: the serving code branches on Python values only,
+        and converting it cost about a third of an export's tracing."""
+        return tf.function(fn, autograph=False)
+
+    def _tokens_function(self, method, token_spec):
+        """`method` (token features -> outputs) as one traced function that every signature
+        calls: the model is traced once per export, not once per signature (the signatures'
+        graphs call it; TF inlines the call when it loads them)."""
+        return self._function(lambda input_ids, input_mask, segment_ids: method(
+            {F.INPUT_IDS: input_ids, F.INPUT_MASK: input_mask, F.SEGMENT_IDS: segment_ids})
+        ).get_concrete_function(*(token_spec(name) for name in F.BACKBONE_INPUTS))
+
     def signatures(self) -> dict:
         """{signature name: concrete function}, ready for `tf.saved_model.save`."""
-        text_fn = tf.function(lambda text: self.outputs_from_tokens(self.tokens_from_text(text)))
-        pair_fn = tf.function(lambda text, text_b: self.outputs_from_tokens(
-            self.tokens_from_text(text, text_b)))
-        tokens_fn = tf.function(lambda input_ids, input_mask, segment_ids:
-                                self.outputs_from_tokens({F.INPUT_IDS: input_ids,
-                                                          F.INPUT_MASK: input_mask,
-                                                          F.SEGMENT_IDS: segment_ids}))
-        examples_fn = tf.function(lambda examples: self.outputs_from_tokens(
+        body = self._tokens_function(self.outputs_from_tokens, _token_spec)
+
+        def outputs(features):
+            return body(*(features[name] for name in F.BACKBONE_INPUTS))
+
+        encode = self._function(self.tokenizer.encode_with_masks).get_concrete_function(
+            _string_spec(TEXT))
+        text_fn = self._function(lambda text: outputs(self.tokens_from_text(text, None, encode)))
+        pair_fn = self._function(lambda text, text_b: outputs(
+            self.tokens_from_text(text, text_b, encode)))
+        examples_fn = self._function(lambda examples: outputs(
             self.tokens_from_examples(examples)))
         pair = pair_fn.get_concrete_function(_string_spec(TEXT), _string_spec(TEXT_B))
         signatures = {
             "serving_default": pair if self.text_pair else text_fn.get_concrete_function(
                 _string_spec(TEXT)),
             "serve_text_pair": pair,
-            "serve_tokens": tokens_fn.get_concrete_function(
-                *(_token_spec(name) for name in F.BACKBONE_INPUTS)),
+            "serve_tokens": body,
             "serve_examples": examples_fn.get_concrete_function(_string_spec(EXAMPLES)),
         }
         if self.kind == "classifier":
+            batch = lambda inputs: tf.shape(inputs)[0]  # noqa: E731
             if self.num_labels == 1:
-                fn = tf.function(lambda inputs: self.regress_outputs(inputs))
+                fn = self._function(lambda inputs: {
+                    "outputs": outputs(self.tokens_from_examples(inputs))["score"]})
                 signatures["regress"] = fn.get_concrete_function(_string_spec("inputs"))
             else:
-                fn = tf.function(lambda inputs: self.classify_outputs(inputs))
+                fn = self._function(lambda inputs: {
+                    "classes": tf.tile(tf.constant([self.labels], tf.string), [batch(inputs), 1]),
+                    "scores": outputs(self.tokens_from_examples(inputs))["probabilities"]})
                 signatures["classify"] = fn.get_concrete_function(_string_spec("inputs"))
         return signatures
 
@@ -306,7 +316,7 @@ class SpanServingModule(AlbertServingModule):
         return {"start_logits": tf.cast(out["start_logits"], tf.float32),
                 "end_logits": tf.cast(out["end_logits"], tf.float32)}
 
-    def answer(self, question, context):
+    def answer(self, question, context, logits_from_tokens=None):
         from albert_tf.squad import align_context_in_graph, decode_in_graph, windows_in_graph
 
         tf.debugging.assert_equal(tf.shape(question), tf.shape(context), message=(
@@ -314,7 +324,8 @@ class SpanServingModule(AlbertServingModule):
         text, ids, starts, ends = align_context_in_graph(context, self.tokenizer)
         query = self.tokenizer(question)[:, :self.max_query_length]
         windows = windows_in_graph(query, ids, self.max_seq_length, self.doc_stride)
-        logits = self.logits_from_tokens({name: windows[name] for name in F.BACKBONE_INPUTS})
+        logits = (logits_from_tokens or self.logits_from_tokens)(
+            {name: windows[name] for name in F.BACKBONE_INPUTS})
         batch = tf.shape(question, out_type=tf.int64)[0]
         best = decode_in_graph(logits["start_logits"], logits["end_logits"], windows, batch,
                                self.n_best_size, self.max_answer_length)
@@ -339,16 +350,13 @@ class SpanServingModule(AlbertServingModule):
                                                 maxlength=tf.cast(batch, tf.int32))}
 
     def signatures(self) -> dict:
-        answer_fn = tf.function(lambda question, context: self.answer(question, context))
-        tokens_fn = tf.function(lambda input_ids, input_mask, segment_ids:
-                                self.logits_from_tokens({F.INPUT_IDS: input_ids,
-                                                         F.INPUT_MASK: input_mask,
-                                                         F.SEGMENT_IDS: segment_ids}))
+        body = self._tokens_function(self.logits_from_tokens, _token_spec)
+        answer_fn = self._function(lambda question, context: self.answer(
+            question, context, lambda f: body(*(f[name] for name in F.BACKBONE_INPUTS))))
         return {
             "serving_default": answer_fn.get_concrete_function(_string_spec(QUESTION),
                                                                _string_spec(CONTEXT)),
-            "serve_tokens": tokens_fn.get_concrete_function(
-                *(_token_spec(name) for name in F.BACKBONE_INPUTS)),
+            "serve_tokens": body,
         }
 
 
@@ -424,19 +432,16 @@ class MultipleChoiceServingModule(AlbertServingModule):
         return {name: tf.reshape(features[name], shape) for name in F.BACKBONE_INPUTS}
 
     def signatures(self) -> dict:
-        text_fn = tf.function(lambda article, question, options: self.outputs_from_tokens(
-            self.tokens_from_text(article, question, options)))
-        tokens_fn = tf.function(lambda input_ids, input_mask, segment_ids:
-                                self.outputs_from_tokens({F.INPUT_IDS: input_ids,
-                                                          F.INPUT_MASK: input_mask,
-                                                          F.SEGMENT_IDS: segment_ids}))
         choice_spec = lambda name: tf.TensorSpec([None, None, None], tf.int32, name=name)  # noqa: E731
+        body = self._tokens_function(self.outputs_from_tokens, choice_spec)
+        text_fn = self._function(lambda article, question, options: body(*(
+            self.tokens_from_text(article, question, options)[name]
+            for name in F.BACKBONE_INPUTS)))
         return {
             "serving_default": text_fn.get_concrete_function(
                 _string_spec(ARTICLE), _string_spec(QUESTION),
                 tf.TensorSpec([None, None], tf.string, name=OPTIONS)),
-            "serve_tokens": tokens_fn.get_concrete_function(
-                *(choice_spec(name) for name in F.BACKBONE_INPUTS)),
+            "serve_tokens": body,
         }
 
 

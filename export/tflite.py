@@ -104,15 +104,15 @@ class TFLiteModule(AlbertServingModule):
         """The concrete function of `serving_default` for `inputs` ("text" or "tokens")."""
         if inputs == "tokens":
             spec = [tf.TensorSpec([1, None], tf.int32, name=name) for name in F.BACKBONE_INPUTS]
-            fn = tf.function(lambda input_ids, input_mask, segment_ids: self.outputs_from_tokens(
+            fn = self._function(lambda input_ids, input_mask, segment_ids: self.outputs_from_tokens(
                 {F.INPUT_IDS: input_ids, F.INPUT_MASK: input_mask, F.SEGMENT_IDS: segment_ids}))
         elif self.text_pair:
             spec = [tf.TensorSpec([1], tf.string, name=name) for name in ("text", "text_b")]
-            fn = tf.function(lambda text, text_b: self.outputs_from_tokens(
+            fn = self._function(lambda text, text_b: self.outputs_from_tokens(
                 self.tokens_from_text(text, text_b)))
         else:
             spec = [tf.TensorSpec([1], tf.string, name="text")]
-            fn = tf.function(lambda text: self.outputs_from_tokens(self.tokens_from_text(text)))
+            fn = self._function(lambda text: self.outputs_from_tokens(self.tokens_from_text(text)))
         return fn.get_concrete_function(*spec)
 
 
