@@ -32,6 +32,7 @@ COMMANDS = {
 
 def _runner(module):
     def run():
+        quiet.skip_exit_collection()
         quiet.install()
         mod = importlib.import_module(module)
         from absl import app

@@ -20,6 +20,7 @@ filter off.
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import re
 import sys
@@ -129,11 +130,27 @@ def install() -> bool:
     return True
 
 
+def skip_exit_collection() -> None:
+    """Makes this process's exit skip the interpreter's final garbage collections. Idempotent.
+
+    Registered before TensorFlow is imported, the handler runs after every other exit handler
+    and freezes the heap (`gc.freeze`), so the collections that interpreter shutdown runs do not
+    traverse TensorFlow's objects again: about 1 s off every command's exit. Objects are still
+    released as modules are cleared; only garbage in reference cycles left at exit is not
+    finalized (our commands close their files and flush their writers themselves).
+    """
+    if not _state.get("exit_collection_skipped"):
+        _state["exit_collection_skipped"] = True
+        atexit.register(gc.freeze)
+
+
 def install_for_module_commands() -> None:
-    """`install()` when this interpreter is starting one of our modules (`python -m pkg.mod`).
+    """`install()` and `skip_exit_collection()` when this interpreter is starting one of our
+    modules (`python -m pkg.mod`).
 
     While `-m` imports the module's packages, `sys.argv[0]` is "-m"; any other import of the
-    packages (your code, a notebook, pytest) leaves stderr alone.
+    packages (your code, a notebook, pytest) leaves stderr and exit alone.
     """
     if sys.argv[:1] == ["-m"]:
+        skip_exit_collection()
         install()
