@@ -17,6 +17,10 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from albert_tf import quiet  # noqa: E402
+
+quiet.skip_exit_collection()  # as our commands: the exit does not traverse TensorFlow's heap
+
 TINY = dict(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layers=3,
             num_hidden_groups=1, num_attention_heads=4, intermediate_size=40,
             max_position_embeddings=64)
