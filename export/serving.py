@@ -230,12 +230,17 @@ class AlbertServingModule(tf.Module):
             {F.INPUT_IDS: input_ids, F.INPUT_MASK: input_mask, F.SEGMENT_IDS: segment_ids})
         ).get_concrete_function(*(token_spec(name) for name in F.BACKBONE_INPUTS))
 
+    @staticmethod
+    def _on_features(body, features):
+        """`body` (a `_tokens_function`) called on a features dict."""
+        return body(*(features[name] for name in F.BACKBONE_INPUTS))
+
     def signatures(self) -> dict:
         """{signature name: concrete function}, ready for `tf.saved_model.save`."""
         body = self._tokens_function(self.outputs_from_tokens, _token_spec)
 
         def outputs(features):
-            return body(*(features[name] for name in F.BACKBONE_INPUTS))
+            return self._on_features(body, features)
 
         encode = self._function(self.tokenizer.encode_with_masks).get_concrete_function(
             _string_spec(TEXT))
@@ -253,14 +258,14 @@ class AlbertServingModule(tf.Module):
             "serve_examples": examples_fn.get_concrete_function(_string_spec(EXAMPLES)),
         }
         if self.kind == "classifier":
-            batch = lambda inputs: tf.shape(inputs)[0]  # noqa: E731
             if self.num_labels == 1:
                 fn = self._function(lambda inputs: {
                     "outputs": outputs(self.tokens_from_examples(inputs))["score"]})
                 signatures["regress"] = fn.get_concrete_function(_string_spec("inputs"))
             else:
                 fn = self._function(lambda inputs: {
-                    "classes": tf.tile(tf.constant([self.labels], tf.string), [batch(inputs), 1]),
+                    "classes": tf.tile(tf.constant([self.labels], tf.string),
+                                       [tf.shape(inputs)[0], 1]),
                     "scores": outputs(self.tokens_from_examples(inputs))["probabilities"]})
                 signatures["classify"] = fn.get_concrete_function(_string_spec("inputs"))
         return signatures
@@ -352,7 +357,7 @@ class SpanServingModule(AlbertServingModule):
     def signatures(self) -> dict:
         body = self._tokens_function(self.logits_from_tokens, _token_spec)
         answer_fn = self._function(lambda question, context: self.answer(
-            question, context, lambda f: body(*(f[name] for name in F.BACKBONE_INPUTS))))
+            question, context, lambda features: self._on_features(body, features)))
         return {
             "serving_default": answer_fn.get_concrete_function(_string_spec(QUESTION),
                                                                _string_spec(CONTEXT)),
@@ -434,9 +439,8 @@ class MultipleChoiceServingModule(AlbertServingModule):
     def signatures(self) -> dict:
         choice_spec = lambda name: tf.TensorSpec([None, None, None], tf.int32, name=name)  # noqa: E731
         body = self._tokens_function(self.outputs_from_tokens, choice_spec)
-        text_fn = self._function(lambda article, question, options: body(*(
-            self.tokens_from_text(article, question, options)[name]
-            for name in F.BACKBONE_INPUTS)))
+        text_fn = self._function(lambda article, question, options: self._on_features(
+            body, self.tokens_from_text(article, question, options)))
         return {
             "serving_default": text_fn.get_concrete_function(
                 _string_spec(ARTICLE), _string_spec(QUESTION),
