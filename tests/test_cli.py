@@ -64,6 +64,32 @@ def test_filter_drops_noise_keeps_the_rest_and_survives_a_crash():
     assert verbose.stdout == "filter on: False\n" and verbose.stderr == "x\n"
 
 
+def test_module_commands_freeze_the_heap_last_at_exit(tmp_path):
+    """A `python -m` start of our packages registers `gc.freeze` before anything else, so it
+    runs after every other exit handler; an unflushed file is still written at exit; importing
+    the package from other code registers nothing."""
+    probe = textwrap.dedent("""
+        import atexit, gc, sys
+        out = sys.argv[2]
+        # registered before the package: runs after its handlers (exit handlers run in reverse)
+        atexit.register(lambda: open(out, "a").write(f"after: {gc.get_freeze_count() > 0}\\n"))
+        if sys.argv[1] == "command":
+            sys.argv[0] = "-m"  # what `python -m data.x` shows while the packages import
+        import data  # noqa: F401
+        f = open(out + ".unflushed", "w")
+        f.write("kept")  # never closed nor flushed: interpreter shutdown writes it
+        atexit.register(lambda: open(out, "a").write(f"handler: {gc.get_freeze_count() > 0}\\n"))
+    """)
+    for how, frozen in (("command", "True"), ("library", "False")):
+        out = tmp_path / f"{how}.txt"
+        proc = subprocess.run([sys.executable, "-c", probe, how, str(out)], cwd=ROOT,
+                              capture_output=True, text=True,
+                              env=dict(os.environ, ALBERT_TF_VERBOSE="1"))
+        assert proc.returncode == 0, proc.stderr
+        assert out.read_text() == f"handler: False\nafter: {frozen}\n"
+        assert (tmp_path / f"{how}.txt.unflushed").read_text() == "kept"
+
+
 def test_module_commands_print_no_tensorflow_noise(tmp_path):
     # Imports TensorFlow and runs ops before it refuses the config: the unfiltered run prints
     # the CUDA-probing lines on this machine, ours does not, and the error still arrives.

@@ -307,6 +307,40 @@ def test_op_list_of_tf_serving_2_20(exported, tmp_path):
         check_saved_model_ops(str(tmp_path / "newer"))
 
 
+def test_the_model_is_traced_once_and_every_signature_calls_it(exported):
+    """The SavedModel holds one function with the encoder's matmuls (serve_tokens'), and each of
+    the other signatures reaches it through a call, not a copy of the model of its own."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    for kind, signatures in (("pretrainer", 4), ("classifier", 5)):
+        _, path, loaded = exported[kind]
+        assert len(loaded.signatures) == signatures
+        proto = saved_model_pb2.SavedModel()
+        with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+            proto.ParseFromString(f.read())
+        library = {fn.signature.name: fn for fn in proto.meta_graphs[0].graph_def.library.function}
+        with_model = [name for name, fn in library.items()
+                      if any(node.op == "BatchMatMulV2" for node in fn.node_def)]
+        assert len(with_model) == 1, (kind, with_model)
+
+        def reaches(name, seen):
+            if name in seen or name not in library:
+                return False
+            seen.add(name)
+            return name == with_model[0] or any(
+                reaches(attr.func.name, seen) for node in library[name].node_def
+                for attr in node.attr.values() if attr.func.name)
+
+        # The signatures' functions, as the object graph names them (root -> "signatures").
+        nodes = proto.meta_graphs[0].object_graph_def.nodes
+        (sig_node,) = [c.node_id for c in nodes[0].children if c.local_name == "signatures"]
+        names = {c.local_name: nodes[c.node_id].bare_concrete_function.concrete_function_name
+                 for c in nodes[sig_node].children}
+        assert sorted(names) == sorted(loaded.signatures)
+        for signature, name in names.items():
+            assert reaches(name, set()), (kind, signature)
+
+
 def test_refused_export_leaves_no_version(exported, sample_vocab, tmp_path):
     model, _, _ = exported["regressor"]
     allowed = json.load(open(os.path.join(ROOT, "export", "serving_ops_tf2.20.json")))
