@@ -54,9 +54,14 @@ def _first_record_lengths(path):
 def check_files(files, max_seq_length, max_predictions_per_seq, vocab_size=None) -> dict:
     """Refuses files made for another sequence length, prediction count or vocabulary.
 
+    `max_predictions_per_seq=None` accepts any prediction count, the same in every file (an
+    evaluation set keeps the count it was generated with: the masked-LM head gathers however
+    many positions a record has, so a model trained at 40% masking is evaluated on records
+    masked at 15%); `prediction_count` then gives it.
+
     Returns {path: sidecar dict or None}.
     """
-    found = {}
+    found, counts = {}, {}
     for path in files:
         sidecar = F.sidecar_path(path)
         meta = None
@@ -72,14 +77,34 @@ def check_files(files, max_seq_length, max_predictions_per_seq, vocab_size=None)
         else:
             seq, preds = _first_record_lengths(path)
             source = "its records have"
-        if seq != max_seq_length or preds != max_predictions_per_seq:
+        expected = preds if max_predictions_per_seq is None else max_predictions_per_seq
+        if seq != max_seq_length or preds != expected:
             raise DataMismatchError(
                 f"{path} does not match the model: {source} max_seq_length={seq}, "
                 f"max_predictions_per_seq={preds}; the model expects "
                 f"max_seq_length={max_seq_length}, max_predictions_per_seq="
-                f"{max_predictions_per_seq}. Regenerate the data or change the flags.")
+                f"{expected}. Regenerate the data or change the flags.")
         found[path] = meta
+        counts.setdefault(preds, path)
+    if len(counts) > 1:
+        raise DataMismatchError(
+            "The evaluation files were generated with different max_predictions_per_seq ("
+            + ", ".join(f"{n} in {path}" for n, path in sorted(counts.items()))
+            + "); evaluate files of one setting at a time.")
     return found
+
+
+def prediction_count(files, sidecars=None) -> int:
+    """max_predictions_per_seq of pretraining files (their sidecar's, or their first record's
+    length); `check_files` with `max_predictions_per_seq=None` has made sure they agree."""
+    path = files[0]
+    meta = (sidecars or {}).get(path)
+    if meta is not None:
+        return int(meta["max_predictions_per_seq"])
+    if tf.io.gfile.exists(F.sidecar_path(path)):
+        with tf.io.gfile.GFile(F.sidecar_path(path)) as f:
+            return int(json.load(f)["max_predictions_per_seq"])
+    return _first_record_lengths(path)[1]
 
 
 def _parse_spec(schema: dict) -> dict:

@@ -51,6 +51,11 @@ class Task:
         sidecar dict or None}."""
         return {path: None for path in files}
 
+    def eval_schema(self, files) -> tuple[dict, dict]:
+        """(schema, {path: sidecar dict or None}) of evaluation files; by default the training
+        schema, the files checked as `check_files` does."""
+        return self.schema(), self.check_files(files)
+
     def normalizers(self, features, global_batch_size: int) -> dict:
         """Global denominators of one step (replica context)."""
         raise NotImplementedError
@@ -111,6 +116,16 @@ class PretrainingTask(Task):
 
         return check_files(files, self.max_seq_length, self.max_predictions_per_seq,
                            self.albert_config.vocab_size)
+
+    def eval_schema(self, files):
+        """Evaluation records keep the prediction count they were generated with (a held-out
+        set masked at 15% evaluates a model trained at 40%); sequence length and vocabulary
+        must be the model's."""
+        from albert_tf.input_pipeline import check_files, prediction_count
+
+        sidecars = check_files(files, self.max_seq_length, None, self.albert_config.vocab_size)
+        return (F.pretraining_schema(self.max_seq_length, prediction_count(files, sidecars)),
+                sidecars)
 
     def normalizers(self, features, global_batch_size):
         ctx = tf.distribute.get_replica_context()

@@ -450,10 +450,10 @@ class TrainingRun:
                 num_replicas_in_sync=self.num_workers)  # -> this worker's share of the batch
         files = list_files(cfg.eval_input_file or cfg.input_file)
         if getattr(self, "_eval_files", None) != files:
-            sidecars = self.task.check_files(files)
+            self._eval_schema, sidecars = self.task.eval_schema(files)
             self._eval_files = files
             self._eval_batches = sum(record_counts(files, sidecars)) // cfg.eval_batch_size
-        return ordered_dataset(files, cfg.eval_batch_size, self.task.schema(), context,
+        return ordered_dataset(files, cfg.eval_batch_size, self._eval_schema, context,
                                shard_records=True, num_batches=self._eval_batches)
 
     def _distribute(self, batch):
@@ -536,9 +536,6 @@ class TrainingRun:
         metrics = dict(metrics, global_step=step)
         if not self.is_chief:
             return
-        path = os.path.join(cfg.output_dir, f"eval_results_step_{step}.json")
-        with tf.io.gfile.GFile(path, "w") as f:
-            json.dump(metrics, f, indent=2)
         with writer.as_default(step=step):
             for name in self.task.metric_names:
                 tf.summary.scalar(name, metrics[name])
@@ -554,6 +551,10 @@ class TrainingRun:
                 os.path.join(cfg.output_dir, "best", "ckpt-best"))
             with tf.io.gfile.GFile(best_path, "w") as f:
                 json.dump(metrics, f, indent=2)
+        # Written last, whole or not at all: a job that checks for this file to know that the
+        # evaluation (and the best checkpoint it may replace) is complete can trust it.
+        _write_text_atomically(os.path.join(cfg.output_dir, f"eval_results_step_{step}.json"),
+                               json.dumps(metrics, indent=2))
         _log(cfg, f"eval at step {step}: " + ", ".join(
             f"{k} {metrics[k]:.4f}" for k in self.task.metric_names))
 
@@ -598,6 +599,11 @@ class TrainingRun:
         step = int(self.optimizer.iterations.numpy())
         if self.train_iterator is None or self._input_step != step:
             self._position_input()
+        if (cfg.do_eval and 0 < step < cfg.num_train_steps
+                and step % cfg.save_checkpoints_steps == 0 and not tf.io.gfile.exists(
+                    os.path.join(cfg.output_dir, f"eval_results_step_{step}.json"))):
+            # Resumed from a checkpoint whose evaluation the stopped run did not finish.
+            self._write_eval(step, self.evaluate(), eval_writer)
         start_step, start_time = step, time.time()
         previous_sigterm = self._install_sigterm()
         status = "completed"
@@ -647,6 +653,7 @@ class TrainingRun:
                     if cfg.do_eval:
                         self._last_eval = (step, self.evaluate())
                         self._write_eval(step, self._last_eval[1], eval_writer)
+                        eval_writer.flush()
                 if self._stop_requested:
                     if step % cfg.save_checkpoints_steps:
                         self.manager.save(checkpoint_number=step)

@@ -564,3 +564,42 @@ def test_corrupt_input_mid_run_names_the_file_and_saves_a_consistent_step(genera
     batch = next(resumed.train_iterator)
     expected = tf.train.Example.FromString(records[(8 * step) % 60]).features.feature["input_ids"]
     np.testing.assert_array_equal(batch["input_ids"].numpy()[0], expected.int64_list.value)
+
+
+def test_evaluation_takes_the_prediction_count_of_its_own_records(generated_data, tmp_path,
+                                                                  sample_vocab,
+                                                                  prepared_corpus):
+    """A run trained on records of 10 predictions evaluates held-out records made with 4 (a
+    model trained at 40% masking scored on 15%): the metrics equal the model's own predictions
+    on those records, counted here by hand; another sequence length, and evaluation files of
+    different prediction counts together, are refused."""
+    from albert_tf import features as F
+    from albert_tf.input_pipeline import ordered_dataset
+    from data.generator import generate, make_job
+
+    job = make_job(prepared_corpus["wiki"], str(tmp_path / "heldout"), sample_vocab,
+                   num_output_shards=1, max_seq_length=64, max_predictions_per_seq=4,
+                   dupe_factor=1, random_seed=5, tokens_per_unit=40_000)
+    generate(job, num_workers=1, progress=False)
+    heldout = job.output_files[0]
+    cfg = _config(tmp_path, _pattern(generated_data), eval_input_file=heldout, do_eval=True,
+                  eval_batch_size=16, max_eval_steps=5)
+    run = PretrainingRun(cfg)
+    metrics = run.run()["eval"]
+    correct = weight = 0.0
+    batches = ordered_dataset([heldout], 16, F.pretraining_schema(64, 4), num_batches=5)
+    for batch in batches:
+        assert batch[F.MASKED_LM_POSITIONS].shape == (16, 4)
+        logits = run.model({k: batch[k] for k in F.PRETRAINER_INPUTS}, training=False)["mlm_logits"]
+        predicted = np.argmax(np.reshape(logits.numpy(), (16, 4, -1)), -1)
+        w = batch[F.MASKED_LM_WEIGHTS].numpy()
+        correct += float(((predicted == batch[F.MASKED_LM_IDS].numpy()) * w).sum())
+        weight += float(w.sum())
+    assert metrics["examples"] == 80 and weight > 200
+    assert metrics["masked_lm_accuracy"] == pytest.approx(correct / (weight + 1e-5), abs=1e-6)
+    # Another sequence length is still refused, and so is a mix of prediction counts.
+    with pytest.raises(DataMismatchError, match="max_seq_length=64"):
+        PretrainingRun(_config(tmp_path / "short", _pattern(generated_data), max_seq_length=32,
+                               eval_input_file=heldout, do_eval=True, do_train=False)).run()
+    with pytest.raises(DataMismatchError, match="different max_predictions_per_seq"):
+        run.task.eval_schema([heldout, generated_data["files"][0]])
