@@ -60,6 +60,13 @@ flags.DEFINE_bool("random_next_sentence", False,
                   "Negatives from random documents (NSP) instead of swapped segments (SOP). The "
                   "official help text says the opposite of what its code does; this follows "
                   "the code.")
+flags.DEFINE_bool("sentence_order_pairs_only", False,
+                  "Not official; for evaluation sets. Every example is two segments of one "
+                  "document, in order or swapped with probability 1/2: chunks take at least two "
+                  "sentences and a lone last sentence is dropped, so no segment comes from "
+                  "another document. The sentence-order labels are then balanced and cannot "
+                  "be told by topic (the official algorithm completes one-sentence chunks from "
+                  "a random document, always label 1).")
 flags.DEFINE_integer("random_seed", 12345, "Seed of every random draw.")
 flags.DEFINE_integer("num_workers", 1, "Worker processes.")
 flags.DEFINE_integer("tokens_per_unit", 1_000_000,
@@ -112,7 +119,8 @@ def main(argv):
             masked_lm_prob=FLAGS.masked_lm_prob, short_seq_prob=FLAGS.short_seq_prob,
             ngram=FLAGS.ngram, favor_shorter_ngram=FLAGS.favor_shorter_ngram,
             do_whole_word_mask=FLAGS.do_whole_word_mask,
-            random_next_sentence=FLAGS.random_next_sentence, dupe_factor=FLAGS.dupe_factor,
+            random_next_sentence=FLAGS.random_next_sentence,
+            sentence_order_pairs_only=FLAGS.sentence_order_pairs_only, dupe_factor=FLAGS.dupe_factor,
             random_seed=FLAGS.random_seed, tokens_per_unit=FLAGS.tokens_per_unit)
         if FLAGS.runner:
             from data.beam_pipeline import generate_with_beam

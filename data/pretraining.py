@@ -47,6 +47,10 @@ class GenerationParams:
     favor_shorter_ngram: bool = True
     do_whole_word_mask: bool = True
     random_next_sentence: bool = False
+    # Not official: every example is two segments of one document (an evaluation set of
+    # sentence order whose labels are balanced and cannot be told by topic); see
+    # `create_instances_from_document`.
+    sentence_order_pairs_only: bool = False
 
     def __post_init__(self):
         checks = [
@@ -62,6 +66,9 @@ class GenerationParams:
             (0 <= self.short_seq_prob <= 1,
              f"--short_seq_prob must be in [0, 1]; got {self.short_seq_prob}"),
             (self.ngram >= 1, f"--ngram must be at least 1; got {self.ngram}"),
+            (not (self.sentence_order_pairs_only and self.random_next_sentence),
+             "--sentence_order_pairs_only takes both segments from one document; it cannot be "
+             "combined with --random_next_sentence (B from random documents)"),
         ]
         for ok, message in checks:
             if not ok:
@@ -239,7 +246,13 @@ def _concat(store: Documents, doc: int, indexes) -> list:
 
 def create_instances_from_document(store: Documents, doc_index: int, params: GenerationParams,
                                    vocab: Vocabulary, rng) -> list[Instance]:
-    """All examples of one document (one pass of `dupe_factor`)."""
+    """All examples of one document (one pass of `dupe_factor`).
+
+    With `params.sentence_order_pairs_only` a chunk is closed only once it holds two sentences
+    (or at the document's end), and a chunk of one sentence (a document's lone last sentence, a
+    one-sentence document) gives no example: no segment B comes from another document, so the
+    sentence-order label is the swap's coin flip alone (balanced) and says nothing about topic.
+    Off, the output is the official algorithm's, draw for draw."""
     num_sentences = store.num_sentences(doc_index)
     max_num_tokens = params.max_num_tokens
 
@@ -254,7 +267,10 @@ def create_instances_from_document(store: Documents, doc_index: int, params: Gen
     while i < num_sentences:
         chunk.append(i)
         length += len(store.sentence(doc_index, i))
-        if i == num_sentences - 1 or length >= target:
+        pairs_only = params.sentence_order_pairs_only
+        if i == num_sentences - 1 or (length >= target and (len(chunk) >= 2 or not pairs_only)):
+            if pairs_only and len(chunk) == 1:  # the document's lone last sentence
+                break
             a_end = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
             tokens_a = _concat(store, doc_index, chunk[:a_end])
             random_document = False

@@ -201,7 +201,58 @@ def test_same_rng_same_instances(books):
     assert any(not np.array_equal(x.input_ids, y.input_ids) for x, y in zip(runs[0], other))
 
 
+def _find_aligned(haystack: bytes, needle: bytes, after: int = 0) -> int:
+    """Token index of the first occurrence of `needle` in `haystack` (int32 arrays as bytes)
+    at or after token `after`."""
+    start = haystack.find(needle, 4 * after)
+    while start >= 0 and start % 4:
+        start = haystack.find(needle, start + 1)
+    return start // 4 if start >= 0 else -1
+
+
+def test_sentence_order_pairs_only_is_balanced_and_in_document_order(books):
+    """`sentence_order_pairs_only` (held-out sentence-order sets): no segment from another
+    document, the swap rate within 4 sigma of 1/2, and each pair's two segments found in its
+    own document in the order the label says (label 0: A before B; label 1: B before A)."""
+    store, vocab, _ = books
+    params = GenerationParams(max_seq_length=64, max_predictions_per_seq=10,
+                              sentence_order_pairs_only=True)
+    default = GenerationParams(max_seq_length=64, max_predictions_per_seq=10)
+    rng = np.random.default_rng(11)
+    by_doc = [create_instances_from_document(store, d, params, vocab, rng)
+              for d in range(len(store))]
+    insts = [i for doc in by_doc for i in doc]
+    assert len(insts) > 5000 and not any(i.random_document for i in insts)
+    _within(np.mean([i.next_sentence_label for i in insts]), 0.5, len(insts), "swap rate")
+    baseline = [i for d in range(len(store)) for i in create_instances_from_document(
+        store, d, default, vocab, np.random.default_rng(11))]
+    assert sum(i.random_document for i in baseline) > 200  # what the flag removes
+    checked = 0
+    for doc, instances in enumerate(by_doc):
+        text = np.concatenate([store.sentence(doc, j) for j in range(store.num_sentences(doc))])
+        text = text.astype("<i4").tobytes()
+        for inst in instances[:200]:
+            tokens = _original_tokens(inst)
+            seps = np.flatnonzero(tokens == SEP_ID)
+            first, second = tokens[1:seps[0]], tokens[seps[0] + 1:seps[1]]
+            earlier, later = (second, first) if inst.next_sentence_label else (first, second)
+            # some occurrence of the earlier segment (a short one can recur) is followed by the
+            # later one, after at most what truncation cut from the chunk (a long sentence can
+            # overflow by a few hundred pieces), not anywhere in the book
+            needle, follows = earlier.astype("<i4").tobytes(), later.astype("<i4").tobytes()
+            at, found = _find_aligned(text, needle), False
+            while at >= 0 and not found:
+                end = at + len(earlier)
+                found = 0 <= _find_aligned(text, follows, end) - end <= 512
+                at = _find_aligned(text, needle, at + 1)
+            assert found, (doc, inst.next_sentence_label)
+            checked += 1
+    assert checked >= 5 * 150
+
+
 def test_params_validation():
+    with pytest.raises(ValueError, match="--sentence_order_pairs_only takes both segments"):
+        GenerationParams(sentence_order_pairs_only=True, random_next_sentence=True)
     with pytest.raises(ValueError, match=r"--max_predictions_per_seq=126 must be in \[1, "
                                          r"max_seq_length - 3 = 125\]"):
         GenerationParams(max_seq_length=128, max_predictions_per_seq=126)
