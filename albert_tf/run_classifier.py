@@ -56,6 +56,8 @@ def define_flags():
     flags.DEFINE_bool("do_train", False, "Fine-tune on the train split.")
     flags.DEFINE_bool("do_eval", False, "Evaluate on the dev split (each checkpoint).")
     flags.DEFINE_bool("do_predict", False, "Predict the test split (GLUE submission files).")
+    flags.DEFINE_integer("train_examples", 0, "Fine-tune on the first N examples of the train "
+                         "split only (0: all of them): a few-label setting or a learning curve.")
     flags.DEFINE_integer("train_batch_size", 32, "Global training batch size.")
     flags.DEFINE_integer("eval_batch_size", 8, "Global evaluation batch size.")
     flags.DEFINE_integer("predict_batch_size", 8, "Prediction batch size.")
@@ -101,15 +103,22 @@ def define_flags():
 
 
 def write_features(task, tokenizer, data_dir, cache_dir, max_seq_length, splits, seed,
-                   eval_batch_size, predict_batch_size, num_train_files=1):
+                   eval_batch_size, predict_batch_size, num_train_files=1, train_examples=0):
     """{split: (TFRecord paths, comma-separated; sidecar; examples)} for the requested splits
-    (kept when up to date); the training split in `num_train_files` files."""
+    (kept when up to date); the training split in `num_train_files` files, its first
+    `train_examples` examples only when that is positive."""
     from albert_tf import glue
     from albert_tf.classification import write_examples
 
     written = {}
     for split in splits:
         examples = glue.load_split(task, data_dir, split)
+        if split == "train" and train_examples:
+            if not 0 < train_examples <= len(examples):
+                raise ValueError(f"--train_examples={train_examples}: the train split of "
+                                 f"{data_dir} has {len(examples)} examples; give 1 to "
+                                 f"{len(examples)}, or 0 for all.")
+            examples = examples[:train_examples]
         path = os.path.join(cache_dir, f"{split}.tfrecord")
         meta = write_examples(
             examples, task, tokenizer, max_seq_length, path,
@@ -206,7 +215,8 @@ def main(argv):
                                   ("test", FLAGS.do_predict)) if on]
         data = write_features(task, tokenizer, FLAGS.data_dir, cache_dir, FLAGS.max_seq_length,
                               splits, seed if seed is not None else 0, FLAGS.eval_batch_size,
-                              FLAGS.predict_batch_size, FLAGS.num_train_files)
+                              FLAGS.predict_batch_size, FLAGS.num_train_files,
+                              FLAGS.train_examples)
         strategy = get_strategy("tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy,
                                 tpu=FLAGS.tpu or FLAGS.tpu_name)
         any_file = next(iter(data.values()))[0]

@@ -241,3 +241,65 @@ def test_run_classifier_on_two_workers_equals_one_device(tmp_path, sample_vocab)
     assert got["accuracy"] == want["accuracy"]
     assert got["cross_entropy"] == pytest.approx(want["cross_entropy"], abs=1e-5)
     assert not [n for n in os.listdir(tmp_path / "workers") if ".tmp-" in n]
+
+
+def test_train_examples_takes_the_first_labels_only(tmp_path, sample_vocab):
+    """`run_classifier --train_examples N`: the training features are exactly those of the
+    split's first N examples (same digest as writing them directly); out-of-range N names the
+    flag and the split's size."""
+    from albert_tf.run_classifier import write_features
+
+    task = glue.get_task("sst-2")
+    tokenizer = Tokenizer(sample_vocab)
+    data_dir = os.path.join(GLUE_DIR, "SST-2")
+    written = write_features(task, tokenizer, data_dir, str(tmp_path / "cache"), 32, ["train"],
+                             7, 8, 8, num_train_files=1, train_examples=123)
+    files, meta, examples = written["train"]
+    first = glue.load_split(task, data_dir, "train")[:123]
+    assert meta["real_examples"] == 123 and [e.guid for e in examples] == [e.guid for e in first]
+    direct = write_examples(first, task, tokenizer, 32, str(tmp_path / "direct.tfrecord"),
+                            shuffle_seed=7)
+    assert meta["digest"] == direct["digest"]
+    for bad in (-1, 67_350):
+        with pytest.raises(ValueError, match=rf"--train_examples={bad}: the train split .* has "
+                                             r"67349 examples"):
+            write_features(task, tokenizer, data_dir, str(tmp_path / "bad"), 32, ["train"], 7, 8,
+                           8, train_examples=bad)
+
+
+def test_a_separable_task_is_learned_beyond_the_majority_class(tmp_path, sample_vocab):
+    """From random weights, a task whose label is one cue word among random filler words is
+    learned from 320 examples well beyond the majority class on 200 unseen dev sentences: a
+    classifier or loop that does not learn fails here. (Measured: 0.995 after 300 steps at
+    lr 1e-3; 200 steps at 2e-3 had not yet left the majority class.)"""
+    rng = np.random.default_rng(5)
+    filler = ("the a house river walked quietly under over table seven green letter morning "
+              "station garden window paper stone city road music evening").split()
+    cues = {"1": ["excellent", "wonderful", "delightful"], "0": ["awful", "terrible", "dreadful"]}
+    data_dir = tmp_path / "toy"
+    data_dir.mkdir()
+    for split, n in (("train", 320), ("dev", 200)):
+        rows = ["sentence\tlabel"]
+        for _ in range(n):
+            label = str(rng.integers(2))
+            words = list(rng.choice(filler, rng.integers(6, 14)))
+            words.insert(int(rng.integers(len(words) + 1)), str(rng.choice(cues[label])))
+            rows.append(" ".join(words) + "\t" + label)
+        (data_dir / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    task = glue.get_task("sst-2")
+    tokenizer = Tokenizer(sample_vocab)
+    train = write_examples(glue.load_split(task, str(data_dir), "train"), task, tokenizer, 32,
+                           str(tmp_path / "train.tfrecord"), shuffle_seed=1)
+    dev_examples = glue.load_split(task, str(data_dir), "dev")
+    write_examples(dev_examples, task, tokenizer, 32, str(tmp_path / "dev.tfrecord"),
+                   pad_to_multiple=24)
+    majority = max(np.mean([e.label == "1" for e in dev_examples]),
+                   np.mean([e.label == "0" for e in dev_examples]))
+    run = TrainingRun(ClassificationTask(task, AlbertConfig(**TINY), 32),
+                      _config(tmp_path, train["files"][0], str(tmp_path / "dev.tfrecord"),
+                              num_train_steps=300, save_checkpoints_steps=300,
+                              learning_rate=1e-3, num_warmup_steps=30))
+    metrics = run.run()["eval"]
+    print(f"\nseparable toy task: dev accuracy {metrics['accuracy']:.3f}, majority {majority:.3f}")
+    assert metrics["examples"] == 200 and majority < 0.6
+    assert metrics["accuracy"] >= 0.9
