@@ -61,7 +61,7 @@ flags.DEFINE_integer("timeout", 1800, "Seconds allowed to one measurement.")
 flags.DEFINE_string("child", None, "(internal) one measurement, as JSON.")
 FLAGS = flags.FLAGS
 
-from bench.flops import FORMULA, forward_flops, model_dims  # noqa: E402
+from albert_tf.analysis.flops import FORMULA, forward_flops, model_dims  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ relative training speed (Table 3's "Speedup") reproduced as ratios on this machi
 
 Every point is one `bench.compare` training measurement (the real loop: TFRecords from the
 bundled novels, forward, backward, clipping, LAMB; float32; its own child process; median of
-`--repeats` after `--warmup`). The analytic FLOP ratio (`bench.flops`) is printed beside each
+`--repeats` after `--warmup`). The analytic FLOP ratio (`albert_tf.analysis.flops`) is printed beside each
 measured ratio as the prediction. The paper measured at batch 4096, seq 512 on TPUs; here the
 batch is `--batch_size` (default 2) so that albert-xxlarge fits the time, and bert-xlarge
 (1.27B parameters: about 20 GB of weights, gradients and LAMB slots) is left out by default;
@@ -59,7 +59,7 @@ def _step(preset, seq):
 
 def main(argv):
     del argv
-    from bench.flops import forward_flops, model_dims
+    from albert_tf.analysis.flops import forward_flops, model_dims
 
     os.makedirs(FLAGS.output_dir, exist_ok=True)
     B, P = FLAGS.batch_size, FLAGS.predictions

@@ -10,7 +10,7 @@ real sentence and a batch of the first 32 SST-2 dev sentences (1,056 pieces, the
 and writes JSON. `--padding removed,padded` exports each model twice, with the encoder on the
 batch's real tokens only (`remove_padding`, the default export) and padded to the batch's longest
 row, and reports the batch throughput of each; every case also reports its FLOPs on real tokens
-only (`bench.flops`), the floor any implementation pays.
+only (`albert_tf.analysis.flops`), the floor any implementation pays.
 """
 
 import glob
@@ -90,7 +90,7 @@ def main(argv):
     results = {"preset": FLAGS.preset, "vocab_size": vocab_size,
                "max_seq_length": FLAGS.max_seq_length, "cpu_count": os.cpu_count(),
                "tensorflow": tf.__version__, "cases": {}}
-    from bench.flops import encoder_flops, model_dims
+    from albert_tf.analysis.flops import encoder_flops, model_dims
 
     dims = model_dims(FLAGS.preset)  # the encoder's FLOPs do not depend on the vocabulary
     for kind in FLAGS.kinds:

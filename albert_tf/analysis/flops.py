@@ -1,4 +1,5 @@
-"""Analytic FLOP counts of ALBERT (multiply-add = 2 FLOPs), shared by the benchmarks.
+"""Analytic FLOP counts of ALBERT (multiply-add = 2 FLOPs): the benchmarks' floors and the
+compute a pretraining run spent (the main job's report).
 
 Per sequence of n tokens through L layers of hidden size H, intermediate size I, embedding size
 E: the E -> H projection 2*n*E*H; per layer the Q, K, V and output projections 8*n*H^2, the
@@ -17,7 +18,11 @@ FORMULA = ("forward FLOPs = sum over sequences of n*(2*E*H + L*(8*H^2 + 4*n*H + 
 def model_dims(preset: str) -> dict:
     from albert_tf.config import AlbertConfig
 
-    c = AlbertConfig.from_preset(preset)
+    return config_dims(AlbertConfig.from_preset(preset))
+
+
+def config_dims(c) -> dict:
+    """The dimensions the formulas use, of an `AlbertConfig`."""
     return {"V": c.vocab_size, "E": c.embedding_size, "H": c.hidden_size,
             "I": c.intermediate_size, "L": c.num_hidden_layers, "heads": c.num_attention_heads,
             "max_positions": c.max_position_embeddings}
@@ -36,3 +41,11 @@ def forward_flops(d: dict, B: int, S: int, P: int, classes: int = 2) -> float:
     E, H, V = d["E"], d["H"], d["V"]
     return (encoder_flops(d, [S] * B) + B * P * (2 * H * E + 2 * E * V)
             + B * (2 * H * H + 2 * H * classes))
+
+
+def pretraining_flops(d: dict, steps: int, batch_size: int, seq_length: int,
+                      max_predictions_per_seq: int) -> float:
+    """Training FLOPs of `steps` pretraining steps of `batch_size` sequences padded to
+    `seq_length` (an upper bound: the loop runs on real tokens only) with
+    `max_predictions_per_seq` masked positions each: 3 x forward per step."""
+    return 3.0 * steps * forward_flops(d, batch_size, seq_length, max_predictions_per_seq)
