@@ -12,6 +12,7 @@ COMMANDS = {
     "albert-demo": "albert_tf.demo",
     "albert-params": "albert_tf.params",
     "albert-transitions": "albert_tf.analysis.transitions",
+    "albert-fill-mask": "albert_tf.analysis.fill_mask",
     "albert-prepare-corpus": "data.prepare_corpus",
     "albert-train-vocab": "data.train_vocab",
     "albert-create-pretraining-data": "data.create_pretraining_data",

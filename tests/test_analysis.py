@@ -109,3 +109,46 @@ def test_params_plot(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "| ALBERT base " in proc.stdout and "11,683,584" in proc.stdout
     assert (tmp_path / "p.png").read_bytes()[:8] == PNG
+
+
+def test_fill_mask_random_init_is_the_runs_starting_point(tmp_path, generated_data,
+                                                          sample_vocab):
+    """`albert_tf.analysis.fill_mask --random_seed N` rebuilds the exact weights a pretraining
+    run of --random_seed N started from (a run at learning rate 0 keeps them: every weight
+    equal), and its answers are the softmax of the model's own masked-LM logits."""
+    from albert_tf import AlbertConfig
+    from albert_tf.analysis.fill_mask import build_models, top_k_answers
+    from albert_tf.tokenization import MASK_ID, Tokenizer
+    from albert_tf.train_lib import PretrainingConfig, PretrainingRun
+
+    config = AlbertConfig(vocab_size=8000, embedding_size=16, hidden_size=32,
+                          num_hidden_layers=3, num_attention_heads=4, intermediate_size=40,
+                          max_position_embeddings=64)
+    out = str(tmp_path / "run")
+    PretrainingRun(PretrainingConfig(
+        albert_config=config, input_file=generated_data["files"][0], output_dir=out,
+        max_seq_length=64, max_predictions_per_seq=10, train_batch_size=8, num_train_steps=1,
+        num_warmup_steps=1, learning_rate=0.0, save_checkpoints_steps=1, seed=21,
+        verbose=False)).run()
+    models = build_models(out, random_seed=21)
+    trained, random_init = models["trained"], models["random_init"]
+    assert len(trained.weights) == len(random_init.weights) > 20
+    for a, b in zip(trained.weights, random_init.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    other = build_models(out, random_seed=22)["random_init"]
+    assert not np.array_equal(other.weights[0].numpy(), trained.weights[0].numpy())
+    tokenizer = Tokenizer(sample_vocab)
+    texts = ["The [MASK] sat on the mat.", "She [MASK] the [MASK] quickly."]
+    answers = top_k_answers(trained, tokenizer, texts, top_k=4)
+    assert [len(a) for a in answers] == [1, 2] and all(len(row) == 4 for a in answers for row in a)
+    ids = [2] + tokenizer.encode_with_masks(texts[1]) + [3]
+    positions = [i for i, t in enumerate(ids) if t == MASK_ID]
+    logits = trained({"input_ids": tf.constant([ids]), "input_mask": tf.ones([1, len(ids)],
+                                                                             tf.int32),
+                      "segment_ids": tf.zeros([1, len(ids)], tf.int32),
+                      "masked_lm_positions": tf.constant([positions])})["mlm_logits"]
+    probs = tf.nn.softmax(tf.reshape(logits, [2, -1])).numpy()
+    for row, p in zip(answers[1], probs):
+        best = np.argsort(-p)[:4]
+        assert [piece for piece, _ in row] == tokenizer.ids_to_pieces([int(i) for i in best])
+        np.testing.assert_allclose([q for _, q in row], p[best], rtol=1e-6)

@@ -1,0 +1,123 @@
+"""Fill-mask answers of a pretrained model beside those of its random initialisation: what
+pretraining changed in the masked-LM head's guesses, sentence by sentence.
+
+    python -m albert_tf.analysis.fill_mask --model_dir runs/X/pretrain:best \\
+        --spm_model_file runs/X/vocab/sample8k.model --random_seed 1 \\
+        --text "The cat sat on the [MASK]." --text "She [MASK] the door." \\
+        --output_json runs/X/fill_mask/fill_mask.json
+
+`--model_dir` is a pretraining `--output_dir` (its latest checkpoint; `DIR:best` for the best). With `--random_seed N` the same model is also built from
+random weights drawn as `run_pretraining --random_seed N` draws them (the pretraining run's own
+starting point), so the two columns differ only by what training did. Each literal "[MASK]" in a
+text is one masked position; texts are tokenized as the exported SavedModel tokenizes them
+(`Tokenizer.encode_with_masks`, [CLS] text [SEP]). Writes {"inputs", "top_k", "models": {name:
+[[{"piece", "probability"} x top_k] per [MASK]] per text}} and prints a table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from absl import app, flags
+
+
+def top_k_answers(model, tokenizer, texts, top_k: int = 5) -> list:
+    """[[[(piece, probability)] * top_k per [MASK]] per text] of an `AlbertPretrainer`."""
+    import numpy as np
+    import tensorflow as tf
+
+    from albert_tf import features as F
+    from albert_tf.tokenization import CLS_ID, MASK_ID, SEP_ID
+
+    answers = []
+    for text in texts:
+        ids = [CLS_ID] + tokenizer.encode_with_masks(text) + [SEP_ID]
+        positions = [i for i, t in enumerate(ids) if t == MASK_ID]
+        if not positions:
+            raise ValueError(f"{text!r} holds no [MASK].")
+        batch = {F.INPUT_IDS: tf.constant([ids]), F.INPUT_MASK: tf.ones([1, len(ids)], tf.int32),
+                 F.SEGMENT_IDS: tf.zeros([1, len(ids)], tf.int32),
+                 F.MASKED_LM_POSITIONS: tf.constant([positions])}
+        logits = tf.cast(model(batch, training=False)["mlm_logits"], tf.float32)
+        probabilities = tf.nn.softmax(tf.reshape(logits, [len(positions), -1]), -1).numpy()
+        rows = []
+        for p in probabilities:
+            best = np.argsort(-p, kind="stable")[:top_k]
+            rows.append([(tokenizer.ids_to_pieces([int(i)])[0], float(p[i])) for i in best])
+        answers.append(rows)
+    return answers
+
+
+def build_models(model_dir: str, random_seed: int | None = None) -> dict:
+    """{"trained": the `AlbertPretrainer` of a pretraining output directory (`DIR`: its latest
+    checkpoint, `DIR:best`: its best), "random_init": the same model from the random weights
+    `run_pretraining --random_seed` draws (with `random_seed`)}."""
+    import keras
+
+    from albert_tf.checkpoints import read_training_checkpoint
+    from albert_tf.pretrainer import AlbertPretrainer
+
+    best = model_dir.endswith(":best")
+    plain = model_dir[: -len(":best")] if best else model_dir
+    trained, _ = read_training_checkpoint(plain, "best" if best else "latest")
+    models = {"trained": trained}
+    if random_seed is not None:  # seeded right before building, as the training loop does
+        keras.utils.set_random_seed(random_seed)
+        models["random_init"] = AlbertPretrainer(trained.config)
+    return models
+
+
+def define_flags():
+    flags.DEFINE_string("model_dir", None, "A pretraining --output_dir (its latest checkpoint; "
+                        "DIR:best for its best).")
+    flags.DEFINE_string("spm_model_file", None, "The model's SentencePiece model.")
+    flags.DEFINE_multi_string("text", None, "A text with one or more [MASK] (repeatable).")
+    flags.DEFINE_integer("random_seed", None, "Also answer with the model's random "
+                         "initialisation as run_pretraining --random_seed draws it.")
+    flags.DEFINE_integer("top_k", 5, "Answers per [MASK].")
+    flags.DEFINE_bool("do_lower_case", True, "Lowercase the text (as the vocabulary was made).")
+    flags.DEFINE_string("output_json", None, "Where the answers go (JSON).")
+
+
+def main(argv):
+    del argv
+    FLAGS = flags.FLAGS
+    if not (FLAGS.model_dir and FLAGS.spm_model_file and FLAGS.text):
+        raise app.UsageError("--model_dir, --spm_model_file and --text are required.")
+    from albert_tf.checkpoints import CheckpointError
+    from albert_tf.tokenization import Tokenizer
+
+    try:
+        tokenizer = Tokenizer(FLAGS.spm_model_file, FLAGS.do_lower_case)
+        models = build_models(FLAGS.model_dir, FLAGS.random_seed)
+        result = {"inputs": list(FLAGS.text), "top_k": FLAGS.top_k, "models": {
+            name: [[[{"piece": piece, "probability": p} for piece, p in row] for row in rows]
+                   for rows in top_k_answers(model, tokenizer, FLAGS.text, FLAGS.top_k)]
+            for name, model in models.items()}}
+    except (ValueError, OSError, CheckpointError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    for i, text in enumerate(result["inputs"]):
+        print(text)
+        for name, answers in result["models"].items():
+            shown = " | ".join(", ".join(f"{a['piece']} {a['probability']:.3f}" for a in row)
+                               for row in answers[i])
+            print(f"  {name:>11}: {shown}")
+    if FLAGS.output_json:
+        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output_json)), exist_ok=True)
+        with open(FLAGS.output_json + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1, ensure_ascii=False)
+        os.replace(FLAGS.output_json + ".tmp", FLAGS.output_json)
+    return 0
+
+
+def cli():
+    """The command (`python -m` and the console script in pyproject.toml)."""
+    define_flags()
+    sys.exit(app.run(main))
+
+
+if __name__ == "__main__":
+    cli()
