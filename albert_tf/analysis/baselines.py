@@ -24,14 +24,19 @@ def masked_pieces(input_patterns, max_seq_length: int, max_predictions_per_seq: 
 
 
 def most_frequent_piece(train_patterns, eval_patterns, max_seq_length: int,
-                        max_predictions_per_seq: int, max_eval_examples: int | None = None) -> dict:
+                        max_predictions_per_seq: int, max_eval_examples: int | None = None,
+                        train_max_predictions_per_seq: int | None = None) -> dict:
     """The piece most often masked in the training records, and the masked-LM accuracy of
     predicting it at every masked position of the evaluation records (weighted as the model's
-    `masked_lm_accuracy` is); `max_eval_examples`: only the first ones (those an evaluation of
-    whole batches saw)."""
+    `masked_lm_accuracy` is): the unigram model's accuracy. Also the 20 pieces most often
+    masked in training (`frequent_ids`, most frequent first). `max_predictions_per_seq` is the
+    evaluation records' (and, unless `train_max_predictions_per_seq` is given, the training
+    records'); `max_eval_examples`: only the first ones (those an evaluation of whole batches
+    saw)."""
     import numpy as np
 
-    ids, weights = masked_pieces(train_patterns, max_seq_length, max_predictions_per_seq)
+    ids, weights = masked_pieces(train_patterns, max_seq_length,
+                                 train_max_predictions_per_seq or max_predictions_per_seq)
     counts = np.bincount(ids[weights > 0], minlength=1)
     piece = int(np.argmax(counts))
     eval_ids, eval_weights = masked_pieces(eval_patterns, max_seq_length,
@@ -40,6 +45,7 @@ def most_frequent_piece(train_patterns, eval_patterns, max_seq_length: int,
     if not total:
         raise ValueError(f"{eval_patterns} hold no masked positions.")
     return {"piece_id": piece, "train_share": float(counts[piece] / counts.sum()),
+            "frequent_ids": [int(i) for i in np.argsort(-counts, kind="stable")[:20]],
             "accuracy": float(((eval_ids == piece) * eval_weights).sum() / total),
             "eval_positions": int(total), "eval_examples": len(eval_ids) // max_predictions_per_seq}
 
