@@ -438,7 +438,7 @@ def size_pretraining(run: Run, s: dict, config: str, paths: dict, index: int, to
         print(f"[{index}/{total}] size\n  --pretrain_steps {s['pretrain_steps']}: not fitted",
               flush=True)
         sizing = {"steps": s["pretrain_steps"], "fitted": False}
-        run.state["steps"]["size"] = {"seconds": 0.0, "commands": [], "skipped": True}
+        run.state["steps"]["size"] = {"seconds": 0.0, "commands": [], "skipped": False}
     elif os.path.exists(sizing_file):
         sizing = _read_json(sizing_file)
         print(f"[{index}/{total}] size\n  done before: skipped ({sizing['steps']} steps)",
