@@ -70,7 +70,7 @@ SETTINGS = {
     "full": {"albert_config": "albert_config_small.json", "books": "*-0.txt",
              "vocab_size": 8000, "heldout_every": 4, "max_seq_length": 64,
              "masked_lm_prob": 0.4, "heldout_masked_lm_prob": 0.15, "dupe_factor": 10,
-             "pretrain_batch_size": 32, "pretrain_learning_rate": 5e-3,
+             "pretrain_batch_size": 32, "pretrain_learning_rate": 1e-2,
              "warmup_fraction": 0.1, "evaluations": 8, "budget_minutes": 15.0,
              "min_pretrain_steps": 200, "max_pretrain_steps": 10 ** 6, "probe_steps": 60,
              "finetune_task": "sst-2", "finetune_examples": 1000, "finetune_seeds": [1, 2, 3],
