@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from albert_tf.tasks import Task
 from albert_tf.tokenization import SPIECE_UNDERLINE
 
 _WHITESPACE = frozenset(" \t\r\n\u00a0\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
@@ -237,7 +238,7 @@ def span_model(config, dtype=None):
     return model
 
 
-class SquadTask:
+class SquadTask(Task):
     """SQuAD span extraction for the one loop: loss = mean of the start and end cross entropies
     over the real features of the global batch; evaluation decodes every question's best span
     over its windows and scores it with the official evaluator (`evaluation` must be set:
