@@ -29,7 +29,6 @@ WORK_DIR/pretraining_judge.png (copied to docs/ by hand with the figures).
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 
@@ -176,7 +175,6 @@ def hf_terms(hf, batch) -> dict:
 
 def hf_train(hf, batches, steps, warmup, window, log_every=100):
     """Trains on `batches` as our loop does; returns [per-window metrics] and the first loss."""
-    import torch
 
     optimizer = TorchAlbertOptimizer(hf.named_parameters(), FLAGS.optimizer == "lamb")
     params = [p for _, p in optimizer.params]

@@ -25,16 +25,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import subprocess
-import sys
 import time
 
 from absl import app, flags
 
 from albert_tf import demo
+from bench import ROOT, sh
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = {"embedding_size": 64, "hidden_size": 128, "intermediate_size": 512,
          "num_attention_heads": 2, "num_hidden_layers": 4}
 
@@ -81,18 +79,6 @@ def recipe(name: str) -> dict:
     r["model"] = dict(SMALL, **r["model"])
     r["preds"] = max(1, round(r["mask"] * r["seq"]))
     return r
-
-
-def sh(args, log) -> None:
-    """Runs `python -m args...` appending its output to `log`; raises on failure."""
-    with open(log, "a", encoding="utf-8") as f:
-        f.write("$ python -m " + shlex.join(args) + "\n")
-        f.flush()
-        proc = subprocess.run([sys.executable, "-m", *args], stdout=f,
-                              stderr=subprocess.STDOUT,
-                              env=dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2"))
-    if proc.returncode:
-        sys.exit(f"failed ({proc.returncode}): {shlex.join(args)}; see {log}")
 
 
 def prepare(work: str, log: str) -> dict:
