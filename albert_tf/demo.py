@@ -796,11 +796,11 @@ def report_blocks(run: Run, results: dict) -> list:
         ("p", scale_text(results))]
     pm, ps, rm, rs = (gain["pretrained_mean"], gain["pretrained_std"], gain["random_init_mean"],
                       gain["random_init_std"])
-    rows = [[f"from random initialisation", ", ".join(f"{x:.4f}" for x in gain["random_init"]),
+    rows = [["from random initialisation", ", ".join(f"{x:.4f}" for x in gain["random_init"]),
              f"{rm:.4f} +- {rs:.4f}"],
-            [f"from the pretrained model", ", ".join(f"{x:.4f}" for x in gain["pretrained"]),
+            ["from the pretrained model", ", ".join(f"{x:.4f}" for x in gain["pretrained"]),
              f"{pm:.4f} +- {ps:.4f}"],
-            [f"majority class", "", f"{gain['majority_baseline']:.4f}"]]
+            ["majority class", "", f"{gain['majority_baseline']:.4f}"]]
     blocks += [
         ("h2", "What pretraining bought downstream"),
         ("p", f"SST-2 with the first {gain['labels']:,} training labels, {gain['steps']} steps "

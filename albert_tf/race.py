@@ -31,11 +31,11 @@ import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F
+from albert_tf.task_models import NUM_CHOICES, multiple_choice_model  # noqa: F401
 from albert_tf.tasks import SUM, Task
 
 LEVELS = ("middle", "high")
 LABELS = ("A", "B", "C", "D")
-NUM_CHOICES = 4
 LABEL_IDS, IS_REAL_EXAMPLE, RACE_LEVEL = "label_ids", "is_real_example", "race_level"
 SIDECAR_FORMAT = "albert_race_tfrecord"
 
@@ -209,44 +209,6 @@ def write_examples(examples, tokenizer, max_seq_length: int, max_qa_length: int,
 
 
 # ---------------------------------------------------------------------------------------------
-def multiple_choice_model(config, num_choices: int = NUM_CHOICES, dropout_rate: float = 0.1,
-                          dtype=None):
-    """`AlbertClassifier` with one logit applied to each of the `num_choices` sequences:
-    inputs [batch, num_choices, seq]; outputs `logits` [batch, num_choices] (float32).
-    `model.backbone` and `model.classifier` are the shared parts."""
-    import keras
-
-    from albert_tf.classifier import AlbertClassifier
-
-    class Regroup(keras.layers.Layer):
-        """[..., n] -> [-1, n] (choices into the batch and back)."""
-
-        def __init__(self, n=None, **kwargs):
-            super().__init__(**kwargs)
-            self.n = n
-
-        def call(self, x):
-            return tf.reshape(x, [-1, self.n if self.n else tf.shape(x)[-1]])
-
-        def compute_output_shape(self, shape):
-            return (None, self.n or shape[-1])
-
-    classifier = AlbertClassifier(config, 1, dropout_rate=dropout_rate, dtype=dtype,
-                                  name="albert_classifier")
-    inputs = {name: keras.Input((num_choices, None), dtype="int32", name=name)
-              for name in F.BACKBONE_INPUTS}
-    flat = {name: Regroup(name=f"{name}_choices")(t) for name, t in inputs.items()}
-    logits = classifier(flat)["logits"]
-    outputs = {"logits": Regroup(num_choices, dtype="float32", name="choices")(logits)}
-    model = keras.Model(inputs=inputs, outputs=outputs, name="albert_multiple_choice")
-    model.backbone = classifier.backbone
-    model.classifier = classifier
-    model.config = config
-    model.albert_kind = "multiple_choice"
-    model.num_labels = num_choices
-    return model
-
-
 class RaceTask(Task):
     """RACE through the one loop: cross entropy over the four options, averaged over the real
     questions of the global batch; accuracy overall and per level; the best checkpoint by

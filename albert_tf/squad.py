@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from albert_tf.task_models import span_model
 from albert_tf.tasks import Task
 from albert_tf.tokenization import SPIECE_UNDERLINE
 
@@ -214,28 +215,6 @@ def write_features(features, path: str, max_seq_length: int, num_files: int = 1)
     files = write_records([to_example(feature, schema) for feature in features], path, meta,
                           files_for(len(features), num_files))
     return dict(meta, files=files)
-
-
-def span_model(config, dtype=None):
-    """`AlbertBackbone` + a dense layer of 2 on every position (official `cls/squad` head):
-    outputs `start_logits`, `end_logits` [batch, seq] (float32) and the backbone's."""
-    import keras
-
-    from albert_tf.backbone import AlbertBackbone
-    from albert_tf.layers.common import truncated_normal
-
-    backbone = AlbertBackbone(config, dtype=dtype, name="albert")
-    inputs = dict(backbone.input)
-    outputs = dict(backbone(inputs))
-    logits = keras.layers.Dense(2, kernel_initializer=truncated_normal(config.initializer_range),
-                                dtype="float32", name="squad")(outputs["sequence_output"])
-    outputs["start_logits"] = keras.ops.take(logits, 0, axis=-1)
-    outputs["end_logits"] = keras.ops.take(logits, 1, axis=-1)
-    model = keras.Model(inputs=inputs, outputs=outputs, name="albert_squad")
-    model.backbone = backbone
-    model.config = config
-    model.albert_kind = "span"
-    return model
 
 
 class SquadTask(Task):

@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from albert_tf.backbone import AlbertBackbone
 from albert_tf.checkpoints.names import block_counts, explain_shape_mismatch, model_weights
+from albert_tf.classifier import AlbertClassifier
 from albert_tf.config import AlbertConfig
+from albert_tf.pretrainer import AlbertPretrainer
+from albert_tf.task_models import NUM_CHOICES, multiple_choice_model, span_model
 
 MODEL_KINDS = ("pretrainer", "classifier", "backbone", "span", "multiple_choice")
 
@@ -24,10 +28,6 @@ class CheckpointMismatchError(ValueError):
 def build_model(kind: str, config: AlbertConfig, num_labels: int | None = None, dtype=None):
     """An `AlbertPretrainer`, `AlbertClassifier`, `AlbertBackbone`, SQuAD span model or
     multiple-choice model (`num_labels` choices, default 4), built (weights exist)."""
-    from albert_tf.backbone import AlbertBackbone
-    from albert_tf.classifier import AlbertClassifier
-    from albert_tf.pretrainer import AlbertPretrainer
-
     if kind == "pretrainer":
         return AlbertPretrainer(config, dtype=dtype)
     if kind == "classifier":
@@ -37,12 +37,8 @@ def build_model(kind: str, config: AlbertConfig, num_labels: int | None = None, 
     if kind == "backbone":
         return AlbertBackbone(config, dtype=dtype)
     if kind == "span":
-        from albert_tf.squad import span_model
-
         return span_model(config, dtype=dtype)
     if kind == "multiple_choice":
-        from albert_tf.race import NUM_CHOICES, multiple_choice_model
-
         return multiple_choice_model(config, num_labels or NUM_CHOICES, dtype=dtype)
     raise CheckpointError(f"Unknown model kind {kind!r}; choose one of {MODEL_KINDS}.")
 
