@@ -21,10 +21,12 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from albert_tf import features as F
-from albert_tf import glue
+from albert_tf import features as F, glue
 from albert_tf.packing import pack_ids, pad_features
 from albert_tf.tasks import SUM, Task
+from albert_tf.checkpoints import initialize_backbone
+from albert_tf.classifier import AlbertClassifier
+from albert_tf.input_pipeline import DataMismatchError
 
 LABEL_IDS = "label_ids"
 IS_REAL_EXAMPLE = "is_real_example"
@@ -205,8 +207,6 @@ class ClassificationTask(Task):
         self.metric_names = (self.loss_name,) + glue.metric_names(self.glue_task)
 
     def build_model(self, dtype=None):
-        from albert_tf.classifier import AlbertClassifier
-
         return AlbertClassifier(self.albert_config, self.glue_task.num_labels,
                                 dropout_rate=self.dropout_rate, dtype=dtype)
 
@@ -214,8 +214,6 @@ class ClassificationTask(Task):
         return classifier_schema(self.max_seq_length, self.glue_task.is_regression)
 
     def check_files(self, files):
-        from albert_tf.input_pipeline import DataMismatchError
-
         found = {}
         for path in files:
             sidecar = F.sidecar_path(path)
@@ -238,8 +236,6 @@ class ClassificationTask(Task):
     def initialize(self, model, path, init_from_group0=False):
         """The backbone from any pretrained source (`initialize_backbone`: strict, the
         source's heads dropped and reported); the classifier head keeps its initialisation."""
-        from albert_tf.checkpoints import initialize_backbone
-
         return initialize_backbone(model.backbone, path, init_from_group0=init_from_group0)
 
     def normalizers(self, features, global_batch_size):

@@ -53,6 +53,8 @@ import sys
 import time
 
 from absl import app, flags
+from albert_tf.analysis import baselines, charts, curves, flops
+from albert_tf.config import AlbertConfig
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 SAMPLE_DIR = os.path.join(PACKAGE_DIR, "sample_data")
@@ -432,8 +434,6 @@ def choose_steps(s: dict, probe: dict, elapsed_s: float, finetune_s: float,
 def size_pretraining(run: Run, s: dict, config: str, paths: dict, index: int, total: int) -> dict:
     """Step `size`: times a short pretraining run and fits the step count to the budget; the
     choice is kept in RUN_DIR/size/sizing.json (and the state) so a rerun resumes it."""
-    from albert_tf.analysis import curves
-
     sizing_file = run.path("size", "sizing.json")
     if s.get("pretrain_steps"):  # given, not fitted
         print(f"[{index}/{total}] size\n  --pretrain_steps {s['pretrain_steps']}: not fitted",
@@ -589,9 +589,6 @@ def curve_slope(points) -> float | None:
 
 
 def collect_results(run: Run, paths: dict, pretrain_dir: str, steps: int) -> dict:
-    from albert_tf.analysis import baselines, curves, flops
-    from albert_tf.config import AlbertConfig
-
     s = run.settings
     seq = s["max_seq_length"]
     train_preds = predictions_for(s["masked_lm_prob"], seq)
@@ -692,8 +689,6 @@ def served_matches(served: dict, analysis: dict) -> bool:
 
 
 def draw_charts(run: Run, results: dict, base: dict) -> list:
-    from albert_tf.analysis import curves
-
     charts_dir = run.path("charts")
     ptrain, peval = results["curves"]["train"], results["curves"]["eval"]
     mlm, sop = results["mlm"], results["sop"]
@@ -719,8 +714,6 @@ def draw_charts(run: Run, results: dict, base: dict) -> list:
 
 def plot_arms(gain: dict, path: str) -> str:
     """Dev accuracy per seed of both arms, their means and the majority baseline."""
-    from albert_tf.analysis import charts
-
     plt = charts.pyplot()
     fig, ax = plt.subplots(figsize=(5.2, 3.6))
     for x, (label, key) in enumerate((("random init", "random_init"),

@@ -24,6 +24,7 @@ import sys
 from absl import app, flags
 
 from albert_tf.config import AlbertConfig
+from albert_tf.analysis import charts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,8 +196,6 @@ def render_table(title: str, rows: list[Row], counter=None) -> str:
 def plot_tables(keys, path: str) -> str:
     """The tables as a chart: one panel per table, our exact count (closed formula) beside the
     paper's figure for every row, in millions on a log scale. Writes the PNG at `path`."""
-    from albert_tf.analysis import charts
-
     plt = charts.pyplot()
     from matplotlib.ticker import FuncFormatter, NullFormatter
 

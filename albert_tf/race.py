@@ -33,6 +33,10 @@ import tensorflow as tf
 from albert_tf import features as F
 from albert_tf.task_models import NUM_CHOICES, multiple_choice_model  # noqa: F401
 from albert_tf.tasks import SUM, Task
+from albert_tf.checkpoints import initialize_backbone
+from albert_tf.classification import files_for, read_cached, to_example, write_records
+from albert_tf.input_pipeline import DataMismatchError
+from albert_tf.tokenization import CLS_ID, SEP_ID
 
 LEVELS = ("middle", "high")
 LABELS = ("A", "B", "C", "D")
@@ -146,8 +150,6 @@ def race_schema(max_seq_length: int) -> dict:
 def example_features(example: RaceExample, tokenizer, max_seq_length: int,
                      max_qa_length: int) -> tuple[dict, bool]:
     """(features with flat lists, whether the article was cut) of one question."""
-    from albert_tf.tokenization import CLS_ID, SEP_ID
-
     article = tokenizer.encode(example.article)
     ids, mask, segments, cut = [], [], [], False
     for choice in example.choices():
@@ -175,8 +177,6 @@ def write_examples(examples, tokenizer, max_seq_length: int, max_qa_length: int,
     examples and settings); seeded order for training files, `is_real_example = 0` padding to
     a multiple of `pad_to_multiple`, `num_files` files (`classification.write_records`).
     Returns the split's sidecar with `files`."""
-    from albert_tf.classification import files_for, read_cached, to_example, write_records
-
     digest = hashlib.sha256(json.dumps(
         ["race", max_seq_length, max_qa_length, shuffle_seed, pad_to_multiple,
          tokenizer.sha256, tokenizer.do_lower_case,
@@ -233,8 +233,6 @@ class RaceTask(Task):
         return race_schema(self.max_seq_length)
 
     def check_files(self, files):
-        from albert_tf.input_pipeline import DataMismatchError
-
         found = {}
         for path in files:
             sidecar = F.sidecar_path(path)
@@ -254,8 +252,6 @@ class RaceTask(Task):
         return found
 
     def initialize(self, model, path, init_from_group0=False):
-        from albert_tf.checkpoints import initialize_backbone
-
         return initialize_backbone(model.backbone, path, init_from_group0=init_from_group0)
 
     def normalizers(self, features, global_batch_size):

@@ -30,6 +30,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from absl import app, flags  # noqa: E402
+from albert_tf import features as F, glue
+from albert_tf.config import AlbertConfig
+from albert_tf.run_pretraining import make_exporter
+from albert_tf.tokenization import Tokenizer
 
 SUBMISSION_NAMES = {"cola": "CoLA", "sst-2": "SST-2", "mrpc": "MRPC", "qqp": "QQP",
                     "sts-b": "STS-B", "mnli": "MNLI-m", "mnli-mm": "MNLI-mm", "qnli": "QNLI",
@@ -107,7 +111,6 @@ def write_features(task, tokenizer, data_dir, cache_dir, max_seq_length, splits,
     """{split: (TFRecord paths, comma-separated; sidecar; examples)} for the requested splits
     (kept when up to date); the training split in `num_train_files` files, its first
     `train_examples` examples only when that is positive."""
-    from albert_tf import glue
     from albert_tf.classification import write_examples
 
     written = {}
@@ -139,7 +142,6 @@ def predict(model, task, path, batch_size, max_seq_length):
     import numpy as np
     import tensorflow as tf
 
-    from albert_tf import features as F
     from albert_tf.classification import IS_REAL_EXAMPLE, classifier_schema
     from albert_tf.input_pipeline import ordered_dataset
 
@@ -190,14 +192,10 @@ def main(argv):
 
     logging.set_verbosity(logging.WARNING)
 
-    from albert_tf import glue
     from albert_tf.checkpoints import CheckpointError
     from albert_tf.classification import ClassificationTask
-    from albert_tf.config import AlbertConfig
     from albert_tf.distribute import StrategyError, get_strategy
     from albert_tf.input_pipeline import DataMismatchError
-    from albert_tf.run_pretraining import make_exporter
-    from albert_tf.tokenization import Tokenizer
     from albert_tf.train_lib import (NonFiniteLossError, OutputDirMismatchError, TrainingConfig,
                                      TrainingRun)
     from albert_tf.backbone import set_remove_padding

@@ -22,6 +22,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from absl import app, flags  # noqa: E402
+from albert_tf.config import AlbertConfig
 
 
 def define_flags():
@@ -142,7 +143,6 @@ def main(argv):
 
     logging.set_verbosity(logging.WARNING)  # TF's checkpoint INFO lines drown the progress
 
-    from albert_tf.config import AlbertConfig
     from albert_tf.distribute import StrategyError, get_strategy
     from albert_tf.input_pipeline import DataMismatchError
     from albert_tf.train_lib import (CorruptInputError, NonFiniteLossError,

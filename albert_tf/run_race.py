@@ -29,6 +29,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from absl import app, flags  # noqa: E402
+from albert_tf import features as F
+from albert_tf.config import AlbertConfig
+from albert_tf.tokenization import Tokenizer
 
 
 def define_flags():
@@ -99,7 +102,6 @@ def predict(model, path, batch_size, max_seq_length):
     import numpy as np
     import tensorflow as tf
 
-    from albert_tf import features as F
     from albert_tf.input_pipeline import ordered_dataset
     from albert_tf.race import IS_REAL_EXAMPLE, race_schema
 
@@ -135,10 +137,8 @@ def main(argv):
 
     from albert_tf import race
     from albert_tf.checkpoints import CheckpointError
-    from albert_tf.config import AlbertConfig
     from albert_tf.distribute import StrategyError, get_strategy
     from albert_tf.input_pipeline import DataMismatchError
-    from albert_tf.tokenization import Tokenizer
     from albert_tf.train_lib import (NonFiniteLossError, OutputDirMismatchError, TrainingConfig,
                                      TrainingRun)
     from albert_tf.backbone import set_remove_padding

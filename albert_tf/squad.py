@@ -19,7 +19,10 @@ import functools
 
 from albert_tf.task_models import span_model
 from albert_tf.tasks import Task
-from albert_tf.tokenization import SPIECE_UNDERLINE
+from albert_tf.tokenization import CLS_ID, SEP_ID, SPIECE_UNDERLINE, _ranges_class
+from albert_tf.checkpoints import initialize_backbone
+from albert_tf.classification import files_for, to_example, write_records
+from albert_tf.packing import join_in_graph
 
 _WHITESPACE = frozenset(" \t\r\n\u00a0\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
                         "\u2009\u200a\u202f\u205f\u3000\u200b\ufeff")
@@ -125,8 +128,6 @@ def question_features(question: dict, context: AlignedContext, tokenizer, max_se
     the window's first piece in the sequence), `window` (start, length) in the context's pieces,
     and, when training, the answer's piece positions in the sequence (0, 0 = [CLS] when the
     window does not hold the whole answer, or the question has none)."""
-    from albert_tf.tokenization import CLS_ID, SEP_ID
-
     query = tokenizer.encode(question["question"])[:max_query_length]
     budget = max_seq_length - len(query) - 3
     answer = None
@@ -207,8 +208,6 @@ def predict_answers(features, start_logits, end_logits, contexts: dict, n_best: 
 def write_features(features, path: str, max_seq_length: int, num_files: int = 1) -> dict:
     """The features as TFRecords with sidecars (counts), atomically, in `num_files` files
     (`classification.write_records`); returns the sidecar with `files`."""
-    from albert_tf.classification import files_for, to_example, write_records
-
     schema = squad_schema(max_seq_length)
     meta = {"format": "albert_squad_tfrecord", "num_examples": len(features),
             "max_seq_length": max_seq_length}
@@ -265,8 +264,6 @@ class SquadTask(Task):
         return {path: None for path in files}
 
     def initialize(self, model, path, init_from_group0=False):
-        from albert_tf.checkpoints import initialize_backbone
-
         return initialize_backbone(model.backbone, path, init_from_group0=init_from_group0)
 
     def normalizers(self, features, global_batch_size):
@@ -337,8 +334,6 @@ class SquadTask(Task):
 # functions above.
 @functools.lru_cache(maxsize=None)  # also keeps autograph from converting the loop
 def _word_delimiters() -> str:
-    from albert_tf.tokenization import _ranges_class
-
     return _ranges_class(lambda c: c in _WHITESPACE or c.isspace()) + "+"
 
 
@@ -427,8 +422,6 @@ def windows_in_graph(query_ids, context_ids, max_seq_length: int, doc_stride: in
         the context's pieces); int64 [windows], except the features.
     """
     import tensorflow as tf
-
-    from albert_tf.packing import join_in_graph
 
     query_length = query_ids.row_lengths()
     pieces = context_ids.row_lengths()

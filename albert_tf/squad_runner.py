@@ -25,6 +25,9 @@ import os
 import sys
 
 from absl import app, flags
+from albert_tf import squad_eval
+from albert_tf.config import AlbertConfig
+from albert_tf.tokenization import Tokenizer
 
 
 def define_flags(version: int):
@@ -101,7 +104,6 @@ def build_features(path, tokenizer, cfg_flags, is_training, seed=None):
     a seeded order."""
     import numpy as np
 
-    from albert_tf import squad_eval
     from albert_tf.squad import align_context, question_features
 
     dataset = squad_eval.load_dataset(path)
@@ -162,13 +164,10 @@ def main(version: int):
     logging.set_verbosity(logging.WARNING)
     import tensorflow as tf
 
-    from albert_tf import squad_eval
     from albert_tf.checkpoints import CheckpointError
-    from albert_tf.config import AlbertConfig
     from albert_tf.distribute import StrategyError, get_strategy
     from albert_tf.input_pipeline import DataMismatchError
     from albert_tf.squad import SquadTask, predict_answers, write_features
-    from albert_tf.tokenization import Tokenizer
     from albert_tf.train_lib import (NonFiniteLossError, OutputDirMismatchError, TrainingConfig,
                                      TrainingRun)
     from albert_tf.backbone import set_remove_padding

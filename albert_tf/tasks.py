@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from albert_tf import features as F
-from albert_tf import losses
+from albert_tf import features as F, losses
+from albert_tf.checkpoints import initialize_from_checkpoint
+from albert_tf.input_pipeline import check_files, prediction_count
+from albert_tf.pretrainer import AlbertPretrainer
 
 SUM = tf.distribute.ReduceOp.SUM
 
@@ -81,8 +83,6 @@ class Task:
 
     def initialize(self, model, path: str, init_from_group0: bool = False) -> dict:
         """`--init_checkpoint`: fills `model` strictly by official weight names."""
-        from albert_tf.checkpoints import initialize_from_checkpoint
-
         return initialize_from_checkpoint(model, path, init_from_group0=init_from_group0)
 
 
@@ -104,16 +104,12 @@ class PretrainingTask(Task):
         self.max_predictions_per_seq = max_predictions_per_seq
 
     def build_model(self, dtype=None):
-        from albert_tf.pretrainer import AlbertPretrainer
-
         return AlbertPretrainer(self.albert_config, dtype=dtype)
 
     def schema(self) -> dict:
         return F.pretraining_schema(self.max_seq_length, self.max_predictions_per_seq)
 
     def check_files(self, files) -> dict:
-        from albert_tf.input_pipeline import check_files
-
         return check_files(files, self.max_seq_length, self.max_predictions_per_seq,
                            self.albert_config.vocab_size)
 
@@ -121,8 +117,6 @@ class PretrainingTask(Task):
         """Evaluation records keep the prediction count they were generated with (a held-out
         set masked at 15% evaluates a model trained at 40%); sequence length and vocabulary
         must be the model's."""
-        from albert_tf.input_pipeline import check_files, prediction_count
-
         sidecars = check_files(files, self.max_seq_length, None, self.albert_config.vocab_size)
         return (F.pretraining_schema(self.max_seq_length, prediction_count(files, sidecars)),
                 sidecars)

@@ -43,6 +43,7 @@ from albert_tf.input_pipeline import (DataMismatchError, InputPlan, list_files, 
                                      record_counts, stream_dataset)
 from albert_tf.optimization import create_optimizer
 from albert_tf.tasks import PretrainingTask, Task
+from albert_tf.input_pipeline import find_unreadable_files
 
 SUM = tf.distribute.ReduceOp.SUM
 INPUT_PLAN_FILE = "train_input.json"  # the run's InputPlan, written when it starts
@@ -680,8 +681,6 @@ class TrainingRun:
         return self.manager.save(checkpoint_number=good_step)
 
     def _stop_on_bad_input(self, error):
-        from albert_tf.input_pipeline import find_unreadable_files
-
         good = int(self.optimizer.iterations.numpy())  # steps that completed
         unreadable = find_unreadable_files(list(self.plan.files), list(self.plan.records))
         path = self._save_consistent(good)

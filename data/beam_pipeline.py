@@ -55,6 +55,12 @@ import uuid
 import numpy as np
 
 from albert_tf import features as F
+from albert_tf.tokenization import Tokenizer, file_sha256
+from data.generator import (STATS, compute_run_hash, document_blocks, reduce_order, shard_metadata,
+                            unit_examples)
+from data.pretraining import Vocabulary
+from data.text_io import InputError, documents_of
+from data.token_cache import tokenize_document
 
 NAMESPACE = "albert_tf.data"
 COUNTERS = ("files", "files_without_documents", "documents", "documents_not_utf8",
@@ -107,8 +113,6 @@ def _read_file(element, input_tag):
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
 
-    from data.text_io import documents_of
-
     index, path = element
     digest = hashlib.sha256()
 
@@ -148,9 +152,6 @@ class _WithTokenizer:
         self.model_proto, self.do_lower_case = model_proto, do_lower_case
 
     def setup(self):
-        from albert_tf.tokenization import Tokenizer
-        from data.pretraining import Vocabulary
-
         fd, path = tempfile.mkstemp(suffix=".model")
         with os.fdopen(fd, "wb") as f:
             f.write(self.model_proto)
@@ -170,8 +171,6 @@ def _tokenize_dofn():
             beam.DoFn.__init__(self)
 
         def process(self, element):
-            from data.token_cache import tokenize_document
-
             key, lines = element
             tokens, ends = tokenize_document(lines, self.tokenizer)
             if not tokens:
@@ -190,8 +189,6 @@ def _tokenize_dofn():
 def make_plan(sizes, random_seed: int, tokens_per_unit: int) -> dict:
     """[(file index, document index, tokens)] of every document -> the global numbering
     (sorted keys) and each document's block and rank within it."""
-    from data.generator import document_blocks
-
     sizes = sorted(sizes)
     keys = np.asarray([(f << 32) | d for f, d, _ in sizes], np.int64)
     tokens = np.asarray([n for _, _, n in sizes], np.int64)
@@ -263,8 +260,6 @@ def _units_dofn():
             self.job = job
 
         def process(self, element, plan, documents):
-            from data.generator import STATS, unit_examples
-
             (block, dupe), items = element
             local = dict(items)
             doc_ids = sorted(local, key=lambda g: int(plan["rank"][g]))
@@ -288,8 +283,6 @@ def _units_dofn():
 # ---------------------------------------------------------------------------------------------
 # 5. write
 def _run_info(inputs, job, spm_sha256) -> dict:
-    from data.generator import compute_run_hash
-
     inputs = [meta for _, meta in sorted(inputs, key=lambda kv: kv[0])]
     return {"inputs": inputs,
             "run_hash": compute_run_hash(job, [i["sha256"] for i in inputs], spm_sha256)}
@@ -304,8 +297,6 @@ def _write_shard(element, job, vocab_size, spm_sha256, total_examples, run):
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.io.tfrecordio import _TFRecordUtil
-
-    from data.generator import STATS, reduce_order, shard_metadata
 
     shard, values = element
     if not total_examples:  # nothing written; the launcher reports "no examples"
@@ -375,10 +366,6 @@ def _existing_outputs(job, spm_sha256) -> bool:
 
     from apache_beam.io.filesystems import FileSystems
 
-    from albert_tf.tokenization import file_sha256
-    from data.generator import compute_run_hash
-    from data.text_io import InputError
-
     existing = [p for p in job.output_files
                 if FileSystems.exists(p) or FileSystems.exists(F.sidecar_path(p))]
     if not existing:
@@ -426,9 +413,6 @@ def generate_with_beam(job, pipeline_args=()) -> dict:
     beam = _beam()
     from apache_beam.metrics.metric import MetricsFilter
 
-    from albert_tf.tokenization import Tokenizer
-    from data.text_io import InputError
-
     started = time.time()
     tokenizer = Tokenizer(job.spm_model_file, job.do_lower_case)  # validates the special ids
     job = dataclasses.replace(  # workers may run elsewhere: no path relative to this directory
@@ -456,7 +440,6 @@ def generate_with_beam(job, pipeline_args=()) -> dict:
             f"{counters['documents_not_utf8']} not UTF-8, {counters['documents_empty']} empty); "
             "no file was written. Inputs must be UTF-8 text, one sentence per line, a blank line "
             "between documents.")
-    from data.generator import STATS
 
     return {"already_complete": False, "outputs": list(job.output_files),
             "total_examples": counters["examples"],

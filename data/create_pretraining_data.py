@@ -36,6 +36,8 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402
+from data.generator import generate, make_job
+from data.text_io import InputError
 
 flags.DEFINE_string("input_file", None, "Input text files: comma-separated globs.")
 flags.DEFINE_string("output_file", None,
@@ -105,8 +107,6 @@ def main(argv):
     for name in ("input_file", "output_file", "spm_model_file"):
         if not getattr(FLAGS, name):
             raise app.UsageError(f"--{name} is required.")
-    from data.generator import generate, make_job
-    from data.text_io import InputError
 
     try:
         if FLAGS.vocab_file:

@@ -33,6 +33,8 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from albert_tf import features as F
+from albert_tf.tokenization import CLS_ID, MASK_ID, SEP_ID
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,8 +100,6 @@ class Vocabulary:
 
     @classmethod
     def from_tokenizer(cls, tokenizer) -> "Vocabulary":
-        from albert_tf.tokenization import CLS_ID, MASK_ID, SEP_ID
-
         return cls(CLS_ID, SEP_ID, MASK_ID, tokenizer.start_piece_mask,
                    tokenizer.replacement_ids)
 
@@ -312,8 +312,6 @@ def create_instances_from_document(store: Documents, doc_index: int, params: Gen
 
 def instance_features(instance: Instance, params: GenerationParams) -> dict:
     """The official TFRecord features of an instance, padded: {name: (values, dtype)}."""
-    from albert_tf import features as F
-
     n, k = len(instance.input_ids), len(instance.masked_lm_positions)
     seq, preds = params.max_seq_length, params.max_predictions_per_seq
 

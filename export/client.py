@@ -26,6 +26,8 @@ import json
 import sys
 import urllib.error
 import urllib.request
+from albert_tf.packing import pack_ids
+from albert_tf.tokenization import Tokenizer
 
 DEFAULT_PORTS = {"rest": 8501, "grpc": 8500}
 
@@ -94,8 +96,6 @@ def decode_rest_response(body: dict, output_names=None) -> dict:
 def example_features(texts, texts_b=None, spm_model_file=None, max_seq_length=512,
                      do_lower_case=True) -> list[dict]:
     """Token features of texts, as the export's tf.Example signatures take them."""
-    from albert_tf.packing import pack_ids
-    from albert_tf.tokenization import Tokenizer
 
     if not spm_model_file:
         raise ServingError("classify/regress send token features: pass --spm_model_file (the "

@@ -21,6 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from absl import app, flags  # noqa: E402
+from export.ops_check import UnsupportedOpError
 
 flags.DEFINE_string("model_dir", None,
                     "Our model directory (albert_tf.convert output or a fine-tuned model), a "
@@ -63,7 +64,6 @@ FLAGS = flags.FLAGS
 def main(argv):
     del argv
     from albert_tf.checkpoints import CheckpointError
-    from export.ops_check import UnsupportedOpError
     from export.saved_model import ExportError, export_saved_model, load_for_export
 
     try:

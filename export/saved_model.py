@@ -34,6 +34,11 @@ import tensorflow as tf
 from albert_tf import features as F
 from export.ops_check import check_saved_model_ops, load_allowed_ops
 from export.serving import AlbertServingModule, serving_module, signature_method_names
+from albert_tf.checkpoints import (CheckpointError, FORMAT_FILE, build_model, load_pretrained,
+                                   model_kind, model_weights, read_training_checkpoint)
+from albert_tf.config import AlbertConfig
+from albert_tf.packing import pack_ids, pad_features
+from albert_tf.tokenization import Tokenizer
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 MODELS_CONFIG = "models.config"
@@ -66,8 +71,6 @@ def _find_spm(*directories) -> str | None:
 def _restore_pretraining_checkpoint(output_dir: str, checkpoint: str):
     """`read_training_checkpoint` (the pretrainer of a pretraining `--output_dir`), its errors
     as `ExportError` with the export flag to use."""
-    from albert_tf.checkpoints import CheckpointError, read_training_checkpoint
-
     try:
         return read_training_checkpoint(output_dir, checkpoint)
     except CheckpointError as e:
@@ -83,8 +86,6 @@ def load_for_export(path: str, checkpoint: str = "latest", spm_model_file: str |
         checkpoint: for a pretraining output directory: "latest", "best", or a checkpoint prefix.
         spm_model_file: the SentencePiece model; default: the one found beside the source.
     """
-    from albert_tf.checkpoints import FORMAT_FILE, load_pretrained
-
     path = os.fspath(path)
     record = {"path": os.path.abspath(path)}
     labels = None
@@ -149,9 +150,6 @@ def load_exported(version_dir: str):
     SavedModel's variables (tracked in the model's own weight order)."""
     import tensorflow_text  # noqa: F401 - the SentencePiece ops of the graph
 
-    from albert_tf.checkpoints import build_model
-    from albert_tf.config import AlbertConfig
-
     with open(os.path.join(version_dir, "assets.extra", EXPORT_RECORD), encoding="utf-8") as f:
         stored = json.load(f)
     with tf.device("/cpu:0"):
@@ -172,8 +170,6 @@ def load_exported(version_dir: str):
 def host_copy(model):
     """A float32 model of the same kind and config, built outside any strategy, with `model`'s
     weights (read from replicas or TPU once)."""
-    from albert_tf.checkpoints import model_kind, model_weights
-    from albert_tf.checkpoints import build_model
 
     kind = model_kind(model)
     with tf.device("/cpu:0"):
@@ -239,8 +235,6 @@ def write_serving_configs(export_dir: str, model_name: str, base_path: str | Non
 # Warmup requests.
 def warmup_inputs(module: AlbertServingModule, tokenizer) -> dict:
     """{signature: {input name: numpy array}} of small real requests, one per signature."""
-    from albert_tf.packing import pack_ids, pad_features
-
     if module.kind in ("span", "multiple_choice"):
         packed = [pack_ids(tokenizer.encode(q), tokenizer.encode(c), module.max_seq_length)
                   for q, c in zip(WARMUP_QUESTIONS, WARMUP_CONTEXTS)]
@@ -358,8 +352,6 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
     Returns:
         The version directory written.
     """
-    from albert_tf.checkpoints import model_kind
-    from albert_tf.tokenization import Tokenizer
 
     export_dir = os.path.abspath(export_dir)
     model_name = os.path.basename(export_dir.rstrip(os.sep))

@@ -40,6 +40,8 @@ from albert_tf import features as F
 from albert_tf.backbone import set_remove_padding
 from albert_tf.packing import join_in_graph, keep_first, keep_last, pack_in_graph
 from albert_tf.tokenization import MASK_ID, InGraphTokenizer
+from albert_tf.race import LABELS
+from albert_tf.squad import align_context_in_graph, decode_in_graph, windows_in_graph
 
 TEXT, TEXT_B, EXAMPLES = "text", "text_b", "examples"
 CLASSIFY_METHOD = "tensorflow/serving/classify"
@@ -322,8 +324,6 @@ class SpanServingModule(AlbertServingModule):
                 "end_logits": tf.cast(out["end_logits"], tf.float32)}
 
     def answer(self, question, context, logits_from_tokens=None):
-        from albert_tf.squad import align_context_in_graph, decode_in_graph, windows_in_graph
-
         tf.debugging.assert_equal(tf.shape(question), tf.shape(context), message=(
             "question and context must have the same batch size"))
         text, ids, starts, ends = align_context_in_graph(context, self.tokenizer)
@@ -382,8 +382,6 @@ class MultipleChoiceServingModule(AlbertServingModule):
 
     def __init__(self, model, spm_model_proto, do_lower_case=True, max_seq_length=512,
                  max_qa_length=128, labels=None, remove_padding=True):
-        from albert_tf.race import LABELS
-
         super().__init__(model, "multiple_choice", spm_model_proto, do_lower_case=do_lower_case,
                          max_seq_length=max_seq_length,
                          labels=labels or list(LABELS[:model.num_labels]),

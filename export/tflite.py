@@ -43,9 +43,11 @@ import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F
-from albert_tf.packing import pack_row_in_graph
+from albert_tf.packing import pack_ids, pack_row_in_graph
 from albert_tf.tokenization import MASK_ID, Tokenizer
 from export.serving import AlbertServingModule
+from albert_tf.checkpoints import model_kind
+from export.saved_model import host_copy
 
 QUANTIZATIONS = ("none", "float16", "dynamic_int8")
 INPUTS = ("text", "tokens")
@@ -169,7 +171,6 @@ def _check_inputs(module, inputs, tokenizer):
                      "text_b": np.array([b.encode()], object)}
                     for a, b in zip(texts, texts[1:] + texts[:1])]
         return [{"text": np.array([t.encode()], object)} for t in texts]
-    from albert_tf.packing import pack_ids
 
     out = []
     for text in texts:
@@ -215,8 +216,6 @@ def export_tflite(model, output: str, spm_model_file: str, quantize: str = "none
         tolerance: largest difference allowed between a float32 file and the TensorFlow graph
             on the check requests (quantized files: measured and recorded, not enforced).
     """
-    from albert_tf.checkpoints import model_kind
-    from export.saved_model import host_copy
 
     if quantize not in QUANTIZATIONS:
         raise TFLiteExportError(f"--quantize must be one of {', '.join(QUANTIZATIONS)}; got "

@@ -2,6 +2,7 @@
 and the majority class of a GLUE classification task."""
 
 from __future__ import annotations
+from albert_tf import glue
 
 
 def masked_pieces(input_patterns, max_seq_length: int, max_predictions_per_seq: int,
@@ -71,8 +72,6 @@ def sentence_order_balance(eval_patterns, max_seq_length: int, max_predictions_p
 def majority_class(task_name: str, data_dir: str) -> dict:
     """The training set's most frequent label, scored on the dev set with the task's metrics."""
     import numpy as np
-
-    from albert_tf import glue
 
     task = glue.get_task(task_name)
     train = glue.load_split(task, data_dir, "train")

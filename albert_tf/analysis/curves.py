@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+from albert_tf.analysis import charts
 
 
 def read_scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
@@ -39,8 +40,6 @@ def plot_panels(panels, path: str, title: str | None = None) -> str:
             optional horizontal reference lines [(label, y)])].
         path: where to write the PNG.
     """
-    from albert_tf.analysis import charts
-
     plt = charts.pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.6), squeeze=False)
     for ax, panel in zip(axes[0], panels):

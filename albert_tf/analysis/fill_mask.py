@@ -21,15 +21,14 @@ import os
 import sys
 
 from absl import app, flags
+from albert_tf import features as F
+from albert_tf.tokenization import CLS_ID, MASK_ID, SEP_ID, Tokenizer
 
 
 def top_k_answers(model, tokenizer, texts, top_k: int = 5) -> list:
     """[[[(piece, probability)] * top_k per [MASK]] per text] of an `AlbertPretrainer`."""
     import numpy as np
     import tensorflow as tf
-
-    from albert_tf import features as F
-    from albert_tf.tokenization import CLS_ID, MASK_ID, SEP_ID
 
     answers = []
     for text in texts:
@@ -87,7 +86,6 @@ def main(argv):
     if not (FLAGS.model_dir and FLAGS.spm_model_file and FLAGS.text):
         raise app.UsageError("--model_dir, --spm_model_file and --text are required.")
     from albert_tf.checkpoints import CheckpointError
-    from albert_tf.tokenization import Tokenizer
 
     try:
         tokenizer = Tokenizer(FLAGS.spm_model_file, FLAGS.do_lower_case)

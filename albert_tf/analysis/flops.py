@@ -9,6 +9,7 @@ gathers are not counted (under 2% at albert-base).
 """
 
 from __future__ import annotations
+from albert_tf.config import AlbertConfig
 
 FORMULA = ("forward FLOPs = sum over sequences of n*(2*E*H + L*(8*H^2 + 4*n*H + 4*H*I)) "
            "+ B*P*(2*H*E + 2*E*V) + B*(2*H^2 + 2*H*C); training step = 3 x forward "
@@ -16,8 +17,6 @@ FORMULA = ("forward FLOPs = sum over sequences of n*(2*E*H + L*(8*H^2 + 4*n*H + 
 
 
 def model_dims(preset: str) -> dict:
-    from albert_tf.config import AlbertConfig
-
     return config_dims(AlbertConfig.from_preset(preset))
 
 

@@ -30,13 +30,14 @@ import os
 import sys
 
 from absl import app, flags
+from albert_tf import AlbertBackbone, AlbertConfig
+from albert_tf.analysis import charts
 
 COLUMNS = ("model", "layer", "l2_distance", "cosine_similarity", "angle_degrees", "tokens")
 
 
 def load_backbone(path: str, albert_config_file: str | None = None):
     """The `AlbertBackbone` of any model the project reads (see the module's docstring)."""
-    from albert_tf import AlbertBackbone, AlbertConfig
     from albert_tf.checkpoints import (CONFIG_FILE, FORMAT_FILE, CheckpointError,
                                        config_from_hf, initialize_backbone, load_pretrained)
 
@@ -114,8 +115,6 @@ def write_csv(rows_by_model: dict, path: str) -> str:
 
 def plot(rows_by_model: dict, path: str, title: str | None = None) -> str:
     """Figure 2's two panels: L2 distance and cosine similarity (degrees) per layer."""
-    from albert_tf.analysis import charts
-
     plt = charts.pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(9.5, 3.6))
     markers = "os^Dv"

@@ -25,6 +25,9 @@ import dataclasses
 import re
 
 import numpy as np
+from albert_tf.backbone import AlbertBackbone
+from albert_tf.classifier import AlbertClassifier
+from albert_tf.pretrainer import AlbertPretrainer
 
 # Our sublayer variable -> official suffix under `transformer/group_g/inner_group_i/`.
 _ATTENTION_NAMES = {
@@ -142,9 +145,6 @@ def multiple_choice_weights(model) -> list[NamedWeight]:
 
 def model_kind(model) -> str:
     """"pretrainer", "classifier", "backbone", "span" (SQuAD) or "multiple_choice" (RACE)."""
-    from albert_tf.backbone import AlbertBackbone
-    from albert_tf.classifier import AlbertClassifier
-    from albert_tf.pretrainer import AlbertPretrainer
 
     if getattr(model, "albert_kind", None) in ("span", "multiple_choice"):
         return model.albert_kind
