@@ -25,7 +25,7 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from absl import app  # noqa: E402
+from absl import app, flags  # noqa: E402
 
 from albert_tf import squad_runner  # noqa: E402
 
@@ -38,6 +38,7 @@ def main(argv):
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
     squad_runner.define_flags(version=2)
+    flags.adopt_module_key_flags(squad_runner)  # --help lists them
     sys.exit(app.run(main))
 
 

@@ -117,6 +117,9 @@ def main() -> int:
 
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
+    if any(arg in ("-h", "--help", "-help") for arg in sys.argv[1:]):
+        print(__doc__.strip())  # no flags: it writes the JSON list to standard output
+        sys.exit(0)
     sys.exit(main())
 
 

@@ -144,8 +144,19 @@ def test_console_scripts_from_outside_the_repository(installed, tmp_path):
     probe = subprocess.run([sys.executable, "-c", "import albert_tf; print(albert_tf.__file__)"],
                            capture_output=True, text=True, cwd=str(tmp_path), env=env)
     assert probe.stdout.strip() == os.path.join(site, "albert_tf", "__init__.py")
+    # every console script's --help, each with a flag (or text) of its own
     expected = {"albert-demo": "--smoke", "albert-params": "--plot_file",
-                "albert-export": "--export_dir", "albert-transitions": "--model_dir"}
+                "albert-export": "--export_dir", "albert-transitions": "--model_dir",
+                "albert-fill-mask": "--text", "albert-prepare-corpus": "--heldout_file",
+                "albert-train-vocab": "--model_prefix",
+                "albert-create-pretraining-data": "--masked_lm_prob",
+                "albert-pretrain": "--num_train_steps", "albert-classifier": "--train_examples",
+                "albert-squad-v1": "--doc_stride", "albert-squad-v2": "--null_score_diff_threshold",
+                "albert-race": "--data_dir", "albert-convert": "--source",
+                "albert-export-tflite": "--output", "albert-client": "--server",
+                "albert-serving-loader": "--saved_model", "albert-saved-model-cli": "saved_model_cli",
+                "albert-ops-check": "serving_ops_tf2.20.json"}
+    assert sorted(expected) == sorted(COMMANDS)
     for script, flag in expected.items():
         proc = subprocess.run([os.path.join(installed["bin"], script), "--help"],
                               capture_output=True, text=True, cwd=str(tmp_path), env=env)
