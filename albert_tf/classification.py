@@ -28,8 +28,8 @@ from albert_tf.checkpoints import initialize_backbone
 from albert_tf.classifier import AlbertClassifier
 from albert_tf.input_pipeline import DataMismatchError
 
-LABEL_IDS = "label_ids"
-IS_REAL_EXAMPLE = "is_real_example"
+LABEL_IDS = F.LABEL_IDS
+IS_REAL_EXAMPLE = F.IS_REAL_EXAMPLE
 SIDECAR_FORMAT = "albert_classifier_tfrecord"
 
 
@@ -110,6 +110,37 @@ def write_examples(examples, task: glue.GlueTask, tokenizer, max_seq_length: int
             "digest": digest}
     files = write_records(records, path, meta, num_files)
     return dict(meta, files=files)
+
+
+def write_split_features(task: glue.GlueTask, tokenizer, data_dir, cache_dir, max_seq_length,
+                         splits, seed, eval_batch_size, predict_batch_size, num_train_files=1,
+                         train_examples=0):
+    """{split: (TFRecord paths, comma-separated; sidecar; examples)} for the requested GLUE
+    splits of `data_dir` (kept when up to date): training in `num_train_files` files, its first
+    `train_examples` examples only when that is positive; dev and test padded to whole
+    batches."""
+    written = {}
+    for split in splits:
+        examples = glue.load_split(task, data_dir, split)
+        if split == "train" and train_examples:
+            if not 0 < train_examples <= len(examples):
+                raise ValueError(f"--train_examples={train_examples}: the train split of "
+                                 f"{data_dir} has {len(examples)} examples; give 1 to "
+                                 f"{len(examples)}, or 0 for all.")
+            examples = examples[:train_examples]
+        path = os.path.join(cache_dir, f"{split}.tfrecord")
+        meta = write_examples(
+            examples, task, tokenizer, max_seq_length, path,
+            shuffle_seed=seed if split == "train" else None,
+            pad_to_multiple={"train": 1, "dev": eval_batch_size,
+                             "test": predict_batch_size}[split],
+            num_files=num_train_files if split == "train" else 1)
+        written[split] = (",".join(meta["files"]), meta, examples)
+        print(f"{split}: {meta['real_examples']:,} examples ({meta['padding_examples']} padding, "
+              f"{meta['truncated_examples']} truncated to {max_seq_length}) -> {path}"
+              + (f" ({len(meta['files'])} files)" if len(meta["files"]) > 1 else ""),
+              flush=True)
+    return written
 
 
 def files_for(num_records: int, num_files: int) -> int:
@@ -279,6 +310,15 @@ class ClassificationTask(Task):
         elif not self.glue_task.is_regression:
             metrics["accuracy"] = float(sums["correct_sum"]) / count
         return metrics
+
+    def predict(self, model, path: str, batch_size: int):
+        """(label ids, or scores for regression; class probabilities or None) of the real
+        examples of `path`."""
+        logits = self.predict_outputs(model, path, batch_size)["logits"]
+        if self.glue_task.is_regression:
+            return logits[:, 0], None
+        probabilities = tf.nn.softmax(logits).numpy()
+        return probabilities.argmax(-1), probabilities
 
     def progress(self, metrics):
         return " | ".join(f"{k} {v:.4f}" for k, v in metrics.items())

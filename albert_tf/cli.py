@@ -31,6 +31,31 @@ COMMANDS = {
 }
 
 
+def run_command(main, define_flags=None, flags_parser=None) -> None:
+    """What every command's `cli()` does: define its flags, parse them (absl; `flags_parser`
+    replaces the parser, e.g. to pass unknown flags on to Beam), run `main`, exit with its
+    status."""
+    from absl import app
+
+    if define_flags is not None:
+        define_flags()
+    _own_flags_in_help(sys.argv[0])
+    kwargs = {"flags_parser": flags_parser} if flags_parser else {}
+    sys.exit(app.run(main, **kwargs))
+
+
+def _own_flags_in_help(main_module: str) -> None:
+    """absl's --help lists the key flags of the main module; flags a command defines through a
+    module of ours (`albert_tf.flags.define` attributes them to its caller, e.g. the shared
+    SQuAD runner) become the main module's key flags too."""
+    from absl import flags
+
+    for module, module_flags in list(flags.FLAGS.flags_by_module_dict().items()):
+        if module != main_module and module.split(".")[0] in ("albert_tf", "data", "export"):
+            for flag in module_flags:
+                flags.FLAGS.register_key_flag_for_module(main_module, flag)
+
+
 def _runner(module):
     def run():
         quiet.skip_exit_collection()

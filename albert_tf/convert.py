@@ -17,31 +17,36 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
-flags.DEFINE_enum("source", None, ["tf1", "hf", "albert_tf"],
-                  "Input format: official TF1 checkpoint or TF-Hub module, Hugging Face "
-                  "save_pretrained folder, or an albert_tf directory / .keras file.")
-flags.DEFINE_string("input", None, "Checkpoint prefix, file or directory to read.")
-flags.DEFINE_string("output", None, "Directory to write (must be new or empty).")
-flags.DEFINE_enum("target", "albert_tf", ["albert_tf", "tf1"],
-                  "Output format: our directory format, or an official name-based TF1 "
-                  "checkpoint (model.ckpt + albert_config.json).")
-flags.DEFINE_string("albert_config_file", None,
-                    "Config JSON (official keys). Default: albert_config.json beside a TF1 "
-                    "checkpoint; config.json of a Hugging Face folder.")
-flags.DEFINE_enum("model", "auto", ["auto", "pretrainer", "classifier", "backbone"],
-                  "Model to build. auto: from the heads present in the checkpoint. backbone "
-                  "drops the heads (reported as skipped).")
-flags.DEFINE_bool("overwrite", False, "Replace a non-empty --output directory.")
-flags.mark_flags_as_required(["source", "input", "output"])
-FLAGS = flags.FLAGS
+from albert_tf import flags as albert_flags  # noqa: E402
+from albert_tf.checkpoints import CheckpointError, convert  # noqa: E402
+from albert_tf.cli import run_command  # noqa: E402
+from albert_tf.flags import FLAGS  # noqa: E402
+
+
+def define_flags():
+    flags.DEFINE_enum("source", None, ["tf1", "hf", "albert_tf"],
+                      "Input format: official TF1 checkpoint or TF-Hub module, Hugging Face "
+                      "save_pretrained folder, or an albert_tf directory / .keras file.")
+    flags.DEFINE_string("input", None, "Checkpoint prefix, file or directory to read.")
+    albert_flags.define("output", "albert_config_file",
+                        notes={"output": "A directory (must be new or empty).",
+                               "albert_config_file": "Default: albert_config.json beside a TF1 "
+                                                     "checkpoint; config.json of a Hugging Face "
+                                                     "folder."})
+    flags.DEFINE_enum("target", "albert_tf", ["albert_tf", "tf1"],
+                      "Output format: our directory format, or an official name-based TF1 "
+                      "checkpoint (model.ckpt + albert_config.json).")
+    flags.DEFINE_enum("model", "auto", ["auto", "pretrainer", "classifier", "backbone"],
+                      "Model to build. auto: from the heads present in the checkpoint. backbone "
+                      "drops the heads (reported as skipped).")
+    flags.DEFINE_bool("overwrite", False, "Replace a non-empty --output directory.")
+    flags.mark_flags_as_required(["source", "input", "output"])
 
 
 def main(argv):
     del argv
-    from albert_tf.checkpoints import CheckpointError, convert
-
     try:
         summary = convert(FLAGS.source, FLAGS.input, FLAGS.output, target=FLAGS.target,
                           albert_config_file=FLAGS.albert_config_file, model=FLAGS.model,
@@ -61,7 +66,7 @@ def main(argv):
 
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
-    sys.exit(app.run(main))
+    run_command(main, define_flags)
 
 
 if __name__ == "__main__":

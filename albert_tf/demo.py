@@ -53,6 +53,7 @@ import sys
 import time
 
 from absl import app, flags
+from albert_tf.cli import run_command
 from albert_tf.analysis import baselines, charts, curves, flops
 from albert_tf.config import AlbertConfig
 
@@ -1051,8 +1052,7 @@ def main(argv):
 
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
-    define_flags()
-    sys.exit(app.run(main))
+    run_command(main, define_flags)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,10 @@ MASKED_LM_IDS = "masked_lm_ids"
 MASKED_LM_WEIGHTS = "masked_lm_weights"
 # The SOP label keeps the official (BERT-era) name: 1 = segments swapped, 0 = original order.
 NEXT_SENTENCE_LABELS = "next_sentence_labels"
+# Fine-tuning records (official `run_classifier.py` names): the label, and 0 for the padding
+# examples that fill an evaluation file to whole batches.
+LABEL_IDS = "label_ids"
+IS_REAL_EXAMPLE = "is_real_example"
 
 # Inputs of `AlbertBackbone`, in this order.
 BACKBONE_INPUTS = (INPUT_IDS, INPUT_MASK, SEGMENT_IDS)

@@ -19,9 +19,9 @@ from __future__ import annotations
 import dataclasses
 import gc
 import math
-import sys
 
 from absl import app, flags
+from albert_tf.cli import run_command
 
 from albert_tf.config import AlbertConfig
 from albert_tf.analysis import charts
@@ -262,8 +262,7 @@ def main(argv):
 
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
-    define_flags()
-    sys.exit(app.run(main))
+    run_command(main, define_flags)
 
 
 if __name__ == "__main__":

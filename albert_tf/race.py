@@ -40,7 +40,7 @@ from albert_tf.tokenization import CLS_ID, SEP_ID
 
 LEVELS = ("middle", "high")
 LABELS = ("A", "B", "C", "D")
-LABEL_IDS, IS_REAL_EXAMPLE, RACE_LEVEL = "label_ids", "is_real_example", "race_level"
+LABEL_IDS, IS_REAL_EXAMPLE, RACE_LEVEL = F.LABEL_IDS, F.IS_REAL_EXAMPLE, "race_level"
 SIDECAR_FORMAT = "albert_race_tfrecord"
 
 
@@ -288,6 +288,12 @@ class RaceTask(Task):
             metrics.update(race_accuracy(collected["prediction"], collected["label"],
                                          collected["level"], collected["real"] > 0.5))
         return metrics
+
+    def predict(self, model, path: str, batch_size: int):
+        """(predicted option, probabilities [n, 4]) of the real examples of `path`."""
+        logits = self.predict_outputs(model, path, batch_size)["logits"]
+        probabilities = tf.nn.softmax(logits).numpy()
+        return probabilities.argmax(-1), probabilities
 
     def progress(self, metrics):
         return " | ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))

@@ -19,26 +19,16 @@ shared with `run_squad_v2` (`albert_tf.squad_runner`).
 """
 
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from absl import app, flags  # noqa: E402
-
 from albert_tf import squad_runner  # noqa: E402
-
-
-def main(argv):
-    del argv
-    return squad_runner.main(version=1)
 
 
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
-    squad_runner.define_flags(version=1)
-    flags.adopt_module_key_flags(squad_runner)  # --help lists them
-    sys.exit(app.run(main))
+    squad_runner.cli(version=1)
 
 
 if __name__ == "__main__":

@@ -20,26 +20,16 @@ method); the official ALBERT v2 answer-class head is not built (`albert_tf.squad
 """
 
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from absl import app, flags  # noqa: E402
-
 from albert_tf import squad_runner  # noqa: E402
-
-
-def main(argv):
-    del argv
-    return squad_runner.main(version=2)
 
 
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
-    squad_runner.define_flags(version=2)
-    flags.adopt_module_key_flags(squad_runner)  # --help lists them
-    sys.exit(app.run(main))
+    squad_runner.cli(version=2)
 
 
 if __name__ == "__main__":

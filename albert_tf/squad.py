@@ -17,6 +17,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import numpy as np
+import tensorflow as tf
+
+from albert_tf import squad_eval
 from albert_tf.task_models import span_model
 from albert_tf.tasks import Task
 from albert_tf.tokenization import CLS_ID, SEP_ID, SPIECE_UNDERLINE, _ranges_class
@@ -159,8 +163,6 @@ def best_spans(start_logits, end_logits, feature: dict, n_best: int = 20,
     ends). The top `n_best` starts and ends are taken among the sequence's real positions
     ([CLS], question, window, [SEP]s); the official code ranks the padding positions too,
     which can only push real candidates out. `decode_in_graph` applies the same rule."""
-    import numpy as np
-
     offset, (window_start, length) = feature["offset"], feature["window"]
     real = offset + length + 1  # through the final [SEP]
     # Highest first; equal logits in position order (as tf.math.top_k).
@@ -216,6 +218,25 @@ def write_features(features, path: str, max_seq_length: int, num_files: int = 1)
     return dict(meta, files=files)
 
 
+def build_features(path: str, tokenizer, max_seq_length: int, doc_stride: int,
+                   max_query_length: int, is_training: bool, seed: int | None = None):
+    """(dataset, features, {question id: AlignedContext}) of a SQuAD file; training features in
+    a seeded order."""
+    dataset = squad_eval.load_dataset(path)
+    contexts, aligned, features = {}, {}, []
+    for q in squad_eval.questions(dataset):
+        if q["context"] not in aligned:
+            aligned[q["context"]] = align_context(q["context"], tokenizer)
+        contexts[q["id"]] = aligned[q["context"]]
+        features += question_features(q, contexts[q["id"]], tokenizer, max_seq_length,
+                                      doc_stride, max_query_length, 1000000 + len(features),
+                                      is_training)
+    if is_training and seed is not None:
+        order = np.random.default_rng([seed, 0x5A0AD]).permutation(len(features))
+        features = [features[i] for i in order]
+    return dataset, features, contexts
+
+
 class SquadTask(Task):
     """SQuAD span extraction for the one loop: loss = mean of the start and end cross entropies
     over the real features of the global batch; evaluation decodes every question's best span
@@ -267,15 +288,11 @@ class SquadTask(Task):
         return initialize_backbone(model.backbone, path, init_from_group0=init_from_group0)
 
     def normalizers(self, features, global_batch_size):
-        import tensorflow as tf
-
         ctx = tf.distribute.get_replica_context()
         real = tf.reduce_sum(tf.cast(features["is_real_example"], tf.float32))
         return {"count": ctx.all_reduce(tf.distribute.ReduceOp.SUM, real)}
 
     def loss_terms(self, outputs, features):
-        import tensorflow as tf
-
         real = tf.reshape(tf.cast(features["is_real_example"], tf.float32), [-1])
         terms = {"loss_sum": 0.0, "count": tf.reduce_sum(real)}
         for name, key in (("start", START_POSITIONS), ("end", END_POSITIONS)):
@@ -288,13 +305,9 @@ class SquadTask(Task):
         return terms
 
     def loss(self, terms, normalizers):
-        import tensorflow as tf
-
         return terms["loss_sum"] / tf.maximum(normalizers["count"], 1.0)
 
     def eval_outputs(self, outputs, features):
-        import tensorflow as tf
-
         return {"start_logits": tf.cast(outputs["start_logits"], tf.float32),
                 "end_logits": tf.cast(outputs["end_logits"], tf.float32),
                 "unique_ids": tf.reshape(features[UNIQUE_IDS], [-1]),
@@ -306,8 +319,6 @@ class SquadTask(Task):
                    "start_accuracy": float(sums["start_correct"]) / count,
                    "end_accuracy": float(sums["end_correct"]) / count}
         if collected and self.evaluation is not None:
-            from albert_tf import squad_eval
-
             dataset, features, contexts = self.evaluation
             row = {int(u): i for i, (u, r) in enumerate(zip(collected["unique_ids"],
                                                             collected["real"])) if r > 0.5}
@@ -339,8 +350,6 @@ def _word_delimiters() -> str:
 
 def _flat_index(ragged, rows, columns):
     """Flat-value index of element (rows[i], columns[i]) of a 2-D ragged tensor."""
-    import tensorflow as tf
-
     return tf.gather(ragged.row_splits, rows) + tf.cast(columns, ragged.row_splits.dtype)
 
 
@@ -357,7 +366,6 @@ def align_context_in_graph(contexts, tokenizer):
         ids and [start, end) byte offsets in `text` (the characters of `align_context`'s
         spans).
     """
-    import tensorflow as tf
     import tensorflow_text as tf_text
 
     text = tf.strings.unicode_transcode(contexts, "UTF-8", "UTF-8", errors="replace",
@@ -421,8 +429,6 @@ def windows_in_graph(query_ids, context_ids, max_seq_length: int, doc_stride: in
         window's first context piece in the sequence), `window_start`, `window_length` (in
         the context's pieces); int64 [windows], except the features.
     """
-    import tensorflow as tf
-
     query_length = query_ids.row_lengths()
     pieces = context_ids.row_lengths()
     budget = max_seq_length - query_length - 3
@@ -454,8 +460,6 @@ def decode_in_graph(start_logits, end_logits, windows, batch_size, n_best: int =
         `null_score` ([CLS] start + end, minimum over the windows), `null_odds`
         (`null_score - score`, as `null_odds.json`).
     """
-    import tensorflow as tf
-
     length = tf.shape(start_logits)[1]
     offset = tf.cast(windows["offset"], tf.int32)[:, None]
     window_end = offset + tf.cast(windows["window_length"], tf.int32)[:, None]  # exclusive

@@ -21,11 +21,12 @@ TensorBoard, progress and export. A task supplies:
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F, losses
 from albert_tf.checkpoints import initialize_from_checkpoint
-from albert_tf.input_pipeline import check_files, prediction_count
+from albert_tf.input_pipeline import check_files, ordered_dataset, prediction_count
 from albert_tf.pretrainer import AlbertPretrainer
 
 SUM = tf.distribute.ReduceOp.SUM
@@ -84,6 +85,31 @@ class Task:
     def initialize(self, model, path: str, init_from_group0: bool = False) -> dict:
         """`--init_checkpoint`: fills `model` strictly by official weight names."""
         return initialize_from_checkpoint(model, path, init_from_group0=init_from_group0)
+
+    def predict_outputs(self, model, path: str, batch_size: int, names=("logits",),
+                        drop_remainder: bool = True) -> dict:
+        """{output name: float32 array} of `model` over the records of `path` (comma-separated
+        files) in file order; where the schema marks real examples (`is_real_example`), the
+        padding examples are dropped."""
+        schema = self.schema()
+
+        @tf.function
+        def outputs_of(batch):
+            out = model({k: batch[k] for k in self.model_inputs}, training=False)
+            return {name: tf.cast(out[name], tf.float32) for name in names}
+
+        collected, real = {name: [] for name in names}, []
+        for batch in ordered_dataset(path.split(","), batch_size, schema,
+                                     drop_remainder=drop_remainder):
+            for name, value in outputs_of(batch).items():
+                collected[name].append(value.numpy())
+            if F.IS_REAL_EXAMPLE in schema:
+                real.append(batch[F.IS_REAL_EXAMPLE].numpy()[:, 0] > 0)
+        arrays = {name: np.concatenate(values) for name, values in collected.items()}
+        if real:
+            keep = np.concatenate(real)
+            arrays = {name: value[keep] for name, value in arrays.items()}
+        return arrays
 
 
 class PretrainingTask(Task):

@@ -122,6 +122,23 @@ class TrainingConfig:
     input_shards: int = 0
     verbose: bool = True
 
+    # Official flag names that differ from the field's (fine-tuning runners).
+    FLAG_ALIASES = {"train_step": "num_train_steps", "warmup_step": "num_warmup_steps",
+                    "num_keep_checkpoint": "keep_checkpoint_max"}
+
+    @classmethod
+    def from_flags(cls, flag_values, albert_config, **overrides):
+        """The settings from parsed flags (`albert_tf.flags`): every field whose flag (or its
+        official alias) the command defines, `--random_seed -1` as a fresh seed; `overrides`
+        (computed values: input files, steps from epochs) win."""
+        given = {name: flag.value for name, flag in flag_values._flags().items()}
+        values = {cls.FLAG_ALIASES.get(name, name): value for name, value in given.items()}
+        if "random_seed" in given:
+            values["seed"] = None if given["random_seed"] == -1 else given["random_seed"]
+        fields = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in values.items() if k in fields and k != "albert_config"}
+        return cls(albert_config=albert_config, **dict(kwargs, **overrides))
+
     def problems(self) -> list[str]:
         """What is wrong with these settings (each with the flag to fix)."""
         problems = []
@@ -613,41 +630,16 @@ class TrainingRun:
                 next_save = (step // cfg.save_checkpoints_steps + 1) * cfg.save_checkpoints_steps
                 n = min(cfg.iterations_per_loop, next_save - step, cfg.num_train_steps - step)
                 t0 = time.time()
-                args = (self.train_iterator, tf.constant(n, tf.int32))
-                try:
-                    if preemption is not None:
-                        sums, loss, norm = preemption.run(self._train_loop, *args)
-                    else:
-                        sums, loss, norm = self._train_loop(*args)
-                except (tf.errors.DataLossError, tf.errors.InvalidArgumentError,
-                        tf.errors.FailedPreconditionError) as e:
-                    if not _is_input_error(e):
-                        raise
-                    self._stop_on_bad_input(e)
-                sums = {k: float(v) for k, v in sums.items()}
-                loss, norm = float(loss), float(norm)
-                if float(self.optimizer.update_gate.numpy()) < 0.5:
-                    self._stop_non_finite(step, n)
+                sums, loss, norm = self._run_loop(preemption, step, n)
                 step += n
-                elapsed = time.time() - t0
-                metrics = self.task.metrics(sums)
-                lr = float(self.optimizer.learning_rate.numpy()
-                           if hasattr(self.optimizer.learning_rate, "numpy")
-                           else self.optimizer.learning_rate)
-                examples_per_second = n * cfg.train_batch_size / max(elapsed, 1e-9)
-                record = dict(step=step, loss=loss, grad_norm=norm, learning_rate=lr,
-                              examples_per_second=examples_per_second, **metrics)
+                record = self._record(step, n, sums, loss, norm, time.time() - t0, train_writer)
                 history.append(record)
-                with train_writer.as_default(step=step):
-                    for name, value in record.items():
-                        if name != "step":
-                            tf.summary.scalar(name, value)
-                done = step - start_step
-                eta = (time.time() - start_time) / done * (cfg.num_train_steps - step)
+                eta = (time.time() - start_time) / (step - start_step) * (cfg.num_train_steps
+                                                                          - step)
                 _log(cfg, f"step {step}/{cfg.num_train_steps} | loss {loss:.4f} | "
-                          f"{self.task.progress(metrics)} | lr {lr:.3e} | gnorm "
-                          f"{norm:.3f} | {examples_per_second:,.1f} examples/s | ETA "
-                          f"{_format_duration(eta)}")
+                          f"{self.task.progress(record)} | lr {record['learning_rate']:.3e} | "
+                          f"gnorm {norm:.3f} | {record['examples_per_second']:,.1f} "
+                          f"examples/s | ETA {_format_duration(eta)}")
                 if step % cfg.save_checkpoints_steps == 0 or step == cfg.num_train_steps:
                     path = self.manager.save(checkpoint_number=step)
                     _log(cfg, f"saved {path}")
@@ -667,6 +659,38 @@ class TrainingRun:
             train_writer.flush()
             eval_writer.flush()
         return {"status": status, "step": step, "history": history}
+
+    def _run_loop(self, preemption, step: int, n: int):
+        """(summed terms, loss, gradient norm) of `n` steps from `step` in one call; a bad
+        input file or a non-finite step stops the run (a consistent checkpoint saved)."""
+        args = (self.train_iterator, tf.constant(n, tf.int32))
+        try:
+            if preemption is not None:
+                sums, loss, norm = preemption.run(self._train_loop, *args)
+            else:
+                sums, loss, norm = self._train_loop(*args)
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError,
+                tf.errors.FailedPreconditionError) as e:
+            if not _is_input_error(e):
+                raise
+            self._stop_on_bad_input(e)
+        if float(self.optimizer.update_gate.numpy()) < 0.5:
+            self._stop_non_finite(step, n)
+        return {k: float(v) for k, v in sums.items()}, float(loss), float(norm)
+
+    def _record(self, step, n, sums, loss, norm, elapsed, writer) -> dict:
+        """The history record of the loop that ended at `step` (also to TensorBoard)."""
+        lr = float(self.optimizer.learning_rate.numpy()
+                   if hasattr(self.optimizer.learning_rate, "numpy")
+                   else self.optimizer.learning_rate)
+        record = dict(step=step, loss=loss, grad_norm=norm, learning_rate=lr,
+                      examples_per_second=n * self.cfg.train_batch_size / max(elapsed, 1e-9),
+                      **self.task.metrics(sums))
+        with writer.as_default(step=step):
+            for name, value in record.items():
+                if name != "step":
+                    tf.summary.scalar(name, value)
+        return record
 
     def _save_consistent(self, good_step: int) -> str:
         """A checkpoint of the model after `good_step` steps, after a failure inside a loop of

@@ -36,21 +36,23 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402
+
+from albert_tf import flags as albert_flags  # noqa: E402
+from albert_tf.cli import run_command  # noqa: E402
 from data.generator import generate, make_job
 from data.text_io import InputError
 
-flags.DEFINE_string("input_file", None, "Input text files: comma-separated globs.")
-flags.DEFINE_string("output_file", None,
-                    "Output TFRecord files, comma-separated; or a prefix with --num_output_shards.")
+albert_flags.define(
+    "input_file", "output_file", "spm_model_file", "vocab_file", "do_lower_case",
+    "max_seq_length", "max_predictions_per_seq", "random_seed",
+    notes={"input_file": "Text files in the official format (a sentence a line, a blank line "
+                         "between documents).",
+           "output_file": "TFRecord files, comma-separated; or a prefix with "
+                          "--num_output_shards.",
+           "vocab_file": "If given, it must list the pieces of --spm_model_file (its .vocab "
+                         "file)."})
 flags.DEFINE_integer("num_output_shards", 1,
                      "Write PREFIX-0000i-of-0000N.tfrecord files (with a single --output_file).")
-flags.DEFINE_string("spm_model_file", None, "SentencePiece model (official special ids).")
-flags.DEFINE_string("vocab_file", None,
-                    "Accepted for compatibility; if given, it must list the pieces of "
-                    "--spm_model_file (its .vocab file).")
-flags.DEFINE_bool("do_lower_case", True, "Lowercase the text (match the vocabulary).")
-flags.DEFINE_integer("max_seq_length", 512, "Maximum sequence length.")
-flags.DEFINE_integer("max_predictions_per_seq", 20, "Maximum masked positions per sequence.")
 flags.DEFINE_float("masked_lm_prob", 0.15, "Fraction of tokens to mask.")
 flags.DEFINE_integer("ngram", 3, "Maximum n-gram (in whole words) to mask.")
 flags.DEFINE_bool("favor_shorter_ngram", True, "P(n) proportional to 1/n (else reversed).")
@@ -69,7 +71,6 @@ flags.DEFINE_bool("sentence_order_pairs_only", False,
                   "another document. The sentence-order labels are then balanced and cannot "
                   "be told by topic (the official algorithm completes one-sentence chunks from "
                   "a random document, always label 1).")
-flags.DEFINE_integer("random_seed", 12345, "Seed of every random draw.")
 flags.DEFINE_integer("num_workers", 1, "Worker processes.")
 flags.DEFINE_integer("tokens_per_unit", 1_000_000,
                      "Tokens per work unit (part of what determines the output; num_workers "
@@ -147,7 +148,7 @@ def main(argv):
 
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
-    sys.exit(app.run(main, flags_parser=lambda argv: FLAGS(argv, known_only=True)))
+    run_command(main, flags_parser=lambda argv: FLAGS(argv, known_only=True))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,9 @@ import re
 import sys
 
 from absl import app, flags
+from albert_tf.cli import run_command
+
+from albert_tf import flags as albert_flags
 
 from data.text_io import InputError, expand_input_patterns, read_text_lines
 
@@ -182,8 +185,9 @@ def prepare_corpus(input_patterns, output_file, paragraphs="blank_lines",
 
 def define_flags():
     """Command-line flags (defined only when run as a program)."""
-    flags.DEFINE_list("input_file", None, "Raw text files: comma-separated globs.")
-    flags.DEFINE_string("output_file", None, "Output text file (official pretraining format).")
+    albert_flags.define("input_file", "output_file", kinds={"input_file": "list"},
+                        notes={"input_file": "Raw text.",
+                               "output_file": "Text in the official pretraining format."})
     flags.DEFINE_enum("paragraphs", "blank_lines", ["blank_lines", "lines"],
                       "blank_lines: blank lines separate paragraphs (wrapped text); lines: each line "
                       "is a paragraph.")
@@ -219,8 +223,7 @@ def main(argv):
 
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
-    define_flags()
-    sys.exit(app.run(main))
+    run_command(main, define_flags)
 
 
 if __name__ == "__main__":

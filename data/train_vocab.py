@@ -23,7 +23,11 @@ import sys
 import tempfile
 import time
 
+import sentencepiece as spm
 from absl import app, flags
+from albert_tf.cli import run_command
+
+from albert_tf import flags as albert_flags
 
 from albert_tf.tokenization import (CLS_PIECE, MASK_PIECE, PAD_ID, PAD_PIECE, SEP_PIECE, UNK_ID,
                                     UNK_PIECE, check_special_ids, file_sha256, preprocess_text)
@@ -36,6 +40,26 @@ OFFICIAL_USER_DEFINED_SYMBOLS = ("(", ")", '"', "-", ".", "\u2013", "\u00a3", "\
 
 class VocabularyError(ValueError):
     """Bad input or settings for vocabulary training; the message names the file or flag."""
+
+
+def _train(sentences, model_prefix: str, counts: dict, **settings) -> None:
+    """SentencePiece's unigram trainer with the official special pieces and ids; its errors as
+    `VocabularyError`s that name the flag to change."""
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=sentences, model_prefix=model_prefix, model_type="unigram",
+            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=-1, eos_id=-1, pad_piece=PAD_PIECE,
+            unk_piece=UNK_PIECE, control_symbols=[CLS_PIECE, SEP_PIECE, MASK_PIECE],
+            shuffle_input_sentence=True, minloglevel=2, **settings)
+    except RuntimeError as e:
+        m = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)",
+                      str(e))
+        if m:
+            raise VocabularyError(
+                f"--vocab_size={m.group(1)} is too large for this corpus ({counts['lines']} "
+                f"lines): at most {m.group(2)} pieces can be learned. Lower --vocab_size or "
+                "add text.") from None
+        raise VocabularyError(f"SentencePiece training failed: {e}") from None
 
 
 def train_vocab(input_patterns, model_prefix, vocab_size=30000, do_lower_case=True,
@@ -56,8 +80,6 @@ def train_vocab(input_patterns, model_prefix, vocab_size=30000, do_lower_case=Tr
         num_threads: trainer threads (default: all cores).
         user_defined_symbols: pieces always kept whole (default: the official ones; () for none).
     """
-    import sentencepiece as spm
-
     files = expand_input_patterns(input_patterns)
     if vocab_size <= 5:
         raise VocabularyError(f"--vocab_size must exceed the 5 special pieces; got {vocab_size}")
@@ -79,25 +101,11 @@ def train_vocab(input_patterns, model_prefix, vocab_size=30000, do_lower_case=Tr
     try:
         spm.set_random_generator_seed(random_seed)
         tmp_prefix = os.path.join(tmp, os.path.basename(model_prefix))
-        try:
-            spm.SentencePieceTrainer.train(
-                sentence_iterator=sentences(), model_prefix=tmp_prefix, model_type="unigram",
-                vocab_size=vocab_size, pad_id=PAD_ID, unk_id=UNK_ID, bos_id=-1, eos_id=-1,
-                pad_piece=PAD_PIECE, unk_piece=UNK_PIECE,
-                control_symbols=[CLS_PIECE, SEP_PIECE, MASK_PIECE],
-                user_defined_symbols=list(user_defined_symbols),
-                input_sentence_size=input_sentence_size, shuffle_input_sentence=True,
-                character_coverage=character_coverage, max_sentence_length=max_sentence_length,
-                num_threads=num_threads or os.cpu_count(), minloglevel=2)
-        except RuntimeError as e:
-            m = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)",
-                          str(e))
-            if m:
-                raise VocabularyError(
-                    f"--vocab_size={m.group(1)} is too large for this corpus ({counts['lines']} "
-                    f"lines): at most {m.group(2)} pieces can be learned. Lower --vocab_size or "
-                    "add text.") from None
-            raise VocabularyError(f"SentencePiece training failed: {e}") from None
+        _train(sentences(), tmp_prefix, counts, vocab_size=vocab_size,
+               user_defined_symbols=list(user_defined_symbols),
+               input_sentence_size=input_sentence_size,
+               character_coverage=character_coverage, max_sentence_length=max_sentence_length,
+               num_threads=num_threads or os.cpu_count())
         if counts["lines"] == 0:
             raise VocabularyError(f"No text in {files}: every line is empty after preprocessing.")
         processor = spm.SentencePieceProcessor(model_file=tmp_prefix + ".model")
@@ -132,14 +140,14 @@ def train_vocab(input_patterns, model_prefix, vocab_size=30000, do_lower_case=Tr
 
 def define_flags():
     """Command-line flags (defined only when run as a program)."""
-    flags.DEFINE_list("input_file", None, "Comma-separated text files or globs.")
+    albert_flags.define("input_file", "do_lower_case", "random_seed",
+                        kinds={"input_file": "list"},
+                        notes={"random_seed": "Here: the sentence sampling's."})
     flags.DEFINE_string("model_prefix", None, "Output prefix: writes PREFIX.model/.vocab/.json.")
     flags.DEFINE_integer("vocab_size", 30000, "Number of pieces, the 5 special ones included.")
-    flags.DEFINE_bool("do_lower_case", True, "Lowercase the text (released v2 vocabularies do).")
     flags.DEFINE_integer("input_sentence_size", 1_000_000,
                          "Sample at most this many sentences for training (0: all).")
     flags.DEFINE_float("character_coverage", 0.99995, "Character coverage of the vocabulary.")
-    flags.DEFINE_integer("random_seed", 12345, "Seed of the sentence sampling.")
     flags.DEFINE_integer("num_threads", None, "Trainer threads (default: all cores).")
     flags.DEFINE_bool("user_defined_symbols", True,
                       "Keep the official user-defined symbols ( ) \" - . – £ € as pieces of "
@@ -169,8 +177,7 @@ def main(argv):
 
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
-    define_flags()
-    sys.exit(app.run(main))
+    run_command(main, define_flags)
 
 
 if __name__ == "__main__":

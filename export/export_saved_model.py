@@ -20,58 +20,41 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from absl import app, flags  # noqa: E402
-from export.ops_check import UnsupportedOpError
+from absl import flags  # noqa: E402
 
-flags.DEFINE_string("model_dir", None,
-                    "Our model directory (albert_tf.convert output or a fine-tuned model), a "
-                    ".keras file, or a pretraining --output_dir.")
-flags.DEFINE_string("checkpoint", "latest",
-                    "For a pretraining --output_dir: latest, best, or a checkpoint prefix.")
-flags.DEFINE_string("spm_model_file", None,
-                    "SentencePiece model (default: the one found in --model_dir).")
-flags.DEFINE_string("export_dir", None, "BASE/NAME: versions are written under it.")
-flags.DEFINE_integer("version", None, "Version number (default: the next integer).")
-flags.DEFINE_integer("max_seq_length", None,
-                     "Longest packed text sequence (default: min(512, max_position_embeddings)).")
-flags.DEFINE_integer("top_k", 5, "Fill-mask candidates per [MASK].")
-flags.DEFINE_bool("text_pair", False, "serving_default takes text and text_b.")
-flags.DEFINE_bool("hidden_states", False, "Add hidden_state_<i> outputs.")
-flags.DEFINE_list("labels", None, "Class names of a classifier (default 0, 1, ...).")
-flags.DEFINE_bool("do_lower_case", True, "Lowercase in preprocessing (as the vocabulary was).")
-flags.DEFINE_integer("doc_stride", 128, "SQuAD span model: stride between context windows.")
-flags.DEFINE_integer("max_query_length", 64, "SQuAD span model: question pieces kept.")
-flags.DEFINE_integer("n_best_size", 20, "SQuAD span model: start and end candidates per window.")
-flags.DEFINE_integer("max_answer_length", 30, "SQuAD span model: longest answer, in pieces.")
-flags.DEFINE_float("null_score_diff_threshold", None,
-                   "SQuAD 2.0 span model: answer \"\" when the null odds exceed this (default: "
-                   "always answer, as SQuAD 1.1).")
-flags.DEFINE_integer("max_qa_length", 128, "RACE multiple-choice model: question + option "
-                     "pieces kept (the last).")
-flags.DEFINE_bool("remove_padding", True,
-                  "The encoder's matmuls run on a batch's real tokens only (a batch of mixed "
-                  "lengths costs its tokens, not batch x longest); --noremove_padding keeps the "
-                  "padded computation.")
-flags.DEFINE_string("allowed_ops", None,
-                    "Op list of the target server (default: TF Serving 2.20, "
-                    "export/serving_ops_tf2.20.json).")
-flags.DEFINE_string("serving_base_path", None,
-                    "base_path written to models.config (default /models/NAME).")
-flags.mark_flags_as_required(["model_dir", "export_dir"])
-FLAGS = flags.FLAGS
+from albert_tf import flags as albert_flags  # noqa: E402
+from albert_tf.checkpoints import CheckpointError, model_kind  # noqa: E402
+from albert_tf.cli import run_command  # noqa: E402
+from albert_tf.flags import FLAGS  # noqa: E402
+from export.ops_check import UnsupportedOpError  # noqa: E402
+from export.saved_model import ExportError, export_saved_model, load_for_export  # noqa: E402
+
+
+def define_flags():
+    albert_flags.define(
+        albert_flags.EXPORT_SOURCE, albert_flags.SQUAD_DECODING, "export_dir", "max_qa_length",
+        "null_score_diff_threshold", "remove_padding", max_seq_length=None,
+        null_score_diff_threshold=None,
+        notes={"export_dir": "Versions are written under it.",
+               "max_seq_length": "Default: min(512, max_position_embeddings).",
+               "null_score_diff_threshold": "Default: always answer, as SQuAD 1.1.",
+               "spm_model_file": "Default: the one found in --model_dir."})
+    flags.DEFINE_integer("version", None, "Version number (default: the next integer).")
+    flags.DEFINE_bool("hidden_states", False, "Add hidden_state_<i> outputs.")
+    flags.DEFINE_string("allowed_ops", None,
+                        "Op list of the target server (default: TF Serving 2.20, "
+                        "export/serving_ops_tf2.20.json).")
+    flags.DEFINE_string("serving_base_path", None,
+                        "base_path written to models.config (default /models/NAME).")
+    flags.mark_flags_as_required(["model_dir", "export_dir"])
 
 
 def main(argv):
     del argv
-    from albert_tf.checkpoints import CheckpointError
-    from export.saved_model import ExportError, export_saved_model, load_for_export
-
     try:
         model, spm, source = load_for_export(FLAGS.model_dir, FLAGS.checkpoint,
                                              FLAGS.spm_model_file)
         max_seq_length = FLAGS.max_seq_length or min(512, model.config.max_position_embeddings)
-        from albert_tf.checkpoints import model_kind
-
         options = {"span": {"doc_stride": FLAGS.doc_stride,
                             "max_query_length": FLAGS.max_query_length,
                             "n_best_size": FLAGS.n_best_size,
@@ -99,7 +82,7 @@ def main(argv):
 
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
-    sys.exit(app.run(main))
+    run_command(main, define_flags)
 
 
 if __name__ == "__main__":

@@ -21,32 +21,32 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
-flags.DEFINE_string("model_dir", None,
-                    "A SavedModel export of ours (BASE/NAME or BASE/NAME/VERSION), our model "
-                    "directory, a .keras file, or a pretraining --output_dir.")
-flags.DEFINE_string("checkpoint", "latest",
-                    "For a pretraining --output_dir: latest, best, or a checkpoint prefix.")
-flags.DEFINE_string("spm_model_file", None,
-                    "SentencePiece model (default: the one found with --model_dir).")
-flags.DEFINE_string("output", None, "The .tflite file to write (never overwritten).")
-flags.DEFINE_enum("quantize", "none", ["none", "float16", "dynamic_int8"],
-                  "Weights as float32 (none), float16, or int8 with dynamic-range kernels.")
-flags.DEFINE_enum("inputs", "text", ["text", "tokens"],
-                  "text: raw text tokenized in the model; tokens: input_ids, input_mask, "
-                  "segment_ids.")
-flags.DEFINE_integer("max_seq_length", None,
-                     "Longest packed text sequence (default: the SavedModel's, else "
-                     "min(512, max_position_embeddings)).")
-flags.DEFINE_integer("top_k", 5, "Fill-mask candidates per [MASK] (pretrained models).")
-flags.DEFINE_bool("text_pair", None,
-                  "The text signature takes text and text_b (default: as the SavedModel).")
-flags.DEFINE_list("labels", None, "Class names of a classifier (default: the source's, else "
-                  "0, 1, ...).")
-flags.DEFINE_bool("do_lower_case", True, "Lowercase in preprocessing (as the vocabulary was).")
-flags.mark_flags_as_required(["model_dir", "output"])
-FLAGS = flags.FLAGS
+from albert_tf import flags as albert_flags  # noqa: E402
+from albert_tf.checkpoints import CheckpointError  # noqa: E402
+from albert_tf.cli import run_command  # noqa: E402
+from albert_tf.flags import FLAGS  # noqa: E402
+from export.saved_model import ExportError, load_for_export  # noqa: E402
+from export.tflite import TFLiteExportError, export_tflite  # noqa: E402
+
+
+def define_flags():
+    albert_flags.define(
+        albert_flags.EXPORT_SOURCE, "output", max_seq_length=None, text_pair=None,
+        notes={"model_dir": "Or one of our SavedModel exports (BASE/NAME or "
+                            "BASE/NAME/VERSION).",
+               "output": "The .tflite file.",
+               "max_seq_length": "Default: the SavedModel's, else min(512, "
+                                 "max_position_embeddings).",
+               "text_pair": "Default: as the SavedModel.",
+               "spm_model_file": "Default: the one found with --model_dir."})
+    flags.DEFINE_enum("quantize", "none", ["none", "float16", "dynamic_int8"],
+                      "Weights as float32 (none), float16, or int8 with dynamic-range kernels.")
+    flags.DEFINE_enum("inputs", "text", ["text", "tokens"],
+                      "text: raw text tokenized in the model; tokens: input_ids, input_mask, "
+                      "segment_ids.")
+    flags.mark_flags_as_required(["model_dir", "output"])
 
 
 def main(argv):
@@ -55,10 +55,6 @@ def main(argv):
         print(f"error: {FLAGS.output} exists; choose another --output (or delete it).",
               file=sys.stderr)
         return 1
-    from albert_tf.checkpoints import CheckpointError
-    from export.saved_model import ExportError, load_for_export
-    from export.tflite import TFLiteExportError, export_tflite
-
     try:
         model, spm, source = load_for_export(FLAGS.model_dir, FLAGS.checkpoint,
                                              FLAGS.spm_model_file)
@@ -84,7 +80,7 @@ def main(argv):
 
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
-    sys.exit(app.run(main))
+    run_command(main, define_flags)
 
 
 if __name__ == "__main__":

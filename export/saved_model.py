@@ -320,6 +320,27 @@ def write_warmup_requests(version_dir: str, model_name: str, requests: dict) -> 
 
 
 # ---------------------------------------------------------------------------------------------
+def _new_version_dir(model, export_dir: str, model_name: str, version: int | None,
+                     max_seq_length: int) -> str:
+    """The path of the version to write under `export_dir` (created), after checking the name,
+    the sequence length and that the version is new."""
+    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", model_name):
+        raise ExportError(f"--export_dir must end in the model name (BASE/NAME, NAME of letters, "
+                          f"digits, '_', '-', '.'); got {export_dir!r}.")
+    if max_seq_length > model.config.max_position_embeddings:
+        raise ExportError(f"--max_seq_length={max_seq_length} exceeds the model's "
+                          f"max_position_embeddings={model.config.max_position_embeddings}.")
+    os.makedirs(export_dir, exist_ok=True)
+    version = next_version(export_dir) if version is None else int(version)
+    if version < 1:
+        raise ExportError(f"--version must be a positive integer; got {version}.")
+    final = os.path.join(export_dir, str(version))
+    if os.path.exists(final):
+        raise ExportError(f"Version {version} already exists at {final}; TF Serving may be "
+                          "serving it. Choose another --version (or leave it out for the next).")
+    return final
+
+
 def export_saved_model(model, export_dir: str, spm_model_file: str, version: int | None = None,
                        max_seq_length: int = 512, top_k: int = 5, text_pair: bool = False,
                        hidden_states: bool = False, labels=None, do_lower_case: bool = True,
@@ -355,20 +376,8 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
 
     export_dir = os.path.abspath(export_dir)
     model_name = os.path.basename(export_dir.rstrip(os.sep))
-    if not re.fullmatch(r"[A-Za-z0-9_.\-]+", model_name):
-        raise ExportError(f"--export_dir must end in the model name (BASE/NAME, NAME of letters, "
-                          f"digits, '_', '-', '.'); got {export_dir!r}.")
-    if max_seq_length > model.config.max_position_embeddings:
-        raise ExportError(f"--max_seq_length={max_seq_length} exceeds the model's "
-                          f"max_position_embeddings={model.config.max_position_embeddings}.")
-    os.makedirs(export_dir, exist_ok=True)
-    version = next_version(export_dir) if version is None else int(version)
-    if version < 1:
-        raise ExportError(f"--version must be a positive integer; got {version}.")
-    final = os.path.join(export_dir, str(version))
-    if os.path.exists(final):
-        raise ExportError(f"Version {version} already exists at {final}; TF Serving may be "
-                          "serving it. Choose another --version (or leave it out for the next).")
+    final = _new_version_dir(model, export_dir, model_name, version, max_seq_length)
+    version = int(os.path.basename(final))
     allowed = load_allowed_ops(allowed_ops) if allowed_ops else load_allowed_ops()
     tokenizer = Tokenizer(spm_model_file, do_lower_case)
     if tokenizer.vocab_size != model.config.vocab_size:
@@ -393,19 +402,18 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
         check_saved_model_ops(tmp, allowed)
         write_warmup_requests(tmp, model_name, warmup_inputs(module, tokenizer))
         shutil.copy(spm_model_file, os.path.join(tmp, "assets.extra"))
+        record = {"model": kind, "config": model.config.to_dict(),
+                  "num_labels": module.num_labels, "labels": module.labels,
+                  "max_seq_length": max_seq_length, "top_k": module.top_k,
+                  "text_pair": text_pair, "do_lower_case": do_lower_case,
+                  "options": _module_options(module), "remove_padding": bool(remove_padding),
+                  "signatures": sorted(signatures),
+                  "sentencepiece_model": os.path.basename(spm_model_file),
+                  "compatible_with": {k: allowed.get(k) for k in
+                                      ("tensorflow", "tensorflow_text", "serving")},
+                  "exported_with": {"tensorflow": tf.__version__}, "source": source or {}}
         with open(os.path.join(tmp, "assets.extra", EXPORT_RECORD), "w", encoding="utf-8") as f:
-            json.dump({"model": kind, "config": model.config.to_dict(),
-                       "num_labels": module.num_labels, "labels": module.labels,
-                       "max_seq_length": max_seq_length, "top_k": module.top_k,
-                       "text_pair": text_pair, "do_lower_case": do_lower_case,
-                       "options": _module_options(module),
-                       "remove_padding": bool(remove_padding),
-                       "signatures": sorted(signatures),
-                       "sentencepiece_model": os.path.basename(spm_model_file),
-                       "compatible_with": {k: allowed.get(k) for k in
-                                           ("tensorflow", "tensorflow_text", "serving")},
-                       "exported_with": {"tensorflow": tf.__version__},
-                       "source": source or {}}, f, indent=2)
+            json.dump(record, f, indent=2)
         os.rename(tmp, final)  # atomic on one filesystem; fails if `final` appeared meanwhile
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

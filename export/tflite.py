@@ -217,6 +217,37 @@ def export_tflite(model, output: str, spm_model_file: str, quantize: str = "none
             on the check requests (quantized files: measured and recorded, not enforced).
     """
 
+    output = _checked_output(output, quantize, inputs)
+    kind = model_kind(model)
+    tokenizer = _checked_model(model, kind, spm_model_file, do_lower_case, max_seq_length)
+    if max_seq_length is None:
+        max_seq_length = min(512, model.config.max_position_embeddings)
+    module = TFLiteModule(host_copy(model), kind, tokenizer, max_seq_length=max_seq_length,
+                          top_k=top_k, text_pair=text_pair, labels=labels)
+    function = module.function(inputs)
+    content = _converter(function, module, quantize).convert()
+    runner = interpreter(content).get_signature_runner(SIGNATURE)
+    differences = _check_against_graph(function, module, runner, inputs, tokenizer, quantize,
+                                       tolerance)
+    details = runner.get_input_details(), runner.get_output_details()
+    record = {
+        "model": kind, "signature": SIGNATURE, "inputs": inputs, "quantize": quantize,
+        "input_names": sorted(details[0]), "output_names": sorted(details[1]),
+        "max_seq_length": max_seq_length, "top_k": module.top_k if kind == "pretrainer" else None,
+        "text_pair": bool(text_pair), "labels": module.labels, "do_lower_case": do_lower_case,
+        "config": model.config.to_dict(), "size_bytes": len(content),
+        "custom_ops": ["TFText>FastSentencepieceTokenize"] if inputs == "text" else [],
+        "check_max_abs_difference": differences,
+        "sentencepiece_model": os.path.basename(spm_model_file),
+        "exported_with": {"tensorflow": tf.__version__}, "source": source or {},
+    }
+    _write(output, content, record)
+    return record
+
+
+def _checked_output(output, quantize: str, inputs: str) -> str:
+    """The absolute `.tflite` path, after checking the export's settings; nothing is written
+    over an existing file."""
     if quantize not in QUANTIZATIONS:
         raise TFLiteExportError(f"--quantize must be one of {', '.join(QUANTIZATIONS)}; got "
                                 f"{quantize!r}.")
@@ -227,15 +258,19 @@ def export_tflite(model, output: str, spm_model_file: str, quantize: str = "none
         raise TFLiteExportError(f"--output must end in .tflite; got {output!r}.")
     if os.path.exists(output):
         raise TFLiteExportError(f"{output} exists; choose another --output (or delete it).")
-    kind = model_kind(model)
+    return output
+
+
+def _checked_model(model, kind: str, spm_model_file: str, do_lower_case: bool,
+                   max_seq_length: int | None) -> Tokenizer:
+    """The tokenizer of `spm_model_file`, after checking that the model has an on-device
+    export and fits the vocabulary and the sequence length."""
     if kind not in KINDS:
         raise TFLiteExportError(
             f"A {kind} model has no TensorFlow Lite export (its text pipeline needs windows, "
             "options or spans the on-device graph does not have); export a SavedModel with "
             "python -m export.export_saved_model.")
-    if max_seq_length is None:
-        max_seq_length = min(512, model.config.max_position_embeddings)
-    if max_seq_length > model.config.max_position_embeddings:
+    if max_seq_length is not None and max_seq_length > model.config.max_position_embeddings:
         raise TFLiteExportError(f"--max_seq_length={max_seq_length} exceeds the model's "
                                 f"max_position_embeddings={model.config.max_position_embeddings}.")
     tokenizer = Tokenizer(spm_model_file, do_lower_case)
@@ -244,13 +279,14 @@ def export_tflite(model, output: str, spm_model_file: str, quantize: str = "none
             f"{spm_model_file} has {tokenizer.vocab_size} pieces but the model's vocab_size is "
             f"{model.config.vocab_size}: pass the SentencePiece model the model was trained "
             "with (--spm_model_file).")
-    module = TFLiteModule(host_copy(model), kind, tokenizer, max_seq_length=max_seq_length,
-                          top_k=top_k, text_pair=text_pair, labels=labels)
-    function = module.function(inputs)
-    content = _converter(function, module, quantize).convert()
+    return tokenizer
 
-    # The file against the TensorFlow graph it came from, on real requests.
-    runner = interpreter(content).get_signature_runner(SIGNATURE)
+
+def _check_against_graph(function, module, runner, inputs: str, tokenizer, quantize: str,
+                         tolerance: float) -> dict:
+    """{output: largest absolute difference} of the TFLite file against the TensorFlow graph
+    it came from, on real requests; ids, labels and fill-mask answers of a float32 file must
+    be equal and its floats within `tolerance`."""
     differences = {}
     for request in _check_inputs(module, inputs, tokenizer):
         expected = {k: v.numpy() for k, v in function(**{
@@ -268,18 +304,11 @@ def export_tflite(model, output: str, spm_model_file: str, quantize: str = "none
         raise TFLiteExportError(f"The float32 TFLite file differs from the TensorFlow graph by "
                                 f"{worst:.3g} (> {tolerance}) on the check requests: "
                                 f"{differences}; please report this.")
-    details = runner.get_input_details(), runner.get_output_details()
-    record = {
-        "model": kind, "signature": SIGNATURE, "inputs": inputs, "quantize": quantize,
-        "input_names": sorted(details[0]), "output_names": sorted(details[1]),
-        "max_seq_length": max_seq_length, "top_k": module.top_k if kind == "pretrainer" else None,
-        "text_pair": bool(text_pair), "labels": module.labels, "do_lower_case": do_lower_case,
-        "config": model.config.to_dict(), "size_bytes": len(content),
-        "custom_ops": ["TFText>FastSentencepieceTokenize"] if inputs == "text" else [],
-        "check_max_abs_difference": differences,
-        "sentencepiece_model": os.path.basename(spm_model_file),
-        "exported_with": {"tensorflow": tf.__version__}, "source": source or {},
-    }
+    return differences
+
+
+def _write(output: str, content: bytes, record: dict) -> None:
+    """The file and its record (`FILE.json`), the file renamed into place last."""
     os.makedirs(os.path.dirname(output), exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".tflite", dir=os.path.dirname(output))
     try:
@@ -295,7 +324,6 @@ def export_tflite(model, output: str, spm_model_file: str, quantize: str = "none
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return record
 
 
 def record_path(output: str) -> str:

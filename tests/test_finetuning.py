@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from albert_tf import AlbertConfig, glue
-from albert_tf.classification import ClassificationTask, write_examples
+from albert_tf.classification import ClassificationTask, write_examples, write_split_features
 from albert_tf.tokenization import Tokenizer
 from albert_tf.train_lib import TrainingConfig, TrainingRun
 from conftest import SHARED_DIR
@@ -247,12 +247,11 @@ def test_train_examples_takes_the_first_labels_only(tmp_path, sample_vocab):
     """`run_classifier --train_examples N`: the training features are exactly those of the
     split's first N examples (same digest as writing them directly); out-of-range N names the
     flag and the split's size."""
-    from albert_tf.run_classifier import write_features
 
     task = glue.get_task("sst-2")
     tokenizer = Tokenizer(sample_vocab)
     data_dir = os.path.join(GLUE_DIR, "SST-2")
-    written = write_features(task, tokenizer, data_dir, str(tmp_path / "cache"), 32, ["train"],
+    written = write_split_features(task, tokenizer, data_dir, str(tmp_path / "cache"), 32, ["train"],
                              7, 8, 8, num_train_files=1, train_examples=123)
     files, meta, examples = written["train"]
     first = glue.load_split(task, data_dir, "train")[:123]
@@ -263,7 +262,7 @@ def test_train_examples_takes_the_first_labels_only(tmp_path, sample_vocab):
     for bad in (-1, 67_350):
         with pytest.raises(ValueError, match=rf"--train_examples={bad}: the train split .* has "
                                              r"67349 examples"):
-            write_features(task, tokenizer, data_dir, str(tmp_path / "bad"), 32, ["train"], 7, 8,
+            write_split_features(task, tokenizer, data_dir, str(tmp_path / "bad"), 32, ["train"], 7, 8,
                            8, train_examples=bad)
 
 

@@ -16,20 +16,23 @@ text is one masked position; texts are tokenized as the exported SavedModel toke
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 
-from absl import app, flags
-from albert_tf import features as F
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import flags
+
+from albert_tf import features as F, flags as albert_flags
+from albert_tf.checkpoints import read_training_checkpoint
+from albert_tf.flags import FLAGS
+from albert_tf.pretrainer import AlbertPretrainer
+from albert_tf.runner import command, write_json
 from albert_tf.tokenization import CLS_ID, MASK_ID, SEP_ID, Tokenizer
 
 
 def top_k_answers(model, tokenizer, texts, top_k: int = 5) -> list:
     """[[[(piece, probability)] * top_k per [MASK]] per text] of an `AlbertPretrainer`."""
-    import numpy as np
-    import tensorflow as tf
-
     answers = []
     for text in texts:
         ids = [CLS_ID] + tokenizer.encode_with_masks(text) + [SEP_ID]
@@ -53,11 +56,6 @@ def build_models(model_dir: str, random_seed: int | None = None) -> dict:
     """{"trained": the `AlbertPretrainer` of a pretraining output directory (`DIR`: its latest
     checkpoint, `DIR:best`: its best), "random_init": the same model from the random weights
     `run_pretraining --random_seed` draws (with `random_seed`)}."""
-    import keras
-
-    from albert_tf.checkpoints import read_training_checkpoint
-    from albert_tf.pretrainer import AlbertPretrainer
-
     best = model_dir.endswith(":best")
     plain = model_dir[: -len(":best")] if best else model_dir
     trained, _ = read_training_checkpoint(plain, "best" if best else "latest")
@@ -69,34 +67,24 @@ def build_models(model_dir: str, random_seed: int | None = None) -> dict:
 
 
 def define_flags():
-    flags.DEFINE_string("model_dir", None, "A pretraining --output_dir (its latest checkpoint; "
-                        "DIR:best for its best).")
-    flags.DEFINE_string("spm_model_file", None, "The model's SentencePiece model.")
+    albert_flags.define("model_dir", "spm_model_file", "random_seed", "top_k", "do_lower_case",
+                        random_seed=None,
+                        notes={"model_dir": "Here: a pretraining --output_dir (its latest "
+                                            "checkpoint; DIR:best for its best).",
+                               "random_seed": "Here: also answer with the model's random "
+                                              "initialisation as run_pretraining "
+                                              "--random_seed draws it."})
     flags.DEFINE_multi_string("text", None, "A text with one or more [MASK] (repeatable).")
-    flags.DEFINE_integer("random_seed", None, "Also answer with the model's random "
-                         "initialisation as run_pretraining --random_seed draws it.")
-    flags.DEFINE_integer("top_k", 5, "Answers per [MASK].")
-    flags.DEFINE_bool("do_lower_case", True, "Lowercase the text (as the vocabulary was made).")
     flags.DEFINE_string("output_json", None, "Where the answers go (JSON).")
 
 
-def main(argv):
-    del argv
-    FLAGS = flags.FLAGS
-    if not (FLAGS.model_dir and FLAGS.spm_model_file and FLAGS.text):
-        raise app.UsageError("--model_dir, --spm_model_file and --text are required.")
-    from albert_tf.checkpoints import CheckpointError
-
-    try:
-        tokenizer = Tokenizer(FLAGS.spm_model_file, FLAGS.do_lower_case)
-        models = build_models(FLAGS.model_dir, FLAGS.random_seed)
-        result = {"inputs": list(FLAGS.text), "top_k": FLAGS.top_k, "models": {
-            name: [[[{"piece": piece, "probability": p} for piece, p in row] for row in rows]
-                   for rows in top_k_answers(model, tokenizer, FLAGS.text, FLAGS.top_k)]
-            for name, model in models.items()}}
-    except (ValueError, OSError, CheckpointError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+def answer():
+    tokenizer = Tokenizer(FLAGS.spm_model_file, FLAGS.do_lower_case)
+    models = build_models(FLAGS.model_dir, FLAGS.random_seed)
+    result = {"inputs": list(FLAGS.text), "top_k": FLAGS.top_k, "models": {
+        name: [[[{"piece": piece, "probability": p} for piece, p in row] for row in rows]
+               for rows in top_k_answers(model, tokenizer, FLAGS.text, FLAGS.top_k)]
+        for name, model in models.items()}}
     for i, text in enumerate(result["inputs"]):
         print(text)
         for name, answers in result["models"].items():
@@ -105,16 +93,12 @@ def main(argv):
             print(f"  {name:>11}: {shown}")
     if FLAGS.output_json:
         os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output_json)), exist_ok=True)
-        with open(FLAGS.output_json + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=1, ensure_ascii=False)
-        os.replace(FLAGS.output_json + ".tmp", FLAGS.output_json)
-    return 0
+        write_json(FLAGS.output_json, result)
 
 
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
-    define_flags()
-    sys.exit(app.run(main))
+    command(answer, define_flags, required=("model_dir", "spm_model_file", "text"))
 
 
 if __name__ == "__main__":

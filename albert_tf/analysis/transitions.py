@@ -27,20 +27,24 @@ from __future__ import annotations
 
 import csv
 import os
-import sys
 
-from absl import app, flags
-from albert_tf import AlbertBackbone, AlbertConfig
+from absl import flags
+
+from albert_tf import flags as albert_flags
 from albert_tf.analysis import charts
+from albert_tf.backbone import AlbertBackbone
+from albert_tf.checkpoints import (CONFIG_FILE, FORMAT_FILE, CheckpointError, config_from_hf,
+                                   initialize_backbone, load_pretrained)
+from albert_tf.config import AlbertConfig
+from albert_tf.flags import FLAGS
+from albert_tf.input_pipeline import pretraining_dataset
+from albert_tf.runner import command
 
 COLUMNS = ("model", "layer", "l2_distance", "cosine_similarity", "angle_degrees", "tokens")
 
 
 def load_backbone(path: str, albert_config_file: str | None = None):
     """The `AlbertBackbone` of any model the project reads (see the module's docstring)."""
-    from albert_tf.checkpoints import (CONFIG_FILE, FORMAT_FILE, CheckpointError,
-                                       config_from_hf, initialize_backbone, load_pretrained)
-
     plain = path[: -len(":best")] if path.endswith(":best") else path
     if plain.endswith(".keras") or os.path.exists(os.path.join(plain, FORMAT_FILE)):
         return load_pretrained(plain, backbone_only=True)
@@ -91,8 +95,6 @@ def layer_transitions(backbone, batches) -> list[dict]:
 def examples(input_file: str, max_seq_length: int, max_predictions_per_seq: int,
              max_examples: int, batch_size: int = 32):
     """The first `max_examples` examples of pretraining TFRecords, in order, as numpy batches."""
-    from albert_tf.input_pipeline import pretraining_dataset
-
     dataset = pretraining_dataset(input_file, batch_size, max_seq_length,
                                   max_predictions_per_seq, is_training=False,
                                   drop_remainder=False).unbatch().take(max_examples)
@@ -157,42 +159,34 @@ def run(model_dirs, labels, input_file, output_dir, max_seq_length, max_predicti
 
 
 def define_flags():
-    flags.DEFINE_list("model_dir", None, "One model, or several (comma-separated) on one chart.")
+    albert_flags.define("model_dir", "input_file", "output_dir", "max_seq_length",
+                        "max_predictions_per_seq", "albert_config_file",
+                        kinds={"model_dir": "list"}, max_seq_length=128,
+                        notes={"model_dir": "One model, or several (comma-separated) on one "
+                                            "chart.",
+                               "input_file": "Pretraining TFRecords.",
+                               "output_dir": "Where transitions.csv and transitions.png go.",
+                               "albert_config_file": "For an official TF1 checkpoint without "
+                                                     "albert_config.json."})
     flags.DEFINE_list("label", None, "A name per --model_dir (default: directory names).")
-    flags.DEFINE_string("input_file", None, "Pretraining TFRecords (comma-separated globs).")
-    flags.DEFINE_string("output_dir", None, "Where transitions.csv and transitions.png go.")
-    flags.DEFINE_integer("max_seq_length", 128, "Of the TFRecords.")
-    flags.DEFINE_integer("max_predictions_per_seq", 20, "Of the TFRecords.")
     flags.DEFINE_integer("max_examples", 256, "Examples averaged over (the first ones).")
-    flags.DEFINE_string("albert_config_file", None,
-                        "Config for an official TF1 checkpoint without albert_config.json.")
 
 
-def main(argv):
-    del argv
-    FLAGS = flags.FLAGS
-    if not FLAGS.model_dir or not FLAGS.input_file or not FLAGS.output_dir:
-        raise app.UsageError("--model_dir, --input_file and --output_dir are required.")
-    try:
-        rows_by_model = run(FLAGS.model_dir, FLAGS.label, FLAGS.input_file, FLAGS.output_dir,
-                            FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
-                            FLAGS.max_examples, FLAGS.albert_config_file)
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+def report():
+    rows_by_model = run(FLAGS.model_dir, FLAGS.label, FLAGS.input_file, FLAGS.output_dir,
+                        FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
+                        FLAGS.max_examples, FLAGS.albert_config_file)
     for label, rows in rows_by_model.items():
         print(f"{label}: layer  L2 distance  cosine  angle (deg)")
         for r in rows:
             print(f"  {r['layer']:>5}  {r['l2_distance']:11.4f}  {r['cosine_similarity']:6.4f}"
                   f"  {r['angle_degrees']:11.2f}")
     print(f"wrote {os.path.join(FLAGS.output_dir, 'transitions.csv')} and transitions.png")
-    return 0
 
 
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
-    define_flags()
-    sys.exit(app.run(main))
+    command(report, define_flags, required=("model_dir", "input_file", "output_dir"))
 
 
 if __name__ == "__main__":

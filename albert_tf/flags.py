@@ -1,0 +1,211 @@
+"""Every command-line flag that more than one command takes, defined once, in groups.
+
+A command asks for the groups (or single flags) it takes and may change a default, never a
+meaning: `define(MODEL, RUN, CLUSTER, PERFORMANCE, max_seq_length=384)`. Flags that only one
+command takes stay in that command's module. `albert_tf.train_lib.TrainingConfig.from_flags`
+reads the parsed values into the training loop's settings, so no runner copies flags by hand.
+
+Names are the official google-research/albert ones (`run_pretraining.py`, `run_classifier.py`,
+`run_squad_v*.py`, `run_race.py`) with ours added (strategy, precision, input sharding, export).
+TensorFlow is not imported here: `--help` of a data command stays light.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from absl import flags
+
+FLAGS = flags.FLAGS
+# Flags defined through `define` belong to the module that calls it (its --help lists them).
+flags.disclaim_key_flags()
+
+
+class Spec(NamedTuple):
+    kind: str  # string, integer, float, bool, enum, list
+    default: object
+    help: str
+    choices: tuple = ()
+
+
+STRATEGIES = ("tpu", "multi_worker_mirrored", "mirrored", "one_device", "default")
+
+SPECS = {
+    # The model and its vocabulary.
+    "albert_config_file": Spec("string", None, "Model config JSON (official keys)."),
+    "spm_model_file": Spec("string", None, "SentencePiece model of the model's vocabulary."),
+    "vocab_file": Spec("string", None, "Accepted for compatibility (--spm_model_file holds "
+                                       "the vocabulary)."),
+    "do_lower_case": Spec("bool", True, "Lowercase the text (as the vocabulary was made; the "
+                                        "released models: true)."),
+    "init_checkpoint": Spec("string", None, "Pretrained weights: an official TF1 checkpoint or "
+                                            "TF-Hub module, a Hugging Face folder, our model "
+                                            "directory or .keras file, or a pretraining "
+                                            "--output_dir (DIR:best for its best checkpoint)."),
+    "init_from_group0": Spec("bool", False, "Initialize every layer group from group 0 of "
+                                            "--init_checkpoint (official fallback)."),
+    "albert_hub_module_handle": Spec("string", None, "Accepted for compatibility: pass the "
+                                                     "module directory as --init_checkpoint."),
+    "max_seq_length": Spec("integer", 512, "Packed sequence length in pieces ([CLS] and [SEP] "
+                                           "included)."),
+    "max_predictions_per_seq": Spec("integer", 20, "Masked positions per sequence."),
+    "model_dir": Spec("string", None, "Our model directory or SavedModel export, a .keras "
+                                      "file, or a pretraining --output_dir."),
+    "checkpoint": Spec("string", "latest", "For a pretraining --output_dir: latest, best, or a "
+                                           "checkpoint prefix."),
+    "random_seed": Spec("integer", 12345, "Seed of every random draw (initialization, dropout, "
+                                          "data order); the same command gives the same "
+                                          "result. -1 draws a fresh one."),
+    # Files.
+    "input_file": Spec("string", None, "Input files: comma-separated globs."),
+    "output_file": Spec("string", None, "The file to write."),
+    "output_dir": Spec("string", None, "Checkpoints, summaries, metrics and predictions go "
+                                       "here."),
+    "output": Spec("string", None, "Where the result is written (never over existing work)."),
+    "task_name": Spec("string", None, "The task to run."),
+    "data_dir": Spec("string", None, "Directory of the task's original files."),
+    "train_file": Spec("string", None, "Training data: the SQuAD JSON (or zip) for "
+                                       "run_squad_*; the features TFRecord for run_race "
+                                       "(written if absent)."),
+    "predict_file": Spec("string", None, "Data to predict (and score where it has answers): "
+                                         "the SQuAD JSON (or zip) for run_squad_*; the "
+                                         "features TFRecord for run_race (written if "
+                                         "absent)."),
+    "num_train_files": Spec("integer", 8, "Files the training features are written as "
+                                          "(consecutive blocks of the seeded order), so that up "
+                                          "to this many input pipelines (workers, TPU hosts; "
+                                          "--input_shards) can read them."),
+    "input_shards": Spec("integer", 0, "Independent input streams the training files are dealt "
+                                       "into (0: one per input pipeline, i.e. worker or TPU "
+                                       "host). The data order depends on it, not on the "
+                                       "hardware: a run resumed on any number of hosts that "
+                                       "divides it reads the same batches."),
+    # What a run does and its schedule.
+    "do_train": Spec("bool", False, "Train."),
+    "do_eval": Spec("bool", False, "Evaluate on the dev split (each checkpoint when "
+                                   "training); the best checkpoint is kept."),
+    "do_predict": Spec("bool", False, "Predict the test split (and score it where it has "
+                                      "answers)."),
+    "train_batch_size": Spec("integer", 32, "Global batch size per optimizer step."),
+    "eval_batch_size": Spec("integer", 8, "Global evaluation batch size."),
+    "predict_batch_size": Spec("integer", 8, "Prediction batch size."),
+    "optimizer": Spec("enum", "adamw", "Optimizer: ALBERT's LAMB or AdamW (both with "
+                                       "decoupled weight decay, LayerNorm and biases "
+                                       "excluded).", ("lamb", "adamw")),
+    "learning_rate": Spec("float", 5e-5, "Peak learning rate."),
+    "train_step": Spec("integer", 1000, "Optimizer steps."),
+    "warmup_step": Spec("integer", 0, "Linear warmup steps."),
+    "save_checkpoints_steps": Spec("integer", 1000, "Checkpoint (and evaluation) interval."),
+    "keep_checkpoint_max": Spec("integer", 5, "Checkpoints kept."),
+    "iterations_per_loop": Spec("integer", 1000, "Steps per host call (one tf.function call "
+                                                 "runs this many)."),
+    "dropout_prob": Spec("float", 0.1, "Dropout on the task head's input."),
+    "export_dir": Spec("string", None, "Export SavedModels for TF Serving to BASE/NAME (a new "
+                                       "version under it); after training: the final model "
+                                       "to EXPORT_DIR, the best (with --do_eval) to "
+                                       "EXPORT_DIR_best."),
+    # Cluster: where the run executes.
+    "distribution_strategy": Spec("enum", "default", "tf.distribute strategy.", STRATEGIES),
+    "tpu": Spec("string", None, "TPU name, grpc://host:port, or 'local'."),
+    "use_tpu": Spec("bool", False, "Official alias: --distribution_strategy=tpu."),
+    "tpu_name": Spec("string", None, "Official alias of --tpu."),
+    "tpu_zone": Spec("string", None, "Accepted for compatibility (the TPU name resolves it)."),
+    "gcp_project": Spec("string", None, "Accepted for compatibility."),
+    "master": Spec("string", None, "Accepted for compatibility (use --tpu)."),
+    "num_tpu_cores": Spec("integer", 8, "Accepted for compatibility (from the TPU)."),
+    # Performance: same results, other cost.
+    "mixed_precision": Spec("enum", "float32", "Compute dtype (bfloat16 where the hardware has "
+                                               "it).", ("float32", "bfloat16")),
+    "remove_padding": Spec("bool", True, "Run the encoder's matmuls on each batch's real "
+                                         "tokens only (not on padding); ignored under "
+                                         "TPUStrategy and with XLA (--jit_compile)."),
+    "recompute": Spec("bool", False, "Recompute each encoder layer's activations in the "
+                                     "backward pass instead of keeping them: less training "
+                                     "memory for about one more forward pass (same "
+                                     "results)."),
+    "grad_accum_steps": Spec("integer", 1, "Split each batch into this many sequential "
+                                           "micro-batches (same step, less memory)."),
+    # Serving and decoding of the task models (fine-tuning runners and export alike).
+    "labels": Spec("list", None, "Class names of a classifier (default: 0, 1, ...)."),
+    "text_pair": Spec("bool", False, "The text signature takes text and text_b."),
+    "top_k": Spec("integer", 5, "Fill-mask answers per [MASK]."),
+    "doc_stride": Spec("integer", 128, "SQuAD: stride between context windows (pieces)."),
+    "max_query_length": Spec("integer", 64, "SQuAD: question pieces kept."),
+    "n_best_size": Spec("integer", 20, "SQuAD: start and end candidates per window."),
+    "max_answer_length": Spec("integer", 30, "SQuAD: longest answer, in pieces."),
+    "null_score_diff_threshold": Spec("float", 0.0, "SQuAD 2.0: answer \"\" when the null "
+                                                    "score minus the best span's score exceeds "
+                                                    "this (BERT's flag; eval_results.json "
+                                                    "gives the best one as best_f1_thresh)."),
+    "max_qa_length": Spec("integer", 128, "RACE: pieces of question + option kept (the last)."),
+}
+
+MODEL = ("albert_config_file", "init_checkpoint", "init_from_group0", "max_seq_length",
+         "random_seed")
+VOCAB = ("spm_model_file", "vocab_file", "do_lower_case")
+RUN = ("output_dir", "do_train", "train_batch_size", "optimizer", "learning_rate",
+       "save_checkpoints_steps", "keep_checkpoint_max", "iterations_per_loop", "input_shards",
+       "export_dir")
+EVAL = ("do_eval", "eval_batch_size")
+FINETUNING = ("albert_hub_module_handle", "do_predict", "predict_batch_size",
+              "num_train_files")
+CLUSTER = ("distribution_strategy", "tpu", "use_tpu", "tpu_name", "tpu_zone", "gcp_project",
+           "master", "num_tpu_cores")
+PERFORMANCE = ("mixed_precision", "remove_padding", "recompute", "grad_accum_steps")
+SQUAD_DECODING = ("doc_stride", "max_query_length", "n_best_size", "max_answer_length")
+EXPORT_SOURCE = ("model_dir", "checkpoint", "spm_model_file", "do_lower_case", "max_seq_length",
+                 "labels", "text_pair", "top_k")
+
+_DEFINE = {"string": flags.DEFINE_string, "integer": flags.DEFINE_integer,
+           "float": flags.DEFINE_float, "bool": flags.DEFINE_bool, "list": flags.DEFINE_list}
+
+
+def define(*groups, kinds=None, notes=None, **defaults):
+    """Defines the flags of `groups` (tuples of names, or names) on the global FLAGS, each with
+    its default from SPECS unless `defaults` gives another; `kinds` changes a flag's parser
+    (e.g. {"model_dir": "list"} for a command that takes several), `notes` adds a sentence to a
+    flag's help (what this command does with it: its default's meaning). Returns the names."""
+    names = [n for g in groups for n in ((g,) if isinstance(g, str) else g)]
+    unknown = set(defaults) - set(names)
+    if unknown:
+        raise ValueError(f"defaults for flags not defined here: {sorted(unknown)}")
+    kinds, notes = kinds or {}, notes or {}
+    for name in dict.fromkeys(names):
+        spec = SPECS[name]
+        kind, default = kinds.get(name, spec.kind), defaults.get(name, spec.default)
+        help_text = f"{spec.help} {notes[name]}" if name in notes else spec.help
+        if name in FLAGS:  # a command module imported twice in one process (tests)
+            continue
+        if kind == "enum":
+            flags.DEFINE_enum(name, default, list(spec.choices), help_text)
+        else:
+            _DEFINE[kind](name, default, help_text)
+    return names
+
+
+def require(*names) -> None:
+    """Raises absl's UsageError naming the first of `names` that is not set."""
+    from absl import app
+
+    for name in names:
+        if not getattr(FLAGS, name):
+            raise app.UsageError(f"--{name} is required.")
+
+
+def require_an_action() -> None:
+    """Raises absl's UsageError unless one of the command's --do_train, --do_eval, --do_predict
+    is set."""
+    from absl import app
+
+    actions = [name for name in ("do_train", "do_eval", "do_predict") if name in FLAGS]
+    if not any(getattr(FLAGS, name) for name in actions):
+        raise app.UsageError("At least one of " + ", ".join(f"--{a}" for a in actions) + ".")
+
+
+def seed() -> int | None:
+    """--random_seed, None for -1 (a fresh seed)."""
+    return None if FLAGS.random_seed == -1 else FLAGS.random_seed
+
+
+def strategy_name() -> str:
+    return "tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy
