@@ -11,10 +11,6 @@ import os as _os
 
 _os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-from albert_tf import quiet as _quiet  # noqa: E402
-
-_quiet.install_for_module_commands()  # `python -m albert_tf.…`: TF's start-up lines filtered
-
 from albert_tf.config import PRESETS, SHARING_MODES, AlbertConfig  # noqa: E402
 
 _LAZY = {

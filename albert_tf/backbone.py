@@ -81,6 +81,8 @@ class AlbertBackbone(AlbertConfigSerialization, keras.Model):
         (TensorShape([1, 5, 12]), 3)
     """
 
+    albert_kind = "backbone"  # what the model is: checkpoints, serving and export ask it
+
     def __init__(self, config, dtype=None, **kwargs):
         config = _as_config(config)
         inputs = backbone_inputs()

@@ -23,8 +23,7 @@ import tensorflow as tf
 
 from albert_tf import features as F, glue
 from albert_tf.packing import pack_ids, pad_features
-from albert_tf.tasks import SUM, Task
-from albert_tf.checkpoints import initialize_backbone
+from albert_tf.tasks import LabelledTask
 from albert_tf.classifier import AlbertClassifier
 from albert_tf.input_pipeline import DataMismatchError
 
@@ -216,13 +215,12 @@ def _write_one(records, path: str, meta: dict) -> None:
                 tf.io.gfile.remove(leftover)
 
 
-class ClassificationTask(Task):
+class ClassificationTask(LabelledTask):
     """A GLUE task on `write_examples` files: `AlbertClassifier` (dropout, then dense on the
     pooled output), cross entropy (MSE for STS-B), GLUE's metrics; the best checkpoint by the
     task's GLUE metric."""
 
     model_inputs = F.BACKBONE_INPUTS
-    examples_term = "count"
 
     def __init__(self, glue_task: glue.GlueTask | str, albert_config, max_seq_length: int,
                  dropout_rate: float = 0.1):
@@ -232,7 +230,7 @@ class ClassificationTask(Task):
         self.dropout_rate = dropout_rate
         self.name = self.glue_task.name
         self.best_metric = glue.main_metric(self.glue_task)
-        regression = self.glue_task.is_regression
+        regression = self.regression = self.glue_task.is_regression
         self.term_names = ("loss_sum", "count") + (() if regression else ("correct_sum",))
         self.loss_name = "mse" if regression else "cross_entropy"
         self.metric_names = (self.loss_name,) + glue.metric_names(self.glue_task)
@@ -264,38 +262,6 @@ class ClassificationTask(Task):
             found[path] = meta
         return found
 
-    def initialize(self, model, path, init_from_group0=False):
-        """The backbone from any pretrained source (`initialize_backbone`: strict, the
-        source's heads dropped and reported); the classifier head keeps its initialisation."""
-        return initialize_backbone(model.backbone, path, init_from_group0=init_from_group0)
-
-    def normalizers(self, features, global_batch_size):
-        ctx = tf.distribute.get_replica_context()
-        real = tf.reduce_sum(tf.cast(features[IS_REAL_EXAMPLE], tf.float32))
-        return {"count": ctx.all_reduce(SUM, real)}
-
-    def _per_example(self, outputs, features):
-        logits = tf.cast(outputs["logits"], tf.float32)
-        real = tf.reshape(tf.cast(features[IS_REAL_EXAMPLE], tf.float32), [-1])
-        if self.glue_task.is_regression:
-            prediction = tf.reshape(logits, [-1])
-            label = tf.reshape(tf.cast(features[LABEL_IDS], tf.float32), [-1])
-            return prediction, label, tf.square(prediction - label), real
-        label = tf.reshape(tf.cast(features[LABEL_IDS], tf.int32), [-1])
-        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits)
-        return tf.argmax(logits, -1, output_type=tf.int32), label, loss, real
-
-    def loss_terms(self, outputs, features):
-        prediction, label, loss, real = self._per_example(outputs, features)
-        terms = {"loss_sum": tf.reduce_sum(real * loss), "count": tf.reduce_sum(real)}
-        if not self.glue_task.is_regression:
-            terms["correct_sum"] = tf.reduce_sum(
-                real * tf.cast(tf.equal(prediction, label), tf.float32))
-        return terms
-
-    def loss(self, terms, normalizers):
-        return terms["loss_sum"] / tf.maximum(normalizers["count"], 1.0)
-
     def eval_outputs(self, outputs, features):
         prediction, label, _, real = self._per_example(outputs, features)
         return {"prediction": prediction, "label": label, "real": real}
@@ -310,15 +276,6 @@ class ClassificationTask(Task):
         elif not self.glue_task.is_regression:
             metrics["accuracy"] = float(sums["correct_sum"]) / count
         return metrics
-
-    def predict(self, model, path: str, batch_size: int):
-        """(label ids, or scores for regression; class probabilities or None) of the real
-        examples of `path`."""
-        logits = self.predict_outputs(model, path, batch_size)["logits"]
-        if self.glue_task.is_regression:
-            return logits[:, 0], None
-        probabilities = tf.nn.softmax(logits).numpy()
-        return probabilities.argmax(-1), probabilities
 
     def progress(self, metrics):
         return " | ".join(f"{k} {v:.4f}" for k, v in metrics.items())

@@ -27,6 +27,8 @@ class AlbertClassifier(AlbertConfigSerialization, keras.Model):
     Outputs (dict): the backbone's outputs and `logits` [batch, num_labels].
     """
 
+    albert_kind = "classifier"  # what the model is: checkpoints, serving and export ask it
+
     def __init__(self, config, num_labels, dropout_rate=0.1, dtype=None, **kwargs):
         config = _as_config(config)
         if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:

@@ -10,12 +10,12 @@ to our format, and our weights back to an official name-based TF1 checkpoint.
 Then `albert_tf.load_pretrained("converted/albert_base")`.
 """
 
-import json
-import os
-import sys
+from albert_tf.quiet import entry_point  # noqa: E402
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
+
+import json
+import sys
 
 from absl import flags  # noqa: E402
 

@@ -16,6 +16,10 @@ says which reading matches, or that none does and why.
 
 from __future__ import annotations
 
+from albert_tf.quiet import entry_point  # noqa: E402
+
+entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
+
 import dataclasses
 import gc
 import math

@@ -29,6 +29,8 @@ class AlbertPretrainer(AlbertConfigSerialization, keras.Model):
     The backbone is `self.backbone`, reachable alone for fine-tuning and export.
     """
 
+    albert_kind = "pretrainer"  # what the model is: checkpoints, serving and export ask it
+
     def __init__(self, config, dtype=None, **kwargs):
         config = _as_config(config)
         backbone = AlbertBackbone(config, dtype=dtype, name="albert")

@@ -1,67 +1,110 @@
-"""Keeps TensorFlow's start-up noise out of our commands' terminals.
+"""Keeps TensorFlow's start-up lines out of our commands' terminals, and nothing else.
 
-Importing TensorFlow (and tensorflow-text's op libraries) on a machine without a GPU prints lines
-such as `Could not find cuda drivers on your machine, GPU will not be used.` and
-`WARNING: All log messages before absl::InitializeLog() is called are written to STDERR` from
-C++, before absl logging is initialised, so `TF_CPP_MIN_LOG_LEVEL` does not silence them; the
-first op then logs `failed call to cuInit`. They are not errors and they bury a command's own
-output.
+TensorFlow's own switch comes first: our commands set `TF_CPP_MIN_LOG_LEVEL=2` (unless you set
+it), which silences its C++ INFO and WARNING logs once absl logging is initialised. A handful of
+lines are printed *before* that, on every start on a machine without a GPU, and no switch
+reaches them:
 
-`install()` routes file descriptor 2 through a pipe whose reader (a small forked process) drops
-exactly those lines (the patterns below) and passes everything else through unchanged, line by
-line: warnings, errors
-and tracebacks still reach the terminal. Our commands call it before TensorFlow is imported:
-`python -m albert_tf.…`, `python -m data.…` and `python -m export.…` through the packages'
-`__init__` (`install_for_module_commands`), the console scripts through `albert_tf.cli`.
-Importing the library from your own code changes nothing. `ALBERT_TF_VERBOSE=1` turns the
-filter off.
+    WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
+    I0000 ... port.cc:153] oneDNN custom operations are on. You may see slightly different ...
+    I0000 ... cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not ...
+    I0000 ... cpu_feature_guard.cc:227] This TensorFlow binary is optimized to use available ...
+    To enable the following instructions: AVX2 AVX512F ..., rebuild TensorFlow with the ...
+    E0000 ... cuda_platform.cc:52] failed call to cuInit: ... (only where there is no GPU)
+
+`install()` routes file descriptor 2 through a small forked filter that drops exactly these
+messages (matched by their text, not by the file that logs them: any other line from the same
+files, at any severity, passes) and passes everything else through unchanged and in order:
+warnings, errors, tracebacks. `failed call to cuInit` is dropped only on a machine with no
+NVIDIA device node; where a GPU exists it is a real error and is shown. When stderr is a
+terminal the filter reads a pseudo-terminal, so programs still see a terminal (progress lines
+redraw in place), and a partial line (a progress update ending in a carriage return) is passed
+on at once instead of waiting for its newline. What the filter cannot promise: lines written to
+stdout and stderr at the same instant may reach a shared terminal in the other order (they
+travel separately, as they do through any pipe).
+
+It is installed by the command layer only: the console scripts (`albert_tf.cli`) and
+`python -m` of an entry module (`entry_point(__name__)` at its top). Importing the library from
+
+your own code changes nothing. `ALBERT_TF_VERBOSE=1` turns the filter off.
 """
 
 from __future__ import annotations
 
 import atexit
 import gc
+import glob
 import os
 import re
-import sys
 import signal
+import sys
 import time
 
-# C++ log lines TensorFlow prints on every start on a machine without CUDA (glog prefix:
-# severity, date, time, thread, file:line).
+# The pre-initialisation lines, by their message (glog prefix: severity, date, time, thread,
+# file:line). Only INFO/WARNING lines, and the cuInit error where there is no GPU.
+_PREFIX = r"[IW]\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] "
 _NOISE = re.compile(
     r"^(WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
-    r"|[IWE]\d{4} [\d:.]+\s+\d+ (port\.cc|cudart_stub\.cc|cpu_feature_guard\.cc|cuda_platform\.cc"
-    r"|cuda_executor\.cc|cuda_diagnostics\.cc|cuda_dnn\.cc|cuda_fft\.cc|cuda_blas\.cc"
-    r"|dso_loader\.cc|gpu_device\.cc|gpu_timer\.cc|rocm_platform\.cc):\d+\] .*"
+    rf"|{_PREFIX}oneDNN custom operations are on\. .*"
+    rf"|{_PREFIX}Could not find cuda drivers on your machine, GPU will not be used\."
+    rf"|{_PREFIX}This TensorFlow binary is optimized to use available CPU instructions in "
+    r"performance-critical operations\."
     r"|To enable the following instructions: .* rebuild TensorFlow with the appropriate "
     r"compiler flags\.)$")
+_NO_GPU_NOISE = re.compile(
+    r"^E\d{4} [\d:.]+\s+\d+ cuda_(platform|executor)\.cc:\d+\] failed call to cuInit: .*$")
 
 _state = {"pid": None}
 
 
-def is_noise(line: str) -> bool:
-    """Whether `line` (without its newline) is one of TensorFlow's start-up lines."""
-    return bool(_NOISE.match(line.rstrip("\r\n")))
+def has_nvidia_device() -> bool:
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
 
 
-def _pump(read_fd: int, out_fd: int) -> None:
+def is_noise(line: str, gpu_present: bool | None = None) -> bool:
+    """Whether `line` (without its line ending) is one of TensorFlow's start-up lines."""
+    line = line.rstrip("\r\n")
+    if _NOISE.match(line):
+        return True
+    if gpu_present is None:
+        gpu_present = has_nvidia_device()
+    return not gpu_present and bool(_NO_GPU_NOISE.match(line))
+
+
+def _pump(read_fd: int, out_fd: int, gpu_present: bool) -> None:
+    """Copies `read_fd` to `out_fd`, dropping noise lines. A chunk that ends without a newline
+    is passed on at once when it cannot be the start of a noise line (a progress update), so
+    nothing waits for a newline that may never come."""
     pending = b""
     while True:
         try:
             chunk = os.read(read_fd, 65536)
-        except OSError:
+        except OSError:  # EIO: the pseudo-terminal's last writer closed it
             chunk = b""
         if not chunk:
             break
         pending += chunk
-        *lines, pending = pending.split(b"\n")
-        kept = [line for line in lines if not is_noise(line.decode("utf-8", "replace"))]
+        *lines, pending = re.split(rb"(?<=\n)", pending)
+        kept = [line for line in lines
+                if not is_noise(line.decode("utf-8", "replace"), gpu_present)]
+        if pending and not _may_become_noise(pending):
+            kept.append(pending)
+            pending = b""
         if kept:
-            _write_all(out_fd, b"\n".join(kept) + b"\n")
-    if pending and not is_noise(pending.decode("utf-8", "replace")):
+            _write_all(out_fd, b"".join(kept))
+    if pending and not is_noise(pending.decode("utf-8", "replace"), gpu_present):
         _write_all(out_fd, pending)
     os.close(read_fd)
+
+
+def _may_become_noise(partial: bytes) -> bool:
+    """Whether an unfinished line could still turn out to be a noise line (it starts like one)."""
+    text = partial.decode("utf-8", "replace")
+    if "\r" in text:
+        return False
+    starts = ("WARNING: All log", "To enable the following")
+    return bool(re.match(r"^[IWE]\d{0,4}( [\d:.]*)?", text)) or any(
+        s.startswith(text) or text.startswith(s) for s in starts)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -72,23 +115,39 @@ def _write_all(fd: int, data: bytes) -> None:
         pass
 
 
+def _channel(original: int) -> tuple[int, int]:
+    """(read end, write end): a pseudo-terminal in raw mode when stderr is a terminal (so the
+    command still sees one), else a pipe."""
+    if os.isatty(original):
+        try:
+            import tty
+
+            master, slave = os.openpty()
+            tty.setraw(slave)
+            return master, slave
+        except OSError:
+            pass
+    return os.pipe()
+
+
 def install() -> bool:
     """Filters TensorFlow's start-up lines out of this process's stderr (fd 2). Idempotent.
 
-    The filter is a forked process reading a pipe that becomes fd 2 (of this process and of the
-    processes it starts): it outlives a crash of this process, so an abort's last words still
-    arrive, and ends when the last writer closes the pipe. Also sets `TF_CPP_MIN_LOG_LEVEL=2`
-    unless it is set. Returns whether the filter is on.
+    The filter is a forked process reading the pipe (or pseudo-terminal) that becomes fd 2 of
+    this process and of the processes it starts: it outlives a crash of this process, so an
+    abort's last words still arrive, and ends when the last writer closes it. Also sets
+    `TF_CPP_MIN_LOG_LEVEL=2` unless it is set. Returns whether the filter is on.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if _state["pid"] is not None:
         return True
     if os.environ.get("ALBERT_TF_VERBOSE", "") not in ("", "0") or not hasattr(os, "fork"):
         return False
+    gpu_present = has_nvidia_device()
     try:
         sys.stderr.flush()
         original = os.dup(2)
-        read_fd, write_fd = os.pipe()
+        read_fd, write_fd = _channel(original)
         pid = os.fork()
     except OSError:  # no fd 2 (some embedded interpreters), no fork: nothing to filter
         return False
@@ -102,7 +161,7 @@ def install() -> bool:
                     os.close(fd)
                 except OSError:
                     pass
-            _pump(read_fd, original)
+            _pump(read_fd, original, gpu_present)
         finally:
             os._exit(0)
     os.close(read_fd)
@@ -135,23 +194,20 @@ def skip_exit_collection() -> None:
 
     Registered before TensorFlow is imported, the handler runs after every other exit handler
     and freezes the heap (`gc.freeze`), so the collections that interpreter shutdown runs do not
-    traverse TensorFlow's objects again: 0.75 s off the exit after a bare import, 2.6 s after
-    loading a SavedModel (BUILD.md, design notes). Objects are still released as modules are
-    cleared; only garbage in reference cycles left at exit is not finalized (our commands close
-    their files and flush their writers themselves).
+    traverse TensorFlow's objects again (bench/ measures the exit time). Objects are still
+    released as modules are cleared; only garbage in reference cycles left at exit is not
+    finalized (our commands close their files and flush their writers themselves).
     """
     if not _state.get("exit_collection_skipped"):
         _state["exit_collection_skipped"] = True
         atexit.register(gc.freeze)
 
 
-def install_for_module_commands() -> None:
-    """`install()` and `skip_exit_collection()` when this interpreter is starting one of our
-    modules (`python -m pkg.mod`).
-
-    While `-m` imports the module's packages, `sys.argv[0]` is "-m"; any other import of the
-    packages (your code, a notebook, pytest) leaves stderr and exit alone.
-    """
-    if sys.argv[:1] == ["-m"]:
+def entry_point(module_name: str) -> None:
+    """First line of an entry module: when it runs as the program (`python -m`, module_name
+    "__main__"), the command-layer settings: `KERAS_BACKEND=tensorflow`, the filter, the exit
+    without final collections. Imported as a library module, it does nothing."""
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    if module_name == "__main__":
         skip_exit_collection()
         install()

@@ -32,8 +32,7 @@ import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.task_models import NUM_CHOICES, multiple_choice_model  # noqa: F401
-from albert_tf.tasks import SUM, Task
-from albert_tf.checkpoints import initialize_backbone
+from albert_tf.tasks import LabelledTask
 from albert_tf.classification import files_for, read_cached, to_example, write_records
 from albert_tf.input_pipeline import DataMismatchError
 from albert_tf.tokenization import CLS_ID, SEP_ID
@@ -209,7 +208,7 @@ def write_examples(examples, tokenizer, max_seq_length: int, max_qa_length: int,
 
 
 # ---------------------------------------------------------------------------------------------
-class RaceTask(Task):
+class RaceTask(LabelledTask):
     """RACE through the one loop: cross entropy over the four options, averaged over the real
     questions of the global batch; accuracy overall and per level; the best checkpoint by
     accuracy."""
@@ -219,7 +218,6 @@ class RaceTask(Task):
     term_names = ("loss_sum", "count", "correct_sum")
     metric_names = ("cross_entropy", "accuracy", "accuracy_middle", "accuracy_high")
     best_metric = "accuracy"
-    examples_term = "count"
 
     def __init__(self, albert_config, max_seq_length: int, dropout_rate: float = 0.1):
         self.albert_config = albert_config
@@ -251,30 +249,6 @@ class RaceTask(Task):
             found[path] = meta
         return found
 
-    def initialize(self, model, path, init_from_group0=False):
-        return initialize_backbone(model.backbone, path, init_from_group0=init_from_group0)
-
-    def normalizers(self, features, global_batch_size):
-        ctx = tf.distribute.get_replica_context()
-        real = tf.reduce_sum(tf.cast(features[IS_REAL_EXAMPLE], tf.float32))
-        return {"count": ctx.all_reduce(SUM, real)}
-
-    def _per_example(self, outputs, features):
-        logits = tf.cast(outputs["logits"], tf.float32)
-        label = tf.reshape(tf.cast(features[LABEL_IDS], tf.int32), [-1])
-        real = tf.reshape(tf.cast(features[IS_REAL_EXAMPLE], tf.float32), [-1])
-        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits)
-        return tf.argmax(logits, -1, output_type=tf.int32), label, loss, real
-
-    def loss_terms(self, outputs, features):
-        prediction, label, loss, real = self._per_example(outputs, features)
-        return {"loss_sum": tf.reduce_sum(real * loss), "count": tf.reduce_sum(real),
-                "correct_sum": tf.reduce_sum(
-                    real * tf.cast(tf.equal(prediction, label), tf.float32))}
-
-    def loss(self, terms, normalizers):
-        return terms["loss_sum"] / tf.maximum(normalizers["count"], 1.0)
-
     def eval_outputs(self, outputs, features):
         prediction, label, _, real = self._per_example(outputs, features)
         return {"prediction": prediction, "label": label, "real": real,
@@ -288,12 +262,6 @@ class RaceTask(Task):
             metrics.update(race_accuracy(collected["prediction"], collected["label"],
                                          collected["level"], collected["real"] > 0.5))
         return metrics
-
-    def predict(self, model, path: str, batch_size: int):
-        """(predicted option, probabilities [n, 4]) of the real examples of `path`."""
-        logits = self.predict_outputs(model, path, batch_size)["logits"]
-        probabilities = tf.nn.softmax(logits).numpy()
-        return probabilities.argmax(-1), probabilities
 
     def progress(self, metrics):
         return " | ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))

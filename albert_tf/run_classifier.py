@@ -22,10 +22,11 @@ with `--export_dir` a SavedModel whose `serving_default` takes raw text. Rerun t
 to resume.
 """
 
-import os
+from albert_tf.quiet import entry_point  # noqa: E402
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
+
+import os
 
 from absl import flags  # noqa: E402
 

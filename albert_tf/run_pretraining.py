@@ -14,11 +14,12 @@ command line works with the module name changed; `--use_tpu --tpu_name=NAME` map
 Rerun the same command to resume from the latest checkpoint in --output_dir.
 """
 
+from albert_tf.quiet import entry_point  # noqa: E402
+
+entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
+
 import glob
 import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import tensorflow as tf  # noqa: E402
 from absl import flags  # noqa: E402

@@ -21,10 +21,11 @@ is exported for TF Serving (`export.serving.MultipleChoiceServingModule`: raw ar
 and options in, the chosen option out). Rerun the same command to resume.
 """
 
-import os
+from albert_tf.quiet import entry_point  # noqa: E402
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
+
+import os
 
 from absl import app, flags  # noqa: E402
 

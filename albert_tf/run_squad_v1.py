@@ -18,10 +18,9 @@ questions) when the predict file has answers. `--init_checkpoint` takes any pret
 shared with `run_squad_v2` (`albert_tf.squad_runner`).
 """
 
-import os
+from albert_tf.quiet import entry_point  # noqa: E402
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
 
 from albert_tf import squad_runner  # noqa: E402
 

@@ -19,10 +19,9 @@ predict at that threshold. The no-answer decision is the span head's null score 
 method); the official ALBERT v2 answer-class head is not built (`albert_tf.squad_runner`).
 """
 
-import os
+from albert_tf.quiet import entry_point  # noqa: E402
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
 
 from albert_tf import squad_runner  # noqa: E402
 

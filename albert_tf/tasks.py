@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F, losses
-from albert_tf.checkpoints import initialize_from_checkpoint
+from albert_tf.checkpoints import initialize_backbone, initialize_from_checkpoint
 from albert_tf.input_pipeline import check_files, ordered_dataset, prediction_count
 from albert_tf.pretrainer import AlbertPretrainer
 
@@ -110,6 +110,59 @@ class Task:
             keep = np.concatenate(real)
             arrays = {name: value[keep] for name, value in arrays.items()}
         return arrays
+
+
+class LabelledTask(Task):
+    """Fine-tuning on records with `label_ids` and `is_real_example` (GLUE, RACE): the task
+    model on the pretrained backbone (the head keeps its initialisation), cross entropy over
+    the logits averaged over the real examples of the global batch (the denominator all-reduced,
+    so replicas add up to the single-device loss), accuracy. `regression` tasks (STS-B) use the
+    squared error of one output instead."""
+
+    examples_term = "count"
+    regression = False
+
+    def initialize(self, model, path, init_from_group0=False):
+        """The backbone from any pretrained source (`initialize_backbone`: strict, the
+        source's heads dropped and reported)."""
+        return initialize_backbone(model.backbone, path, init_from_group0=init_from_group0)
+
+    def normalizers(self, features, global_batch_size):
+        ctx = tf.distribute.get_replica_context()
+        real = tf.reduce_sum(tf.cast(features[F.IS_REAL_EXAMPLE], tf.float32))
+        return {"count": ctx.all_reduce(SUM, real)}
+
+    def _per_example(self, outputs, features):
+        """(prediction, label, loss, real) per example [batch]."""
+        logits = tf.cast(outputs["logits"], tf.float32)
+        real = tf.reshape(tf.cast(features[F.IS_REAL_EXAMPLE], tf.float32), [-1])
+        if self.regression:
+            prediction = tf.reshape(logits, [-1])
+            label = tf.reshape(tf.cast(features[F.LABEL_IDS], tf.float32), [-1])
+            return prediction, label, tf.square(prediction - label), real
+        label = tf.reshape(tf.cast(features[F.LABEL_IDS], tf.int32), [-1])
+        loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label, logits=logits)
+        return tf.argmax(logits, -1, output_type=tf.int32), label, loss, real
+
+    def loss_terms(self, outputs, features):
+        prediction, label, loss, real = self._per_example(outputs, features)
+        terms = {"loss_sum": tf.reduce_sum(real * loss), "count": tf.reduce_sum(real)}
+        if not self.regression:
+            terms["correct_sum"] = tf.reduce_sum(
+                real * tf.cast(tf.equal(prediction, label), tf.float32))
+        return terms
+
+    def loss(self, terms, normalizers):
+        return terms["loss_sum"] / tf.maximum(normalizers["count"], 1.0)
+
+    def predict(self, model, path: str, batch_size: int):
+        """(predicted class, or score for regression; class probabilities or None) of the
+        real examples of `path`."""
+        logits = self.predict_outputs(model, path, batch_size)["logits"]
+        if self.regression:
+            return logits[:, 0], None
+        probabilities = tf.nn.softmax(logits).numpy()
+        return probabilities.argmax(-1), probabilities
 
 
 class PretrainingTask(Task):

@@ -1,4 +1,4 @@
-"""Benchmarks (see BUILD.md). Helpers the benchmarks that drive our commands share."""
+"""Benchmarks (see docs/benchmarks.md). Helpers the benchmarks that drive our commands share."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
     python -m bench.compare --peer_python .venv-peers/bin/python --repeats 5
 
 The peers are never dependencies of albert_tf: they live in their own environment
-(`bench/requirements.txt`, BUILD.md "Side-by-side benchmark"); `--peer_python` names its
+(`bench/requirements.txt`, docs/benchmarks.md "Side by side"); `--peer_python` names its
 interpreter (default: this one, if it has them). Every measurement runs in a fresh child process
 (`--child`), so each has the machine to itself and its peak RSS is its own (`wait4`). Cases, on the
 same shapes and the same random inputs for every implementation:

@@ -22,10 +22,11 @@ import statistics
 
 from absl import app, flags
 
+from albert_tf.demo import SETTINGS, classifier_args
 from bench import ROOT, sh
 
 SST2 = os.path.join(ROOT, "albert_tf", "sample_data", "glue", "SST-2")
-TRAIN_LABELS = 1000
+TRAIN_LABELS = SETTINGS["full"]["finetune_examples"]  # the job's: 1,000
 VALIDATION_ROWS = (15000, 16000)  # data rows of train.tsv (header excluded), never trained on
 
 flags.DEFINE_string("work_dir", "bench_results/finetuning", "Data, runs and results go here.")
@@ -62,16 +63,10 @@ def run(work, data, arm, lr, steps, seed, log) -> float:
     out = os.path.join(work, "runs", f"{arm}_lr{lr}_steps{steps}", f"seed{seed}")
     final = os.path.join(out, f"eval_results_step_{steps}.json")
     if not os.path.exists(final):
-        args = ["albert_tf.run_classifier", "--task_name", "sst-2", "--data_dir", data,
-                "--train_examples", str(TRAIN_LABELS), "--albert_config_file",
-                FLAGS.albert_config_file, "--spm_model_file", FLAGS.spm_model_file,
-                "--output_dir", out, "--do_train", "--do_eval", "--max_seq_length", "64",
-                "--train_batch_size", "32", "--eval_batch_size", "64", "--learning_rate", lr,
-                "--train_step", str(steps), "--warmup_step", str(int(steps) // 10),
-                "--save_checkpoints_steps", str(steps), "--iterations_per_loop", "50",
-                "--random_seed", str(seed)]
-        if arm == "pretrained":
-            args += ["--init_checkpoint", FLAGS.init_checkpoint]
+        args = classifier_args(SETTINGS["full"], FLAGS.albert_config_file,
+                               FLAGS.spm_model_file, out, seed, int(steps), learning_rate=lr,
+                               init_checkpoint=FLAGS.init_checkpoint
+                               if arm == "pretrained" else None, data_dir=data)
         sh(args, log)
     return json.load(open(final))["accuracy"]
 

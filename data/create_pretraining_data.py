@@ -27,13 +27,14 @@ to the local generator's (`data/beam_pipeline.py`):
         --region us-central1 --temp_location gs://BUCKET/tmp \
         --extra_package dist/albert_tf-0.1.0-py3-none-any.whl
 
-BUILD.md ("Data generation on Apache Beam") has the Flink and Spark commands.
+docs/data.md ("Data generation on Apache Beam") has the Flink and Spark commands.
 """
 
-import os
-import sys
+from albert_tf.quiet import entry_point  # noqa: E402
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
+
+import sys
 
 from absl import app, flags  # noqa: E402
 

@@ -22,6 +22,10 @@ spaces before punctuation (WikiText's "actor . He") splits the same way.
 
 from __future__ import annotations
 
+from albert_tf.quiet import entry_point  # noqa: E402
+
+entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
+
 import os
 import re
 import sys

@@ -14,6 +14,10 @@ user-defined symbols (always pieces of their own); `--nouser_defined_symbols` le
 
 from __future__ import annotations
 
+from albert_tf.quiet import entry_point  # noqa: E402
+
+entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
+
 import datetime
 import json
 import os

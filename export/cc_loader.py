@@ -11,6 +11,10 @@ Serving 2.20 release can load: `python -m export.cc_loader --python /tmp/tf220/b
 
 from __future__ import annotations
 
+from albert_tf.quiet import entry_point  # noqa: E402
+
+entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
+
 import argparse
 import json
 import os

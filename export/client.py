@@ -20,6 +20,10 @@ model lacks (listing the ones it has), or an input the signature refuses.
 
 from __future__ import annotations
 
+from albert_tf.quiet import entry_point  # noqa: E402
+
+entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
+
 import argparse
 import base64
 import json

@@ -9,16 +9,17 @@ writes `exports/albert_base/<next version>/` plus `models.config` and `batching_
 beside the versions. Signatures: serving_default (raw text), serve_text_pair, serve_tokens,
 serve_examples, and classify / regress for classifiers; a SQuAD span model answers a question
 about a context (serving_default: question, context), a RACE model picks an option
-(serving_default: article, question, options) - see export/serving.py and BUILD.md.
+(serving_default: article, question, options) - see export/serving.py and docs/serving.md.
 Any process that loads the result must `import tensorflow_text` first (TF Serving links its ops).
 """
+
+from albert_tf.quiet import entry_point  # noqa: E402
+
+entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
 
 import json
 import os
 import sys
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from absl import flags  # noqa: E402
 

@@ -11,15 +11,16 @@ the usual source for a fine-tuned classifier, whose sequence length, labels and 
 setting are then the defaults), our model directory, a .keras file, or a pretraining
 --output_dir. Writes FILE.tflite and FILE.json (signature, input and output names, sizes, the
 agreement with the TensorFlow graph measured at export). An interpreter needs tensorflow-text's
-ops registered; see export/tflite.py and BUILD.md for a runnable example.
+ops registered; see export/tflite.py and docs/tflite.md for a runnable example.
 """
+
+from albert_tf.quiet import entry_point  # noqa: E402
+
+entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
 
 import json
 import os
 import sys
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from absl import flags  # noqa: E402
 

@@ -7,7 +7,7 @@ lists every op those two register, with each op's attribute names. The exporter 
 of the graph and of its function library against it and refuses, naming the op, a graph that
 leaves it.
 
-Regenerate the list in an environment with the server's versions (see BUILD.md):
+Regenerate the list in an environment with the server's versions (see docs/serving.md):
 
     python -m venv /tmp/tf220 && /tmp/tf220/bin/pip install tensorflow==2.20.0 \
         tensorflow-text==2.20.0
@@ -17,6 +17,10 @@ Regenerate the list in an environment with the server's versions (see BUILD.md):
 """
 
 from __future__ import annotations
+
+from albert_tf.quiet import entry_point  # noqa: E402
+
+entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
 
 import functools
 import glob

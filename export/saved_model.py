@@ -31,27 +31,18 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from albert_tf import features as F
 from export.ops_check import check_saved_model_ops, load_allowed_ops
-from export.serving import AlbertServingModule, serving_module, signature_method_names
+from export.serving import (WARMUP_TEXTS, AlbertServingModule, serving_module,  # noqa: F401
+                            signature_method_names)
 from albert_tf.checkpoints import (CheckpointError, FORMAT_FILE, build_model, load_pretrained,
                                    model_kind, model_weights, read_training_checkpoint)
 from albert_tf.config import AlbertConfig
-from albert_tf.packing import pack_ids, pad_features
 from albert_tf.tokenization import Tokenizer
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 MODELS_CONFIG = "models.config"
 BATCHING_CONFIG = "batching_parameters.txt"
 EXPORT_RECORD = "albert_export.json"
-WARMUP_TEXTS = ("ALBERT shares one transformer block across all of its layers.",
-                "The capital of France is [MASK].")
-WARMUP_QUESTIONS = ("What does ALBERT share across its layers?", "What is the capital of France?")
-WARMUP_CONTEXTS = ("ALBERT shares one transformer block across all of its layers, and it "
-                   "factorizes the embedding into two smaller matrices.",
-                   "Paris is the capital and most populous city of France.")
-WARMUP_OPTIONS = (("one transformer block", "its vocabulary", "nothing", "the optimizer"),
-                  ("Lyon", "Paris", "Nice", "Lille"))
 
 
 class ExportError(ValueError):
@@ -215,7 +206,7 @@ def write_serving_configs(export_dir: str, model_name: str, base_path: str | Non
     """`models.config` (model_config_list) and `batching_parameters.txt` beside the versions.
 
     base_path defaults to `/models/<name>`, where the tensorflow/serving container expects a
-    model (BUILD.md mounts the export there)."""
+    model (docs/serving.md mounts the export there)."""
     base_path = base_path or f"/models/{model_name}"
     with open(os.path.join(export_dir, MODELS_CONFIG), "w", encoding="utf-8") as f:
         f.write("model_config_list {\n  config {\n"
@@ -229,59 +220,6 @@ def write_serving_configs(export_dir: str, model_name: str, base_path: str | Non
                 "max_enqueued_batches { value: 100 }\n"
                 "num_batch_threads { value: 4 }\n"
                 "pad_variable_length_inputs: true\n")
-
-
-# ---------------------------------------------------------------------------------------------
-# Warmup requests.
-def warmup_inputs(module: AlbertServingModule, tokenizer) -> dict:
-    """{signature: {input name: numpy array}} of small real requests, one per signature."""
-    if module.kind in ("span", "multiple_choice"):
-        packed = [pack_ids(tokenizer.encode(q), tokenizer.encode(c), module.max_seq_length)
-                  for q, c in zip(WARMUP_QUESTIONS, WARMUP_CONTEXTS)]
-        length = max(len(ids) for ids, _ in packed)
-        rows = [pad_features(ids, seg, length) for ids, seg in packed]
-        tokens = {name: np.array([r[name] for r in rows], np.int32)
-                  for name in F.BACKBONE_INPUTS}
-        questions = np.array([q.encode() for q in WARMUP_QUESTIONS], dtype=object)
-        contexts = np.array([c.encode() for c in WARMUP_CONTEXTS], dtype=object)
-        if module.kind == "span":
-            return {"serving_default": {"question": questions, "context": contexts},
-                    "serve_tokens": tokens}
-        choices = module.num_labels
-        options = np.array([[o.encode() for o in (list(row) * choices)[:choices]]
-                            for row in WARMUP_OPTIONS], dtype=object)
-        return {"serving_default": {"article": contexts, "question": questions,
-                                    "options": options},
-                "serve_tokens": {name: np.repeat(t[:, None, :], choices, axis=1)
-                                 for name, t in tokens.items()}}
-
-    texts = np.array([t.encode() for t in WARMUP_TEXTS], dtype=object)
-    packed = [pack_ids(tokenizer.encode_with_masks(t), None, module.max_seq_length)
-              for t in WARMUP_TEXTS]
-    length = max(len(ids) for ids, _ in packed)
-    rows = [pad_features(ids, seg, length) for ids, seg in packed]
-    tokens = {name: np.array([r[name] for r in rows], np.int32) for name in F.BACKBONE_INPUTS}
-    examples = np.array([example_bytes(r) for r in rows], dtype=object)
-    out = {"serve_text_pair": {"text": texts, "text_b": texts[::-1].copy()},
-           "serve_tokens": tokens, "serve_examples": {"examples": examples}}
-    out["serving_default"] = out["serve_text_pair"] if module.text_pair else {"text": texts}
-    if module.kind == "classifier":
-        out["regress" if module.num_labels == 1 else "classify"] = {"inputs": examples}
-    return out
-
-
-def _module_options(module) -> dict:
-    names = {"span": ("doc_stride", "max_query_length", "n_best_size", "max_answer_length",
-                      "null_score_diff_threshold"),
-             "multiple_choice": ("max_qa_length",)}.get(module.kind, ())
-    return {name: getattr(module, name) for name in names}
-
-
-def example_bytes(features: dict) -> bytes:
-    """A serialized `tf.train.Example` of int features with the official names."""
-    feature = {name: tf.train.Feature(int64_list=tf.train.Int64List(value=list(map(int, v))))
-               for name, v in features.items()}
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
 def write_warmup_requests(version_dir: str, model_name: str, requests: dict) -> str:
@@ -385,13 +323,11 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
                           f"vocab_size is {model.config.vocab_size}: pass the SentencePiece model "
                           "the model was trained with (--spm_model_file).")
     kind = model_kind(model)
-    text_options = {} if kind in ("span", "multiple_choice") else dict(
-        top_k=top_k, text_pair=text_pair, hidden_states=hidden_states)
     try:
         module = serving_module(host_copy(model), kind, tokenizer.model_proto,
                                 do_lower_case=do_lower_case, max_seq_length=max_seq_length,
-                                options=options, labels=labels,
-                                remove_padding=remove_padding, **text_options)
+                                options=options, labels=labels, remove_padding=remove_padding,
+                                top_k=top_k, text_pair=text_pair, hidden_states=hidden_states)
     except (ValueError, TypeError) as e:
         raise ExportError(f"Cannot export the {kind} model: {e}") from None
     tmp = tempfile.mkdtemp(prefix=f".tmp-{version}-", dir=export_dir)
@@ -400,13 +336,13 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
         tf.saved_model.save(module, tmp, signatures=signatures)
         _set_method_names(tmp, signature_method_names(signatures))
         check_saved_model_ops(tmp, allowed)
-        write_warmup_requests(tmp, model_name, warmup_inputs(module, tokenizer))
+        write_warmup_requests(tmp, model_name, module.warmup_inputs(tokenizer))
         shutil.copy(spm_model_file, os.path.join(tmp, "assets.extra"))
         record = {"model": kind, "config": model.config.to_dict(),
                   "num_labels": module.num_labels, "labels": module.labels,
                   "max_seq_length": max_seq_length, "top_k": module.top_k,
                   "text_pair": text_pair, "do_lower_case": do_lower_case,
-                  "options": _module_options(module), "remove_padding": bool(remove_padding),
+                  "options": module.options(), "remove_padding": bool(remove_padding),
                   "signatures": sorted(signatures),
                   "sentencepiece_model": os.path.basename(spm_model_file),
                   "compatible_with": {k: allowed.get(k) for k in

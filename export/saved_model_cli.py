@@ -6,10 +6,12 @@ graphs tokenize in-graph:
         --signature_def serving_default --input_exprs 'text=["The capital of France is [MASK]."]'
 """
 
-import os
+from albert_tf.quiet import entry_point  # noqa: E402
+
+entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
+
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""

@@ -34,11 +34,13 @@ a span model's logits there) are 0 or computed from 0, never read by the model's
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.backbone import set_remove_padding
-from albert_tf.packing import join_in_graph, keep_first, keep_last, pack_in_graph
+from albert_tf.packing import (join_in_graph, keep_first, keep_last, pack_ids, pack_in_graph,
+                               pad_features)
 from albert_tf.tokenization import MASK_ID, InGraphTokenizer
 from albert_tf.race import LABELS
 from albert_tf.squad import align_context_in_graph, decode_in_graph, windows_in_graph
@@ -47,6 +49,39 @@ TEXT, TEXT_B, EXAMPLES = "text", "text_b", "examples"
 CLASSIFY_METHOD = "tensorflow/serving/classify"
 REGRESS_METHOD = "tensorflow/serving/regress"
 PREDICT_METHOD = "tensorflow/serving/predict"
+
+
+# Small real requests, one per signature, written as TF Serving's warmup file.
+WARMUP_TEXTS = ("ALBERT shares one transformer block across all of its layers.",
+                "The capital of France is [MASK].")
+WARMUP_QUESTIONS = ("What does ALBERT share across its layers?", "What is the capital of France?")
+WARMUP_CONTEXTS = ("ALBERT shares one transformer block across all of its layers, and it "
+                   "factorizes the embedding into two smaller matrices.",
+                   "Paris is the capital and most populous city of France.")
+WARMUP_OPTIONS = (("one transformer block", "its vocabulary", "nothing", "the optimizer"),
+                  ("Lyon", "Paris", "Nice", "Lille"))
+
+
+def example_bytes(features: dict) -> bytes:
+    """A serialized `tf.train.Example` of int features with the official names."""
+    feature = {name: tf.train.Feature(int64_list=tf.train.Int64List(value=list(map(int, v))))
+               for name, v in features.items()}
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def _padded_tokens(packed) -> tuple[list, dict]:
+    """(padded rows, {input name: int32 [batch, longest]}) of (ids, segment ids) pairs."""
+    length = max(len(ids) for ids, _ in packed)
+    rows = [pad_features(ids, seg, length) for ids, seg in packed]
+    return rows, {name: np.array([r[name] for r in rows], np.int32) for name in F.BACKBONE_INPUTS}
+
+
+def _question_context_warmup(tokenizer, max_seq_length: int) -> tuple[dict, np.ndarray, np.ndarray]:
+    """(tokens, questions, contexts) of the warmup questions about the warmup contexts."""
+    _, tokens = _padded_tokens([pack_ids(tokenizer.encode(q), tokenizer.encode(c), max_seq_length)
+                                for q, c in zip(WARMUP_QUESTIONS, WARMUP_CONTEXTS)])
+    return (tokens, np.array([q.encode() for q in WARMUP_QUESTIONS], dtype=object),
+            np.array([c.encode() for c in WARMUP_CONTEXTS], dtype=object))
 
 
 def _string_spec(name):
@@ -90,6 +125,9 @@ class AlbertServingModule(tf.Module):
             batch of mixed lengths costs its real tokens, not batch x longest.
     """
 
+    OPTIONS: tuple = ()  # the task's settings the module keeps (the export record lists them)
+    NAMED_LABELS = True  # its outputs can carry class names (`labels`)
+
     def __init__(self, model, kind, spm_model_proto, do_lower_case=True, max_seq_length=512,
                  top_k=5, text_pair=False, hidden_states=False, labels=None,
                  remove_padding=True):
@@ -121,6 +159,22 @@ class AlbertServingModule(tf.Module):
         self._config = config
 
     # -----------------------------------------------------------------------------------------
+    def options(self) -> dict:
+        return {name: getattr(self, name) for name in self.OPTIONS}
+
+    def warmup_inputs(self, tokenizer) -> dict:
+        """{signature: {input name: numpy array}} of small real requests, one per signature."""
+        texts = np.array([t.encode() for t in WARMUP_TEXTS], dtype=object)
+        rows, tokens = _padded_tokens([pack_ids(tokenizer.encode_with_masks(t), None,
+                                                self.max_seq_length) for t in WARMUP_TEXTS])
+        examples = np.array([example_bytes(r) for r in rows], dtype=object)
+        out = {"serve_text_pair": {"text": texts, "text_b": texts[::-1].copy()},
+               "serve_tokens": tokens, "serve_examples": {"examples": examples}}
+        out["serving_default"] = out["serve_text_pair"] if self.text_pair else {"text": texts}
+        if self.kind == "classifier":
+            out["regress" if self.num_labels == 1 else "classify"] = {"inputs": examples}
+        return out
+
     def _check_tokens(self, features):
         """Clear errors for token inputs the model cannot take (instead of a gather error)."""
         cfg = self._config
@@ -296,6 +350,10 @@ class SpanServingModule(AlbertServingModule):
       `start_logits`, `end_logits` [batch, length].
     """
 
+    OPTIONS = ("doc_stride", "max_query_length", "n_best_size", "max_answer_length",
+               "null_score_diff_threshold")
+    NAMED_LABELS = False  # its answers are spans of the context
+
     def __init__(self, model, spm_model_proto, do_lower_case=True, max_seq_length=384,
                  doc_stride=128, max_query_length=64, n_best_size=20, max_answer_length=30,
                  null_score_diff_threshold=None, remove_padding=True):
@@ -315,6 +373,11 @@ class SpanServingModule(AlbertServingModule):
         self.max_answer_length = int(max_answer_length)
         self.null_score_diff_threshold = (None if null_score_diff_threshold is None
                                           else float(null_score_diff_threshold))
+
+    def warmup_inputs(self, tokenizer) -> dict:
+        tokens, questions, contexts = _question_context_warmup(tokenizer, self.max_seq_length)
+        return {"serving_default": {"question": questions, "context": contexts},
+                "serve_tokens": tokens}
 
     def logits_from_tokens(self, features):
         features = self._check_tokens(features)
@@ -380,6 +443,8 @@ class MultipleChoiceServingModule(AlbertServingModule):
       the same outputs.
     """
 
+    OPTIONS = ("max_qa_length",)
+
     def __init__(self, model, spm_model_proto, do_lower_case=True, max_seq_length=512,
                  max_qa_length=128, labels=None, remove_padding=True):
         super().__init__(model, "multiple_choice", spm_model_proto, do_lower_case=do_lower_case,
@@ -390,6 +455,16 @@ class MultipleChoiceServingModule(AlbertServingModule):
             raise ValueError(f"max_qa_length={max_qa_length} must be between 0 and "
                              f"max_seq_length - 3 = {max_seq_length - 3}.")
         self.max_qa_length = int(max_qa_length)
+
+    def warmup_inputs(self, tokenizer) -> dict:
+        tokens, questions, contexts = _question_context_warmup(tokenizer, self.max_seq_length)
+        choices = self.num_labels
+        options = np.array([[o.encode() for o in (list(row) * choices)[:choices]]
+                            for row in WARMUP_OPTIONS], dtype=object)
+        return {"serving_default": {"article": contexts, "question": questions,
+                                    "options": options},
+                "serve_tokens": {name: np.repeat(t[:, None, :], choices, axis=1)
+                                 for name, t in tokens.items()}}
 
     def outputs_from_tokens(self, features):
         flat = {name: tf.reshape(features[name], [-1, tf.shape(features[name])[-1]])
@@ -447,6 +522,10 @@ class MultipleChoiceServingModule(AlbertServingModule):
         }
 
 
+# The model kinds with a serving module of their own (the others share AlbertServingModule).
+TASK_SERVING_MODULES = {"span": SpanServingModule, "multiple_choice": MultipleChoiceServingModule}
+
+
 def serving_module(model, kind, spm_model_proto, do_lower_case=True, max_seq_length=512,
                    options=None, remove_padding=True, **kwargs):
     """The serving module of a model of any kind; `options` are the task's settings (span:
@@ -454,13 +533,11 @@ def serving_module(model, kind, spm_model_proto, do_lower_case=True, max_seq_len
     multiple_choice: max_qa_length), `kwargs` the text models' (top_k, text_pair,
     hidden_states, labels); `remove_padding` as `AlbertServingModule`."""
     options = dict(options or {})
-    if kind == "span":
-        return SpanServingModule(model, spm_model_proto, do_lower_case, max_seq_length,
-                                 remove_padding=remove_padding, **options)
-    if kind == "multiple_choice":
-        return MultipleChoiceServingModule(model, spm_model_proto, do_lower_case,
-                                           max_seq_length, labels=kwargs.get("labels"),
-                                           remove_padding=remove_padding, **options)
+    task_module = TASK_SERVING_MODULES.get(kind)
+    if task_module is not None:  # their signatures take the task's inputs, not free text
+        labels = {"labels": kwargs.get("labels")} if task_module.NAMED_LABELS else {}
+        return task_module(model, spm_model_proto, do_lower_case, max_seq_length,
+                           remove_padding=remove_padding, **labels, **options)
     if options:
         raise ValueError(f"Options {sorted(options)} are for span and multiple-choice models, "
                          f"not a {kind}.")

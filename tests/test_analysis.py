@@ -1,5 +1,6 @@
 """Analyses that draw: the paper's Figure 2 (transitions), training curves, the parameter chart."""
 
+import pytest
 import csv
 import os
 import subprocess
@@ -36,6 +37,7 @@ def _direct(model_dir, batches):
     return sums / tokens, tokens
 
 
+@pytest.mark.slow
 def test_transitions_of_two_models_equal_a_direct_computation(tmp_path, generated_data):
     from albert_tf import AlbertBackbone
     from albert_tf.analysis.transitions import examples
@@ -111,6 +113,7 @@ def test_params_plot(tmp_path):
     assert (tmp_path / "p.png").read_bytes()[:8] == PNG
 
 
+@pytest.mark.slow
 def test_fill_mask_random_init_is_the_runs_starting_point(tmp_path, generated_data,
                                                           sample_vocab):
     """`albert_tf.analysis.fill_mask --random_seed N` rebuilds the exact weights a pretraining

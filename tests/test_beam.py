@@ -38,6 +38,7 @@ def beam_run(generated_data, tmp_path_factory):
     return {"job": job, "summary": summary}
 
 
+@pytest.mark.slow
 def test_files_and_sidecars_equal_the_local_generator(beam_run, generated_data):
     local, ours = generated_data["files"], beam_run["job"].output_files
     assert len(ours) == 3
@@ -93,6 +94,7 @@ def _write(path, documents, raw=None):
                 "\n\n".join("\n".join(d) for d in documents).encode("utf-8") + b"\n")
 
 
+@pytest.mark.slow
 def test_bad_input_is_counted_and_the_rest_written(prepared_corpus, sample_vocab, tmp_path):
     """From the command line: a file with two documents that are not UTF-8 (one of them its
     last), an empty file and a document whose only line tokenizes to nothing, among good files.

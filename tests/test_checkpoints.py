@@ -145,6 +145,7 @@ def _hf_diffs(ours, hf, batch):
                  "sequence_output": max_diff(out["sequence_output"], ref.hidden_states[-1])}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", [False, True], ids=["tarball", "tfhub-module"])
 def test_official_tf1_checkpoint_matches_hf_reader(tmp_path, module, spm_model):
     cfg = tiny_config()  # E != H, G = 2, inner = 2
@@ -269,6 +270,7 @@ def test_hf_config_round_trip_and_refusals():
         config_from_hf(dict(hf_config(cfg).to_dict(), position_embedding_type="relative_key"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_cls, sharing", [(AlbertPretrainer, "all"),
                                                 (AlbertPretrainer, "attention"),
                                                 (AlbertClassifier, "none")])
@@ -485,6 +487,7 @@ def test_keras_file_loads(tmp_path):
         model(tf_inputs(batch, PRETRAINER_KEYS))["pooled_output"].numpy())
 
 
+@pytest.mark.slow
 def test_command_line(tmp_path):
     cfg = tiny_config()
     write_official_checkpoint(str(tmp_path / "c"), cfg)
@@ -505,6 +508,7 @@ def test_command_line(tmp_path):
     assert bad.returncode == 1 and "error: No TF1 checkpoint at" in bad.stderr
 
 
+@pytest.mark.slow
 def test_init_from_group0(tmp_path):
     """--init_checkpoint with --init_from_group0: a one-group checkpoint fills every group."""
     from albert_tf.checkpoints import initialize_from_checkpoint

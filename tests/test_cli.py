@@ -6,6 +6,7 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
+import time
 
 import pytest
 
@@ -65,17 +66,18 @@ def test_filter_drops_noise_keeps_the_rest_and_survives_a_crash():
 
 
 def test_module_commands_freeze_the_heap_last_at_exit(tmp_path):
-    """A `python -m` start of our packages registers `gc.freeze` before anything else, so it
-    runs after every other exit handler; an unflushed file is still written at exit; importing
-    the package from other code registers nothing."""
+    """An entry module run as the program (`entry_point("__main__")`, its first line) registers
+    `gc.freeze` before anything else, so it runs after every other exit handler; an unflushed
+    file is still written at exit; importing the packages or an entry module as a library
+    registers nothing."""
     probe = textwrap.dedent("""
         import atexit, gc, sys
         out = sys.argv[2]
-        # registered before the package: runs after its handlers (exit handlers run in reverse)
+        # registered before the entry point: runs after its handlers (they run in reverse)
         atexit.register(lambda: open(out, "a").write(f"after: {gc.get_freeze_count() > 0}\\n"))
-        if sys.argv[1] == "command":
-            sys.argv[0] = "-m"  # what `python -m data.x` shows while the packages import
-        import data  # noqa: F401
+        import albert_tf, data, export  # noqa: F401
+        from albert_tf.quiet import entry_point
+        entry_point("__main__" if sys.argv[1] == "command" else "data.prepare_corpus")
         f = open(out + ".unflushed", "w")
         f.write("kept")  # never closed nor flushed: interpreter shutdown writes it
         atexit.register(lambda: open(out, "a").write(f"handler: {gc.get_freeze_count() > 0}\\n"))
@@ -90,6 +92,62 @@ def test_module_commands_freeze_the_heap_last_at_exit(tmp_path):
         assert (tmp_path / f"{how}.txt.unflushed").read_text() == "kept"
 
 
+def test_filter_drops_only_the_start_up_messages():
+    """Matched by message, not by the file that logs it: another line of the same files, at any
+    severity, passes; the cuInit error is noise only where there is no GPU."""
+    same_files = [
+        "E0000 00:00:1795383420.924027   29050 port.cc:153] oneDNN failed to allocate memory",
+        "W0000 00:00:1795383420.924473   29050 cudart_stub.cc:31] cudaGetDevice failed",
+        "E0000 00:00:1795383422.165725   29050 cpu_feature_guard.cc:227] The TensorFlow library "
+        "was compiled to use AVX instructions, but these aren't available on your machine.",
+        "W0000 00:00:1795383430.695480   29056 gpu_device.cc:2342] Cannot dlopen some GPU "
+        "libraries."]
+    assert not any(quiet.is_noise(line, gpu_present=False) for line in same_files)
+    cuinit = NOISE[-1]
+    assert quiet.is_noise(cuinit, gpu_present=False)
+    assert not quiet.is_noise(cuinit, gpu_present=True)
+
+
+def test_filter_keeps_a_terminal_and_passes_partial_lines_at_once():
+    """When stderr is a terminal the command still sees one (progress lines redraw in place),
+    and a progress update without a newline arrives before the next one is written."""
+    import pty
+    import select
+
+    script = _script("") + textwrap.dedent("""
+        import time
+        print("tty:", os.isatty(2), flush=True)
+        os.write(2, b"\\rprogress 1/2")
+        time.sleep(1.0)
+        os.write(2, b"\\rprogress 2/2\\n")
+    """)
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=slave, text=True, env=dict(os.environ, ALBERT_TF_VERBOSE="0"))
+    os.close(slave)
+    seen, t0, first_at = b"", time.monotonic(), None
+    while time.monotonic() - t0 < 30:
+        ready, _, _ = select.select([master], [], [], 0.1)
+        if ready:
+            try:
+                chunk = os.read(master, 1024)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+            if first_at is None and b"progress 1/2" in seen:
+                first_at = time.monotonic()
+            if b"2/2" in seen:
+                break
+    stdout = proc.communicate(timeout=30)[0]
+    os.close(master)
+    assert stdout == "filter on: True\ntty: True\n"
+    assert b"\rprogress 1/2" in seen and b"\rprogress 2/2" in seen
+    assert first_at is not None and b"2/2" not in seen.split(b"progress 1/2")[0]
+
+
+@pytest.mark.slow
 def test_module_commands_print_no_tensorflow_noise(tmp_path):
     # Imports TensorFlow and runs ops before it refuses the config: the unfiltered run prints
     # the CUDA-probing lines on this machine, ours does not, and the error still arrives.
@@ -127,6 +185,7 @@ def installed(tmp_path_factory):
     return {"bin": os.path.join(str(prefix), "bin"), "site": site}
 
 
+@pytest.mark.slow
 def test_console_scripts_from_outside_the_repository(installed, tmp_path):
     from albert_tf.cli import COMMANDS
 

@@ -50,6 +50,7 @@ def _client(servers, kind, protocol, model=None):
     return ServingClient(f"127.0.0.1:{port}", model or kind, protocol=protocol, timeout=20)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["rest", "grpc"])
 def test_predict_and_fill_mask_equal_the_signature(servers, exported, protocol):
     _, _, loaded = exported["pretrainer"]
@@ -73,6 +74,7 @@ def test_predict_and_fill_mask_equal_the_signature(servers, exported, protocol):
             np.testing.assert_allclose([q for _, q in candidates], probs[row, m], atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["rest", "grpc"])
 def test_classify_and_regress(servers, exported, sample_vocab, protocol):
     examples = example_features(SST, spm_model_file=sample_vocab, max_seq_length=48)
@@ -115,6 +117,7 @@ def test_errors_name_the_cause(servers, protocol):
             "serve_tokens")
 
 
+@pytest.mark.slow
 def test_command_line(servers, capsys, sample_vocab):
     port = servers["pretrainer"]["rest"][1]
     assert main(["fill_mask", "--server", f"127.0.0.1:{port}", "--model", "pretrainer",

@@ -53,6 +53,7 @@ def test_presets():
         AlbertConfig.from_preset("albert-huge")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("changes, message", [
     (dict(hidden_size=100, num_attention_heads=3),
      r"`hidden_size` must be a multiple of `num_attention_heads`. Received: hidden_size=100, "

@@ -2,6 +2,7 @@
 loss and lift sentence-order accuracy above the majority-class rate. Its own file (the suite's
 longest test), so that the two test workers can run it beside test_train.py."""
 
+import pytest
 import json
 
 import numpy as np
@@ -21,6 +22,7 @@ MLM_DROP = 1.2        # nats, first 50 steps vs last 150
 SOP_MARGIN = 0.01     # over the label-1 (majority) rate, last 150 steps (9,600 examples)
 
 
+@pytest.mark.slow
 def test_convergence_on_the_bundled_corpus(tmp_path, prepared_corpus, sample_vocab):
     """A few hundred steps of a tiny model on the bundled text lower the masked-LM loss and
     lift sentence-order accuracy above the majority-class rate, by the margins above."""

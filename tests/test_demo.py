@@ -52,6 +52,7 @@ def _records(path, preds, count):
             for x in tf.data.TFRecordDataset(path).take(count)]
 
 
+@pytest.mark.slow
 def test_smoke_run_pretraining_figures(smoke_run):
     """mlm / sop / compute of results.json against the records and files themselves."""
     r, run_dir = smoke_run["results"], smoke_run["dir"]
@@ -105,6 +106,7 @@ def test_smoke_run_pretraining_figures(smoke_run):
     assert t["pretrain"] > 0 and t["total_s"] > t["pretrain"]
 
 
+@pytest.mark.slow
 def test_smoke_run_finetuning_figures(smoke_run):
     r, run_dir = smoke_run["results"], smoke_run["dir"]
     gain = r["pretraining_gain"]
@@ -127,6 +129,7 @@ def test_smoke_run_finetuning_figures(smoke_run):
     assert gain["measurable_loss"] == (-gain["difference"] > gain["threshold"])
 
 
+@pytest.mark.slow
 def test_smoke_run_fill_mask_and_serving(smoke_run):
     r = smoke_run["results"]
     fm, served = r["fill_mask"], r["served"]
@@ -151,6 +154,7 @@ def test_smoke_run_fill_mask_and_serving(smoke_run):
     assert served["sentiment"]["outputs"]["label"] == np.argmax(p, -1).tolist()
 
 
+@pytest.mark.slow
 def test_smoke_run_report(smoke_run):
     r, run_dir = smoke_run["results"], smoke_run["dir"]
     report = open(os.path.join(run_dir, "report.md"), encoding="utf-8").read()
@@ -178,6 +182,7 @@ def test_smoke_run_report(smoke_run):
         assert len(f.read().strip().splitlines()) == 1 + 4  # header + the tiny model's 4 layers
 
 
+@pytest.mark.slow
 def test_second_run_resumes_without_redoing_anything(smoke_run):
     before = {p: os.path.getmtime(p) for p in glob.glob(os.path.join(smoke_run["dir"], "*", "*"))
               if os.sep + "charts" + os.sep not in p}  # the report redraws its charts
@@ -205,6 +210,7 @@ def _wait_then_kill(proc, ready, what, timeout=900):
     proc.wait()
 
 
+@pytest.mark.slow
 def test_killed_mid_pretraining_and_mid_finetuning_resumes_to_the_same_results(
         smoke_run, tmp_path):
     """The same job with the step count the smoke run chose, SIGKILLed (with its children) once

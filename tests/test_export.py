@@ -103,6 +103,7 @@ def _example(row):
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["pretrainer", "classifier", "regressor"])
 def test_token_and_example_signatures_equal_the_keras_model(exported, kind):
     model, _, loaded = exported[kind]
@@ -141,6 +142,7 @@ def _python_tokens(tok, texts, texts_b=None, max_seq=MAX_SEQ):
             for k in ("input_ids", "input_mask", "segment_ids")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["pretrainer", "classifier", "regressor"])
 def test_text_signatures_equal_python_tokenization_and_the_keras_model(exported, kind,
                                                                         sample_vocab):
@@ -164,6 +166,7 @@ def test_text_signatures_equal_python_tokenization_and_the_keras_model(exported,
     assert got["input_mask"].numpy()[1].sum() == MAX_SEQ
 
 
+@pytest.mark.slow
 def test_in_graph_tokenization_equals_python_on_the_bundled_corpora(exported, sample_vocab):
     """serving_default's input_ids on every line of the bundled novels and WikiText, against
     `Tokenizer.encode_with_masks` + `pack_ids`. Divergence classes: the SentencePiece Viterbi
@@ -194,6 +197,7 @@ def test_in_graph_tokenization_equals_python_on_the_bundled_corpora(exported, sa
     assert len(lines) > 39000 and len(divergent) <= 0.001 * len(lines)
 
 
+@pytest.mark.slow
 def test_bad_and_unusual_input(exported, sample_vocab):
     model, _, loaded = exported["pretrainer"]
     tok = Tokenizer(sample_vocab)
@@ -230,6 +234,7 @@ def test_bad_and_unusual_input(exported, sample_vocab):
         loaded.signatures["serve_examples"](examples=tf.constant([bad]))
 
 
+@pytest.mark.slow
 def test_warmup_requests_parse_and_replay(exported):
     from tensorflow_serving.apis import prediction_log_pb2
 
@@ -341,6 +346,7 @@ def test_the_model_is_traced_once_and_every_signature_calls_it(exported):
             assert reaches(name, set()), (kind, signature)
 
 
+@pytest.mark.slow
 def test_refused_export_leaves_no_version(exported, sample_vocab, tmp_path):
     model, _, _ = exported["regressor"]
     allowed = json.load(open(os.path.join(ROOT, "export", "serving_ops_tf2.20.json")))
@@ -354,6 +360,7 @@ def test_refused_export_leaves_no_version(exported, sample_vocab, tmp_path):
     assert os.listdir(base) == []  # no version, no temporary directory
 
 
+@pytest.mark.slow
 def test_loaded_from_cpp_the_way_tf_serving_does(exported, tmp_path, serving_loader):
     """LoadSavedModel(tag "serve") into a SavedModelBundle, tensor names from the signature_def,
     Session::Run, tensorflow-text ops loaded through TF_LoadLibrary: outputs equal Python's."""
@@ -383,6 +390,7 @@ def test_loaded_from_cpp_the_way_tf_serving_does(exported, tmp_path, serving_loa
     np.testing.assert_allclose(result["outputs"]["scores"], expected["scores"].numpy(), atol=TOL)
 
 
+@pytest.mark.slow
 def test_entry_point_exports_our_model_directory(tmp_path, sample_vocab):
     model = AlbertClassifier(_config(), num_labels=2)
     _randomize(model, 5)
@@ -419,6 +427,7 @@ def test_entry_point_exports_our_model_directory(tmp_path, sample_vocab):
     assert proc.returncode == 1 and "is neither an albert_tf model directory" in proc.stderr
 
 
+@pytest.mark.slow
 def test_pretraining_output_dir_latest_and_best(generated_data, sample_vocab, tmp_path):
     """A pretraining --output_dir exports from its latest or best checkpoint, with the
     SentencePiece model the run copied beside its checkpoints."""

@@ -69,6 +69,7 @@ def squad_export(tmp_path_factory, sample_vocab):
     return model, path, tf.saved_model.load(path), questions, threshold
 
 
+@pytest.mark.slow
 def test_squad_export_answers_as_the_python_prediction_path(squad_export, sample_vocab):
     """60 real SQuAD 2.0 dev questions (each context cut into several windows): the exported
     serving_default gives the answers of `predict_answers` (with the exported threshold), the
@@ -112,6 +113,7 @@ def test_squad_export_answers_as_the_python_prediction_path(squad_export, sample
         "max_answer_length": MAX_ANSWER, "null_score_diff_threshold": threshold}
 
 
+@pytest.mark.slow
 def test_in_graph_alignment_equals_python_on_squad_contexts(sample_vocab):
     """Every SQuAD 2.0 dev context: the in-graph piece ids and character spans equal
     `align_context`'s, except where SentencePiece breaks a tie between equal-score
@@ -189,6 +191,7 @@ def race_export(tmp_path_factory, sample_vocab):
     return model, path, tf.saved_model.load(path)
 
 
+@pytest.mark.slow
 def test_race_export_equals_the_python_features_and_model(race_export, sample_vocab):
     """Raw article, question and options through serving_default: the tokens of
     `race.example_features` (blanks filled, the last max_qa_length pieces, the article cut)
@@ -215,6 +218,7 @@ def test_race_export_equals_the_python_features_and_model(race_export, sample_vo
                                              options=tf.constant([["x", "y", "z"]]))
 
 
+@pytest.mark.slow
 def test_task_warmup_requests_replay(squad_export, race_export):
     from tensorflow_serving.apis import prediction_log_pb2
 
@@ -231,6 +235,7 @@ def test_task_warmup_requests_replay(squad_export, race_export):
         assert seen == set(loaded.signatures) == {"serving_default", "serve_tokens"}
 
 
+@pytest.mark.slow
 def test_task_exports_load_from_cpp_the_way_tf_serving_does(squad_export, race_export,
                                                               tmp_path, serving_loader):
     from export.cc_loader import run_loader
@@ -265,6 +270,7 @@ def test_task_exports_load_from_cpp_the_way_tf_serving_does(squad_export, race_e
                                atol=TOL, rtol=0)
 
 
+@pytest.mark.slow
 def test_entry_point_exports_a_span_model_directory(squad_export, sample_vocab, tmp_path):
     """Our model format holds span models; `python -m export.export_saved_model` exports one
     with the decoding flags, and it answers as the exported original."""

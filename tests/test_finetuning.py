@@ -30,6 +30,7 @@ def _config(tmp_path, train, dev, **changes):
     return TrainingConfig(**values)
 
 
+@pytest.mark.slow
 def test_sst2_slice_is_learned_to_every_example_and_padding_is_not_scored(tmp_path,
                                                                             sample_vocab):
     task = glue.get_task("sst-2")
@@ -52,6 +53,7 @@ def test_sst2_slice_is_learned_to_every_example_and_padding_is_not_scored(tmp_pa
     assert best["accuracy"] == 1.0 and best["global_step"] == 60
 
 
+@pytest.mark.slow
 def test_sts_b_regression_slice(tmp_path, sample_vocab):
     task = glue.get_task("sts-b")
     examples = glue.load_split(task, os.path.join(GLUE_DIR, "STS-B"), "train")[:40]
@@ -119,6 +121,7 @@ def test_classifier_backbone_from_every_pretrained_source(tmp_path):
         np.testing.assert_array_equal(a, b.numpy())
 
 
+@pytest.mark.slow
 def test_run_classifier_command_line(tmp_path, sample_vocab):
     """The official command line on RTE's original files, initialised from a pretraining
     output_dir: eval_results.json scores all 277 dev examples, the GLUE submission file holds
@@ -171,6 +174,7 @@ def test_run_classifier_command_line(tmp_path, sample_vocab):
     np.testing.assert_allclose(probs[0].sum(), 1.0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_run_classifier_on_two_workers_equals_one_device(tmp_path, sample_vocab):
     """`run_classifier --distribution_strategy multi_worker_mirrored` in 2 processes sharing one
     output_dir (both write the same feature files at once): the fine-tuned weights equal one
@@ -243,6 +247,7 @@ def test_run_classifier_on_two_workers_equals_one_device(tmp_path, sample_vocab)
     assert not [n for n in os.listdir(tmp_path / "workers") if ".tmp-" in n]
 
 
+@pytest.mark.slow
 def test_train_examples_takes_the_first_labels_only(tmp_path, sample_vocab):
     """`run_classifier --train_examples N`: the training features are exactly those of the
     split's first N examples (same digest as writing them directly); out-of-range N names the
@@ -266,6 +271,7 @@ def test_train_examples_takes_the_first_labels_only(tmp_path, sample_vocab):
                            8, train_examples=bad)
 
 
+@pytest.mark.slow
 def test_a_separable_task_is_learned_beyond_the_majority_class(tmp_path, sample_vocab):
     """From random weights, a task whose label is one cue word among random filler words is
     learned from 320 examples well beyond the majority class on 200 unseen dev sentences: a

@@ -57,6 +57,7 @@ def test_outputs_and_sidecars(generated_data):
         [os.path.basename(f) for f in files] + [os.path.basename(F.sidecar_path(f)) for f in files])
 
 
+@pytest.mark.slow
 def test_examples_are_real_text_with_masks_undone(generated_data, prepared_corpus, sample_vocab,
                                                   tmp_path):
     """Undoing the masks gives segments that occur verbatim in the tokenized corpus; segment
@@ -105,6 +106,7 @@ def test_examples_are_real_text_with_masks_undone(generated_data, prepared_corpu
     assert 0.75 < mask_share < 0.85
 
 
+@pytest.mark.slow
 def test_byte_identical_for_any_worker_count(generated_data, prepared_corpus, sample_vocab,
                                              tmp_path):
     job = make_job(prepared_corpus["wiki"], str(tmp_path / "wiki"), sample_vocab,
@@ -129,6 +131,7 @@ def _cli(args, **kwargs):
                             text=True, **kwargs)
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_identical_output(prepared_corpus, sample_vocab, tmp_path):
     args = ["--input_file", prepared_corpus["wiki"], "--spm_model_file", sample_vocab,
             "--num_output_shards", "2", "--max_seq_length", "64", "--max_predictions_per_seq",
@@ -164,6 +167,7 @@ def test_killed_run_resumes_to_identical_output(prepared_corpus, sample_vocab, t
         names + [n + ".json" for n in names])
 
 
+@pytest.mark.slow
 def test_failure_while_writing_shards_resumes(prepared_corpus, sample_vocab, tmp_path,
                                               monkeypatch):
     import data.generator as generator
@@ -245,6 +249,7 @@ def test_existing_files_are_never_overwritten(generated_data, prepared_corpus, s
     assert _bytes(generated_data["files"]) == before
 
 
+@pytest.mark.slow
 def test_command_line_with_official_flags(prepared_corpus, sample_vocab, tmp_path):
     vocab_file = sample_vocab[: -len(".model")] + ".vocab"
     run = _cli(["--input_file", prepared_corpus["wiki"], "--output_file",

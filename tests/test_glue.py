@@ -65,6 +65,7 @@ HEADERS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", sorted(HEADERS))
 def test_each_format_by_its_real_header(task, tmp_path):
     header, row = HEADERS[task]

@@ -22,6 +22,7 @@ def _all_records(files, seq=64, preds=10):
             for f in files for r in tf.data.TFRecordDataset(f)]
 
 
+@pytest.mark.slow
 def test_eval_pass_reads_every_record_in_order(generated_data):
     files = generated_data["files"]
     ds = pretraining_dataset(",".join(files), 16, 64, 10, is_training=False, vocab_size=8000,
@@ -73,6 +74,7 @@ def _records(plan, shard, step, n):
     return [int(r) for r in plan.records_dataset(shard, step).take(n).as_numpy_iterator()]
 
 
+@pytest.mark.slow
 def test_training_stream_position_is_a_function_of_the_step(tmp_path):
     """Started at any step (inside a window, at a file boundary, in a later epoch), each shard's
     stream is exactly the uninterrupted stream from that step's position; every epoch is a
@@ -187,6 +189,7 @@ def test_damaged_or_changed_files_are_named(tmp_path):
         InputPlan.create(files, 7, 2)
 
 
+@pytest.mark.slow
 def test_files_are_sharded_per_input_pipeline(generated_data):
     files = generated_data["files"]  # 3 files
     seen = []
@@ -209,6 +212,7 @@ def test_files_are_sharded_per_input_pipeline(generated_data):
         pretraining_dataset(",".join(files), 8, 64, 10, input_context=context)
 
 
+@pytest.mark.slow
 def test_evaluation_records_are_sharded_over_workers_in_equal_batch_counts(generated_data):
     """One file or several, any number of workers: each worker takes every P-th record, all
     workers yield the same number of batches, and together they score exactly the records the

@@ -41,6 +41,7 @@ def _layers_and_inputs():
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", range(5))
 def test_get_config_is_exactly_the_constructor_arguments(index):
     layer, inputs = _layers_and_inputs()[index]
@@ -142,6 +143,7 @@ def _ragged_backbone(**config):
     return model, mask, inputs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sharing", ["all", "attention", "none"])
 def test_remove_padding_equals_the_padded_encoder(sharing):
     """`remove_padding` runs the per-token matmuls on the real tokens only: every hidden state at
@@ -215,6 +217,7 @@ def test_gelu_tanh_lean_equals_autodiff():
     np.testing.assert_allclose(tf.cast(gb, tf.float64).numpy(), exact, rtol=2 ** -8, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("remove_padding", [False, True])
 def test_recompute_replays_dropout_and_equals_the_plain_step(remove_padding, monkeypatch):
     """`recompute` keeps only each layer's input and reruns the layer in the backward pass.

@@ -54,6 +54,7 @@ def test_official_group_assignment():
     assert len(enc.attention_layers) == 2 * 2 and len(enc.ffn_layers) == 5 * 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sharing", ["all", "attention", "ffn"])
 def test_sharing_modes_equal_unshared_model_with_tied_copies(sharing):
     """A shared model computes exactly what a not-shared model computes when its per-layer
@@ -83,6 +84,7 @@ def test_sharing_modes_equal_unshared_model_with_tied_copies(sharing):
     assert shared.count_params() < unshared.count_params()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_cls, keys", [(AlbertBackbone, BACKBONE_KEYS),
                                              (AlbertPretrainer, PRETRAINER_KEYS)])
 def test_save_and_reload_keras_file(tmp_path, model_cls, keys):
@@ -103,6 +105,7 @@ def test_save_and_reload_keras_file(tmp_path, model_cls, keys):
         assert loaded.mlm_head.word_embeddings is loaded.backbone.word_embeddings
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sharing", ["all", "attention", "ffn", "none"])
 def test_model_only_tf_checkpoint_round_trips_every_weight(tmp_path, sharing):
     """`tf.train.Checkpoint(model=m)` (the best checkpoint, export) holds every variable,

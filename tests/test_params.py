@@ -23,6 +23,7 @@ def _random_configs(n, seed=2020):
                    type_vocab_size=int(rng.integers(1, 5)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("values", list(_random_configs(6)))
 @pytest.mark.parametrize("sharing", SHARING_MODES)
 def test_built_models_equal_closed_formula(values, sharing):
@@ -71,6 +72,7 @@ def test_render_table_checks_the_formula():
         render_table("T", rows, counter=lambda c: backbone_param_count(c) + 1)
 
 
+@pytest.mark.slow
 def test_command_counts_without_building_and_builds_on_request(tmp_path):
     """`python -m albert_tf.params` prints the tables from the closed formula (no model built:
     the process stays far below BERT-xlarge's 5.7 GB); `--build` builds the rows up to

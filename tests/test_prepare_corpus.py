@@ -11,6 +11,7 @@ from data.text_io import InputError, expand_input_patterns, read_documents, read
 from data.train_vocab import OFFICIAL_USER_DEFINED_SYMBOLS, VocabularyError, train_vocab
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("paragraph, expected", [
     ("Mr. Darcy bowed. Elizabeth smiled! Did he see? Yes.",
      ["Mr. Darcy bowed.", "Elizabeth smiled!", "Did he see?", "Yes."]),
@@ -94,6 +95,7 @@ def test_bad_inputs(tmp_path):
     assert not list(tmp_path.glob("out.txt*"))  # nothing partial
 
 
+@pytest.mark.slow
 def test_train_vocab(tmp_path, prepared_corpus):
     prefix = str(tmp_path / "v")
     description = train_vocab(prepared_corpus["wiki"], prefix, vocab_size=3000, num_threads=2)

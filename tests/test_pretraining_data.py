@@ -48,6 +48,7 @@ def _original_tokens(instance):
     return tokens
 
 
+@pytest.mark.slow
 def test_80_10_10_replacement(instances, books):
     _, vocab, tokenizer = books
     _, insts = instances

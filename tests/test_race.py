@@ -160,6 +160,7 @@ def test_multiple_choice_logits_are_the_classifier_on_each_option():
     assert model.classifier.classifier_head.kernel.shape == (32, 1)
 
 
+@pytest.mark.slow
 def test_a_tiny_model_learns_a_race_slice_with_the_level_breakdown(tmp_path, squad_paragraphs,
                                                                     sample_vocab):
     from albert_tf.train_lib import TrainingConfig, TrainingRun
@@ -194,6 +195,7 @@ def test_a_tiny_model_learns_a_race_slice_with_the_level_breakdown(tmp_path, squ
     assert weighted == pytest.approx(metrics["accuracy"], abs=1e-9)
 
 
+@pytest.mark.slow
 def test_run_race_command_line(tmp_path, squad_paragraphs, sample_vocab):
     counts = write_race(tmp_path / "data", {
         split: {"middle": squad_paragraphs[i:i + 1], "high": squad_paragraphs[i + 1:i + 2]}

@@ -12,6 +12,7 @@ from conftest import SHARED_DIR
 SQUAD_DIR = os.path.join(SHARED_DIR, "data", "squad")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", ["v1.1", "v2.0"])
 def test_answer_spans_map_to_pieces_that_decode_to_the_answer(version, sample_vocab):
     """For every answerable dev question (its first gold answer), the piece span that covers
@@ -68,6 +69,7 @@ def test_windows_follow_the_official_stride():
         windows(5, 0, 2)
 
 
+@pytest.mark.slow
 def test_a_tiny_model_learns_a_squad_slice(tmp_path, sample_vocab):
     """Heads, labels, windows and decoding connect: 22 questions of two dev articles, contexts
     cut into windows (stride 24), learned to a near-perfect official F1 on the same questions."""
@@ -108,6 +110,7 @@ def test_a_tiny_model_learns_a_squad_slice(tmp_path, sample_vocab):
     assert metrics["f1"] >= 90.0
 
 
+@pytest.mark.slow
 def test_run_squad_v1_command_line(tmp_path, sample_vocab):
     """The official command line on a SQuAD slice: predictions.json in the official format for
     every question, eval_results.json from the official evaluator."""
@@ -158,6 +161,7 @@ def test_run_squad_v1_command_line(tmp_path, sample_vocab):
                                                           for q in questions]
 
 
+@pytest.mark.slow
 def test_run_squad_v2_command_line_null_odds_and_best_threshold(tmp_path, sample_vocab):
     """SQuAD v2.0 through the official command line on a slice with unanswerable questions:
     predictions.json and null_odds.json for every question, "" exactly where the null odds exceed

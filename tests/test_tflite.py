@@ -63,6 +63,7 @@ def _tokenizer_tflite(tokenizer):
     return interpreter(converter.convert()).get_signature_runner()
 
 
+@pytest.mark.slow
 def test_on_device_tokenizer_equals_python_on_the_shipped_corpora(sample_vocab):
     """Every line of the bundled novels and WikiText, 3,000 of them with [MASK] markers inserted,
     and the edge cases: identical ids in the TensorFlow graph (all lines) and in the TFLite
@@ -180,6 +181,7 @@ def _check_text(runner, loaded, tok, text, text_b=None):
     return got
 
 
+@pytest.mark.slow
 def test_classifier_and_regressor_on_raw_text_equal_the_saved_model(tflite_files, sample_vocab):
     tok = Tokenizer(sample_vocab)
     texts = _sst2_dev(40)[0] + EDGE_TEXTS
@@ -199,6 +201,7 @@ def test_classifier_and_regressor_on_raw_text_equal_the_saved_model(tflite_files
     assert empty["input_ids"].tolist() == [[2, 3]]
 
 
+@pytest.mark.slow
 def test_sentence_pair_classifier(tflite_files, sample_vocab):
     tok = Tokenizer(sample_vocab)
     runner, record, loaded = tflite_files["classifier_pair"]
@@ -208,6 +211,7 @@ def test_sentence_pair_classifier(tflite_files, sample_vocab):
         _check_text(runner, loaded, tok, a, b)
 
 
+@pytest.mark.slow
 def test_fill_mask_on_raw_text_equals_the_saved_model(tflite_files, sample_vocab):
     tok = Tokenizer(sample_vocab)
     runner, record, loaded = tflite_files["pretrainer"]
@@ -222,6 +226,7 @@ def test_fill_mask_on_raw_text_equals_the_saved_model(tflite_files, sample_vocab
     assert masks > 40
 
 
+@pytest.mark.slow
 def test_token_inputs_equal_the_saved_model(tflite_files, sample_vocab):
     from albert_tf.packing import pack_ids
 
@@ -293,6 +298,7 @@ def sst2_classifier(tmp_path_factory, sample_vocab):
     return {"dir": tmp, "export": str(tmp / "exports" / "sst2"), "version": version}
 
 
+@pytest.mark.slow
 def test_quantized_files_agree_with_the_saved_model_on_sst2_dev(sst2_classifier):
     """Through `python -m export.export_tflite` (the SavedModel as the source: its sequence
     length and labels carry over): float32 equals the SavedModel within 1e-4; float16 and

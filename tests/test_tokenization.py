@@ -55,6 +55,7 @@ def _viterbi_score(sp, pieces):
     return sum(sp.GetScore(sp.PieceToId(p)) for p in pieces)
 
 
+@pytest.mark.slow
 def test_python_and_in_graph_tokenizers_agree_on_the_shipped_corpora(sample_vocab):
     """Every line of the bundled novels and WikiText: identical ids, except segmentation ties.
 

@@ -79,6 +79,7 @@ def _run_workers(runs, tmp_path, timeout=600):
     return outputs
 
 
+@pytest.mark.slow
 def test_mirrored_two_devices_equals_one_device_and_accumulation(generated_data, tmp_path):
     """Same global batch: MirroredStrategy over 2 logical CPUs, one device, and one device with
     2 gradient-accumulation micro-batches end with the same weights (clipping active); a
@@ -177,6 +178,7 @@ def _multi_worker(tmp_path, name, output_dir, extra=()):
     return runs
 
 
+@pytest.mark.slow
 def test_multi_worker_mirrored_two_processes(generated_data, tmp_path):
     """2 worker processes, each reading its own input shard: their final weights equal a
     single-device run of the same global batches (2 input shards on one device) within 1e-5;
@@ -226,6 +228,7 @@ def _checkpoint_arrays(prefix):
             and not name.startswith("_CHECKPOINTABLE")}
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_equals_uninterrupted(generated_data, tmp_path):
     config = tmp_path / "albert_config.json"
     AlbertConfig(**TINY).to_json_file(config)
@@ -262,6 +265,7 @@ def test_sigkill_then_resume_equals_uninterrupted(generated_data, tmp_path):
             np.testing.assert_array_equal(a[key], b[key], err_msg=f"{name}: {key}")
 
 
+@pytest.mark.slow
 def test_eval_metrics_best_checkpoint_and_tensorboard(generated_data, tmp_path):
     cfg = _config(tmp_path, _pattern(generated_data), num_train_steps=6, save_checkpoints_steps=2,
                   do_eval=True, max_eval_steps=3, eval_batch_size=16)
@@ -289,6 +293,7 @@ def test_eval_metrics_best_checkpoint_and_tensorboard(generated_data, tmp_path):
             "examples_per_second"} <= tags
 
 
+@pytest.mark.slow
 def test_bfloat16_training(generated_data, tmp_path):
     losses_by_policy = {}
     for policy in ("float32", "bfloat16"):
@@ -305,6 +310,7 @@ def test_bfloat16_training(generated_data, tmp_path):
     assert losses_by_policy["bfloat16"] != losses_by_policy["float32"]
 
 
+@pytest.mark.slow
 def test_xla_step_matches_uncompiled(generated_data, tmp_path):
     """The TPU proxy: the whole step (forward, loss, gradients, LAMB update) compiles with XLA
     on CPU with static shapes, and gives the same losses and weights within float32 rounding.
@@ -331,6 +337,7 @@ def test_xla_step_matches_uncompiled(generated_data, tmp_path):
             np.testing.assert_allclose(a, b, atol=2e-5)
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_with_the_step_and_a_good_checkpoint(generated_data, tmp_path):
     """Batch 4 of the input carries a NaN weight: the run stops naming step 4 and saves the
     model after step 3, whose weights equal a clean 3-step run."""
@@ -363,6 +370,7 @@ def test_non_finite_loss_stops_with_the_step_and_a_good_checkpoint(generated_dat
         np.testing.assert_allclose(saved[name], value, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.slow
 def test_refuses_mismatched_data_and_output_dir(generated_data, tmp_path):
     with pytest.raises(DataMismatchError, match=r"max_seq_length=64, max_predictions_per_seq=10; "
                                                 r"the model expects max_seq_length=32"):
@@ -424,6 +432,7 @@ def test_strategy_factory_fails_fast():
     assert get_strategy("default").num_replicas_in_sync == 1
 
 
+@pytest.mark.slow
 def test_tpu_address_that_never_answers_is_bounded(generated_data, tmp_path):
     """Something listens but never speaks gRPC: a plain connect would hang forever."""
     server = socket.socket()
@@ -476,6 +485,7 @@ def test_every_official_flag_with_its_official_default(generated_data, tmp_path)
         _config(tmp_path, _pattern(generated_data), masked_lm_budget=0.2)
 
 
+@pytest.mark.slow
 def test_the_same_command_gives_the_same_model_by_default(generated_data, tmp_path):
     """No seed given: two runs end with identical weights (fixed default seed); a run with
     seed=None (fresh draw) differs, so the default is what makes them equal."""
@@ -497,6 +507,7 @@ def test_the_same_command_gives_the_same_model_by_default(generated_data, tmp_pa
     assert max(float(np.abs(a - c).max()) for a, c in zip(weights[0], weights[2])) > 1e-3
 
 
+@pytest.mark.slow
 def test_non_finite_checkpoint_holds_the_input_position_of_its_step(generated_data, tmp_path):
     """The checkpoint saved at a non-finite step resumes with the batch of that step: model,
     optimizer and the input position (a function of the step) agree (nothing skipped)."""
@@ -522,6 +533,7 @@ def test_non_finite_checkpoint_holds_the_input_position_of_its_step(generated_da
     np.testing.assert_array_equal(batch["input_ids"].numpy()[0], expected.int64_list.value)
 
 
+@pytest.mark.slow
 def test_corrupt_input_mid_run_names_the_file_and_saves_a_consistent_step(generated_data,
                                                                           tmp_path):
     """A generated shard (60 records, its sidecar says) truncated inside record 41 after the run
@@ -566,6 +578,7 @@ def test_corrupt_input_mid_run_names_the_file_and_saves_a_consistent_step(genera
     np.testing.assert_array_equal(batch["input_ids"].numpy()[0], expected.int64_list.value)
 
 
+@pytest.mark.slow
 def test_evaluation_takes_the_prediction_count_of_its_own_records(generated_data, tmp_path,
                                                                   sample_vocab,
                                                                   prepared_corpus):

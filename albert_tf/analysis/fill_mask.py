@@ -16,6 +16,10 @@ text is one masked position; texts are tokenized as the exported SavedModel toke
 
 from __future__ import annotations
 
+from albert_tf.quiet import entry_point  # noqa: E402
+
+entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
+
 import os
 
 import keras

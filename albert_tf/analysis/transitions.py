@@ -25,6 +25,10 @@ checkpoint (with `--albert_config_file` unless an `albert_config.json` lies besi
 
 from __future__ import annotations
 
+from albert_tf.quiet import entry_point  # noqa: E402
+
+entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
+
 import csv
 import os
 

@@ -25,9 +25,6 @@ import dataclasses
 import re
 
 import numpy as np
-from albert_tf.backbone import AlbertBackbone
-from albert_tf.classifier import AlbertClassifier
-from albert_tf.pretrainer import AlbertPretrainer
 
 # Our sublayer variable -> official suffix under `transformer/group_g/inner_group_i/`.
 _ATTENTION_NAMES = {
@@ -144,15 +141,12 @@ def multiple_choice_weights(model) -> list[NamedWeight]:
 
 
 def model_kind(model) -> str:
-    """"pretrainer", "classifier", "backbone", "span" (SQuAD) or "multiple_choice" (RACE)."""
-
-    if getattr(model, "albert_kind", None) in ("span", "multiple_choice"):
-        return model.albert_kind
-    for cls, kind in ((AlbertPretrainer, "pretrainer"), (AlbertClassifier, "classifier"),
-                      (AlbertBackbone, "backbone")):
-        if isinstance(model, cls):
-            return kind
-    raise TypeError(f"Not an ALBERT model: {type(model).__name__}")
+    """"pretrainer", "classifier", "backbone", "span" (SQuAD) or "multiple_choice" (RACE): what
+    the model says it is (`albert_kind`, set by every model class and task model)."""
+    kind = getattr(model, "albert_kind", None)
+    if kind is None:
+        raise TypeError(f"Not an ALBERT model: {type(model).__name__}")
+    return kind
 
 
 def model_weights(model) -> list[NamedWeight]:
