@@ -30,9 +30,9 @@ import os
 
 from absl import flags  # noqa: E402
 
-from albert_tf import glue  # noqa: E402
+from albert_tf.tasks import glue  # noqa: E402
 from albert_tf import flags as albert_flags  # noqa: E402
-from albert_tf.classification import ClassificationTask, write_split_features  # noqa: E402
+from albert_tf.tasks.classification import ClassificationTask, write_split_features  # noqa: E402
 from albert_tf.flags import FLAGS  # noqa: E402
 from albert_tf.runner import (command, exporter_from_flags, model_and_tokenizer,  # noqa: E402
                               model_for_prediction, run_task)

@@ -29,7 +29,8 @@ import os
 
 from absl import app, flags  # noqa: E402
 
-from albert_tf import flags as albert_flags, race  # noqa: E402
+from albert_tf import flags as albert_flags
+from albert_tf.tasks import race  # noqa: E402
 from albert_tf.flags import FLAGS  # noqa: E402
 from albert_tf.runner import (command, exporter_from_flags, model_and_tokenizer,  # noqa: E402
                               model_for_prediction, run_task, write_json)

@@ -27,11 +27,12 @@ import os
 
 from absl import app, flags
 
-from albert_tf import flags as albert_flags, squad_eval
+from albert_tf import flags as albert_flags
+from albert_tf.tasks.squad import evaluation as squad_eval
 from albert_tf.flags import FLAGS
 from albert_tf.runner import (command, exporter_from_flags, model_and_tokenizer,
                               model_for_prediction, run_task, write_json)
-from albert_tf.squad import SquadTask, build_features, predict_answers, write_features
+from albert_tf.tasks.squad import SquadTask, build_features, predict_answers, write_features
 from albert_tf.train_lib import TrainingConfig
 
 

@@ -89,7 +89,7 @@ def majority_baseline(task_name, glue_dir):
 
 
 def squad_split(out):
-    from albert_tf import squad_eval
+    from albert_tf.tasks.squad import evaluation as squad_eval
 
     data = squad_eval.load_dataset(FLAGS.squad_file)
     paths = {}

@@ -38,8 +38,8 @@ import time
 import numpy as np
 
 from albert_tf import features as F
+from albert_tf.records import encode_example, write_file
 from albert_tf.tokenization import Tokenizer, file_sha256
-from data.example_proto import encode_example
 from data.pretraining import (GenerationParams, Vocabulary, create_instances_from_document,
                               instance_features)
 from data.text_io import InputError, expand_input_patterns
@@ -374,26 +374,19 @@ def shard_metadata(job: GenerationJob, shard: int, counts: dict, total_examples:
 def _write_shard(run: _Run, shard: int, unit_names, counts: dict, total_examples: int,
                  tokenizer: Tokenizer):
     """3. (one shard) Gathers the shard's examples from every unit in unit order, shuffles them
-    (seeded per shard), writes the TFRecord and then its sidecar, each under a temporary name
-    renamed into place (the sidecar last: it marks the shard finished)."""
-    import tensorflow as tf  # only the reducer writes TFRecords
-
+    (seeded per shard), writes the TFRecord and then its sidecar (`albert_tf.records.write_file`:
+    each under a temporary name renamed into place, the sidecar last: it marks the shard
+    finished)."""
     job = run.job
     path = job.output_files[shard]
     records = []
     for name in unit_names:
         records.extend(_read_unit_shard(name, shard)[0])
     open(run.path("writing", str(shard)), "w").close()
-    tmp = run.path(f"shard-{shard:05d}")
-    with tf.io.TFRecordWriter(tmp + ".tfrecord") as writer:
-        for i in reduce_order(job, shard, len(records)).tolist():
-            writer.write(records[i])
     meta = shard_metadata(job, shard, counts, total_examples, tokenizer.vocab_size,
                           tokenizer.sha256, run.inputs, run.run_hash)
-    with open(tmp + ".json", "w", encoding="utf-8") as f:
-        json.dump(meta, f, indent=2)
-    os.replace(tmp + ".tfrecord", path)
-    os.replace(tmp + ".json", F.sidecar_path(path))
+    write_file([records[i] for i in reduce_order(job, shard, len(records)).tolist()], path,
+               meta)
 
 
 def _reduce_phase(run: _Run, unit_names, finished, tokenizer) -> np.ndarray:

@@ -39,11 +39,12 @@ import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.backbone import set_remove_padding
+from albert_tf.records import encode_example
 from albert_tf.packing import (join_in_graph, keep_first, keep_last, pack_ids, pack_in_graph,
                                pad_features)
 from albert_tf.tokenization import MASK_ID, InGraphTokenizer
-from albert_tf.race import LABELS
-from albert_tf.squad import align_context_in_graph, decode_in_graph, windows_in_graph
+from albert_tf.tasks.race import LABELS
+from albert_tf.tasks.squad import align_context_in_graph, decode_in_graph, windows_in_graph
 
 TEXT, TEXT_B, EXAMPLES = "text", "text_b", "examples"
 CLASSIFY_METHOD = "tensorflow/serving/classify"
@@ -64,9 +65,7 @@ WARMUP_OPTIONS = (("one transformer block", "its vocabulary", "nothing", "the op
 
 def example_bytes(features: dict) -> bytes:
     """A serialized `tf.train.Example` of int features with the official names."""
-    feature = {name: tf.train.Feature(int64_list=tf.train.Int64List(value=list(map(int, v))))
-               for name, v in features.items()}
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    return encode_example({name: (values, "int64") for name, values in features.items()})
 
 
 def _padded_tokens(packed) -> tuple[list, dict]:
@@ -333,12 +332,12 @@ QUESTION, CONTEXT, ARTICLE, OPTIONS = "question", "context", "article", "options
 
 
 class SpanServingModule(AlbertServingModule):
-    """A SQuAD span model (`albert_tf.squad.span_model`) answering questions about raw text.
+    """A SQuAD span model (`albert_tf.tasks.squad.span_model`) answering questions about raw text.
 
     Signatures:
     - `serving_default`: `question`, `context` (string [batch]). In-graph, as
       `run_squad_v1`/`run_squad_v2` predict: the context's pieces aligned to its characters
-      (`albert_tf.squad.align_context_in_graph`), the question's first `max_query_length`
+      (`albert_tf.tasks.squad.align_context_in_graph`), the question's first `max_query_length`
       pieces, windows of the context every `doc_stride` pieces, the best span of at most
       `max_answer_length` pieces among each window's top `n_best_size` starts and ends, the
       best window. Outputs [batch]: `answer` (the context's own characters; "" when no span
@@ -429,11 +428,11 @@ class SpanServingModule(AlbertServingModule):
 
 
 class MultipleChoiceServingModule(AlbertServingModule):
-    """A RACE multiple-choice model (`albert_tf.race.multiple_choice_model`) on raw text.
+    """A RACE multiple-choice model (`albert_tf.tasks.race.multiple_choice_model`) on raw text.
 
     Signatures:
     - `serving_default`: `article`, `question` (string [batch]), `options` (string [batch,
-      num_choices]). In-graph, as `albert_tf.race.example_features`: each option's second
+      num_choices]). In-graph, as `albert_tf.tasks.race.example_features`: each option's second
       segment (the question with its `_` blanks filled by the option, else question + " " +
       option), its last `max_qa_length` pieces, the article cut to fit, `[CLS] article [SEP]
       qa [SEP]` per option, padded to the batch's longest. Outputs: `logits`,

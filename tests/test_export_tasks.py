@@ -11,9 +11,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401 - registers the SentencePiece ops the SavedModels use
 
-from albert_tf import race
-from albert_tf import squad_eval as S
-from albert_tf.squad import (align_context, align_context_in_graph, predict_answers,
+from albert_tf.tasks import race
+from albert_tf.tasks.squad import evaluation as S
+from albert_tf.tasks.squad import (align_context, align_context_in_graph, predict_answers,
                              question_features, span_model)
 from albert_tf.tokenization import Tokenizer
 from conftest import SHARED_DIR, export_config

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from albert_tf import AlbertConfig, glue
-from albert_tf.classification import ClassificationTask, write_examples, write_split_features
+from albert_tf import AlbertConfig
+from albert_tf.tasks import glue
+from albert_tf.tasks.classification import ClassificationTask, write_examples, write_split_features
 from albert_tf.tokenization import Tokenizer
 from albert_tf.train_lib import TrainingConfig, TrainingRun
 from conftest import SHARED_DIR

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from albert_tf import glue
+from albert_tf.tasks import glue
 from conftest import SHARED_DIR
 
 GLUE_DIR = os.path.join(SHARED_DIR, "data", "glue")

@@ -11,8 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from albert_tf import AlbertConfig, race
-from albert_tf import squad_eval as S
+from albert_tf import AlbertConfig
+from albert_tf.tasks import race
+from albert_tf.tasks.squad import evaluation as S
 from albert_tf.tokenization import CLS_ID, SEP_ID, Tokenizer
 from conftest import ROOT, SHARED_DIR
 

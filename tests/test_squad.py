@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from albert_tf import squad_eval as S
-from albert_tf.squad import align_context, windows
+from albert_tf.tasks.squad import evaluation as S
+from albert_tf.tasks.squad import align_context, windows
 from albert_tf.tokenization import Tokenizer
 from conftest import SHARED_DIR
 
@@ -74,7 +74,7 @@ def test_a_tiny_model_learns_a_squad_slice(tmp_path, sample_vocab):
     """Heads, labels, windows and decoding connect: 22 questions of two dev articles, contexts
     cut into windows (stride 24), learned to a near-perfect official F1 on the same questions."""
     from albert_tf import AlbertConfig
-    from albert_tf.squad import SquadTask, question_features, write_features
+    from albert_tf.tasks.squad import SquadTask, question_features, write_features
     from albert_tf.train_lib import TrainingConfig, TrainingRun
 
     tokenizer = Tokenizer(sample_vocab)

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from albert_tf import squad_eval as S
+from albert_tf.tasks.squad import evaluation as S
 from conftest import SHARED_DIR
 
 SQUAD_DIR = os.path.join(SHARED_DIR, "data", "squad")

@@ -257,7 +257,7 @@ def test_refusals_name_the_fix(exported, sample_vocab, tmp_path):
 
     with pytest.raises(TFLiteExportError, match="8000 pieces but the model's vocab_size is 97"):
         export_tflite(AlbertClassifier(tiny_config(), num_labels=2), path, sample_vocab)
-    from albert_tf.squad import span_model
+    from albert_tf.tasks.squad import span_model
 
     with pytest.raises(TFLiteExportError, match="span model has no TensorFlow Lite export"):
         export_tflite(span_model(tiny_config(vocab_size=8000)), path, sample_vocab)
@@ -273,8 +273,9 @@ def test_refusals_name_the_fix(exported, sample_vocab, tmp_path):
 def sst2_classifier(tmp_path_factory, sample_vocab):
     """A tiny classifier fine-tuned on 8,000 SST-2 sentences (300 steps), exported as a
     SavedModel."""
-    from albert_tf import AlbertConfig, glue
-    from albert_tf.classification import ClassificationTask, write_examples
+    from albert_tf import AlbertConfig
+    from albert_tf.tasks import glue
+    from albert_tf.tasks.classification import ClassificationTask, write_examples
     from albert_tf.train_lib import TrainingConfig, TrainingRun
     from export.saved_model import export_saved_model
 

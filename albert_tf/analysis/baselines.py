@@ -2,7 +2,7 @@
 and the majority class of a GLUE classification task."""
 
 from __future__ import annotations
-from albert_tf import glue
+from albert_tf.tasks import glue
 
 
 def masked_pieces(input_patterns, max_seq_length: int, max_predictions_per_seq: int,

@@ -125,7 +125,7 @@ def classifier_weights(classifier) -> list[NamedWeight]:
 
 
 def span_weights(model) -> list[NamedWeight]:
-    """Official names of a SQuAD span model (`albert_tf.squad.span_model`): backbone + the
+    """Official names of a SQuAD span model (`albert_tf.tasks.squad.span_model`): backbone + the
     official `cls/squad/output_weights` [2, H] and `cls/squad/output_bias` [2]."""
     head = model.get_layer("squad")
     return backbone_weights(model.backbone) + [
@@ -135,7 +135,7 @@ def span_weights(model) -> list[NamedWeight]:
 
 
 def multiple_choice_weights(model) -> list[NamedWeight]:
-    """Official names of a multiple-choice model (`albert_tf.race.multiple_choice_model`): its
+    """Official names of a multiple-choice model (`albert_tf.tasks.race.multiple_choice_model`): its
     one-logit classifier (official RACE `output_weights` [1, H], `output_bias` [1])."""
     return classifier_weights(model.classifier)
 

@@ -21,9 +21,11 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from albert_tf import features as F, glue
+from albert_tf import features as F
+from albert_tf.tasks import glue
 from albert_tf.packing import pack_ids, pad_features
-from albert_tf.tasks import LabelledTask
+from albert_tf.records import files_for, read_cached, to_example, write_records
+from albert_tf.tasks.base import LabelledTask
 from albert_tf.classifier import AlbertClassifier
 from albert_tf.input_pipeline import DataMismatchError
 
@@ -53,17 +55,6 @@ def example_features(example: glue.InputExample, task: glue.GlueTask, tokenizer,
                                if example.label is not None else 0]
     features[IS_REAL_EXAMPLE] = [1]
     return features
-
-
-def to_example(features: dict, schema: dict) -> bytes:
-    feature = {}
-    for name, (_, dtype) in schema.items():
-        values = features[name]
-        feature[name] = (tf.train.Feature(float_list=tf.train.FloatList(value=values))
-                         if dtype == "float32" else
-                         tf.train.Feature(int64_list=tf.train.Int64List(value=values)))
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(
-        deterministic=True)
 
 
 def write_examples(examples, task: glue.GlueTask, tokenizer, max_seq_length: int, path: str,
@@ -142,79 +133,6 @@ def write_split_features(task: glue.GlueTask, tokenizer, data_dir, cache_dir, ma
     return written
 
 
-def files_for(num_records: int, num_files: int) -> int:
-    """The number of files `write_records` splits `num_records` into: `num_files`, but never
-    an empty file."""
-    if num_files < 1:
-        raise ValueError(f"The number of feature files must be positive; got {num_files}.")
-    return max(1, min(num_files, num_records))
-
-
-def shard_paths(path: str, num_files: int) -> list[str]:
-    """`path` itself for one file; else `<root>-00000-of-0000N<ext>` ... for N files."""
-    if num_files == 1:
-        return [path]
-    root, ext = os.path.splitext(path)
-    return [f"{root}-{i:05d}-of-{num_files:05d}{ext}" for i in range(num_files)]
-
-
-def read_cached(path: str, digest: str, num_files: int = 1) -> dict | None:
-    """The split's sidecar when every file `write_records` would write exists with sidecar
-    `digest` (made from the same inputs and settings); else None."""
-    metas = []
-    for shard in shard_paths(path, num_files):
-        sidecar = F.sidecar_path(shard)
-        if not (tf.io.gfile.exists(shard) and tf.io.gfile.exists(sidecar)):
-            return None
-        with tf.io.gfile.GFile(sidecar) as f:
-            meta = json.load(f)
-        if meta.get("digest") != digest:
-            return None
-        metas.append(meta)
-    return dict(metas[0], num_examples=sum(m["num_examples"] for m in metas),
-                files=shard_paths(path, num_files))
-
-
-def write_records(records, path: str, meta: dict, num_files: int = 1) -> list[str]:
-    """Serialized examples to TFRecords, each with a JSON sidecar (`meta`, with the file's own
-    `num_examples`), atomically; returns the paths. With `num_files` > 1 the records are split
-    into that many consecutive blocks (`shard_paths`), so several input pipelines (workers, TPU
-    hosts) can read a split: the input pipeline deals whole files to its shards."""
-    records = list(records)
-    paths = shard_paths(path, num_files)
-    bounds = np.linspace(0, len(records), len(paths) + 1).round().astype(int)
-    for i, shard in enumerate(paths):
-        block = records[bounds[i]:bounds[i + 1]]
-        shard_meta = meta if len(paths) == 1 else dict(
-            meta, num_examples=len(block), file_index=i, num_files=len(paths),
-            split_examples=meta["num_examples"])
-        _write_one(block, shard, shard_meta)
-    return paths
-
-
-def _write_one(records, path: str, meta: dict) -> None:
-    """Each file written to a temporary name of this process and renamed, so a reader never
-    sees half a file and workers that write the same file into a shared directory at once never
-    write into one another's."""
-    import uuid
-
-    tf.io.gfile.makedirs(os.path.dirname(os.path.abspath(path)))
-    sidecar_path = F.sidecar_path(path)
-    tmp = f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        with tf.io.TFRecordWriter(path + tmp) as writer:
-            for record in records:
-                writer.write(record)
-        with tf.io.gfile.GFile(sidecar_path + tmp, "w") as f:
-            json.dump(meta, f, indent=2)
-        tf.io.gfile.rename(path + tmp, path, overwrite=True)
-        tf.io.gfile.rename(sidecar_path + tmp, sidecar_path, overwrite=True)
-    finally:
-        for leftover in (path + tmp, sidecar_path + tmp):
-            if tf.io.gfile.exists(leftover):
-                tf.io.gfile.remove(leftover)
-
-
 class ClassificationTask(LabelledTask):
     """A GLUE task on `write_examples` files: `AlbertClassifier` (dropout, then dense on the
     pooled output), cross entropy (MSE for STS-B), GLUE's metrics; the best checkpoint by the
@@ -248,7 +166,7 @@ class ClassificationTask(LabelledTask):
             sidecar = F.sidecar_path(path)
             if not tf.io.gfile.exists(sidecar):
                 raise DataMismatchError(f"{path} has no sidecar; write fine-tuning data with "
-                                        "albert_tf.classification.write_examples.")
+                                        "albert_tf.tasks.classification.write_examples.")
             with tf.io.gfile.GFile(sidecar) as f:
                 meta = json.load(f)
             if meta.get("task") != self.glue_task.name or \

@@ -32,8 +32,8 @@ import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.task_models import NUM_CHOICES, multiple_choice_model  # noqa: F401
-from albert_tf.tasks import LabelledTask
-from albert_tf.classification import files_for, read_cached, to_example, write_records
+from albert_tf.tasks.base import LabelledTask
+from albert_tf.records import files_for, read_cached, to_example, write_records
 from albert_tf.input_pipeline import DataMismatchError
 from albert_tf.tokenization import CLS_ID, SEP_ID
 
@@ -174,7 +174,7 @@ def write_examples(examples, tokenizer, max_seq_length: int, max_qa_length: int,
                    num_files: int = 1) -> dict:
     """The questions as TFRecords with JSON sidecars, atomically (kept when made from the same
     examples and settings); seeded order for training files, `is_real_example = 0` padding to
-    a multiple of `pad_to_multiple`, `num_files` files (`classification.write_records`).
+    a multiple of `pad_to_multiple`, `num_files` files (`albert_tf.records.write_records`).
     Returns the split's sidecar with `files`."""
     digest = hashlib.sha256(json.dumps(
         ["race", max_seq_length, max_qa_length, shuffle_seed, pad_to_multiple,
@@ -236,7 +236,7 @@ class RaceTask(LabelledTask):
             sidecar = F.sidecar_path(path)
             if not tf.io.gfile.exists(sidecar):
                 raise DataMismatchError(f"{path} has no sidecar; write RACE data with "
-                                        "albert_tf.race.write_examples.")
+                                        "albert_tf.tasks.race.write_examples.")
             with tf.io.gfile.GFile(sidecar) as f:
                 meta = json.load(f)
             if meta.get("format") != SIDECAR_FORMAT or \

@@ -1,0 +1,177 @@
+"""TFRecords, written one way for every task and for the pretraining data.
+
+- `encode_example` / `to_example`: `tf.train.Example` bytes without TensorFlow (the
+  data-generation workers build them by the million; importing TensorFlow in each costs seconds
+  and hundreds of MB). The wire format is small and stable
+  (tensorflow/core/example/example.proto):
+
+      Example  { Features features = 1; }
+      Features { map<string, Feature> feature = 1; }
+      Feature  { oneof { BytesList bytes_list = 1; FloatList float_list = 2;
+                         Int64List int64_list = 3; } }
+      FloatList { repeated float value = 1 [packed = true]; }
+      Int64List { repeated int64 value = 1 [packed = true]; }
+
+  Map entries are written sorted by key, which is what
+  `tf.train.Example.SerializeToString(deterministic=True)` produces; the tests compare the bytes.
+- `write_records` / `write_file`: records to TFRecord files with JSON sidecars (`features.
+  sidecar_path`), each written under a temporary name and renamed into place, the sidecar last
+  (it marks a finished file); a split in several files for several input pipelines
+  (`shard_paths`); `read_cached` finds files written from the same inputs (by digest).
+
+TensorFlow (its TFRecord writer and `tf.io.gfile`, for `gs://` paths) is loaded by the writing
+functions only, so that importing this module, as the data workers do, stays light.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import numpy as np
+
+from albert_tf import features as F
+
+
+def _gfile():
+    """`tf.io.gfile` (TensorFlow loaded on first use; see the module docstring)."""
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+def _record_writer(path: str):
+    import tensorflow as tf
+
+    return tf.io.TFRecordWriter(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Examples.
+def _varint(value: int) -> bytes:
+    if value < 0:
+        value += 1 << 64  # int64 two's complement, 10 bytes
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+_SMALL = [_varint(v) for v in range(1 << 16)]
+
+
+def _varints(values) -> bytes:
+    small = _SMALL
+    return b"".join(small[v] if 0 <= v < 65536 else _varint(v) for v in values)
+
+
+def _length_delimited(field: int, payload: bytes) -> bytes:
+    return _varint((field << 3) | 2) + _varint(len(payload)) + payload
+
+
+def _int64_feature(values) -> bytes:
+    packed = _varints(int(v) for v in values)
+    return _length_delimited(3, _length_delimited(1, packed) if packed else b"")
+
+
+def _float_feature(values) -> bytes:
+    values = np.asarray(values, dtype="<f4")
+    return _length_delimited(2, _length_delimited(1, values.tobytes()) if values.size else b"")
+
+
+def encode_example(features: dict) -> bytes:
+    """Serializes {name: (values, "int64" | "float32")} as a `tf.train.Example`."""
+    entries = []
+    for name in sorted(features):
+        values, dtype = features[name]
+        feature = _int64_feature(values) if dtype == "int64" else _float_feature(values)
+        entry = _length_delimited(1, name.encode("utf-8")) + _length_delimited(2, feature)
+        entries.append(_length_delimited(1, entry))
+    return _length_delimited(1, b"".join(entries))
+
+
+def to_example(features: dict, schema: dict) -> bytes:
+    """A `tf.train.Example` of {name: flat values} typed by `schema` ({name: (shape, "int64" |
+    "float32")}); every schema feature must be given."""
+    return encode_example({name: (np.ravel(features[name]), dtype)
+                           for name, (_, dtype) in schema.items()})
+
+
+# ---------------------------------------------------------------------------------------------
+# Files.
+def files_for(num_records: int, num_files: int) -> int:
+    """The number of files `write_records` splits `num_records` into: `num_files`, but never
+    an empty file."""
+    if num_files < 1:
+        raise ValueError(f"The number of feature files must be positive; got {num_files}.")
+    return max(1, min(num_files, num_records))
+
+
+def shard_paths(path: str, num_files: int) -> list[str]:
+    """`path` itself for one file; else `<root>-00000-of-0000N<ext>` ... for N files."""
+    if num_files == 1:
+        return [path]
+    root, ext = os.path.splitext(path)
+    return [f"{root}-{i:05d}-of-{num_files:05d}{ext}" for i in range(num_files)]
+
+
+def read_cached(path: str, digest: str, num_files: int = 1) -> dict | None:
+    """The split's sidecar when every file `write_records` would write exists with sidecar
+    `digest` (made from the same inputs and settings); else None."""
+    metas = []
+    for shard in shard_paths(path, num_files):
+        sidecar = F.sidecar_path(shard)
+        if not (_gfile().exists(shard) and _gfile().exists(sidecar)):
+            return None
+        with _gfile().GFile(sidecar) as f:
+            meta = json.load(f)
+        if meta.get("digest") != digest:
+            return None
+        metas.append(meta)
+    return dict(metas[0], num_examples=sum(m["num_examples"] for m in metas),
+                files=shard_paths(path, num_files))
+
+
+def write_records(records, path: str, meta: dict, num_files: int = 1) -> list[str]:
+    """Serialized examples to TFRecords, each with a JSON sidecar (`meta`, with the file's own
+    `num_examples`), atomically; returns the paths. With `num_files` > 1 the records are split
+    into that many consecutive blocks (`shard_paths`), so several input pipelines (workers, TPU
+    hosts) can read a split: the input pipeline deals whole files to its shards."""
+    records = list(records)
+    paths = shard_paths(path, num_files)
+    bounds = np.linspace(0, len(records), len(paths) + 1).round().astype(int)
+    for i, shard in enumerate(paths):
+        block = records[bounds[i]:bounds[i + 1]]
+        shard_meta = meta if len(paths) == 1 else dict(
+            meta, num_examples=len(block), file_index=i, num_files=len(paths),
+            split_examples=meta["num_examples"])
+        write_file(block, shard, shard_meta)
+    return paths
+
+
+def write_file(records, path: str, meta: dict) -> None:
+    """`records` to the TFRecord `path` and `meta` to its sidecar, each written to a temporary
+    name of this process and renamed (the sidecar last), so a reader never sees half a file and
+    workers that write the same file into a shared directory at once never write into one
+    another's."""
+    _gfile().makedirs(os.path.dirname(os.path.abspath(path)))
+    sidecar_path = F.sidecar_path(path)
+    tmp = f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        with _record_writer(path + tmp) as writer:
+            for record in records:
+                writer.write(record)
+        with _gfile().GFile(sidecar_path + tmp, "w") as f:
+            json.dump(meta, f, indent=2)
+        _gfile().rename(path + tmp, path, overwrite=True)
+        _gfile().rename(sidecar_path + tmp, sidecar_path, overwrite=True)
+    finally:
+        for leftover in (path + tmp, sidecar_path + tmp):
+            if _gfile().exists(leftover):
+                _gfile().remove(leftover)

@@ -1,0 +1,27 @@
+"""The tasks the one training loop runs (`albert_tf.train_lib.TrainingRun`): what each plugs
+into it (`base.Task`: its model, records, loss, metrics, prediction), one module (or package)
+per task family:
+
+- `pretraining`: masked LM + sentence order (`PretrainingTask`);
+- `glue` (readers, labels, metrics) and `classification` (records, `ClassificationTask`);
+- `squad/`: `features` (alignment, windows, records), `decoding`, `task` (`SquadTask`),
+  `in_graph` (the same in TensorFlow ops, for serving), `evaluation` (the official scripts);
+- `race`: readers, records, `RaceTask`.
+
+TFRecords of every task are written by `albert_tf.records`. The classes load on first use
+(PEP 562), so the readers and metrics (`glue`, `squad.evaluation`) import without TensorFlow.
+"""
+
+import importlib as _importlib
+
+_LAZY = {"SUM": "albert_tf.tasks.base", "Task": "albert_tf.tasks.base",
+         "LabelledTask": "albert_tf.tasks.base", "PretrainingTask": "albert_tf.tasks.pretraining"}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(_importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'albert_tf.tasks' has no attribute {name!r}")

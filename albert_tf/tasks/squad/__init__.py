@@ -1,0 +1,25 @@
+"""SQuAD v1.1 / v2.0: `features` (pieces aligned to the context's characters, windows,
+records), `decoding` (n-best spans, answers, null odds), `task` (`SquadTask`), `in_graph` (the
+same alignment, windows and decoding as TensorFlow ops, for SavedModels), `evaluation` (the
+official v1.1 and v2.0 scripts)."""
+
+import importlib as _importlib
+
+_MODULES = {"decoding": ("best_spans", "predict_answers"),
+            "features": ("AlignedContext", "END_POSITIONS", "START_POSITIONS", "UNIQUE_IDS",
+                         "align_context", "build_features", "question_features", "squad_schema",
+                         "windows", "write_features"),
+            "in_graph": ("align_context_in_graph", "decode_in_graph", "windows_in_graph"),
+            "task": ("SquadTask",)}
+_LAZY = {name: f"albert_tf.tasks.squad.{module}" for module, names in _MODULES.items()
+         for name in names}
+_LAZY["span_model"] = "albert_tf.task_models"
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):  # PEP 562: `evaluation` imports without TensorFlow
+    if name in _LAZY:
+        value = getattr(_importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'albert_tf.tasks.squad' has no attribute {name!r}")

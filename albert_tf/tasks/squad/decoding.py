@@ -1,0 +1,57 @@
+"""SQuAD decoding in Python: the best spans of each window (n-best starts x ends, at most
+`max_answer_length` pieces, inside the context) and each question's answer over its windows,
+with the null odds for SQuAD 2.0."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def best_spans(start_logits, end_logits, feature: dict, n_best: int = 20,
+               max_answer_length: int = 30):
+    """[(score, first piece, last piece)] of the best context spans of one feature (pieces
+    indexed in the context), best first: start and end inside the window, end not before
+    start, at most `max_answer_length` pieces (official n-best rule over the top starts and
+    ends). The top `n_best` starts and ends are taken among the sequence's real positions
+    ([CLS], question, window, [SEP]s); the official code ranks the padding positions too,
+    which can only push real candidates out. `decode_in_graph` applies the same rule."""
+    offset, (window_start, length) = feature["offset"], feature["window"]
+    real = offset + length + 1  # through the final [SEP]
+    # Highest first; equal logits in position order (as tf.math.top_k).
+    starts = np.argsort(-np.asarray(start_logits[:real]), kind="stable")[:n_best]
+    ends = np.argsort(-np.asarray(end_logits[:real]), kind="stable")[:n_best]
+    spans = []
+    for s in starts.tolist():
+        for e in ends.tolist():
+            if not (offset <= s < offset + length and offset <= e < offset + length):
+                continue
+            if e < s or e - s + 1 > max_answer_length:
+                continue
+            spans.append((float(start_logits[s] + end_logits[e]),
+                          s - offset + window_start, e - offset + window_start))
+    spans.sort(key=lambda t: -t[0])
+    return spans[:n_best]
+
+
+def predict_answers(features, start_logits, end_logits, contexts: dict, n_best: int = 20,
+                    max_answer_length: int = 30, null_threshold: float | None = None):
+    """({question id: answer text}, {question id: null score - best span score}) from the
+    logits of every feature (rows in `features` order). With `null_threshold` (SQuAD v2), a
+    question whose null score ([CLS] start + end, minimum over its windows) exceeds its best
+    span's score by more than the threshold is answered "" (no answer)."""
+    best, null = {}, {}
+    for feature, start, end in zip(features, start_logits, end_logits):
+        qid = feature["id"]
+        null[qid] = min(null.get(qid, float("inf")), float(start[0] + end[0]))
+        for score, first, last in best_spans(start, end, feature, n_best, max_answer_length):
+            if qid not in best or score > best[qid][0]:
+                best[qid] = (score, contexts[qid].text_of(first, last))
+            break
+    answers, null_odds = {}, {}
+    for qid in null:
+        score, text = best.get(qid, (float("-inf"), ""))
+        null_odds[qid] = null[qid] - score
+        answers[qid] = text
+        if null_threshold is not None and null_odds[qid] > null_threshold:
+            answers[qid] = ""
+    return answers, null_odds

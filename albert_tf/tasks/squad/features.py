@@ -1,0 +1,178 @@
+"""SQuAD inputs: SentencePiece pieces aligned to the characters of the original context, answer
+character spans mapped to piece spans, and windows of long contexts (document stride).
+
+Alignment. The context is split on whitespace into words (SentencePiece never joins pieces
+across whitespace, so a word's pieces are the same alone as in the whole text). Inside a word,
+the pieces' surface strings (the `▁` removed) concatenated equal the preprocessed word whenever
+preprocessing keeps its length (lowercasing ASCII and most scripts, quote replacement of
+`` and '' aside); then each piece gets its exact character span in the original. Otherwise
+(accents removed by NFKD, an unknown piece, SentencePiece's own normalisation) every piece of
+the word spans the whole word, so an answer maps to whole words there. A predicted piece span is
+turned back into text by slicing the original context between the first piece's start and the
+last piece's end, so the answer text is the context's own characters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numpy as np
+from albert_tf.tasks.squad import evaluation as squad_eval
+from albert_tf.tokenization import CLS_ID, SEP_ID, SPIECE_UNDERLINE
+from albert_tf.records import files_for, to_example, write_records
+
+
+_WHITESPACE = frozenset(" \t\r\n\u00a0\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+                        "\u2009\u200a\u202f\u205f\u3000\u200b\ufeff")
+
+
+@dataclasses.dataclass
+class AlignedContext:
+    """A context's piece ids with each piece's [start, end) character span in `text`."""
+
+    text: str
+    ids: list
+    pieces: list
+    starts: list
+    ends: list
+    exact: int  # pieces aligned to their own characters (not to a whole word)
+
+    def piece_span(self, char_start: int, char_end: int) -> tuple[int, int] | None:
+        """(first, last) piece index covering characters [char_start, char_end), or None when
+        the span holds no piece (whitespace only)."""
+        first = next((i for i, e in enumerate(self.ends) if e > char_start), None)
+        last = next((i for i in range(len(self.starts) - 1, -1, -1)
+                     if self.starts[i] < char_end), None)
+        if first is None or last is None or last < first:
+            return None
+        return first, last
+
+    def text_of(self, first: int, last: int) -> str:
+        """The context's characters from piece `first` to piece `last` (inclusive)."""
+        return self.text[self.starts[first]:self.ends[last]]
+
+
+def _words(text: str):
+    start = None
+    for i, ch in enumerate(text):
+        if ch in _WHITESPACE or ch.isspace():
+            if start is not None:
+                yield start, i
+                start = None
+        elif start is None:
+            start = i
+    if start is not None:
+        yield start, len(text)
+
+
+def align_context(text: str, tokenizer) -> AlignedContext:
+    ids, pieces, starts, ends, exact = [], [], [], [], 0
+    for word_start, word_end in _words(text):
+        word = text[word_start:word_end]
+        word_pieces = tokenizer.tokenize(word)
+        surfaces = [p.replace(SPIECE_UNDERLINE, "") for p in word_pieces]
+        preprocessed = tokenizer.preprocess(word)
+        aligned = "".join(surfaces) == preprocessed and len(preprocessed) == len(word)
+        offset = word_start
+        for piece, surface in zip(word_pieces, surfaces):
+            if aligned:
+                starts.append(offset)
+                offset += len(surface)
+                ends.append(offset)
+                exact += 1
+            else:
+                starts.append(word_start)
+                ends.append(word_end)
+            pieces.append(piece)
+        ids.extend(tokenizer.pieces_to_ids(word_pieces))
+    # A piece that is only "▁" has no characters: give it the next piece's start (empty span).
+    for i, (s, e) in enumerate(zip(starts, ends)):
+        if s == e and i + 1 < len(starts):
+            starts[i] = ends[i] = starts[i + 1]
+    return AlignedContext(text, ids, pieces, starts, ends, exact)
+
+
+def windows(num_pieces: int, max_pieces: int, doc_stride: int) -> list[tuple[int, int]]:
+    """(start, length) windows over the context's pieces: each at most `max_pieces` long, each
+    starting `doc_stride` after the previous, the last reaching the end (official rule)."""
+    if max_pieces < 1 or doc_stride < 1:
+        raise ValueError(f"max_pieces ({max_pieces}) and doc_stride ({doc_stride}) must be "
+                         "positive; raise --max_seq_length or lower --max_query_length.")
+    spans, start = [], 0
+    while True:
+        length = min(max_pieces, num_pieces - start)
+        spans.append((start, length))
+        if start + length >= num_pieces:
+            return spans
+        start += min(length, doc_stride)
+
+
+# Features: [CLS] question [SEP] window of the context [SEP].
+START_POSITIONS, END_POSITIONS, UNIQUE_IDS = "start_positions", "end_positions", "unique_ids"
+
+
+def squad_schema(max_seq_length: int) -> dict:
+    return {"input_ids": (max_seq_length, "int64"), "input_mask": (max_seq_length, "int64"),
+            "segment_ids": (max_seq_length, "int64"), START_POSITIONS: (1, "int64"),
+            END_POSITIONS: (1, "int64"), UNIQUE_IDS: (1, "int64"),
+            "is_real_example": (1, "int64")}
+
+
+def question_features(question: dict, context: AlignedContext, tokenizer, max_seq_length: int,
+                      doc_stride: int, max_query_length: int, unique_id: int,
+                      is_training: bool) -> list[dict]:
+    """The features of one question (one per context window). Each carries `offset` (index of
+    the window's first piece in the sequence), `window` (start, length) in the context's pieces,
+    and, when training, the answer's piece positions in the sequence (0, 0 = [CLS] when the
+    window does not hold the whole answer, or the question has none)."""
+    query = tokenizer.encode(question["question"])[:max_query_length]
+    budget = max_seq_length - len(query) - 3
+    answer = None
+    if question["answers"]:
+        text, start = question["answers"][0], question["answer_starts"][0]
+        answer = context.piece_span(start, start + len(text))
+    features = []
+    for i, (start, length) in enumerate(windows(len(context.ids), budget, doc_stride)):
+        ids = [CLS_ID, *query, SEP_ID, *context.ids[start:start + length], SEP_ID]
+        segments = [0] * (len(query) + 2) + [1] * (length + 1)
+        offset = len(query) + 2
+        pad = max_seq_length - len(ids)
+        start_position = end_position = 0
+        if answer is not None and start <= answer[0] and answer[1] < start + length:
+            start_position, end_position = answer[0] - start + offset, answer[1] - start + offset
+        features.append({
+            "input_ids": ids + [0] * pad, "input_mask": [1] * len(ids) + [0] * pad,
+            "segment_ids": segments + [0] * pad, START_POSITIONS: [start_position],
+            END_POSITIONS: [end_position], UNIQUE_IDS: [unique_id + i], "is_real_example": [1],
+            "offset": offset, "window": (start, length), "id": question["id"]})
+    return features
+
+
+# The span model and the task the training loop runs.
+def write_features(features, path: str, max_seq_length: int, num_files: int = 1) -> dict:
+    """The features as TFRecords with sidecars (counts), atomically, in `num_files` files
+    (`albert_tf.records.write_records`); returns the sidecar with `files`."""
+    schema = squad_schema(max_seq_length)
+    meta = {"format": "albert_squad_tfrecord", "num_examples": len(features),
+            "max_seq_length": max_seq_length}
+    files = write_records([to_example(feature, schema) for feature in features], path, meta,
+                          files_for(len(features), num_files))
+    return dict(meta, files=files)
+
+
+def build_features(path: str, tokenizer, max_seq_length: int, doc_stride: int,
+                   max_query_length: int, is_training: bool, seed: int | None = None):
+    """(dataset, features, {question id: AlignedContext}) of a SQuAD file; training features in
+    a seeded order."""
+    dataset = squad_eval.load_dataset(path)
+    contexts, aligned, features = {}, {}, []
+    for q in squad_eval.questions(dataset):
+        if q["context"] not in aligned:
+            aligned[q["context"]] = align_context(q["context"], tokenizer)
+        contexts[q["id"]] = aligned[q["context"]]
+        features += question_features(q, contexts[q["id"]], tokenizer, max_seq_length,
+                                      doc_stride, max_query_length, 1000000 + len(features),
+                                      is_training)
+    if is_training and seed is not None:
+        order = np.random.default_rng([seed, 0x5A0AD]).permutation(len(features))
+        features = [features[i] for i in order]
+    return dataset, features, contexts

@@ -1,0 +1,113 @@
+"""SQuAD span extraction as a task of the one training loop."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+from albert_tf.tasks.squad import evaluation as squad_eval
+from albert_tf.task_models import span_model
+from albert_tf.tasks.base import Task
+from albert_tf.checkpoints import initialize_backbone
+from albert_tf.tasks.squad.decoding import predict_answers
+from albert_tf.tasks.squad.features import END_POSITIONS, START_POSITIONS, UNIQUE_IDS, squad_schema
+
+
+class SquadTask(Task):
+    """SQuAD span extraction for the one loop: loss = mean of the start and end cross entropies
+    over the real features of the global batch; evaluation decodes every question's best span
+    over its windows and scores it with the official evaluator (`evaluation` must be set:
+    (dataset, features in file order, {question id: AlignedContext})).
+
+    `version=2` (SQuAD v2.0): unanswerable questions train toward [CLS]; evaluation answers ""
+    where the null odds exceed `null_threshold` and reports the official v2.0 scores (`exact`
+    and `f1` of those answers, HasAns/NoAns, and `best_exact`/`best_f1` with their thresholds
+    from the official search over the null odds); the best checkpoint by `best_f1`."""
+
+    model_inputs = ("input_ids", "input_mask", "segment_ids")
+    term_names = ("loss_sum", "count", "start_correct", "end_correct")
+    metric_names = ("span_loss", "start_accuracy", "end_accuracy", "exact_match", "f1")
+    best_metric = "f1"
+    examples_term = "count"
+    name = "squad_v1"
+
+    def __init__(self, albert_config, max_seq_length: int, n_best: int = 20,
+                 max_answer_length: int = 30, version: int = 1,
+                 null_threshold: float | None = None):
+        if version not in (1, 2):
+            raise ValueError(f"SQuAD version must be 1 or 2, not {version!r}.")
+        self.version = version
+        self.null_threshold = (0.0 if null_threshold is None else null_threshold) \
+            if version == 2 else None
+        if version == 2:
+            self.name = "squad_v2"
+            self.metric_names = ("span_loss", "start_accuracy", "end_accuracy", "exact", "f1",
+                                 "best_exact", "best_f1")
+            self.best_metric = "best_f1"
+        self.albert_config = albert_config
+        self.max_seq_length = max_seq_length
+        self.n_best = n_best
+        self.max_answer_length = max_answer_length
+        self.evaluation = None
+        self.last_predictions = None
+
+    def build_model(self, dtype=None):
+        return span_model(self.albert_config, dtype)
+
+    def schema(self):
+        return squad_schema(self.max_seq_length)
+
+    def check_files(self, files):
+        return {path: None for path in files}
+
+    def initialize(self, model, path, init_from_group0=False):
+        return initialize_backbone(model.backbone, path, init_from_group0=init_from_group0)
+
+    def normalizers(self, features, global_batch_size):
+        ctx = tf.distribute.get_replica_context()
+        real = tf.reduce_sum(tf.cast(features["is_real_example"], tf.float32))
+        return {"count": ctx.all_reduce(tf.distribute.ReduceOp.SUM, real)}
+
+    def loss_terms(self, outputs, features):
+        real = tf.reshape(tf.cast(features["is_real_example"], tf.float32), [-1])
+        terms = {"loss_sum": 0.0, "count": tf.reduce_sum(real)}
+        for name, key in (("start", START_POSITIONS), ("end", END_POSITIONS)):
+            logits = tf.cast(outputs[f"{name}_logits"], tf.float32)
+            labels = tf.reshape(tf.cast(features[key], tf.int32), [-1])
+            loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+            terms["loss_sum"] += 0.5 * tf.reduce_sum(real * loss)
+            correct = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels)
+            terms[f"{name}_correct"] = tf.reduce_sum(real * tf.cast(correct, tf.float32))
+        return terms
+
+    def loss(self, terms, normalizers):
+        return terms["loss_sum"] / tf.maximum(normalizers["count"], 1.0)
+
+    def eval_outputs(self, outputs, features):
+        return {"start_logits": tf.cast(outputs["start_logits"], tf.float32),
+                "end_logits": tf.cast(outputs["end_logits"], tf.float32),
+                "unique_ids": tf.reshape(features[UNIQUE_IDS], [-1]),
+                "real": tf.reshape(tf.cast(features["is_real_example"], tf.float32), [-1])}
+
+    def metrics(self, sums, collected=None):
+        count = max(float(sums["count"]), 1.0)
+        metrics = {"span_loss": float(sums["loss_sum"]) / count,
+                   "start_accuracy": float(sums["start_correct"]) / count,
+                   "end_accuracy": float(sums["end_correct"]) / count}
+        if collected and self.evaluation is not None:
+            dataset, features, contexts = self.evaluation
+            row = {int(u): i for i, (u, r) in enumerate(zip(collected["unique_ids"],
+                                                            collected["real"])) if r > 0.5}
+            rows = [row[f[UNIQUE_IDS][0]] for f in features]
+            answers, null_odds = predict_answers(
+                features, collected["start_logits"][rows], collected["end_logits"][rows],
+                contexts, self.n_best, self.max_answer_length, self.null_threshold)
+            if self.version == 1:
+                metrics.update(squad_eval.evaluate_v1(dataset, answers))
+            else:
+                metrics.update(squad_eval.evaluate_v2(dataset, answers, null_odds,
+                                                      float("inf")))
+            self.last_predictions = answers
+        return metrics
+
+    def progress(self, metrics):
+        return (f"span loss {metrics['span_loss']:.4f} | start acc "
+                f"{metrics['start_accuracy']:.3f} | end acc {metrics['end_accuracy']:.3f}")
