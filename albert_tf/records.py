@@ -121,6 +121,15 @@ def shard_paths(path: str, num_files: int) -> list[str]:
     return [f"{root}-{i:05d}-of-{num_files:05d}{ext}" for i in range(num_files)]
 
 
+def read_sidecar(path: str) -> dict | None:
+    """The JSON sidecar of the TFRecord `path`, or None when it has none."""
+    sidecar = F.sidecar_path(path)
+    if not _gfile().exists(sidecar):
+        return None
+    with _gfile().GFile(sidecar) as f:
+        return json.load(f)
+
+
 def read_cached(path: str, digest: str, num_files: int = 1) -> dict | None:
     """The split's sidecar when every file `write_records` would write exists with sidecar
     `digest` (made from the same inputs and settings); else None."""

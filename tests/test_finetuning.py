@@ -10,7 +10,8 @@ import tensorflow as tf
 
 from albert_tf import AlbertConfig
 from albert_tf.tasks import glue
-from albert_tf.tasks.classification import ClassificationTask, write_examples, write_split_features
+from albert_tf.tasks.classification import (ClassificationTask, write_examples,
+                                            write_split_features)
 from albert_tf.tokenization import Tokenizer
 from albert_tf.train_lib import TrainingConfig, TrainingRun
 from conftest import SHARED_DIR
@@ -253,12 +254,11 @@ def test_train_examples_takes_the_first_labels_only(tmp_path, sample_vocab):
     """`run_classifier --train_examples N`: the training features are exactly those of the
     split's first N examples (same digest as writing them directly); out-of-range N names the
     flag and the split's size."""
-
     task = glue.get_task("sst-2")
     tokenizer = Tokenizer(sample_vocab)
     data_dir = os.path.join(GLUE_DIR, "SST-2")
-    written = write_split_features(task, tokenizer, data_dir, str(tmp_path / "cache"), 32, ["train"],
-                             7, 8, 8, num_train_files=1, train_examples=123)
+    written = write_split_features(task, tokenizer, data_dir, str(tmp_path / "cache"), 32,
+                                   ["train"], 7, 8, 8, num_train_files=1, train_examples=123)
     files, meta, examples = written["train"]
     first = glue.load_split(task, data_dir, "train")[:123]
     assert meta["real_examples"] == 123 and [e.guid for e in examples] == [e.guid for e in first]
@@ -268,8 +268,8 @@ def test_train_examples_takes_the_first_labels_only(tmp_path, sample_vocab):
     for bad in (-1, 67_350):
         with pytest.raises(ValueError, match=rf"--train_examples={bad}: the train split .* has "
                                              r"67349 examples"):
-            write_split_features(task, tokenizer, data_dir, str(tmp_path / "bad"), 32, ["train"], 7, 8,
-                           8, train_examples=bad)
+            write_split_features(task, tokenizer, data_dir, str(tmp_path / "bad"), 32,
+                                 ["train"], 7, 8, 8, train_examples=bad)
 
 
 @pytest.mark.slow
@@ -309,3 +309,28 @@ def test_a_separable_task_is_learned_beyond_the_majority_class(tmp_path, sample_
     print(f"\nseparable toy task: dev accuracy {metrics['accuracy']:.3f}, majority {majority:.3f}")
     assert metrics["examples"] == 200 and majority < 0.6
     assert metrics["accuracy"] >= 0.9
+
+
+def test_records_of_another_task_length_or_vocabulary_are_refused(tmp_path, sample_vocab):
+    """`check_files` (shared by GLUE and RACE through LabelledTask): a file written for another
+    task, sequence length or vocabulary, or one without a sidecar, is refused with the file, the
+    values it was written with and the writer to run; a fitting file passes with its sidecar."""
+    from albert_tf.input_pipeline import DataMismatchError
+
+    task = glue.get_task("sst-2")
+    examples = glue.load_split(task, os.path.join(GLUE_DIR, "SST-2"), "dev")[:20]
+    path = str(tmp_path / "dev.tfrecord")
+    write_examples(examples, task, Tokenizer(sample_vocab), 32, path)
+    fits = ClassificationTask("sst-2", AlbertConfig(**TINY), 32).check_files([path])
+    assert fits[path]["real_examples"] == 20 and fits[path]["max_seq_length"] == 32
+    for name, length, vocab, wrong in (("cola", 32, 8000, "'task': 'sst-2'"),
+                                       ("sst-2", 48, 8000, "'max_seq_length': 32"),
+                                       ("sst-2", 32, 9000, "'vocab_size': 8000")):
+        config = AlbertConfig(**dict(TINY, vocab_size=vocab))
+        with pytest.raises(DataMismatchError, match=re.escape(path) + ".*" + re.escape(wrong)
+                           + ".*albert_tf.tasks.classification.write_examples"):
+            ClassificationTask(name, config, length).check_files([path])
+    os.remove(path + ".json")
+    with pytest.raises(DataMismatchError, match="has no sidecar; write the records with "
+                                                "albert_tf.tasks.classification.write_examples"):
+        ClassificationTask("sst-2", AlbertConfig(**TINY), 32).check_files([path])

@@ -27,7 +27,8 @@ import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.checkpoints import initialize_backbone, initialize_from_checkpoint
-from albert_tf.input_pipeline import ordered_dataset
+from albert_tf.input_pipeline import DataMismatchError, ordered_dataset
+from albert_tf.records import read_sidecar
 
 SUM = tf.distribute.ReduceOp.SUM
 
@@ -121,6 +122,30 @@ class LabelledTask(Task):
 
     examples_term = "count"
     regression = False
+    writer = ""  # the function that writes the task's records (named when a file does not fit)
+
+    def expected_sidecar(self) -> dict:
+        """{sidecar key: the value this run needs, or a tuple of the values it accepts}."""
+        raise NotImplementedError
+
+    def check_files(self, files):
+        """Raises `DataMismatchError` for a file without a sidecar or written for another task,
+        sequence length or vocabulary; returns {path: sidecar}."""
+        expected, found = self.expected_sidecar(), {}
+        for path in files:
+            meta = read_sidecar(path)
+            if meta is None:
+                raise DataMismatchError(f"{path} has no sidecar; write the records with "
+                                        f"{self.writer}.")
+            wrong = {key: meta.get(key) for key, want in expected.items()
+                     if meta.get(key) not in (want if isinstance(want, tuple) else (want,))}
+            if wrong:
+                raise DataMismatchError(
+                    f"{path} was written with {wrong}; this run needs "
+                    f"{ {k: expected[k] for k in wrong} } (write the records again with "
+                    f"{self.writer}, or change the flags).")
+            found[path] = meta
+        return found
 
     def initialize(self, model, path, init_from_group0=False):
         """The backbone from any pretrained source (`initialize_backbone`: strict, the

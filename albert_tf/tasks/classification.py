@@ -19,7 +19,6 @@ import json
 import os
 
 import numpy as np
-import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.tasks import glue
@@ -27,7 +26,6 @@ from albert_tf.packing import pack_ids, pad_features
 from albert_tf.records import files_for, read_cached, to_example, write_records
 from albert_tf.tasks.base import LabelledTask
 from albert_tf.classifier import AlbertClassifier
-from albert_tf.input_pipeline import DataMismatchError
 
 LABEL_IDS = F.LABEL_IDS
 IS_REAL_EXAMPLE = F.IS_REAL_EXAMPLE
@@ -139,6 +137,7 @@ class ClassificationTask(LabelledTask):
     task's GLUE metric."""
 
     model_inputs = F.BACKBONE_INPUTS
+    writer = "albert_tf.tasks.classification.write_examples"
 
     def __init__(self, glue_task: glue.GlueTask | str, albert_config, max_seq_length: int,
                  dropout_rate: float = 0.1):
@@ -160,25 +159,9 @@ class ClassificationTask(LabelledTask):
     def schema(self):
         return classifier_schema(self.max_seq_length, self.glue_task.is_regression)
 
-    def check_files(self, files):
-        found = {}
-        for path in files:
-            sidecar = F.sidecar_path(path)
-            if not tf.io.gfile.exists(sidecar):
-                raise DataMismatchError(f"{path} has no sidecar; write fine-tuning data with "
-                                        "albert_tf.tasks.classification.write_examples.")
-            with tf.io.gfile.GFile(sidecar) as f:
-                meta = json.load(f)
-            if meta.get("task") != self.glue_task.name or \
-                    meta.get("max_seq_length") != self.max_seq_length or \
-                    meta.get("vocab_size") not in (None, self.albert_config.vocab_size):
-                raise DataMismatchError(
-                    f"{path} was written for task {meta.get('task')}, max_seq_length "
-                    f"{meta.get('max_seq_length')}, vocab_size {meta.get('vocab_size')}; this "
-                    f"run is {self.glue_task.name}, {self.max_seq_length}, "
-                    f"{self.albert_config.vocab_size}.")
-            found[path] = meta
-        return found
+    def expected_sidecar(self):
+        return {"task": self.glue_task.name, "max_seq_length": self.max_seq_length,
+                "vocab_size": (None, self.albert_config.vocab_size)}
 
     def eval_outputs(self, outputs, features):
         prediction, label, _, real = self._per_example(outputs, features)

@@ -34,7 +34,6 @@ from albert_tf import features as F
 from albert_tf.task_models import NUM_CHOICES, multiple_choice_model  # noqa: F401
 from albert_tf.tasks.base import LabelledTask
 from albert_tf.records import files_for, read_cached, to_example, write_records
-from albert_tf.input_pipeline import DataMismatchError
 from albert_tf.tokenization import CLS_ID, SEP_ID
 
 LEVELS = ("middle", "high")
@@ -218,6 +217,7 @@ class RaceTask(LabelledTask):
     term_names = ("loss_sum", "count", "correct_sum")
     metric_names = ("cross_entropy", "accuracy", "accuracy_middle", "accuracy_high")
     best_metric = "accuracy"
+    writer = "albert_tf.tasks.race.write_examples"
 
     def __init__(self, albert_config, max_seq_length: int, dropout_rate: float = 0.1):
         self.albert_config = albert_config
@@ -230,24 +230,9 @@ class RaceTask(LabelledTask):
     def schema(self):
         return race_schema(self.max_seq_length)
 
-    def check_files(self, files):
-        found = {}
-        for path in files:
-            sidecar = F.sidecar_path(path)
-            if not tf.io.gfile.exists(sidecar):
-                raise DataMismatchError(f"{path} has no sidecar; write RACE data with "
-                                        "albert_tf.tasks.race.write_examples.")
-            with tf.io.gfile.GFile(sidecar) as f:
-                meta = json.load(f)
-            if meta.get("format") != SIDECAR_FORMAT or \
-                    meta.get("max_seq_length") != self.max_seq_length or \
-                    meta.get("vocab_size") != self.albert_config.vocab_size:
-                raise DataMismatchError(
-                    f"{path} is {meta.get('format')} with max_seq_length "
-                    f"{meta.get('max_seq_length')}, vocab_size {meta.get('vocab_size')}; this "
-                    f"run is RACE with {self.max_seq_length}, {self.albert_config.vocab_size}.")
-            found[path] = meta
-        return found
+    def expected_sidecar(self):
+        return {"format": SIDECAR_FORMAT, "max_seq_length": self.max_seq_length,
+                "vocab_size": self.albert_config.vocab_size}
 
     def eval_outputs(self, outputs, features):
         prediction, label, _, real = self._per_example(outputs, features)
