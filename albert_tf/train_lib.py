@@ -106,8 +106,8 @@ class TrainingConfig:
     # where shapes may vary: not under TPUStrategy and not with jit_compile.
     remove_padding: bool = True
     # Keep only each encoder layer's input for the backward pass and recompute the rest there
-    # (`AlbertEncoder`'s recompute): a float32 ALBERT-base step at batch 8, seq 128 peaks at
-    # about 0.7x the memory, for about one more forward pass. Same outputs and gradients.
+    # (`AlbertEncoder`'s recompute): less peak memory for about one more forward pass (figures
+    # in docs/benchmarks.md, "Training memory"). Same outputs and gradients.
     recompute: bool = False
     clip_norm: float = 1.0
     weight_decay_rate: float = 0.01

@@ -132,7 +132,7 @@ class AlbertAttention(keras.layers.Layer):
         # Heads to the batch dimension with one transpose each, K straight to [b, n, d, k],
         # then plain batched matmuls: the same values as the einsums "bqnd,bknd->bnqk" and
         # "bnqk,bknd->bqnd", whose lowering transposes more slowly (`python -m
-        # bench.attention_layout`: up to 1.7x the forward, 1.4x forward+backward).
+        # bench.attention_layout`; figures in docs/benchmarks.md).
         q = tf.transpose(self._split_heads(padded(self.query(x)), batch, seq), [0, 2, 1, 3])
         k = tf.transpose(self._split_heads(padded(self.key(x)), batch, seq), [0, 2, 3, 1])
         v = tf.transpose(self._split_heads(padded(self.value(x)), batch, seq), [0, 2, 1, 3])
