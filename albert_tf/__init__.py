@@ -6,12 +6,12 @@ The Keras models are imported on first use, so light modules (`albert_tf.config`
 workers rely on that.
 """
 
-import importlib as _importlib
 import os as _os
 
 _os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 from albert_tf.config import PRESETS, SHARING_MODES, AlbertConfig  # noqa: E402
+from albert_tf.lazy import lazy_exports  # noqa: E402
 
 _LAZY = {
     "AlbertBackbone": "albert_tf.backbone",
@@ -23,15 +23,4 @@ _LAZY = {
 __all__ = ["AlbertConfig", "AlbertBackbone", "AlbertPretrainer", "AlbertClassifier",
            "load_pretrained", "PRESETS", "SHARING_MODES"]
 __version__ = "0.1.0"
-
-
-def __getattr__(name):
-    if name in _LAZY:
-        value = getattr(_importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'albert_tf' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

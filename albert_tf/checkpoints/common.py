@@ -14,9 +14,6 @@ from albert_tf.config import AlbertConfig
 from albert_tf.pretrainer import AlbertPretrainer
 from albert_tf.task_models import NUM_CHOICES, multiple_choice_model, span_model
 
-MODEL_KINDS = ("pretrainer", "classifier", "backbone", "span", "multiple_choice")
-
-
 class CheckpointError(ValueError):
     """A checkpoint cannot be found, read or used; the message names the file and the fix."""
 
@@ -25,22 +22,31 @@ class CheckpointMismatchError(ValueError):
     """A checkpoint does not fit the model: names or shapes disagree. Nothing was assigned."""
 
 
+def _classifier(config, num_labels, dtype):
+    if not num_labels:
+        raise CheckpointError("A classifier needs `num_labels`.")
+    return AlbertClassifier(config, num_labels=num_labels, dtype=dtype)
+
+
+# The registry of model kinds: a saved kind (`albert_tf.json`, an export record) -> how to build
+# it. Every model says its own kind (`model.albert_kind`), so nothing else switches on it.
+MODEL_BUILDERS = {
+    "pretrainer": lambda config, num_labels, dtype: AlbertPretrainer(config, dtype=dtype),
+    "classifier": _classifier,
+    "backbone": lambda config, num_labels, dtype: AlbertBackbone(config, dtype=dtype),
+    "span": lambda config, num_labels, dtype: span_model(config, dtype=dtype),
+    "multiple_choice": lambda config, num_labels, dtype: multiple_choice_model(
+        config, num_labels or NUM_CHOICES, dtype=dtype),
+}
+MODEL_KINDS = tuple(MODEL_BUILDERS)
+
+
 def build_model(kind: str, config: AlbertConfig, num_labels: int | None = None, dtype=None):
     """An `AlbertPretrainer`, `AlbertClassifier`, `AlbertBackbone`, SQuAD span model or
     multiple-choice model (`num_labels` choices, default 4), built (weights exist)."""
-    if kind == "pretrainer":
-        return AlbertPretrainer(config, dtype=dtype)
-    if kind == "classifier":
-        if not num_labels:
-            raise CheckpointError("A classifier needs `num_labels`.")
-        return AlbertClassifier(config, num_labels=num_labels, dtype=dtype)
-    if kind == "backbone":
-        return AlbertBackbone(config, dtype=dtype)
-    if kind == "span":
-        return span_model(config, dtype=dtype)
-    if kind == "multiple_choice":
-        return multiple_choice_model(config, num_labels or NUM_CHOICES, dtype=dtype)
-    raise CheckpointError(f"Unknown model kind {kind!r}; choose one of {MODEL_KINDS}.")
+    if kind not in MODEL_BUILDERS:
+        raise CheckpointError(f"Unknown model kind {kind!r}; choose one of {MODEL_KINDS}.")
+    return MODEL_BUILDERS[kind](config, num_labels, dtype)
 
 
 def kind_from_heads(has_mlm: bool, has_sop: bool, num_labels: int | None, source: str) -> str:

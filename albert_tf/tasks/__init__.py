@@ -12,16 +12,10 @@ TFRecords of every task are written by `albert_tf.records`. The classes load on 
 (PEP 562), so the readers and metrics (`glue`, `squad.evaluation`) import without TensorFlow.
 """
 
-import importlib as _importlib
+from albert_tf.lazy import lazy_exports
 
 _LAZY = {"SUM": "albert_tf.tasks.base", "Task": "albert_tf.tasks.base",
          "LabelledTask": "albert_tf.tasks.base", "PretrainingTask": "albert_tf.tasks.pretraining"}
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name):
-    if name in _LAZY:
-        value = getattr(_importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'albert_tf.tasks' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -3,7 +3,7 @@ records), `decoding` (n-best spans, answers, null odds), `task` (`SquadTask`), `
 same alignment, windows and decoding as TensorFlow ops, for SavedModels), `evaluation` (the
 official v1.1 and v2.0 scripts)."""
 
-import importlib as _importlib
+from albert_tf.lazy import lazy_exports
 
 _MODULES = {"decoding": ("best_spans", "predict_answers"),
             "features": ("AlignedContext", "END_POSITIONS", "START_POSITIONS", "UNIQUE_IDS",
@@ -16,10 +16,4 @@ _LAZY = {name: f"albert_tf.tasks.squad.{module}" for module, names in _MODULES.i
 _LAZY["span_model"] = "albert_tf.task_models"
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name):  # PEP 562: `evaluation` imports without TensorFlow
-    if name in _LAZY:
-        value = getattr(_importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'albert_tf.tasks.squad' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
