@@ -1,5 +1,6 @@
-"""The README's two commands and CI stay in step."""
+"""The README's two commands and CI stay in step; the architecture's rules hold."""
 
+import ast
 import os
 import re
 
@@ -19,3 +20,87 @@ def test_readme_has_two_commands_and_ci_runs_the_test_one_verbatim():
     assert test_command.endswith("python -m pytest tests")
     ci_lines = [line.strip() for line in _read(".ci", "run").splitlines()]
     assert test_command in ci_lines
+
+
+# ---------------------------------------------------------------------------------------------
+# The architecture's rules (ARCHITECTURE.md, BUILD.md), read from the code itself.
+PACKAGES = ("albert_tf", "data", "export")
+
+
+def _modules():
+    """{dotted name: (path, AST)} of the three packages."""
+    modules = {}
+    for package in PACKAGES:
+        for folder, _, files in os.walk(os.path.join(ROOT, package)):
+            for name in files:
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    dotted = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                    dotted = dotted.removesuffix(".__init__")
+                    modules[dotted] = (path, ast.parse(_read(path)))
+    return modules
+
+
+def _own_imports(node, modules):
+    """Our modules an import node names."""
+    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        names = [f"{node.module}.{a.name}" for a in node.names]
+        return {n if n in modules else node.module for n in names} & set(modules)
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names} & set(modules)
+    return set()
+
+
+def test_the_import_graph_has_no_circle_and_few_imports_inside_functions():
+    modules = _modules()
+    graph, inside = {}, []
+    for name, (path, tree) in modules.items():
+        graph[name] = set()
+        for node in ast.walk(tree):
+            graph[name] |= _own_imports(node, modules) - {name}
+        for function in ast.walk(tree):
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inside += [(name, function.name) for node in ast.walk(function)
+                           if _own_imports(node, modules)]
+    state = {}
+
+    def visit(name, stack):
+        state[name] = "open"
+        for target in graph[name]:
+            assert state.get(target) != "open", "import circle: " + " -> ".join(
+                stack + [name, target])
+            if target not in state:
+                visit(target, stack + [name])
+        state[name] = "done"
+
+    for name in graph:
+        if name not in state:
+            visit(name, [])
+    assert len(graph) > 80
+    assert len(inside) <= 10, inside  # 4 today: optional or heavy dependencies of one command
+
+
+def test_no_function_longer_than_80_lines():
+    long = [(name, f.name, f.end_lineno - f.lineno + 1) for name, (_, tree) in _modules().items()
+            for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and f.end_lineno - f.lineno + 1 > 80]
+    assert long == []
+
+
+def test_each_flag_is_defined_in_one_file():
+    """Shared flags live in albert_tf/flags.py (SPECS); a command's own flags in its module;
+    no name twice."""
+    from albert_tf import flags as albert_flags
+
+    defined = {}
+    for name, (path, tree) in _modules().items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr.startswith("DEFINE_") and node.args and \
+                    isinstance(node.args[0], ast.Constant):
+                defined.setdefault(node.args[0].value, set()).add(name)
+    for flag in albert_flags.SPECS:
+        defined.setdefault(flag, set()).add("albert_tf.flags")
+    twice = {flag: sorted(where) for flag, where in defined.items() if len(where) > 1}
+    assert twice == {}
+    assert len(albert_flags.SPECS) >= 50 and len(defined) >= 70
