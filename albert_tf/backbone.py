@@ -8,6 +8,7 @@ from albert_tf import features
 from albert_tf.config import AlbertConfig
 from albert_tf.layers import AlbertEmbedding, AlbertEncoder
 from albert_tf.layers.common import truncated_normal
+from albert_tf.weight_names import backbone_weights
 
 LAYER_NORM_EPSILON = 1e-12  # official value everywhere, the MLM head included
 
@@ -122,6 +123,10 @@ class AlbertBackbone(AlbertConfigSerialization, keras.Model):
         self.embeddings = embeddings
         self.encoder = encoder
         self.pooler = pooler
+
+    def official_weights(self) -> list:
+        """[NamedWeight]: every variable with its official TF1 name (`bert/...`)."""
+        return backbone_weights(self)
 
     @property
     def word_embeddings(self) -> keras.layers.Embedding:

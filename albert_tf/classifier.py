@@ -6,6 +6,7 @@ import keras
 
 from albert_tf.backbone import AlbertBackbone, AlbertConfigSerialization, _as_config
 from albert_tf.layers.common import truncated_normal
+from albert_tf.weight_names import NamedWeight
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")
@@ -49,6 +50,15 @@ class AlbertClassifier(AlbertConfigSerialization, keras.Model):
         self._dtype_arg = dtype
         self.backbone = backbone
         self.classifier_head = head
+
+    def official_weights(self) -> list:
+        """[NamedWeight]: the backbone's official names and the fine-tuning head's, stored at the
+        root of an official fine-tuned checkpoint as `output_weights` [num_labels, H] and
+        `output_bias`."""
+        head = self.classifier_head
+        return self.backbone.official_weights() + [
+            NamedWeight("output_weights", head.kernel, transposed=True),
+            NamedWeight("output_bias", head.bias)]
 
     def get_config(self):
         config = super().get_config()

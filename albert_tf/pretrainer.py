@@ -9,6 +9,7 @@ from albert_tf.backbone import (LAYER_NORM_EPSILON, AlbertBackbone, AlbertConfig
                                 _as_config)
 from albert_tf.layers import AlbertMaskedLMHead
 from albert_tf.layers.common import truncated_normal
+from albert_tf.weight_names import NamedWeight, dense_weights, layer_norm_weights
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")
@@ -58,3 +59,16 @@ class AlbertPretrainer(AlbertConfigSerialization, keras.Model):
         self.backbone = backbone
         self.mlm_head = mlm_head
         self.sop_head = sop_head
+
+    def official_weights(self) -> list:
+        """[NamedWeight]: the backbone's official names and both heads' (`cls/predictions/...`,
+        `cls/seq_relationship/...`; the SOP weights stored [2, H] officially)."""
+        head = self.mlm_head
+        return self.backbone.official_weights() + [
+            *dense_weights("cls/predictions/transform/dense", head.dense),
+            *layer_norm_weights("cls/predictions/transform/LayerNorm", head.layer_norm),
+            NamedWeight("cls/predictions/output_bias", head.output_bias),
+            NamedWeight("cls/seq_relationship/output_weights", self.sop_head.kernel,
+                        transposed=True),
+            NamedWeight("cls/seq_relationship/output_bias", self.sop_head.bias),
+        ]

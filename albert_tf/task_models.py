@@ -11,6 +11,7 @@ from albert_tf import features as F
 from albert_tf.backbone import AlbertBackbone
 from albert_tf.classifier import AlbertClassifier
 from albert_tf.layers.common import truncated_normal
+from albert_tf.weight_names import NamedWeight
 
 NUM_CHOICES = 4
 
@@ -29,6 +30,10 @@ def span_model(config, dtype=None):
     model.backbone = backbone
     model.config = config
     model.albert_kind = "span"
+    # official `cls/squad/output_weights` [2, H] and `cls/squad/output_bias` [2]
+    model.official_weights = lambda: backbone.official_weights() + [
+        NamedWeight("cls/squad/output_weights", model.get_layer("squad").kernel, transposed=True),
+        NamedWeight("cls/squad/output_bias", model.get_layer("squad").bias)]
     return model
 
 
@@ -62,5 +67,7 @@ def multiple_choice_model(config, num_choices: int = NUM_CHOICES, dropout_rate: 
     model.classifier = classifier
     model.config = config
     model.albert_kind = "multiple_choice"
+    # its one-logit classifier's (official RACE `output_weights` [1, H], `output_bias` [1])
+    model.official_weights = classifier.official_weights
     model.num_labels = num_choices
     return model

@@ -1,6 +1,8 @@
 """The weight-name contract: every variable of our models <-> its official TF1 checkpoint name
-<-> its Hugging Face `state_dict` key. One table, used by every loader and writer; a pure
-mapping (no file is read or written here, no variable assigned).
+<-> its Hugging Face `state_dict` key, used by every loader and writer; a pure mapping (no file
+is read or written here, no variable assigned). Each model names its own variables
+(`official_weights()`, built from `albert_tf.weight_names`); this module checks that the names
+cover every variable once and maps official names to Hugging Face keys and config dimensions.
 
 Official names (REFERENCE section 8, official `modeling.py` variable scopes):
 
@@ -21,124 +23,9 @@ model reads and writes official/HF checkpoints of `num_hidden_groups = num_hidde
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
-import numpy as np
-
-# Our sublayer variable -> official suffix under `transformer/group_g/inner_group_i/`.
-_ATTENTION_NAMES = {
-    "query": "attention_1/self/query", "key": "attention_1/self/key",
-    "value": "attention_1/self/value", "output_dense": "attention_1/output/dense",
-    "layer_norm": "LayerNorm",
-}
-_FFN_NAMES = {
-    "intermediate": "ffn_1/intermediate/dense",
-    "output_dense": "ffn_1/intermediate/output/dense",
-    "layer_norm": "LayerNorm_1",
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class NamedWeight:
-    """A model variable and its official TF1 name.
-
-    `transposed` is True when our array is the transpose of the official one (only the SOP
-    `output_weights`, stored [2, H] officially and as a [H, 2] Dense kernel here).
-    """
-
-    official_name: str
-    variable: object
-    transposed: bool = False
-
-    def to_official(self, value: np.ndarray) -> np.ndarray:
-        return value.T if self.transposed else value
-
-    def from_official(self, value: np.ndarray) -> np.ndarray:
-        return value.T if self.transposed else value
-
-
-def _dense(prefix, layer):
-    return [NamedWeight(f"{prefix}/kernel", layer.kernel),
-            NamedWeight(f"{prefix}/bias", layer.bias)]
-
-
-def _layer_norm(prefix, layer):
-    return [NamedWeight(f"{prefix}/gamma", layer.gamma), NamedWeight(f"{prefix}/beta", layer.beta)]
-
-
-def _sublayer_weights(prefix, layer, names):
-    out = []
-    for attr, official in names.items():
-        sub = getattr(layer, attr)
-        if attr == "layer_norm":
-            out += _layer_norm(f"{prefix}/{official}", sub)
-        else:
-            out += _dense(f"{prefix}/{official}", sub)
-    return out
-
-
-def backbone_weights(backbone) -> list[NamedWeight]:
-    """Official names of every variable of an `AlbertBackbone` (built)."""
-    emb = backbone.embeddings
-    out = [
-        NamedWeight("bert/embeddings/word_embeddings", emb.word_embeddings.embeddings),
-        NamedWeight("bert/embeddings/token_type_embeddings", emb.token_type_embeddings.embeddings),
-        NamedWeight("bert/embeddings/position_embeddings", emb.position_embeddings.embeddings),
-        *_layer_norm("bert/embeddings/LayerNorm", emb.layer_norm),
-    ]
-    if emb.projection is not None:  # official: only when E != H
-        out += _dense("bert/encoder/embedding_hidden_mapping_in", emb.projection)
-    enc = backbone.encoder
-    inner = enc.inner_group_num
-    for kind, layers, names in (("attention", enc.attention_layers, _ATTENTION_NAMES),
-                                ("ffn", enc.ffn_layers, _FFN_NAMES)):
-        for index, layer in enumerate(layers):
-            owner, i = divmod(index, inner)
-            prefix = f"bert/encoder/transformer/group_{owner}/inner_group_{i}"
-            out += _sublayer_weights(prefix, layer, names)
-    out += _dense("bert/pooler/dense", backbone.pooler)
-    return out
-
-
-def pretrainer_weights(pretrainer) -> list[NamedWeight]:
-    """Official names of every variable of an `AlbertPretrainer` (backbone + both heads)."""
-    head = pretrainer.mlm_head
-    return backbone_weights(pretrainer.backbone) + [
-        *_dense("cls/predictions/transform/dense", head.dense),
-        *_layer_norm("cls/predictions/transform/LayerNorm", head.layer_norm),
-        NamedWeight("cls/predictions/output_bias", head.output_bias),
-        NamedWeight("cls/seq_relationship/output_weights", pretrainer.sop_head.kernel,
-                    transposed=True),
-        NamedWeight("cls/seq_relationship/output_bias", pretrainer.sop_head.bias),
-    ]
-
-
-def classifier_weights(classifier) -> list[NamedWeight]:
-    """Official names of an `AlbertClassifier`: backbone + the fine-tuning head, stored at the
-    root of an official fine-tuned checkpoint as `output_weights` [num_labels, H]."""
-    head = classifier.classifier_head
-    return backbone_weights(classifier.backbone) + [
-        NamedWeight("output_weights", head.kernel, transposed=True),
-        NamedWeight("output_bias", head.bias),
-    ]
-
-
-def span_weights(model) -> list[NamedWeight]:
-    """Official names of a SQuAD span model (`albert_tf.tasks.squad.span_model`): backbone + the
-    official `cls/squad/output_weights` [2, H] and `cls/squad/output_bias` [2]."""
-    head = model.get_layer("squad")
-    return backbone_weights(model.backbone) + [
-        NamedWeight("cls/squad/output_weights", head.kernel, transposed=True),
-        NamedWeight("cls/squad/output_bias", head.bias),
-    ]
-
-
-def multiple_choice_weights(model) -> list[NamedWeight]:
-    """Official names of a multiple-choice model (`albert_tf.tasks.race.multiple_choice_model`): its
-    one-logit classifier (official RACE `output_weights` [1, H], `output_bias` [1])."""
-    return classifier_weights(model.classifier)
-
+from albert_tf.weight_names import NamedWeight  # noqa: F401 - part of this module's contract
 
 def model_kind(model) -> str:
     """"pretrainer", "classifier", "backbone", "span" (SQuAD) or "multiple_choice" (RACE): what
@@ -153,16 +40,14 @@ def model_weights(model) -> list[NamedWeight]:
     """The official names of every variable of `model` (any `model_kind`);
     checks that the table covers every variable exactly once (the contract cannot drift
     silently)."""
-    kind = model_kind(model)
-    named = {"pretrainer": pretrainer_weights, "classifier": classifier_weights,
-             "backbone": backbone_weights, "span": span_weights,
-             "multiple_choice": multiple_choice_weights}[kind](model)
+    model_kind(model)
+    named = model.official_weights()  # each model owns its names
     ids = [id(w.variable) for w in named]
     model_ids = {id(v) for v in model.weights}
     if len(set(ids)) != len(ids) or set(ids) != model_ids:
         raise RuntimeError(
             f"The official-name table covers {len(set(ids))} variables of {len(model_ids)}; "
-            "a layer was added without a name mapping in albert_tf/checkpoints/names.py.")
+            "a layer was added without a name mapping in its model's official_weights.")
     return named
 
 
