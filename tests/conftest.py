@@ -2,7 +2,6 @@
 and the tiny configurations whose dimensions all differ (so a transposed or swapped tensor
 cannot pass by having the right shape)."""
 
-import collections
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -164,22 +163,3 @@ def randomize(model, seed):
     rng = np.random.default_rng(seed)
     for v in model.weights:
         v.assign(rng.normal(0, 0.3, v.shape).astype(np.float32))
-
-
-# Files that take a minute or more with few tests: handed out first, so that none runs alone at
-# the end of the suite (xdist's own order puts the files with the most tests first, which left
-# the one-test convergence run last). With `--no-loadscope-reorder` (pyproject.toml) xdist hands
-# out the files in the order below.
-FIRST = ("tests/test_convergence.py",)
-
-
-def pytest_collection_modifyitems(config, items):
-    """Files in FIRST first, then by number of tests, most first (xdist's own order); the tests
-    of a file keep their order."""
-    def file_of(item):
-        return item.nodeid.split("::")[0]
-
-    counts = collections.Counter(file_of(item) for item in items)
-    items.sort(key=lambda item: (file_of(item) not in FIRST, -counts[file_of(item)],
-                                 file_of(item)))
-
