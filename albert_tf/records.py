@@ -135,12 +135,8 @@ def read_cached(path: str, digest: str, num_files: int = 1) -> dict | None:
     `digest` (made from the same inputs and settings); else None."""
     metas = []
     for shard in shard_paths(path, num_files):
-        sidecar = F.sidecar_path(shard)
-        if not (_gfile().exists(shard) and _gfile().exists(sidecar)):
-            return None
-        with _gfile().GFile(sidecar) as f:
-            meta = json.load(f)
-        if meta.get("digest") != digest:
+        meta = read_sidecar(shard) if _gfile().exists(shard) else None
+        if meta is None or meta.get("digest") != digest:
             return None
         metas.append(meta)
     return dict(metas[0], num_examples=sum(m["num_examples"] for m in metas),

@@ -131,7 +131,7 @@ class TrainingConfig:
         """The settings from parsed flags (`albert_tf.flags`): every field whose flag (or its
         official alias) the command defines, `--random_seed -1` as a fresh seed; `overrides`
         (computed values: input files, steps from epochs) win."""
-        given = {name: flag.value for name, flag in flag_values._flags().items()}
+        given = flag_values.flag_values_dict()
         values = {cls.FLAG_ALIASES.get(name, name): value for name, value in given.items()}
         if "random_seed" in given:
             values["seed"] = None if given["random_seed"] == -1 else given["random_seed"]
