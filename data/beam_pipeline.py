@@ -14,21 +14,31 @@ The stages, each the local generator's own function:
    counted and logged with the file, line and byte; the rest of the file is used.
 2. tokenize: documents are reshuffled so one large file spreads over the workers; each document
    is tokenized (sentences that tokenize to nothing dropped, and documents left empty).
-3. plan (one small element): documents get the local generator's global numbering (input-file
-   order, then order in the file), are shuffled with the seed and cut into blocks of about
-   `tokens_per_unit` tokens (`data.generator.document_blocks`).
-4. units: documents are grouped by (block, dupe pass), the local generator's unit of work, so
-   the work spreads over as many workers as the local generator's; each unit's examples are
-   built with `default_rng([seed, block, pass])` (`data.generator.unit_examples`). A chunk
-   completed from a random other document reads it from a keyed side input of all documents
-   (one lookup, cached). The shuffle carries each tokenized document `dupe_factor` times (4
-   bytes per token and pass: about half of what the examples themselves weigh in the next
-   shuffle).
-5. write: examples are grouped by output shard, put in unit order, shuffled with the shard's
+3. plan (one small element, the only side input besides two counts): documents get the local
+   generator's global numbering (input-file order, then order in the file), are shuffled with the
+   seed and cut into blocks of about `tokens_per_unit` tokens (`data.generator.document_blocks`).
+   It holds four integers per document - key, block, rank in the block, sentence count (20
+   bytes: 120 MB for Wikipedia's 6 million documents) - and no token.
+4. requests: each document plans its chunks for every pass (`data.generator.document_plan`:
+   its own sentence lengths, its own seeded generator, the other documents' sentence counts from
+   the plan). A chunk completed from a random other document becomes a request (other document,
+   start sentence, tokens needed) keyed by that document.
+5. join: requests are grouped with the document they read (CoGroupByKey on the document key),
+   which answers each with the segment (at most `max_seq_length` tokens) keyed by the
+   requesting unit. No worker ever holds more than one document here: the corpus is shuffled,
+   never broadcast.
+6. units: documents and their segments are grouped by (block, dupe pass), the local
+   generator's unit of work, so the work spreads over as many workers as the local generator's;
+   each unit's examples are built with `default_rng([seed, block, pass])`
+   (`data.generator.unit_examples`). The shuffle carries each tokenized document `dupe_factor`
+   times (4 bytes per token and pass: about half of what the examples themselves weigh in the
+   next shuffle) and each random segment once per request.
+7. write: examples are grouped by output shard, put in unit order, shuffled with the shard's
    seed and written as a TFRecord, then its JSON sidecar, each under a temporary name renamed
    into place (a retried bundle rewrites the same bytes).
 
-Memory: a worker holds one unit (about `tokens_per_unit` tokens) and its examples;
+Memory: a worker holds one unit (about `tokens_per_unit` tokens, its random segments) and its
+examples, and the plan (20 bytes per document);
 the writer of a shard holds that shard's examples, as the local reducer does: choose
 `--num_output_shards` so one shard (total examples / shards x about 1.5 KB at sequence length
 128) fits in a worker's memory.
@@ -56,9 +66,9 @@ import numpy as np
 
 from albert_tf import features as F
 from albert_tf.tokenization import Tokenizer, file_sha256
-from data.generator import (STATS, compute_run_hash, document_blocks, reduce_order, shard_metadata,
-                            unit_examples)
-from data.pretraining import Vocabulary
+from data.generator import (STATS, compute_run_hash, document_blocks, document_plan, reduce_order,
+                            shard_metadata, unit_examples)
+from data.pretraining import Vocabulary, random_segment
 from data.text_io import InputError, documents_of
 from data.token_cache import tokenize_document
 
@@ -67,7 +77,6 @@ COUNTERS = ("files", "files_without_documents", "documents", "documents_not_utf8
             "documents_empty", "sentences", "tokens", "units", "examples", "masked_positions",
             "sentence_order_label_1", "random_document", "short_target")
 _REPORTED_ERRORS_PER_FILE = 5
-_RANDOM_DOCUMENT_CACHE = 4096
 
 log = logging.getLogger("albert_tf.beam")
 
@@ -187,19 +196,21 @@ def _tokenize_dofn():
 # ---------------------------------------------------------------------------------------------
 # 3. plan
 def make_plan(sizes, random_seed: int, tokens_per_unit: int) -> dict:
-    """[(file index, document index, tokens)] of every document -> the global numbering
-    (sorted keys) and each document's block and rank within it."""
+    """[(file index, document index, tokens, sentences)] of every document -> the global
+    numbering (sorted keys), each document's block and rank within it and its sentence count:
+    four integer arrays of one entry per document."""
     sizes = sorted(sizes)
-    keys = np.asarray([(f << 32) | d for f, d, _ in sizes], np.int64)
-    tokens = np.asarray([n for _, _, n in sizes], np.int64)
+    keys = np.asarray([(f << 32) | d for f, d, _, _ in sizes], np.int64)
+    tokens = np.asarray([n for _, _, n, _ in sizes], np.int64)
     blocks = document_blocks(tokens, random_seed, tokens_per_unit)
     block_of = np.zeros(len(keys), np.int32)
     rank = np.zeros(len(keys), np.int32)
     for b, docs in enumerate(blocks):
         block_of[docs] = b
         rank[docs] = np.arange(len(docs))
-    return {"keys": keys, "block_of": block_of, "rank": rank, "num_documents": len(keys),
-            "num_blocks": len(blocks)}
+    return {"keys": keys, "block_of": block_of, "rank": rank,
+            "num_sentences": np.asarray([n for _, _, _, n in sizes], np.int32),
+            "num_documents": len(keys), "num_blocks": len(blocks)}
 
 
 def _global_id(element, plan):
@@ -209,63 +220,82 @@ def _global_id(element, plan):
 
 
 # ---------------------------------------------------------------------------------------------
-# 4. units
-def _unit_keys(element, plan, dupe_factor):
-    """A document once for each (block, pass) unit that reads it."""
-    block = int(plan["block_of"][element[0]])
-    for dupe in range(dupe_factor):
-        yield (block, dupe), element
+# 4. requests, 5. join, 6. units
+class _PlanStore:
+    """The `data.pretraining.Documents` interface over the documents at hand (in memory) and the
+    plan's sentence counts of every other one: enough to plan chunks, never a foreign token."""
 
-
-class _BlockStore:
-    """The `data.pretraining.Documents` interface over one block's documents (in memory) and
-    every other document through a keyed side input (random-document chunks)."""
-
-    def __init__(self, num_documents, local: dict, side):
-        self._n, self._local, self._side, self._cache = num_documents, local, side, {}
+    def __init__(self, plan, local: dict):
+        self._plan, self._local = plan, local
 
     def __len__(self):
-        return self._n
-
-    def _document(self, doc):
-        found = self._local.get(doc)
-        if found is None:
-            found = self._cache.get(doc)
-            if found is None:
-                values = list(self._side[doc])
-                if len(values) != 1:
-                    raise RuntimeError(f"document {doc}: {len(values)} entries in the side input")
-                if len(self._cache) >= _RANDOM_DOCUMENT_CACHE:
-                    self._cache.clear()
-                found = self._cache[doc] = values[0]
-        return found
+        return self._plan["num_documents"]
 
     def num_sentences(self, doc):
-        return len(self._document(doc)[1]) - 1
+        found = self._local.get(doc)
+        return len(found[1]) - 1 if found is not None else int(self._plan["num_sentences"][doc])
 
     def sentence(self, doc, index):
-        tokens, ends = self._document(doc)
+        tokens, ends = self._local[doc]
         return tokens[ends[index]:ends[index + 1]]
+
+
+def _document_requests(element, plan, job):
+    """(global id, document) -> (other document, (request, unit)) for each chunk of each pass
+    that takes segment B from another document."""
+    gid, document = element
+    store = _PlanStore(plan, {gid: document})
+    block = int(plan["block_of"][gid])
+    for dupe in range(job.dupe_factor):
+        for request in {c.request for c in document_plan(job, store, dupe, gid) if c.other >= 0}:
+            yield request[0], (request, (block, dupe))
+
+
+def _answer_requests(element, max_num_tokens):
+    """(document, {"document": [it], "request": [(request, unit)]}) -> (unit, ("segment",
+    request, tokens)) for each request: the segment read from the document."""
+    gid, joined = element
+    documents = list(joined["document"])
+    if len(documents) != 1:
+        raise RuntimeError(f"document {gid}: {len(documents)} entries in the join")
+    store = _PlanStore(None, {gid: documents[0]})
+    for request, unit in set(joined["request"]):
+        _, start, target_b = request
+        if not (0 <= start < store.num_sentences(gid) and target_b <= max_num_tokens):
+            raise RuntimeError(f"document {gid}: request {request} outside the document")
+        yield unit, ("segment", request, np.asarray(random_segment(store, *request), np.int32))
+
+
+def _unit_keys(element, plan, dupe_factor):
+    """A document once for each (block, pass) unit that reads it."""
+    gid, document = element
+    block = int(plan["block_of"][gid])
+    for dupe in range(dupe_factor):
+        yield (block, dupe), ("document", gid, document)
 
 
 def _units_dofn():
     beam = _beam()
 
     class Units(_WithTokenizer, beam.DoFn):
-        """((block, pass), [(global id, document)]) -> (shard, (unit, index, record, stats))."""
+        """((block, pass), [("document", global id, document) or ("segment", request, tokens)])
+        -> (shard, (unit, index, record, stats))."""
 
         def __init__(self, job, model_proto):
             _WithTokenizer.__init__(self, model_proto, job.do_lower_case)
             beam.DoFn.__init__(self)
             self.job = job
 
-        def process(self, element, plan, documents):
+        def process(self, element, plan):
             (block, dupe), items = element
-            local = dict(items)
+            local, segments = {}, {}
+            for kind, key, value in items:
+                (local if kind == "document" else segments)[key] = value
             doc_ids = sorted(local, key=lambda g: int(plan["rank"][g]))
-            store = _BlockStore(plan["num_documents"], local, documents)
+            store = _PlanStore(plan, local)
             job = self.job
-            records, stats, grouped = unit_examples(job, store, self.vocab, block, dupe, doc_ids)
+            records, stats, grouped = unit_examples(job, store, self.vocab, block, dupe, doc_ids,
+                                                    segments)
             unit = block * job.dupe_factor + dupe
             for shard, indexes in enumerate(grouped):
                 for k, i in enumerate(indexes.tolist()):
@@ -336,16 +366,21 @@ def build_pipeline(pipeline, job, model_proto: bytes, vocab_size: int, spm_sha25
                  | "SpreadDocuments" >> beam.Reshuffle()
                  | "Tokenize" >> beam.ParDo(_tokenize_dofn()(model_proto, job.do_lower_case)))
     plan = (tokenized
-            | "Sizes" >> beam.Map(lambda kv: (kv[0][0], kv[0][1], int(kv[1][1][-1])))
+            | "Sizes" >> beam.Map(lambda kv: (kv[0][0], kv[0][1], int(kv[1][1][-1]),
+                                              len(kv[1][1]) - 1))
             | "AllSizes" >> beam.combiners.ToList()
             | "Plan" >> beam.Map(make_plan, job.random_seed, job.tokens_per_unit))
     plan_side = pvalue.AsSingleton(plan)
     numbered = tokenized | "Number" >> beam.Map(_global_id, plan_side)
-    examples = (numbered
-                | "ByUnit" >> beam.FlatMap(_unit_keys, plan_side, job.dupe_factor)
+    requests = numbered | "Requests" >> beam.FlatMap(_document_requests, plan_side, job)
+    segments = ({"document": numbered, "request": requests}
+                | "JoinRequests" >> beam.CoGroupByKey()
+                | "Segments" >> beam.FlatMap(_answer_requests, job.params.max_num_tokens))
+    documents = numbered | "ByUnit" >> beam.FlatMap(_unit_keys, plan_side, job.dupe_factor)
+    examples = ((documents, segments)
+                | "WithSegments" >> beam.Flatten()
                 | "Units" >> beam.GroupByKey()
-                | "Examples" >> beam.ParDo(_units_dofn()(job, model_proto), plan_side,
-                                        pvalue.AsMultiMap(numbered)))
+                | "Examples" >> beam.ParDo(_units_dofn()(job, model_proto), plan_side))
     total = examples | "Total" >> beam.combiners.Count.Globally()
     run = (read.inputs
            | "AllInputs" >> beam.combiners.ToList()

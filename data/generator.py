@@ -6,7 +6,9 @@ output is byte-identical for any `num_workers`:
 1. tokenize: each input file -> memory-mapped token cache (`data.token_cache`), in parallel
    over files.
 2. map: documents are shuffled once (seeded), cut into blocks of about `tokens_per_unit` tokens;
-   each (block, dupe pass) is a unit with its own generator `default_rng([seed, block, pass])`.
+   each (block, dupe pass) is a unit with its own generator `default_rng([seed, block, pass])`
+   (truncation, masking, the unit's shuffle); each document's chunking in a pass draws from
+   `default_rng([seed, STRUCTURE_STREAM, pass, document])` (`document_plan`).
    A unit builds its examples, shuffles them, deals them round-robin to the output shards and
    spills them, grouped by shard, to the work directory.
 3. reduce: each output shard gathers its examples from every unit (in unit order), shuffles
@@ -40,13 +42,14 @@ import numpy as np
 from albert_tf import features as F
 from albert_tf.records import encode_example, write_file
 from albert_tf.tokenization import Tokenizer, file_sha256
-from data.pretraining import (GenerationParams, Vocabulary, create_instances_from_document,
-                              instance_features)
+from data.pretraining import (GenerationParams, Vocabulary, instance_features, instances_of_plan,
+                              plan_document)
 from data.text_io import InputError, expand_input_patterns
 from data.token_cache import TokenStore, is_tokenized, tokenize_file
 
 REDUCE_STREAM = 0x5EED  # separates the reducers' random streams from the units'
-FORMAT_VERSION = 1
+STRUCTURE_STREAM = 0xC4E7  # each document's chunking, per pass (`document_plan`)
+FORMAT_VERSION = 2  # 2: per-document chunking streams (the Beam pipeline's keyed join)
 STATS = ("examples", "masked_positions", "sentence_order_label_1", "random_document",
           "short_target")
 
@@ -137,15 +140,28 @@ def _tokenize_task(path, cache_prefix):
     return tokenize_file(path, _WORKER["tokenizer"], cache_prefix)
 
 
-def unit_examples(job: GenerationJob, store, vocab, block: int, dupe: int, doc_ids):
+def document_plan(job: GenerationJob, store, dupe: int, doc: int):
+    """The chunks of document `doc` in pass `dupe` (`data.pretraining.plan_document`), drawn from
+    the document's own generator `default_rng([seed, STRUCTURE_STREAM, pass, doc])`: they depend
+    on this document and the other documents' sentence counts only, not on the order in which
+    units run nor on other documents' tokens."""
+    rng = np.random.default_rng([job.random_seed, STRUCTURE_STREAM, dupe, doc])
+    return plan_document(store, doc, job.params, rng)
+
+
+def unit_examples(job: GenerationJob, store, vocab, block: int, dupe: int, doc_ids,
+                  segments=None):
     """The examples of one (block, dupe pass) unit, shuffled and dealt round-robin to the output
     shards: (serialized records, int64 [n, len(STATS)] stats, per-shard index arrays into the
-    records). The local map phase and the Beam pipeline (`data.beam_pipeline`) both call it."""
+    records). Truncation, masking and the shuffle draw from `default_rng([seed, block, pass])`.
+    Segments of other documents are read from `store`, or from `segments` ({request: tokens},
+    the Beam pipeline's join). The local map phase and `data.beam_pipeline` both call it."""
     rng = np.random.default_rng([job.random_seed, block, dupe])
     params = job.params
     records, stats = [], []
     for doc in doc_ids:
-        for inst in create_instances_from_document(store, int(doc), params, vocab, rng):
+        chunks = document_plan(job, store, dupe, int(doc))
+        for inst in instances_of_plan(store, int(doc), chunks, params, vocab, rng, segments):
             records.append(encode_example(instance_features(inst, params)))
             stats.append((1, len(inst.masked_lm_positions), inst.next_sentence_label,
                           int(inst.random_document), int(inst.short_target)))

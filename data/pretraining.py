@@ -4,8 +4,11 @@ Pure functions of their inputs and an explicit `numpy.random.Generator`; no glob
 no flags. The algorithm is the official `create_pretraining_data.py` (google-research/albert)
 working on token ids, with these deliberate differences:
 
-1. Every draw comes from the `rng` passed in. The official script draws the n-gram length from
-   numpy's global, unseeded generator, so its output is not reproducible.
+1. Every draw comes from the generators passed in: the chunking's (target lengths, `a_end`, the
+   coins, which other document and from which sentence: `plan_document`) from one, truncation
+   and masking (`instances_of_plan`) from another, so which segments of other documents a pass
+   reads is known before any is read. The official script draws all from one generator, and the
+   n-gram length from numpy's global, unseeded one, so its output is not reproducible.
 2. The target length (`max_seq_length - 3`, or with probability `short_seq_prob` a uniform
    integer in [2, max_num_tokens]) is drawn per chunk, as the BERT paper describes. The official
    script draws it once per document, so a whole document (a whole book) is either all short
@@ -244,17 +247,50 @@ def _concat(store: Documents, doc: int, indexes) -> list:
     return out
 
 
-def create_instances_from_document(store: Documents, doc_index: int, params: GenerationParams,
-                                   vocab: Vocabulary, rng) -> list[Instance]:
-    """All examples of one document (one pass of `dupe_factor`).
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """One example's segments before truncation and masking (`plan_document`): sentence indexes
+    of its own document, or a segment of another one."""
+
+    a: tuple                # sentence indexes of segment A (before the swap)
+    b: tuple = ()           # sentence indexes of segment B (own document)
+    swapped: bool = False   # label 1 by the swap (B written first)
+    short: bool = False     # the chunk's target length was drawn short
+    other: int = -1         # B from this other document (label 1), from sentence `start` on,
+    start: int = 0          # until it holds at least `target_b` tokens (`random_segment`)
+    target_b: int = 0
+
+    @property
+    def request(self) -> tuple:
+        """(other document, start sentence, target_b): what B reads from another document."""
+        return self.other, self.start, self.target_b
+
+
+def random_segment(store: Documents, doc: int, start: int, target_b: int) -> list:
+    """Segment B taken from another document: its sentences from `start` on, until they hold at
+    least `target_b` tokens (or the document ends)."""
+    tokens = []
+    for j in range(start, store.num_sentences(doc)):
+        tokens.extend(store.sentence(doc, j).tolist())
+        if len(tokens) >= target_b:
+            break
+    return tokens
+
+
+def plan_document(store: Documents, doc_index: int, params: GenerationParams,
+                  rng) -> list[Chunk]:
+    """The chunking of one document (one pass): every structural draw - target lengths, `a_end`,
+    swap and random-document coins, which other document and from which sentence. It reads only
+    this document's sentence lengths, `len(store)` and the other document's sentence count, never
+    another document's tokens, so the segments a pass needs from other documents are known before
+    any of them is read (the Beam pipeline fetches them with a keyed join).
 
     With `params.sentence_order_pairs_only` a chunk is closed only once it holds two sentences
     (or at the document's end), and a chunk of one sentence (a document's lone last sentence, a
-    one-sentence document) gives no example: no segment B comes from another document, so the
-    sentence-order label is the swap's coin flip alone (balanced) and says nothing about topic.
-    Off, the output is the official algorithm's, draw for draw."""
+    one-sentence document) gives no example."""
     num_sentences = store.num_sentences(doc_index)
     max_num_tokens = params.max_num_tokens
+    pairs_only = params.sentence_order_pairs_only
 
     def draw_target():
         if rng.random() < params.short_seq_prob:
@@ -262,52 +298,72 @@ def create_instances_from_document(store: Documents, doc_index: int, params: Gen
         return max_num_tokens, False
 
     target, short = draw_target()
-    instances = []
-    chunk, length, i = [], 0, 0
+    chunks = []
+    chunk, lengths, length, i = [], [], 0, 0
     while i < num_sentences:
         chunk.append(i)
-        length += len(store.sentence(doc_index, i))
-        pairs_only = params.sentence_order_pairs_only
-        if i == num_sentences - 1 or (length >= target and (len(chunk) >= 2 or not pairs_only)):
+        lengths.append(len(store.sentence(doc_index, i)))
+        length += lengths[-1]
+        if i == num_sentences - 1 or (length >= target
+                                      and (len(chunk) >= 2 or not pairs_only)):
             if pairs_only and len(chunk) == 1:  # the document's lone last sentence
                 break
             a_end = int(rng.integers(1, len(chunk))) if len(chunk) >= 2 else 1
-            tokens_a = _concat(store, doc_index, chunk[:a_end])
-            random_document = False
+            a = tuple(chunk[:a_end])
             if len(chunk) == 1 or (params.random_next_sentence and rng.random() < 0.5):
-                label, random_document = 1, True
-                target_b = target - len(tokens_a)
                 for _ in range(10):
                     other = int(rng.integers(len(store)))
                     if other != doc_index:
                         break
                 start = int(rng.integers(store.num_sentences(other)))
-                tokens_b = []
-                for j in range(start, store.num_sentences(other)):
-                    tokens_b.extend(store.sentence(other, j).tolist())
-                    if len(tokens_b) >= target_b:
-                        break
+                chunks.append(Chunk(a, short=short, other=other, start=start,
+                                    target_b=target - sum(lengths[:a_end])))
                 i -= len(chunk) - a_end  # put the unused sentences back
-            elif not params.random_next_sentence and rng.random() < 0.5:
-                label = 1
-                tokens_b = _concat(store, doc_index, chunk[a_end:])
-                tokens_a, tokens_b = tokens_b, tokens_a
             else:
-                label = 0
-                tokens_b = _concat(store, doc_index, chunk[a_end:])
-            truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
-            tokens = np.asarray([vocab.cls_id] + tokens_a + [vocab.sep_id] + tokens_b
-                                + [vocab.sep_id], np.int32)
-            segment_ids = np.zeros(len(tokens), np.int32)
-            segment_ids[len(tokens_a) + 2:] = 1
-            (output, positions, labels, boundary, units,
-             num_to_predict) = create_masked_lm_predictions(tokens, params, vocab, rng)
-            instances.append(Instance(output, segment_ids, boundary, positions, labels, label,
-                                      random_document, short, units, num_to_predict))
-            chunk, length = [], 0
+                swapped = not params.random_next_sentence and bool(rng.random() < 0.5)
+                chunks.append(Chunk(a, tuple(chunk[a_end:]), swapped, short))
+            chunk, lengths, length = [], [], 0
             target, short = draw_target()  # per chunk (difference 2)
         i += 1
+    return chunks
+
+
+def instances_of_plan(store: Documents, doc_index: int, chunks, params: GenerationParams,
+                      vocab: Vocabulary, rng, segments=None) -> list[Instance]:
+    """The examples of `plan_document`'s chunks: segments, truncation and masking, every draw
+    from `rng`. `segments` maps a chunk's `request` to its B tokens; without it they are read
+    from `store` (`random_segment`)."""
+    instances = []
+    for c in chunks:
+        tokens_a = _concat(store, doc_index, c.a)
+        if c.other >= 0:
+            tokens_b = (list(segments[c.request]) if segments is not None
+                        else random_segment(store, *c.request))
+        else:
+            tokens_b = _concat(store, doc_index, c.b)
+            if c.swapped:
+                tokens_a, tokens_b = tokens_b, tokens_a
+        truncate_seq_pair(tokens_a, tokens_b, params.max_num_tokens, rng)
+        tokens = np.asarray([vocab.cls_id] + tokens_a + [vocab.sep_id] + tokens_b
+                            + [vocab.sep_id], np.int32)
+        segment_ids = np.zeros(len(tokens), np.int32)
+        segment_ids[len(tokens_a) + 2:] = 1
+        (output, positions, labels, boundary, units,
+         num_to_predict) = create_masked_lm_predictions(tokens, params, vocab, rng)
+        label = int(c.other >= 0 or c.swapped)
+        instances.append(Instance(output, segment_ids, boundary, positions, labels, label,
+                                  c.other >= 0, c.short, units, num_to_predict))
     return instances
+
+
+def create_instances_from_document(store: Documents, doc_index: int, params: GenerationParams,
+                                   vocab: Vocabulary, rng, structure_rng=None) -> list[Instance]:
+    """All examples of one document (one pass of `dupe_factor`): `plan_document` with
+    `structure_rng` (default: `rng`), then `instances_of_plan` with `rng`. Off
+    `sentence_order_pairs_only`, the official algorithm's steps (differences above)."""
+    chunks = plan_document(store, doc_index, params,
+                           rng if structure_rng is None else structure_rng)
+    return instances_of_plan(store, doc_index, chunks, params, vocab, rng)
 
 
 def instance_features(instance: Instance, params: GenerationParams) -> dict:

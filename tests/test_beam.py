@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 beam = pytest.importorskip("apache_beam")
@@ -65,6 +66,8 @@ def test_counters_equal_the_local_counts(beam_run, generated_data, sample_vocab,
     assert (counters["documents"], counters["sentences"], counters["tokens"]) == (
         tokenized["documents"], tokenized["sentences"], tokenized["tokens"])
     assert counters["files"] == 1 and counters["units"] == local["units"] == 16
+    # chunks completed from another document: read through the keyed join, not a side input
+    assert summary["counts"]["random_document"] > 50
     assert counters["documents_not_utf8"] == counters["documents_empty"] == 0
 
 
@@ -77,6 +80,78 @@ def test_rerun_is_complete_and_another_run_is_refused(beam_run, prepared_corpus)
     with pytest.raises(InputError, match="already exists.*nothing was changed"):
         generate_with_beam(other, ["--runner=FnApiRunner"])
     assert [_read(p) for p in job.output_files] == before
+
+
+def _side_inputs(job, sample_vocab):
+    """[(transform, side input kind, producing transform)] of the pipeline built for `job`."""
+    from apache_beam.pipeline import PipelineVisitor
+
+    from albert_tf.tokenization import Tokenizer
+    from data.beam_pipeline import build_pipeline
+
+    class Visitor(PipelineVisitor):
+        found = []
+
+        def visit_transform(self, node):
+            for side in node.side_inputs:
+                self.found.append((node.full_label, type(side).__name__,
+                                   side.pvalue.producer.full_label))
+
+    tokenizer = Tokenizer(sample_vocab)
+    pipeline = beam.Pipeline()
+    build_pipeline(pipeline, job, tokenizer.model_proto, tokenizer.vocab_size, tokenizer.sha256)
+    visitor = Visitor()
+    pipeline.visit(visitor)
+    return visitor.found
+
+
+def test_no_side_input_is_built_from_the_corpus(beam_run, sample_vocab):
+    """Scale: documents reach other units through a keyed join (CoGroupByKey), never as a side
+    input every worker would hold. The side inputs are three singletons - the plan (integers per
+    document, no token), the example count and the run's input hashes - and the one-element
+    lists Beam's own global combiners read."""
+    from data.beam_pipeline import make_plan
+
+    found = _side_inputs(beam_run["job"], sample_vocab)
+    ours = {(label, kind, producer.split("/")[0]) for label, kind, producer in found
+            if not label.startswith(producer.split("/")[0] + "/")}
+    assert ours == {("Number", "AsSingleton", "Plan"), ("Requests", "AsSingleton", "Plan"),
+                    ("ByUnit", "AsSingleton", "Plan"), ("Examples", "AsSingleton", "Plan"),
+                    ("Write", "AsSingleton", "Total"), ("Write", "AsSingleton", "RunHash")}
+    combiner_internal = [f for f in found if f not in ours and f[0].split("/")[0] in (
+        "AllSizes", "Total", "AllInputs")]
+    assert len(combiner_internal) + len(ours) == len(found)
+    # The plan: four integers per document (key, block, rank, sentences), nothing that grows
+    # with the tokens.
+    sizes = [(0, d, 100 + d, 3 + d % 5) for d in range(1000)] + [(1, 0, 50_000, 900)]
+    plan = make_plan(sizes, 17, 40_000)
+    arrays = {k: v for k, v in plan.items() if isinstance(v, np.ndarray)}
+    assert set(arrays) == {"keys", "block_of", "rank", "num_sentences"}
+    assert all(len(v) == 1001 and v.dtype.kind == "i" for v in arrays.values())
+    assert sum(v.nbytes for v in arrays.values()) == 1001 * 20
+    assert set(plan) - set(arrays) == {"num_documents", "num_blocks"}
+
+
+def test_random_next_sentence_segments_through_the_join(generated_data, tmp_path):
+    """BERT's next-sentence negatives (half the chunks take B from another document): the
+    pipeline, in one process and in three, writes the local generator's files."""
+    from data.pretraining import GenerationParams
+
+    base = generated_data["job"]
+    params = GenerationParams(max_seq_length=64, max_predictions_per_seq=10,
+                              random_next_sentence=True)
+    jobs = {name: dataclasses.replace(base, params=params, dupe_factor=1, output_files=tuple(
+        str(tmp_path / name / os.path.basename(p)) for p in base.output_files))
+        for name in ("local", "one", "three")}
+    local = generate(jobs["local"], num_workers=1, progress=False)
+    assert local["counts"]["random_document"] > 0.4 * local["total_examples"] > 400
+    generate_with_beam(jobs["one"], ["--runner=FnApiRunner"])
+    generate_with_beam(jobs["three"], ["--runner=FnApiRunner",
+                                       "--direct_running_mode=multi_processing",
+                                       "--direct_num_workers=3"])
+    for name in ("one", "three"):
+        assert [_read(p) for p in jobs[name].output_files] == [
+            _read(p) for p in jobs["local"].output_files]
 
 
 def _documents(path, count, skip=0):

@@ -1,0 +1,171 @@
+"""Peak memory of Beam data generation at 1x and 8x the bundled corpus: the runner process and
+each worker process, sampled from /proc while the pipeline runs.
+
+    python -m bench.beam_memory                         # 1x and 8x, 2 worker processes
+    python -m bench.beam_memory --code_dir ../old       # the same, with another checkout's code
+
+The corpus is the bundled pretraining text (five Gutenberg novels and the WikiText-2 test split
+prepared as the main job prepares them) copied k times into k input files (distinct documents to
+the pipeline), an 8,000-piece vocabulary, sequence 128, `--dupe_factor` passes, written by
+`data.beam_pipeline.generate_with_beam` on the FnApiRunner in multi-processing mode (the local
+runner: it keeps every shuffle in the runner process, as Dataflow's shuffle service keeps them
+off the workers; the workers run the bundles). What scales with the corpus on a cluster is the
+workers' memory: a side input of all documents sits in each worker, a keyed join's documents
+pass through one at a time.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLE = os.path.join(ROOT, "albert_tf", "sample_data", "pretrain_text")
+flags.DEFINE_list("multiples", ["1", "8"], "Corpus sizes, in copies of the bundled corpus.")
+flags.DEFINE_integer("workers", 2, "Beam worker processes (--direct_num_workers).")
+flags.DEFINE_integer("dupe_factor", 2, "Passes over the corpus.")
+flags.DEFINE_integer("tokens_per_unit", 200_000, "Tokens per unit of work.")
+flags.DEFINE_integer("shards_per_copy", 4, "Output shards per copy of the corpus: shards grow with "
+                     "the corpus, as a user sizes them, so one shard's writer holds the same.")
+flags.DEFINE_string("code_dir", ROOT, "Checkout whose data.beam_pipeline runs (compare versions).")
+flags.DEFINE_string("output_dir", os.path.join("bench_results", "beam_memory"), "Results.")
+FLAGS = flags.FLAGS
+
+_CHILD = """
+import json, sys
+from data.generator import make_job
+from data.beam_pipeline import generate_with_beam
+inputs, out, vocab, dupe, unit, workers, shards = sys.argv[1:]
+job = make_job(inputs, out, vocab, num_output_shards=int(shards), max_seq_length=128,
+               max_predictions_per_seq=20, dupe_factor=int(dupe), tokens_per_unit=int(unit))
+summary = generate_with_beam(job, ["--runner=FnApiRunner", "--direct_running_mode=multi_processing",
+                                   f"--direct_num_workers={workers}"])
+print("SUMMARY " + json.dumps({k: summary[k] for k in ("total_examples", "counts", "seconds")}))
+"""
+
+
+def _rss_mb(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _descendants(pid):
+    out, stack = [], [pid]
+    while stack:
+        p = stack.pop()
+        kids = []
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):  # children of every thread
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    kids += [int(x) for x in f.read().split()]
+        except OSError:
+            pass
+        out += kids
+        stack += kids
+    return out
+
+
+def _run(args, cwd):
+    """Runs the child; samples every 0.1 s the RSS of the runner and of each descendant.
+    Returns (stdout, runner peak MB, largest worker peak MB, peak of the sum MB)."""
+    proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ, PYTHONPATH=cwd))
+    peaks = {"runner": 0.0, "worker": 0.0, "total": 0.0}
+
+    def sample():
+        while proc.poll() is None:
+            runner = _rss_mb(proc.pid)
+            workers = [_rss_mb(p) for p in _descendants(proc.pid)]
+            peaks["runner"] = max(peaks["runner"], runner)
+            peaks["worker"] = max([peaks["worker"]] + workers)
+            peaks["total"] = max(peaks["total"], runner + sum(workers))
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    stdout, stderr = proc.communicate()
+    thread.join()
+    if proc.returncode:
+        raise SystemExit(f"generation failed:\n{stderr[-3000:]}")
+    return stdout, peaks
+
+
+def main(argv):
+    del argv
+    from data.prepare_corpus import prepare_corpus
+    from data.token_cache import tokenize_file
+    from data.train_vocab import train_vocab
+    from albert_tf.tokenization import Tokenizer
+
+    code_dir = os.path.abspath(FLAGS.code_dir)
+    os.makedirs(FLAGS.output_dir, exist_ok=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        books, wiki = os.path.join(tmp, "books.txt"), os.path.join(tmp, "wiki.txt")
+        prepare_corpus(os.path.join(SAMPLE, "gutenberg", "*-0.txt"), books)
+        prepare_corpus(os.path.join(SAMPLE, "wikitext-2-raw", "wiki.test.raw"), wiki,
+                       paragraphs="lines", document_marker_regex=r"^ = [^=].* = $",
+                       drop_line_regex=r"^ (= )+.*( =)+ $")
+        vocab = train_vocab([books, wiki], os.path.join(tmp, "v8k"), vocab_size=8000,
+                            num_threads=2)["model_file"]
+        corpus = os.path.join(tmp, "corpus.txt")
+        with open(corpus, "wb") as f:
+            for path in (books, wiki):
+                with open(path, "rb") as g:
+                    f.write(g.read().rstrip(b"\n") + b"\n\n")
+        once = tokenize_file(corpus, Tokenizer(vocab), os.path.join(tmp, "count"))
+        for k in map(int, FLAGS.multiples):
+            inputs = os.path.join(tmp, f"x{k}")
+            os.makedirs(inputs)
+            for i in range(k):
+                shutil.copy(corpus, os.path.join(inputs, f"part{i:02d}.txt"))
+            out = os.path.join(tmp, f"out{k}", "train")
+            stdout, peaks = _run(
+                [sys.executable, "-c", _CHILD, os.path.join(inputs, "*.txt"), out, vocab,
+                 str(FLAGS.dupe_factor), str(FLAGS.tokens_per_unit), str(FLAGS.workers),
+                 str(FLAGS.shards_per_copy * k)],
+                code_dir)
+            summary = json.loads(stdout.split("SUMMARY ", 1)[1])
+            row = {"multiple": k, "shards": FLAGS.shards_per_copy * k,
+                   "documents": k * once["documents"],
+                   "tokens": k * once["tokens"], "examples": summary["total_examples"],
+                   "seconds": summary["seconds"], "runner_peak_mb": round(peaks["runner"]),
+                   "worker_peak_mb": round(peaks["worker"]),
+                   "total_peak_mb": round(peaks["total"])}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    lines = [f"Beam data generation (FnApiRunner, {FLAGS.workers} worker processes, seq 128, "
+             f"dupe_factor {FLAGS.dupe_factor}, {FLAGS.tokens_per_unit:,} tokens per unit; code: "
+             f"{code_dir})", "",
+             "| corpus | documents | tokens | shards | examples | s | runner peak MB | "
+             "largest worker peak MB | all processes MB |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['multiple']}x | {r['documents']:,} | {r['tokens']:,} | {r['shards']} | "
+                     f"{r['examples']:,} | {r['seconds']:.0f} | {r['runner_peak_mb']} | "
+                     f"{r['worker_peak_mb']} | {r['total_peak_mb']} |")
+    table = "\n".join(lines) + "\n"
+    with open(os.path.join(FLAGS.output_dir, "beam_memory.json"), "w") as f:
+        json.dump({"workers": FLAGS.workers, "dupe_factor": FLAGS.dupe_factor,
+                   "code_dir": code_dir, "rows": rows}, f, indent=2)
+    with open(os.path.join(FLAGS.output_dir, "beam_memory.md"), "w") as f:
+        f.write(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(app.run(main))
