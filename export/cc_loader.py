@@ -105,6 +105,65 @@ def run_loader(binary: str, saved_model: str, op_libraries, signature: str = "se
     return {"stdout": proc.stdout, "signature": sig, "outputs": outputs}
 
 
+def run_load(binary: str, saved_model: str, op_libraries, inputs: dict, clients: int,
+             seconds: float, warmup: int = 3, batching: dict | None = None,
+             signature: str = "serving_default", workdir: str | None = None) -> dict:
+    """`inputs` as one request sent by `clients` threads at once for `seconds` (the loader's load
+    mode, `serving_loader.cc`), directly or through TF Serving's batching as `batching` configures
+    it ({"max_batch_size", "batch_timeout_micros", "num_batch_threads", optional
+    "allowed_batch_sizes": [..]}, the batching_parameters fields).
+
+    Returns {"requests", "rows_per_request", "elapsed_s", "latencies_ms" (numpy), with batching
+    "batches", "batched_rows", "padded_rows" (warm-up runs included), and "outputs": the answer
+    of one more request sent the same way}."""
+    import numpy as np
+    from tensorflow.core.framework import tensor_pb2
+    from tensorflow.python.framework import tensor_util
+
+    workdir = workdir or tempfile.mkdtemp(prefix="serving_load-")
+    out_dir = os.path.join(workdir, "out")
+    os.makedirs(out_dir, exist_ok=True)
+    args = [binary, "--saved_model", saved_model, "--signature", signature, "--load_clients",
+            str(clients), "--load_seconds", str(seconds), "--load_warmup", str(warmup),
+            "--output_dir", out_dir]
+    for library in op_libraries:
+        args += ["--op_library", library]
+    for name, value in inputs.items():
+        path = os.path.join(workdir, f"in-{name}.pb")
+        with open(path, "wb") as f:
+            f.write(tensor_util.make_tensor_proto(np.asarray(value)).SerializeToString())
+        args += ["--input", f"{name}={path}"]
+    if batching:
+        args += ["--batch_max_size", str(batching["max_batch_size"]), "--batch_timeout_micros",
+                 str(batching["batch_timeout_micros"]), "--num_batch_threads",
+                 str(batching["num_batch_threads"])]
+        if batching.get("allowed_batch_sizes"):
+            args += ["--allowed_batch_sizes", ",".join(map(str, batching["allowed_batch_sizes"]))]
+    proc = subprocess.run(args, capture_output=True, text=True,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    if proc.returncode:
+        raise LoaderError(f"serving_loader exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    lines = proc.stdout.splitlines()
+    fields = next(line for line in lines if line.startswith("load ")).split()[1:]
+    result = {fields[i]: float(fields[i + 1]) for i in range(0, len(fields), 2)}
+    for key in ("clients", "requests", "rows_per_request", "batches", "batched_rows",
+                "padded_rows"):
+        if key in result:
+            result[key] = int(result[key])
+    result["latencies_ms"] = np.array([int(x) for x in next(
+        line for line in lines if line.startswith("latencies_us")).split()[1:]]) / 1000
+    outputs = {}
+    for line in lines:
+        parts = line.split()
+        if parts[:1] == ["output"]:
+            proto = tensor_pb2.TensorProto()
+            with open(os.path.join(out_dir, parts[1] + ".pb"), "rb") as f:
+                proto.ParseFromString(f.read())
+            outputs[parts[1]] = tensor_util.MakeNdarray(proto)
+    result["outputs"] = outputs
+    return result
+
+
 def run_in_python(saved_model: str, signature: str = "serving_default",
                   inputs: dict | None = None) -> dict:
     """`run_loader`'s result from TensorFlow in this process (`tf.saved_model.load`, tensorflow-text

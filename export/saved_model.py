@@ -254,9 +254,26 @@ def _readable_tree(directory: str) -> None:
             os.chmod(os.path.join(root, name), 0o644)
 
 
-def batching_parameters(signatures: dict, max_batch_size: int = 32) -> str:
+# TF Serving's batching, derived from `bench.serving_load` (docs/serving.md "Serving under load":
+# albert-base classifier, C++ loader, 1/4/16 clients, 2-core CPU):
+# - max_batch_size 32: 16 one-sentence clients fill batches of 15 on average; 128 bought no
+#   throughput (64.6 vs 68.2 sentences/s) and a 32-sentence batch already runs at 81-85% of the
+#   FLOP ceiling, so larger batches only lengthen the wait.
+# - batch_timeout_micros 500: the same merging as 2,000 at 4 and 16 clients (3.9 / 15.0 rows per
+#   batch), less added to a lone request; 0 merges less (12.2 rows) and doubled p99 at 16 clients.
+# - no allowed_batch_sizes: padding a batch to an allowed size computes the copies (one client:
+#   7.4 sentences/s padded to 8 against 24.9); the graph takes any batch size.
+# - num_batch_threads 2 (the cores measured; set it to the server's cores): 1 and 2 equal at 16
+#   clients, 2 ahead at 4 (56.3 vs 50.6 sentences/s).
+# - max_enqueued_batches 16: at about 0.47 s per full batch, at most ~8 s queued before the server
+#   answers UNAVAILABLE and a client can go to another replica.
+BATCHING = {"max_batch_size": 32, "batch_timeout_micros": 500, "max_enqueued_batches": 16,
+            "num_batch_threads": 2}
+
+
+def batching_parameters(signatures: dict, batching: dict | None = None) -> str:
     """TF Serving's `--batching_parameters_file` for a model with `signatures` ({name: concrete
-    function}), derived from their inputs.
+    function}): `BATCHING` (or `batching`), measured values, and padding derived from the inputs.
 
     The server concatenates the requests of a batch along dimension 0. A string input of shape
     [batch] (raw text, serialized tf.Examples) concatenates as is and is tokenized or parsed,
@@ -267,19 +284,27 @@ def batching_parameters(signatures: dict, max_batch_size: int = 32) -> str:
     So padding stays off: token requests of different lengths in one batch get the server's
     error ("different shapes and padding is turned off"), never a wrong answer; clients pad
     token requests to one length (`export.client` pads to the model's max_seq_length)."""
+    batching = dict(BATCHING, **(batching or {}))
     token_inputs = sorted({name for fn in signatures.values()
                            for name, spec in fn.structured_input_signature[1].items()
                            if spec.shape.rank is not None and spec.shape.rank >= 2})
-    lines = [f"max_batch_size {{ value: {max_batch_size} }}",
-             "batch_timeout_micros { value: 2000 }",
-             "max_enqueued_batches { value: 100 }",
-             "num_batch_threads { value: 4 }"]
-    comment = ["# Derived by export.saved_model.batching_parameters (docs/serving.md, Batching).",
+    lines = [f"{key} {{ value: {batching[key]} }}" for key in (
+        "max_batch_size", "batch_timeout_micros", "max_enqueued_batches", "num_batch_threads")]
+    comment = ["# Derived by export.saved_model.batching_parameters (docs/serving.md, Batching,",
+               "# and Serving under load, where the values are measured).",
                "# String inputs ([batch]) batch as they are; token inputs "
                f"({', '.join(token_inputs) or 'none'}) would be padded with their first",
                "# element (input_mask 1s) and answer wrongly, so padding is off: send token "
-               "requests of one length."]
+               "requests of one length.",
+               "# num_batch_threads: set it to the server's CPU cores."]
     return "\n".join(comment + lines + ["pad_variable_length_inputs: false"]) + "\n"
+
+
+def read_batching_parameters(path: str) -> dict:
+    """The integer fields of a batching_parameters file ({name: value})."""
+    with open(path, encoding="utf-8") as f:
+        return {m.group(1): int(m.group(2)) for m in re.finditer(
+            r"^(\w+) \{ value: (\d+) \}", f.read(), re.M)}
 
 
 def write_serving_configs(export_dir: str, model_name: str, base_path: str | None = None,

@@ -23,6 +23,7 @@ from conftest import (EXPORT_MAX_SEQ as MAX_SEQ, GUTENBERG, ROOT, WIKITEXT,
 from data.text_io import expand_input_patterns, read_text_lines
 from export.ops_check import UnsupportedOpError, check_saved_model_ops
 from export.saved_model import (BATCHING_CONFIG, MODELS_CONFIG, WARMUP_FILE, WARMUP_TEXTS,
+                                read_batching_parameters,
                                 ExportError,
                                 export_saved_model, load_for_export)
 
@@ -288,6 +289,10 @@ def test_versions_layout_and_refusals(exported, sample_vocab, tmp_path):
     assert 'name: "pretrainer"' in config and 'base_path: "/models/pretrainer"' in config
     with open(os.path.join(base, BATCHING_CONFIG)) as f:
         assert "pad_variable_length_inputs: false" in f.read()
+    # the measured values (docs/serving.md "Serving under load"), none other
+    assert read_batching_parameters(os.path.join(base, BATCHING_CONFIG)) == {
+        "max_batch_size": 32, "batch_timeout_micros": 500, "max_enqueued_batches": 16,
+        "num_batch_threads": 2}
     with pytest.raises(ExportError, match="Version 1 already exists"):
         export_saved_model(model, base, sample_vocab, version=1, max_seq_length=MAX_SEQ)
     with pytest.raises(ExportError, match="exceeds the model's max_position_embeddings=64"):
@@ -404,6 +409,50 @@ def test_loaded_from_cpp_the_way_tf_serving_does(exported, tmp_path, serving_loa
     assert result["signature"]["method"] == "tensorflow/serving/classify"
     expected = loaded.signatures["classify"](inputs=tf.constant(examples))
     np.testing.assert_allclose(result["outputs"]["scores"], expected["scores"].numpy(), atol=TOL)
+
+
+@pytest.mark.slow
+def test_load_mode_and_batching_of_the_cpp_loader(exported, tmp_path, serving_loader):
+    """The loader's load mode (bench/serving_load.py): clients on one session, every request
+    timed; through the batcher (TF Serving's batching as batching_parameters configure it)
+    requests are merged, padded to an allowed batch size with copies of the first row, and each
+    request's rows answer as the request alone."""
+    from export.cc_loader import run_load
+
+    binary, info = serving_loader
+    _, path, loaded = exported["classifier"]
+    texts = np.array([t.encode() for t in TEXTS[:2]], dtype=object)
+    expected = loaded.signatures["serving_default"](text=tf.constant(texts))
+    plain = run_load(binary, path, info["op_libraries"], {"text": texts}, clients=3, seconds=1.0,
+                     warmup=2, workdir=str(tmp_path / "plain"))
+    assert plain["clients"] == 3 and plain["rows_per_request"] == 2
+    assert plain["requests"] == len(plain["latencies_ms"]) > 10
+    assert "batches" not in plain
+    batching = {"max_batch_size": 8, "batch_timeout_micros": 3000, "num_batch_threads": 1,
+                "allowed_batch_sizes": [4, 8]}
+    batched = run_load(binary, path, info["op_libraries"], {"text": texts}, clients=3,
+                       seconds=1.0, warmup=2, batching=batching,
+                       workdir=str(tmp_path / "batched"))
+    assert batched["requests"] == len(batched["latencies_ms"]) > 10
+    # every row of every run (2 warm-up, the timed ones, the checked one) went through a batch
+    assert batched["batched_rows"] == 2 * (batched["requests"] + 2 + 1)
+    assert (batched["batched_rows"] + batched["padded_rows"]) % 4 == 0  # padded to 4 or 8
+    assert batched["batched_rows"] / batched["batches"] > 2  # requests of 3 clients merged
+    # the exported batching_parameters.txt, as the server would read it
+    shipped = read_batching_parameters(os.path.join(os.path.dirname(path), BATCHING_CONFIG))
+    as_shipped = run_load(binary, path, info["op_libraries"], {"text": texts}, clients=3,
+                          seconds=0.5, warmup=1, batching=shipped,
+                          workdir=str(tmp_path / "shipped"))
+    assert as_shipped["batched_rows"] == 2 * (as_shipped["requests"] + 1 + 1)
+    assert as_shipped["padded_rows"] == 0  # no allowed_batch_sizes: nothing computed twice
+    for result in (plain, batched, as_shipped):  # the checked request: alone, batched, padded
+        assert set(result["outputs"]) == set(expected)
+        for name, value in expected.items():
+            if value.dtype == tf.string:
+                np.testing.assert_array_equal(result["outputs"][name], value.numpy())
+            else:
+                np.testing.assert_allclose(result["outputs"][name], value.numpy(), atol=TOL,
+                                           rtol=0)
 
 
 @pytest.mark.slow
