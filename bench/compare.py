@@ -1,37 +1,54 @@
-"""Side by side, in one run: albert_tf against Hugging Face transformers (PyTorch) and keras-hub.
+"""Side by side: albert_tf against Hugging Face transformers (PyTorch) and keras-hub, on the
+same batches, in separate processes, interleaved.
 
     python -m bench.compare                       # albert-base, batch 8, seq 128, fp32 + bf16
-    python -m bench.compare --peer_python .venv-peers/bin/python --repeats 5
+    python -m bench.compare --peer_python .venv-peers/bin/python --rounds 3
 
 The peers are never dependencies of albert_tf: they live in their own environment
 (`bench/requirements.txt`, docs/benchmarks.md "Side by side"); `--peer_python` names its
 interpreter (default: this one, if it has them). Every measurement runs in a fresh child process
-(`--child`), so each has the machine to itself and its peak RSS is its own (`wait4`). Cases, on the
-same shapes and the same random inputs for every implementation:
+(`--child`), so each has the machine to itself and its peak RSS is its own (`ru_maxrss`).
 
-- `matmul`: the machine's float32 / bfloat16 matmul peak through TensorFlow (square matmuls of
-  1024, 2048, 4096; the best GFLOP/s).
+The same work for every side: pretraining TFRecords are generated once from the bundled novels
+(in a child of their own, so no measurement's peak RSS includes it) and the first
+`warmup + repeats` batches of them, in file order, are saved; every side's call i runs batch i.
+Two rows for each side and case:
+
+- `padded`: the batches as stored, every sequence padded to `--seq_length`.
+- `no padding`: each side's way of not computing on padding. Ours: `remove_padding` (the
+  encoder's per-token matmuls on the real tokens only). The peers have no such mode; they get
+  each batch cut to its longest sequence (dynamic padding, their best). The real tokens and the
+  tokens each side computes on are printed with the row.
+
+Cases:
+
+- `matmul`: the peak, measured at the model's own matmul shapes ([tokens, H] x [H, H], [H, I],
+  [I, H] for the batch's tokens and for one 20-token sentence): the best of `--peak_runs` timed
+  calls of each shape; the peak is the best shape's.
 - `forward`: the pretraining model's forward pass (no gradient).
-- `train`: one training step. Ours runs the real loop (`albert_tf.train_lib`: input pipeline
-  from TFRecords, forward, backward, clipping, LAMB), and again as `albert_tf_recompute` with
-  `TrainingConfig.recompute` (each layer's activations recomputed in the backward pass: the
-  memory lever); the TFRecords are generated first in a child of their own, so that no
-  measurement's peak RSS includes data generation. Hugging Face's `AlbertForPreTraining`
-  with AdamW (its MLM head scores every position, not only the masked ones); keras-hub's
-  `AlbertMaskedLM` with Adam (MLM on the masked positions, no sentence-order head).
+- `train`: one training step. Ours runs its loop's step (`albert_tf.train_lib`: forward,
+  backward, clipping, LAMB) on the saved batches, and again as `albert_tf_recompute`
+  (`TrainingConfig.recompute`). Hugging Face's `AlbertForPreTraining` with AdamW (its MLM head
+  scores every position, not only the masked ones); keras-hub's `AlbertMaskedLM` with Adam (MLM
+  on the masked positions, no sentence-order head).
 - `serving` (ours): the exported SavedModel's `serving_default` on raw text, one sentence and a
   batch of 32 (`bench.serving_latency`).
 
-Each time is the median of `--repeats` after `--warmup` untimed calls. FLOPs are counted
-analytically (the formula is printed) for the common task: encoder + MLM head on the masked
-positions + pooler/SOP; the fraction of peak divides that by the time and by the matmul peak of
-the same dtype. Writes `OUTPUT_DIR/compare.json`, `compare.md` and `compare.png`.
+`--rounds` R: every measurement runs R times, the sides alternating within a round (a round's
+order reversed every other round), so slow drift of a shared machine hits every side alike. A
+row's time is the median over rounds of each round's median of `--repeats` calls; a ratio
+against ours is the median of the per-round ratios (the same round's runs). FLOPs are counted
+analytically (the formula is printed) for the common task on the tokens computed on: encoder +
+MLM head on the masked positions + pooler/SOP; "of peak" divides that by the time and by the
+measured peak of the same dtype. Writes `OUTPUT_DIR/compare.json`, `compare.md` and
+`compare.png`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -52,9 +69,12 @@ flags.DEFINE_list("implementations", ["albert_tf", "albert_tf_recompute", "hf_to
 flags.DEFINE_list("cases", ["matmul", "forward", "train", "serving"], "What runs.")
 flags.DEFINE_bool("jit_compile", False, "albert_tf: compile the forward pass and the training "
                   "step with XLA (PretrainingConfig.jit_compile).")
-flags.DEFINE_bool("remove_padding", True, "albert_tf training: TrainingConfig.remove_padding.")
+flags.DEFINE_list("padding", ["padded", "removed"], "Rows: padded batches, and each side's way "
+                  "of skipping padding (ours: remove_padding; peers: cut to the longest).")
 flags.DEFINE_integer("warmup", 2, "Untimed calls per measurement.")
 flags.DEFINE_integer("repeats", 5, "Timed calls per measurement (the median is reported).")
+flags.DEFINE_integer("rounds", 3, "Interleaved rounds: each measurement runs once per round.")
+flags.DEFINE_integer("peak_runs", 10, "Timed calls per matmul shape; the best one counts.")
 flags.DEFINE_string("peer_python", None, "Interpreter of the peers' environment.")
 flags.DEFINE_string("output_dir", os.path.join("bench_results", "compare"), "Results.")
 flags.DEFINE_integer("timeout", 1800, "Seconds allowed to one measurement.")
@@ -79,47 +99,54 @@ def _median_time(fn, warmup, repeats):
             "repeats": repeats}
 
 
-def _inputs(spec):
+def _batches(spec) -> list[dict]:
+    """The saved batches (`_save_batches`), as the side's row computes on them: padded, or cut to
+    each batch's longest sequence (the peers' no-padding row; ours keeps them whole and skips
+    padding inside the encoder)."""
     import numpy as np
 
-    rng = np.random.default_rng(0)
-    B, S, P, V = spec["B"], spec["S"], spec["P"], spec["dims"]["V"]
-    positions = np.stack([np.sort(rng.choice(np.arange(1, S - 1), P, replace=False))
-                          for _ in range(B)]).astype(np.int32)
-    return {"input_ids": rng.integers(5, V, (B, S)).astype(np.int32),
-            "input_mask": np.ones((B, S), np.int32),
-            "segment_ids": np.repeat([[0] * (S // 2) + [1] * (S - S // 2)], B, 0).astype(np.int32),
-            "masked_lm_positions": positions,
-            "masked_lm_ids": rng.integers(5, V, (B, P)).astype(np.int32),
-            "sop": rng.integers(0, 2, (B,)).astype(np.int32)}
+    with np.load(spec["batches"]) as z:
+        arrays = {k: z[k] for k in z.files}
+    out = []
+    for i in range(len(arrays["input_ids"])):
+        batch = {k: v[i] for k, v in arrays.items()}
+        if spec["padding"] == "removed" and not spec["who"].startswith("albert_tf"):
+            longest = int(batch["input_mask"].sum(1).max())
+            for k in ("input_ids", "input_mask", "segment_ids", "token_boundary"):
+                batch[k] = batch[k][:, :longest]
+        out.append(batch)
+    return out
+
+
+def _cycle(batches):
+    """A function returning batch 0, 1, 2, ... on successive calls (then from the start)."""
+    state = {"i": 0}
+
+    def next_batch():
+        batch = batches[state["i"] % len(batches)]
+        state["i"] += 1
+        return batch
+
+    return next_batch
 
 
 def child_matmul(spec):
+    """The best of `peak_runs` timed calls of each of the model's matmul shapes."""
     import tensorflow as tf
 
     dtype = tf.bfloat16 if spec["dtype"] == "bfloat16" else tf.float32
-    best = {}
-    for n in (1024, 2048, 4096):
-        a = tf.cast(tf.random.normal((n, n)), dtype)
-        b = tf.cast(tf.random.normal((n, n)), dtype)
-        f = tf.function(lambda a, b: tf.reduce_sum(tf.cast(tf.matmul(a, b), tf.float32)))
-        t = _median_time(lambda: f(a, b).numpy(), spec["warmup"], spec["repeats"])
-        gflops = 2 * n ** 3 / t["median_s"] / 1e9
-        if gflops > best.get("gflops", 0):
-            best = dict(t, gflops=gflops, n=n)
-    # The model's own matmul shapes: [tokens, H] x [H, H] (Q/K/V/output), [H, I], [I, H], for
-    # one 20-token sentence and for a batch of 8 x 128 tokens.
     d = spec["dims"]
-    best["shapes"] = {}
+    shapes = {}
     for m in (20, spec["B"] * spec["S"]):
         for k, n in ((d["H"], d["H"]), (d["H"], d["I"]), (d["I"], d["H"])):
             a = tf.cast(tf.random.normal((m, k)), dtype)
             b = tf.cast(tf.random.normal((k, n)), dtype)
             f = tf.function(lambda a, b: tf.matmul(a, b))
-            t = _median_time(lambda: f(a, b).numpy(), spec["warmup"] + 3,
-                             max(spec["repeats"], 20))
-            best["shapes"][f"{m}x{k}x{n}"] = 2 * m * k * n / t["median_s"] / 1e9
-    return best
+            t = _median_time(lambda: f(a, b).numpy(), spec["warmup"] + 3, spec["peak_runs"])
+            shapes[f"{m}x{k}x{n}"] = 2 * m * k * n / t["min_s"] / 1e9
+    best = max(shapes, key=shapes.get)
+    return {"gflops": shapes[best], "best_shape": best, "shapes": shapes,
+            "runs_per_shape": spec["peak_runs"]}
 
 
 def child_albert_tf(spec):
@@ -132,21 +159,26 @@ def child_albert_tf(spec):
         return _albert_tf_train(spec, recompute=spec["who"] == "albert_tf_recompute")
     keras.mixed_precision.set_global_policy(
         "mixed_bfloat16" if spec["dtype"] == "bfloat16" else "float32")
+    from albert_tf.backbone import set_remove_padding
+
     model = AlbertPretrainer(AlbertConfig.from_preset(spec["preset"]))
-    x = _inputs(spec)
-    feed = {k: tf.constant(v) for k, v in x.items() if k in model.input}
+    set_remove_padding(model, spec["padding"] == "removed")
+    feeds = [{k: tf.constant(v) for k, v in b.items() if k in model.input}
+             for b in _batches(spec)]
+    next_batch = _cycle(feeds)
 
     @tf.function(jit_compile=spec.get("jit_compile", False))
     def forward(inputs):
         out = model(inputs, training=False)
         return tf.add_n([tf.reduce_sum(tf.cast(v, tf.float32)) for v in tf.nest.flatten(out)])
 
-    return _median_time(lambda: forward(feed).numpy(), spec["warmup"], spec["repeats"])
+    return _median_time(lambda: forward(next_batch()).numpy(), spec["warmup"], spec["repeats"])
 
 
 def _albert_tf_train(spec, recompute=False):
-    """The real loop: TFRecords generated from the bundled novels (8k vocabulary; the model keeps
-    the preset's vocabulary, so its cost is the peers'), one step per timed call."""
+    """The loop's own training step on the saved batches (8k-vocabulary ids; the model keeps the
+    preset's vocabulary, so its cost is the peers'), one step per timed call."""
+    import numpy as np
     import tensorflow as tf
 
     from albert_tf import AlbertConfig
@@ -162,9 +194,12 @@ def _albert_tf_train(spec, recompute=False):
         learning_rate=1e-4, save_checkpoints_steps=steps, iterations_per_loop=1,
         mixed_precision=spec["dtype"], seed=1, verbose=False,
         jit_compile=spec.get("jit_compile", False),
-        remove_padding=spec.get("remove_padding", True), recompute=recompute)
+        remove_padding=spec["padding"] == "removed", recompute=recompute)
     run = PretrainingRun(cfg)
-    run._position_input()
+    batches = _batches(spec)
+    stacked = {k: np.stack([b[k] for b in batches]) for k in batches[0]}
+    dataset = tf.data.Dataset.from_tensor_slices(stacked).repeat()  # batch 0, 1, 2, ...
+    run.train_iterator = iter(run.strategy.experimental_distribute_dataset(dataset))
     loop = run._train_loop = run._build_train_loop()
     one = tf.constant(1)
     return _median_time(lambda: float(loop(run.train_iterator, one)[1]), spec["warmup"],
@@ -205,6 +240,31 @@ def _pretraining_records(spec) -> str:
     return pattern
 
 
+def _save_batches(spec) -> dict:
+    """The first `warmup + repeats` batches of the records, in file order, as one .npz every side
+    reads: {path, real tokens and longest sequence per batch}."""
+    import glob
+
+    import numpy as np
+    import tensorflow as tf
+
+    from albert_tf.features import pretraining_schema
+    from albert_tf.input_pipeline import schema_parser
+
+    files = sorted(glob.glob(_pretraining_records(spec)))
+    count = spec["warmup"] + spec["repeats"]
+    parse = schema_parser(pretraining_schema(spec["S"], spec["P"]))
+    rows = list(tf.data.TFRecordDataset(files).map(parse).take(count * spec["B"]).batch(
+        spec["B"], drop_remainder=True).as_numpy_iterator())
+    if len(rows) < count:
+        raise RuntimeError(f"the records hold {len(rows)} batches of {spec['B']}; {count} needed")
+    path = os.path.join(spec["work"], f"batches-{spec['B']}x{spec['S']}-{spec['P']}-{count}.npz")
+    np.savez(path, **{k: np.stack([r[k] for r in rows]) for k in rows[0]})
+    lengths = np.stack([r["input_mask"].sum(1) for r in rows])
+    return {"batches": path, "real_tokens": lengths.sum(1).tolist(),
+            "longest": lengths.max(1).tolist()}
+
+
 def child_hf_torch(spec):
     import torch
     from transformers import AlbertConfig as HFConfig
@@ -218,15 +278,20 @@ def child_hf_torch(spec):
         num_hidden_layers=d["L"], num_attention_heads=d["heads"], intermediate_size=d["I"],
         max_position_embeddings=d["max_positions"], hidden_act="gelu_new",
         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
-    x = _inputs(spec)
-    ids = torch.from_numpy(x["input_ids"]).long()
-    feed = {"input_ids": ids, "attention_mask": torch.from_numpy(x["input_mask"]).long(),
-            "token_type_ids": torch.from_numpy(x["segment_ids"]).long()}
-    labels = torch.full_like(ids, -100)
-    rows = torch.arange(ids.shape[0])[:, None]
-    labels[rows, torch.from_numpy(x["masked_lm_positions"]).long()] = torch.from_numpy(
-        x["masked_lm_ids"]).long()
-    sop = torch.from_numpy(x["sop"]).long()
+    def torch_batch(x):
+        ids = torch.from_numpy(x["input_ids"]).long()
+        feed = {"input_ids": ids, "attention_mask": torch.from_numpy(x["input_mask"]).long(),
+                "token_type_ids": torch.from_numpy(x["segment_ids"]).long()}
+        labels = torch.full_like(ids, -100)
+        for row, (positions, ids_, weights) in enumerate(zip(
+                x["masked_lm_positions"], x["masked_lm_ids"], x["masked_lm_weights"])):
+            real = weights > 0  # padded prediction slots score nothing
+            labels[row, torch.from_numpy(positions[real]).long()] = torch.from_numpy(
+                ids_[real]).long()
+        sop = torch.from_numpy(x["next_sentence_labels"][:, 0]).long()
+        return feed, labels, sop
+
+    next_batch = _cycle([torch_batch(b) for b in _batches(spec)])
     bf16 = spec["dtype"] == "bfloat16"
 
     def autocast():
@@ -236,6 +301,7 @@ def child_hf_torch(spec):
         model.eval()
 
         def step():
+            feed, _, _ = next_batch()
             with torch.no_grad(), autocast():
                 out = model(**feed)
             float(out.prediction_logits[0, 0, 0])
@@ -244,6 +310,7 @@ def child_hf_torch(spec):
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
         def step():
+            feed, labels, sop = next_batch()
             optimizer.zero_grad(set_to_none=True)
             with autocast():
                 loss = model(**feed, labels=labels, sentence_order_label=sop).loss
@@ -268,31 +335,41 @@ def child_keras_hub(spec):
         embedding_dim=d["E"], hidden_dim=d["H"], intermediate_dim=d["I"], num_groups=1,
         num_inner_repetitions=1, dropout=0.0, max_sequence_length=d["max_positions"])
     model = keras_hub.models.AlbertMaskedLM(backbone, preprocessor=None)
-    x = _inputs(spec)
-    feed = {"token_ids": tf.constant(x["input_ids"]), "segment_ids": tf.constant(x["segment_ids"]),
-            "padding_mask": tf.constant(x["input_mask"]),
-            "mask_positions": tf.constant(x["masked_lm_positions"])}
-    y = tf.constant(x["masked_lm_ids"])
+    feeds = [({"token_ids": tf.constant(x["input_ids"]),
+               "segment_ids": tf.constant(x["segment_ids"]),
+               "padding_mask": tf.constant(x["input_mask"] > 0),
+               "mask_positions": tf.constant(x["masked_lm_positions"])},
+              tf.constant(x["masked_lm_ids"]), tf.constant(x["masked_lm_weights"]))
+             for x in _batches(spec)]
+    next_batch = _cycle(feeds)
+    # One trace for every batch length (the no-padding row's batches differ in length).
+    matrix = tf.TensorSpec([None, None], tf.int32)
+    inputs_spec = {"token_ids": matrix, "segment_ids": matrix,
+                   "padding_mask": tf.TensorSpec([None, None], tf.bool),
+                   "mask_positions": matrix}
     if spec["case"] == "forward":
-        @tf.function
+        @tf.function(input_signature=[inputs_spec])
         def forward(inputs):
             return tf.reduce_sum(tf.cast(model(inputs, training=False), tf.float32))
 
-        return _median_time(lambda: forward(feed).numpy(), spec["warmup"], spec["repeats"])
+        return _median_time(lambda: forward(next_batch()[0]).numpy(), spec["warmup"],
+                            spec["repeats"])
     optimizer = keras.optimizers.Adam(1e-4, global_clipnorm=1.0)
     optimizer.build(model.trainable_variables)
 
-    @tf.function
-    def train_step(inputs, labels):
+    @tf.function(input_signature=[inputs_spec, matrix, tf.TensorSpec([None, None], tf.float32)])
+    def train_step(inputs, labels, weights):
         with tf.GradientTape() as tape:
             logits = tf.cast(model(inputs, training=True), tf.float32)
-            loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
-                labels, logits, from_logits=True))
+            losses = keras.losses.sparse_categorical_crossentropy(labels, logits,
+                                                                  from_logits=True)
+            loss = tf.reduce_sum(losses * weights) / tf.maximum(tf.reduce_sum(weights), 1.0)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
-    return _median_time(lambda: train_step(feed, y).numpy(), spec["warmup"], spec["repeats"])
+    return _median_time(lambda: train_step(*next_batch()).numpy(), spec["warmup"],
+                        spec["repeats"])
 
 
 def child_serving(spec):
@@ -311,7 +388,7 @@ def run_child(spec_json: str) -> int:
     fn = {"matmul": child_matmul, "albert_tf": child_albert_tf,
           "albert_tf_recompute": child_albert_tf, "hf_torch": child_hf_torch,
           "keras_hub": child_keras_hub, "serving": child_serving,
-          "data": lambda spec: {"pattern": _pretraining_records(spec)}}[spec["who"]]
+          "data": _save_batches}[spec["who"]]
     result = fn(spec)
     import resource
 
@@ -339,6 +416,76 @@ def measure(spec: dict, python: str) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
+def _plan(python, peer_python):
+    """[(who, case, dtype, padding, interpreter)] of one round, in run order."""
+    plan = [("matmul", "matmul", dt, "-", python) for dt in FLAGS.dtypes
+            if "matmul" in FLAGS.cases]
+    for case in ("forward", "train"):
+        if case not in FLAGS.cases:
+            continue
+        for dt in FLAGS.dtypes:
+            for padding in FLAGS.padding:
+                for who in FLAGS.implementations:
+                    if who == "albert_tf_recompute" and case != "train":
+                        continue  # the same forward as albert_tf
+                    plan.append((who, case, dt, padding,
+                                 python if who.startswith("albert_tf") else peer_python))
+    return plan
+
+
+def _useful_gflop(dims, data, P):
+    """Per call, averaged over the batches: the forward FLOPs of the real tokens (each sequence
+    at its own length): the work every side must do, whatever it computes on padding."""
+    lengths = data["lengths"]
+    return sum(forward_flops(dims, 1, n, P) for batch in lengths for n in batch) / len(
+        lengths) / 1e9
+
+
+def _aggregate(key, results, data, dims, P, peaks):
+    """One row from the rounds' results of one measurement."""
+    who, case, dt, padding = key
+    ok = [r for r in results if "error" not in r]
+    row = {"implementation": who, "case": case, "dtype": dt, "padding": padding,
+           "rounds": len(results)}
+    if not ok:
+        return dict(row, error=results[-1]["error"])
+    if case == "matmul":
+        best = max(ok, key=lambda r: r["gflops"])
+        return dict(row, **dict(best, peak_rss_mb=max(r["peak_rss_mb"] for r in ok)))
+    times = sorted(r["median_s"] for r in ok)
+    row.update(median_s=statistics.median(times), round_min_s=times[0], round_max_s=times[-1],
+               round_medians_s=[r["median_s"] for r in ok],
+               peak_rss_mb=max(r["peak_rss_mb"] for r in ok))
+    B, S = len(data["lengths"][0]), data["S"]
+    if padding == "padded":
+        computed = B * S
+    elif who.startswith("albert_tf"):
+        computed = sum(map(sum, data["lengths"])) / len(data["lengths"])
+    else:
+        computed = B * sum(map(max, data["lengths"])) / len(data["lengths"])
+    useful = _useful_gflop(dims, data, P) * (3 if case == "train" else 1)
+    row.update(tokens_computed=computed, useful_gflop=useful,
+               examples_per_s=B / row["median_s"], gflops=useful / row["median_s"])
+    if dt in peaks:
+        row["fraction_of_peak"] = row["gflops"] / peaks[dt]
+    return row
+
+
+def _ratios(rows, per_round):
+    """Each peer row's speed relative to ours (ours' time / the peer's; < 1: ours is faster), the
+    median of the per-round ratios."""
+    for row in rows:
+        if (row["case"] not in ("forward", "train") or "error" in row
+                or row["implementation"] == "albert_tf"):
+            continue
+        ours = per_round.get(("albert_tf", row["case"], row["dtype"], row["padding"]), [])
+        theirs = per_round[(row["implementation"], row["case"], row["dtype"], row["padding"])]
+        pairs = [a["median_s"] / b["median_s"] for a, b in zip(ours, theirs)
+                 if "median_s" in a and "median_s" in b]
+        if pairs:
+            row["ours_time_over_theirs"] = statistics.median(pairs)
+
+
 def main(argv):
     del argv
     if FLAGS.child:
@@ -348,50 +495,53 @@ def main(argv):
     os.makedirs(work, exist_ok=True)
     dims = model_dims(FLAGS.preset)
     B, S, P = FLAGS.batch_size, FLAGS.seq_length, FLAGS.predictions
-    fwd = forward_flops(dims, B, S, P)
     peer_python = FLAGS.peer_python or sys.executable
     base = {"preset": FLAGS.preset, "dims": dims, "B": B, "S": S, "P": P, "work": work,
             "warmup": FLAGS.warmup, "repeats": FLAGS.repeats, "jit_compile": FLAGS.jit_compile,
-            "remove_padding": FLAGS.remove_padding}
+            "peak_runs": FLAGS.peak_runs, "padding": "-"}
     print(f"{FLAGS.preset} {dims}, batch {B}, seq {S}, {P} masked; cpus {os.cpu_count()}")
     print(FORMULA)
-    print(f"forward {fwd / 1e9:.1f} GFLOP, training step {3 * fwd / 1e9:.1f} GFLOP", flush=True)
-    rows = []
-    plan = []
-    if "matmul" in FLAGS.cases:
-        plan += [("matmul", "matmul", dt, sys.executable) for dt in FLAGS.dtypes]
-    for case in ("forward", "train"):
-        if case in FLAGS.cases:
-            for dt in FLAGS.dtypes:
-                for who in FLAGS.implementations:
-                    if who == "albert_tf_recompute" and case != "train":
-                        continue  # the same forward as albert_tf
-                    plan.append((who, case, dt, sys.executable if who.startswith("albert_tf")
-                                 else peer_python))
-    if any(who.startswith("albert_tf") and case == "train" for who, case, _, _ in plan):
+    plan = _plan(sys.executable, peer_python)
+    data = {"S": S, "lengths": [[S] * B]}
+    if any(case in ("forward", "train") for _, case, _, _, _ in plan):
         made = measure(dict(base, who="data", case="data", dtype="float32"), sys.executable)
         if "error" in made:
-            raise RuntimeError(f"generating the training TFRecords failed: {made['error']}")
-    if "serving" in FLAGS.cases:
-        plan.append(("serving", "serving", "float32", sys.executable))
+            raise RuntimeError(f"generating the benchmark batches failed: {made['error']}")
+        base["batches"] = made["batches"]
+        import numpy as np
+
+        with np.load(made["batches"]) as z:
+            data["lengths"] = z["input_mask"].sum(2).tolist()
+        print(f"{len(data['lengths'])} batches of real records: "
+              f"{sum(map(sum, data['lengths'])):,} real tokens of {B * S * len(data['lengths']):,}"
+              f" (longest per batch {[max(x) for x in data['lengths']]}); useful work "
+              f"{_useful_gflop(dims, data, P):.1f} GFLOP forward per batch", flush=True)
+    per_round = {key[:4]: [] for key in plan}
+    for r in range(FLAGS.rounds):
+        for who, case, dt, padding, python in (plan if r % 2 == 0 else plan[::-1]):
+            spec = dict(base, who=who, case=case, dtype=dt, padding=padding)
+            result = measure(spec, python)
+            per_round[(who, case, dt, padding)].append(result)
+            brief = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in result.items()
+                     if k in ("median_s", "gflops", "peak_rss_mb", "error", "best_shape")}
+            print(f"round {r + 1}/{FLAGS.rounds} {who} {case} {dt} {padding}: "
+                  f"{json.dumps(brief)[:300]}", flush=True)
     peaks = {}
-    for who, case, dt, python in plan:
-        spec = dict(base, who=who, case=case, dtype=dt)
-        row = {"implementation": who, "case": case, "dtype": dt, **measure(spec, python)}
-        if case == "matmul" and "gflops" in row:
-            peaks[dt] = row["gflops"]
-        if case in ("forward", "train") and "median_s" in row:
-            flops = fwd * (3 if case == "train" else 1)
-            row["examples_per_s"] = B / row["median_s"]
-            row["gflops"] = flops / row["median_s"] / 1e9
-            if dt in peaks:
-                row["fraction_of_peak"] = row["gflops"] / peaks[dt]
-        rows.append(row)
-        brief = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()
-                 if k not in ("cases",)}
-        print(json.dumps(brief)[:400], flush=True)
+    for (who, case, dt, _), results in per_round.items():
+        if case == "matmul" and any("gflops" in x for x in results):
+            peaks[dt] = max(x["gflops"] for x in results if "gflops" in x)
+    rows = [_aggregate(key, results, data, dims, P, peaks) for key, results in per_round.items()]
+    _ratios(rows, per_round)
+    if "serving" in FLAGS.cases:
+        rows.append({"implementation": "serving", "case": "serving", "dtype": "float32",
+                     "padding": "-", **measure(dict(base, who="serving", case="serving",
+                                                    dtype="float32"), sys.executable)})
     results = {"preset": FLAGS.preset, "dims": dims, "batch_size": B, "seq_length": S,
-               "predictions": P, "formula": FORMULA, "forward_gflop": fwd / 1e9,
+               "predictions": P, "formula": FORMULA, "rounds": FLAGS.rounds,
+               "repeats": FLAGS.repeats, "peak_runs": FLAGS.peak_runs,
+               "batch_lengths": data["lengths"],
+               "useful_forward_gflop": _useful_gflop(dims, data, P),
+               "padded_forward_gflop": forward_flops(dims, B, S, P) / 1e9,
                "cpu_count": os.cpu_count(), "cpu_flags": _cpu_flags(), "peaks_gflops": peaks,
                "rows": rows, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
     with open(os.path.join(FLAGS.output_dir, "compare.json"), "w") as f:
@@ -415,42 +565,60 @@ def _cpu_flags():
 
 
 def markdown(results) -> str:
+    lengths = results["batch_lengths"]
+    real = sum(map(sum, lengths))
     lines = [f"{results['preset']}, batch {results['batch_size']}, seq "
              f"{results['seq_length']}, {results['predictions']} masked positions; "
              f"{results['cpu_count']} CPUs ({', '.join(results['cpu_flags']) or 'no bf16/VNNI'});"
              f" {results['when']}", "",
-             f"FLOPs: {results['formula']}; forward {results['forward_gflop']:.1f} GFLOP.", "",
-             "| implementation | case | dtype | median s | examples/s | GFLOP/s | of peak | "
-             "peak RSS MB |", "|---|---|---|---|---|---|---|---|"]
+             f"Every side ran the same {len(lengths)} batches of real records ({real:,} real "
+             f"tokens of {results['batch_size'] * results['seq_length'] * len(lengths):,}); "
+             f"{results['rounds']} interleaved rounds, each the median of {results['repeats']} "
+             "calls; a time is the median of the rounds (min-max in brackets), `vs ours` the "
+             "median of the per-round ratios ours / theirs (below 1: ours is faster).", "",
+             f"FLOPs: {results['formula']}; useful work (real tokens) "
+             f"{results['useful_forward_gflop']:.1f} GFLOP per forward, "
+             f"{results['padded_forward_gflop']:.1f} padded. Peak: best of "
+             f"{results['peak_runs']} calls at the model's matmul shapes.", "",
+             "| side | case | dtype | padding | tokens computed | median s (rounds) | "
+             "useful GFLOP/s | of peak | vs ours | peak RSS MB |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
 
     def fmt(v, spec):
         return format(v, spec) if isinstance(v, (int, float)) else "-"
 
     for r in results["rows"]:
         if "error" in r:
-            lines.append(f"| {r['implementation']} | {r['case']} | {r['dtype']} | failed: "
-                         f"{r['error'].splitlines()[-1][:80] if r['error'] else ''} | | | | |")
+            lines.append(f"| {r['implementation']} | {r['case']} | {r['dtype']} | "
+                         f"{r.get('padding', '-')} | failed: "
+                         f"{r['error'].splitlines()[-1][:80] if r['error'] else ''} | | | | | |")
             continue
         if r["case"] == "serving":
             peak = results["peaks_gflops"].get("float32")
             for name, c in r.get("cases", {}).items():
                 floor = c["encoder_gflop_real_tokens"] / peak if peak else None
                 lines.append(
-                    f"| albert_tf SavedModel | serving {name} ({c['tokens']} tokens, longest "
-                    f"{c['longest']}) | float32 | p50 {c['p50_ms'] / 1000:.4f} (p99 "
-                    f"{c['p99_ms'] / 1000:.4f}) | {c['sentences_per_s']:.1f} | "
+                    f"| albert_tf SavedModel | serving {name} | float32 | - | {c['tokens']} "
+                    f"(longest {c['longest']}) | p50 {c['p50_ms'] / 1000:.4f} (p99 "
+                    f"{c['p99_ms'] / 1000:.4f}) | "
                     f"{fmt(c['encoder_gflop_real_tokens'] / c['p50_ms'] * 1000, '.1f')} | "
-                    f"{fmt(floor / (c['p50_ms'] / 1000) if floor else None, '.0%')} | "
+                    f"{fmt(floor / (c['p50_ms'] / 1000) if floor else None, '.0%')} | | "
                     f"{fmt(r.get('peak_rss_mb'), '.0f')} |")
             continue
-        lines.append(f"| {r['implementation']} | {r['case']} | {r['dtype']} | "
-                     f"{fmt(r.get('median_s'), '.3f')} | {fmt(r.get('examples_per_s'), '.2f')} | "
-                     f"{fmt(r.get('gflops'), '.1f')} | {fmt(r.get('fraction_of_peak'), '.0%')} | "
-                     f"{fmt(r.get('peak_rss_mb'), '.0f')} |")
-        if r["case"] == "matmul" and r.get("shapes"):
-            lines.append(f"| matmul | model shapes (M x K x N: GFLOP/s) | {r['dtype']} | "
+        if r["case"] == "matmul":
+            lines.append(f"| matmul peak | best of {r['runs_per_shape']} at {r['best_shape']} | "
+                         f"{r['dtype']} | - | - | - | {r['gflops']:.1f} | 100% | | "
+                         f"{fmt(r.get('peak_rss_mb'), '.0f')} |")
+            lines.append(f"| matmul | model shapes (M x K x N: GFLOP/s) | {r['dtype']} | | | "
                          + ", ".join(f"{k}: {v:.0f}" for k, v in r["shapes"].items())
                          + " | | | | |")
+            continue
+        lines.append(f"| {r['implementation']} | {r['case']} | {r['dtype']} | {r['padding']} | "
+                     f"{r['tokens_computed']:.0f} | {r['median_s']:.3f} ({r['round_min_s']:.3f}-"
+                     f"{r['round_max_s']:.3f}) | {fmt(r.get('gflops'), '.1f')} | "
+                     f"{fmt(r.get('fraction_of_peak'), '.0%')} | "
+                     f"{fmt(r.get('ours_time_over_theirs'), '.2f')} | "
+                     f"{fmt(r.get('peak_rss_mb'), '.0f')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -463,20 +631,20 @@ def chart(results, path):
     rows = [r for r in results["rows"] if r["case"] in ("forward", "train") and "median_s" in r]
     if not rows:
         return
-    groups = sorted({(r["case"], r["dtype"]) for r in rows})
+    groups = sorted({(r["case"], r["dtype"], r["padding"]) for r in rows})
     impls = sorted({r["implementation"] for r in rows})
     fig, ax = plt.subplots(figsize=(9, 4.5))
     width = 0.8 / len(impls)
     for k, impl in enumerate(impls):
         xs, ys = [], []
-        for g, (case, dt) in enumerate(groups):
+        for g, group in enumerate(groups):
             for r in rows:
-                if (r["case"], r["dtype"], r["implementation"]) == (case, dt, impl):
+                if (r["case"], r["dtype"], r["padding"], r["implementation"]) == (*group, impl):
                     xs.append(g + k * width)
                     ys.append(r["median_s"])
         ax.bar(xs, ys, width, label=impl)
     ax.set_xticks([g + 0.4 - width / 2 for g in range(len(groups))])
-    ax.set_xticklabels([f"{c} {d}" for c, d in groups])
+    ax.set_xticklabels([f"{c} {d}\n{p}" for c, d, p in groups])
     ax.set_ylabel("median seconds per call (lower is better)")
     ax.set_title(f"{results['preset']}, batch {results['batch_size']}, seq "
                  f"{results['seq_length']}")

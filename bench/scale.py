@@ -4,9 +4,9 @@ relative training speed (Table 3's "Speedup") reproduced as ratios on this machi
     python -m bench.scale                   # ~15 min on 2 cores
     python -m bench.scale --sizes albert-base,bert-large --seq_lengths 128
 
-Every point is one `bench.compare` training measurement (the real loop: TFRecords from the
-bundled novels, forward, backward, clipping, LAMB; float32; its own child process; median of
-`--repeats` after `--warmup`). The analytic FLOP ratio (`albert_tf.analysis.flops`) is printed beside each
+Every point is one `bench.compare` training measurement (the loop's own step - forward,
+backward, clipping, LAMB - on batches of real records from the bundled novels; float32,
+remove_padding; its own child process; median of `--repeats` after `--warmup`). The analytic FLOP ratio (`albert_tf.analysis.flops`) is printed beside each
 measured ratio as the prediction. The paper measured at batch 4096, seq 512 on TPUs; here the
 batch is `--batch_size` (default 2) so that albert-xxlarge fits the time, and bert-xlarge
 (1.27B parameters: about 20 GB of weights, gradients and LAMB slots) is left out by default;
@@ -43,7 +43,8 @@ PAPER_VS_BERT_XLARGE = {"bert-base": 17.7, "bert-large": 3.8, "bert-xlarge": 1.0
 def _step(preset, seq):
     out = os.path.join(FLAGS.output_dir, "points")
     cmd = [sys.executable, "-m", "bench.compare", "--cases", "train", "--implementations",
-           "albert_tf", "--dtypes", "float32", "--preset", preset, "--batch_size",
+           "albert_tf", "--dtypes", "float32", "--padding", "removed", "--rounds", "1",
+           "--preset", preset, "--batch_size",
            str(FLAGS.batch_size), "--seq_length", str(seq), "--predictions",
            str(FLAGS.predictions), "--warmup", str(FLAGS.warmup), "--repeats",
            str(FLAGS.repeats), "--output_dir", out]

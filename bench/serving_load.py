@@ -10,9 +10,10 @@ loader (`export/serving_loader.cc`: `LoadSavedModel` "serve" into one session,
 `Session::Run` of `serving_default` concurrently from N client threads, as the server's request
 threads do). Each client sends its request again as soon as its answer comes, for `--seconds`
 after `--warmup` untimed runs. Requests: one SST-2 dev sentence, and the first 32 SST-2 dev
-sentences (1,056 pieces, the longest 64). Batching configurations (`--batching`): `none`, and
-each `max_batch_size:timeout_micros:threads[:allowed sizes separated by /]` replayed by the
-loader's batcher exactly as TF Serving's batching session handles a batching_parameters file.
+sentences (1,056 pieces, the longest 64). Batching configurations (`--batching`): `none`,
+`shipped` (`export.saved_model.BATCHING`, what every export's batching_parameters.txt holds) and
+each `max_batch_size:timeout_micros:threads[:allowed sizes separated by /]`, replayed by the
+loader's batcher as TF Serving's batching session handles a batching_parameters file.
 
 The floor: FLOPs of the request's real tokens (`albert_tf.analysis.flops.encoder_flops`) over
 the machine's float32 matmul peak (best of 10 at the model's shapes, `bench.compare --cases
@@ -36,9 +37,13 @@ flags.DEFINE_string("preset", "albert-base", "Model preset.")
 flags.DEFINE_integer("max_seq_length", 128, "max_seq_length of the export.")
 flags.DEFINE_list("clients", ["1", "4", "16"], "Concurrent clients.")
 flags.DEFINE_list("requests", ["1", "32"], "Sentences per request.")
-flags.DEFINE_list("batching", ["none", "32:2000:1", "32:5000:1:8/16/32"],
-                  "none, or max_batch_size:batch_timeout_micros:num_batch_threads"
+flags.DEFINE_list("batching", ["none", "shipped", "32:2000:1", "32:0:1", "32:5000:1:8/16/32",
+                                "128:5000:1"],
+                  "none; shipped (export.saved_model.BATCHING, what batching_parameters.txt "
+                  "holds); or max_batch_size:batch_timeout_micros:num_batch_threads"
                   "[:allowed_batch_sizes separated by /].")
+flags.DEFINE_bool("append", False, "Add the points to OUTPUT_DIR/serving_load.json (same preset "
+                  "and sequence length; a point measured again is replaced).")
 flags.DEFINE_float("seconds", 10.0, "Timed seconds per point.")
 flags.DEFINE_integer("warmup", 3, "Untimed runs per point.")
 flags.DEFINE_string("output_dir", os.path.join("bench_results", "serving_load"), "Results.")
@@ -85,9 +90,14 @@ def _export(work):
 
 
 def _batching(spec: str):
-    """`max:timeout:threads[:a/b/c]` -> the batching_parameters fields, or None for "none"."""
+    """`max:timeout:threads[:a/b/c]` or "shipped" -> the batching_parameters fields, or None for
+    "none"."""
     if spec == "none":
         return None
+    if spec == "shipped":
+        from export.saved_model import BATCHING
+
+        return dict(BATCHING)
     parts = spec.split(":")
     config = {"max_batch_size": int(parts[0]), "batch_timeout_micros": int(parts[1]),
               "num_batch_threads": int(parts[2])}
@@ -141,23 +151,45 @@ def main(argv):
                  "ceiling_sentences_per_s": n / (gflop / peak["gflops"]), "points": []}
         results["requests"][str(n)] = entry
         for batching in FLAGS.batching:
-            if batching != "none" and n >= int(batching.split(":")[0]):
+            config = _batching(batching)
+            if config and n >= config["max_batch_size"]:
                 continue  # a request as large as the batch: batching has nothing to merge
             for clients in map(int, FLAGS.clients):
                 point = _load_point(binary, info, saved_model, text, clients, batching)
+                if config:
+                    point["config"] = config
                 entry["points"].append(point)
                 print(f"{n:2d} sentences  clients {clients:2d}  batching {batching:16s} "
                       f"p50 {point['p50_ms']:8.1f} ms  p99 {point['p99_ms']:8.1f} ms  "
                       f"{point['sentences_per_s']:7.1f} sentences/s"
                       + (f"  mean batch {point['mean_batch_rows']:.1f}"
                          if "mean_batch_rows" in point else ""), flush=True)
-    with open(os.path.join(FLAGS.output_dir, "serving_load.json"), "w") as f:
+    path = os.path.join(FLAGS.output_dir, "serving_load.json")
+    if FLAGS.append and os.path.exists(path):
+        results = _appended(path, results)
+    with open(path, "w") as f:
         json.dump(results, f, indent=2)
     table = markdown(results)
     with open(os.path.join(FLAGS.output_dir, "serving_load.md"), "w") as f:
         f.write(table)
     print(table)
     return 0
+
+
+def _appended(path, results):
+    """The earlier results at `path` with these points added (replacing the same points)."""
+    with open(path) as f:
+        earlier = json.load(f)
+    if (earlier["preset"], earlier["max_seq_length"]) != (results["preset"],
+                                                          results["max_seq_length"]):
+        raise SystemExit(f"{path} holds {earlier['preset']} at {earlier['max_seq_length']}; "
+                         "--append adds only to the same preset and length")
+    for n, entry in results["requests"].items():
+        old = earlier["requests"].setdefault(n, dict(entry, points=[]))
+        new_keys = {(p["clients"], p["batching"]) for p in entry["points"]}
+        old["points"] = [p for p in old["points"]
+                         if (p["clients"], p["batching"]) not in new_keys] + entry["points"]
+    return earlier
 
 
 def markdown(results) -> str:

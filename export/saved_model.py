@@ -255,19 +255,20 @@ def _readable_tree(directory: str) -> None:
 
 
 # TF Serving's batching, derived from `bench.serving_load` (docs/serving.md "Serving under load":
-# albert-base classifier, C++ loader, 1/4/16 clients, 2-core CPU):
-# - max_batch_size 32: 16 one-sentence clients fill batches of 15 on average; 128 bought no
-#   throughput (64.6 vs 68.2 sentences/s) and a 32-sentence batch already runs at 81-85% of the
-#   FLOP ceiling, so larger batches only lengthen the wait.
-# - batch_timeout_micros 500: the same merging as 2,000 at 4 and 16 clients (3.9 / 15.0 rows per
-#   batch), less added to a lone request; 0 merges less (12.2 rows) and doubled p99 at 16 clients.
+# albert-base classifier, C++ loader, one-sentence requests from 1/4/16 clients, 2-core CPU):
+# - max_batch_size 32: 16 clients fill batches of 15; a cap of 128 bought no throughput (64.6
+#   against 68.2 sentences/s), and a 32-sentence batch already runs at 81-85% of the FLOP
+#   ceiling, so larger batches only lengthen the wait.
+# - num_batch_threads 2 (the cores measured; set it to the server's cores): at 4 clients p99
+#   86-87 ms against 109-125 with one thread.
+# - batch_timeout_micros 2000: with two batch threads, 500 closed batches early (6.1 rows at 16
+#   clients, p99 373 ms) where 2,000 keeps them full (15.1 rows, p99 263 ms, 69.0 sentences/s);
+#   a lone request pays at most 2 ms (37.0 ms p50 against 33-35 unbatched, within noise).
 # - no allowed_batch_sizes: padding a batch to an allowed size computes the copies (one client:
 #   7.4 sentences/s padded to 8 against 24.9); the graph takes any batch size.
-# - num_batch_threads 2 (the cores measured; set it to the server's cores): 1 and 2 equal at 16
-#   clients, 2 ahead at 4 (56.3 vs 50.6 sentences/s).
 # - max_enqueued_batches 16: at about 0.47 s per full batch, at most ~8 s queued before the server
 #   answers UNAVAILABLE and a client can go to another replica.
-BATCHING = {"max_batch_size": 32, "batch_timeout_micros": 500, "max_enqueued_batches": 16,
+BATCHING = {"max_batch_size": 32, "batch_timeout_micros": 2000, "max_enqueued_batches": 16,
             "num_batch_threads": 2}
 
 

@@ -132,6 +132,7 @@ def test_no_side_input_is_built_from_the_corpus(beam_run, sample_vocab):
     assert set(plan) - set(arrays) == {"num_documents", "num_blocks"}
 
 
+@pytest.mark.slow
 def test_random_next_sentence_segments_through_the_join(generated_data, tmp_path):
     """BERT's next-sentence negatives (half the chunks take B from another document): the
     pipeline, in one process and in three, writes the local generator's files."""

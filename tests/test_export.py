@@ -291,7 +291,7 @@ def test_versions_layout_and_refusals(exported, sample_vocab, tmp_path):
         assert "pad_variable_length_inputs: false" in f.read()
     # the measured values (docs/serving.md "Serving under load"), none other
     assert read_batching_parameters(os.path.join(base, BATCHING_CONFIG)) == {
-        "max_batch_size": 32, "batch_timeout_micros": 500, "max_enqueued_batches": 16,
+        "max_batch_size": 32, "batch_timeout_micros": 2000, "max_enqueued_batches": 16,
         "num_batch_threads": 2}
     with pytest.raises(ExportError, match="Version 1 already exists"):
         export_saved_model(model, base, sample_vocab, version=1, max_seq_length=MAX_SEQ)
