@@ -48,7 +48,8 @@ job = make_job(inputs, out, vocab, num_output_shards=int(shards), max_seq_length
                max_predictions_per_seq=20, dupe_factor=int(dupe), tokens_per_unit=int(unit))
 summary = generate_with_beam(job, ["--runner=FnApiRunner", "--direct_running_mode=multi_processing",
                                    f"--direct_num_workers={workers}"])
-print("SUMMARY " + json.dumps({k: summary[k] for k in ("total_examples", "counts", "seconds")}))
+print("SUMMARY " + json.dumps({k: summary.get(k) for k in (
+    "total_examples", "counts", "seconds", "largest_unit_corpus_bytes")}))
 """
 
 
@@ -145,18 +146,30 @@ def main(argv):
                    "tokens": k * once["tokens"], "examples": summary["total_examples"],
                    "seconds": summary["seconds"], "runner_peak_mb": round(peaks["runner"]),
                    "worker_peak_mb": round(peaks["worker"]),
-                   "total_peak_mb": round(peaks["total"])}
+                   "total_peak_mb": round(peaks["total"]),
+                   # what this pipeline held of the corpus for its largest unit (a metric; None
+                   # from code that does not report it), and what a side input of the corpus
+                   # (tokens, sentence offsets) weighs: every Flink / Spark worker would hold it
+                   "largest_unit_corpus_kb": (summary["largest_unit_corpus_bytes"] / 1024
+                                              if summary.get("largest_unit_corpus_bytes")
+                                              else None),
+                   "corpus_as_side_input_mb": k * (4 * once["tokens"] + 8 * (
+                       once["sentences"] + once["documents"])) / 2**20}
             rows.append(row)
             print(json.dumps(row), flush=True)
     lines = [f"Beam data generation (FnApiRunner, {FLAGS.workers} worker processes, seq 128, "
              f"dupe_factor {FLAGS.dupe_factor}, {FLAGS.tokens_per_unit:,} tokens per unit; code: "
              f"{code_dir})", "",
              "| corpus | documents | tokens | shards | examples | s | runner peak MB | "
-             "largest worker peak MB | all processes MB |", "|---|---|---|---|---|---|---|---|---|"]
+             "largest worker peak MB | all processes MB | largest unit's corpus KB | corpus as a "
+             "side input MB |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['multiple']}x | {r['documents']:,} | {r['tokens']:,} | {r['shards']} | "
                      f"{r['examples']:,} | {r['seconds']:.0f} | {r['runner_peak_mb']} | "
-                     f"{r['worker_peak_mb']} | {r['total_peak_mb']} |")
+                     f"{r['worker_peak_mb']} | {r['total_peak_mb']} | "
+                     + (f"{r['largest_unit_corpus_kb']:,.0f}" if r["largest_unit_corpus_kb"]
+                        else "-")
+                     + f" | {r['corpus_as_side_input_mb']:.1f} |")
     table = "\n".join(lines) + "\n"
     with open(os.path.join(FLAGS.output_dir, "beam_memory.json"), "w") as f:
         json.dump({"workers": FLAGS.workers, "dupe_factor": FLAGS.dupe_factor,

@@ -45,7 +45,9 @@ the writer of a shard holds that shard's examples, as the local reducer does: ch
 
 Counters (Beam metrics, namespace `albert_tf.data`): files, files_without_documents, documents,
 documents_not_utf8, documents_empty, sentences, tokens, units, examples, masked_positions,
-sentence_order_label_1, random_document, short_target; printed at the end of a run.
+sentence_order_label_1, random_document, short_target; printed at the end of a run. A
+distribution, unit_corpus_bytes, records what each unit held of the corpus (its documents and
+segments; the summary's `largest_unit_corpus_bytes`).
 
 Unlike the local generator, a Beam run does not resume after it is stopped (a runner retries
 failed bundles within a run); it refuses to start when an output file exists, except when every
@@ -276,6 +278,7 @@ def _unit_keys(element, plan, dupe_factor):
 
 def _units_dofn():
     beam = _beam()
+    from apache_beam.metrics import Metrics
 
     class Units(_WithTokenizer, beam.DoFn):
         """((block, pass), [("document", global id, document) or ("segment", request, tokens)])
@@ -292,6 +295,10 @@ def _units_dofn():
             for kind, key, value in items:
                 (local if kind == "document" else segments)[key] = value
             doc_ids = sorted(local, key=lambda g: int(plan["rank"][g]))
+            # what this worker holds of the corpus for the unit: its documents and segments
+            held = (sum(t.nbytes + e.nbytes for t, e in local.values())
+                    + sum(t.nbytes for t in segments.values()))
+            Metrics.distribution(NAMESPACE, "unit_corpus_bytes").update(held)
             store = _PlanStore(plan, local)
             job = self.job
             records, stats, grouped = unit_examples(job, store, self.vocab, block, dupe, doc_ids,
@@ -466,9 +473,13 @@ def generate_with_beam(job, pipeline_args=()) -> dict:
     result = pipeline.run()
     result.wait_until_finish()
     counters = dict.fromkeys(COUNTERS, 0)
-    for c in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]:
+    metrics = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
+    for c in metrics["counters"]:
         value = c.committed if c.committed is not None else c.attempted
         counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + int(value or 0)
+    held = [d.committed or d.attempted for d in metrics["distributions"]
+            if d.key.metric.name == "unit_corpus_bytes"]
+    largest_unit = max((int(d.max) for d in held if d is not None and d.count), default=0)
     if not counters["examples"]:
         raise InputError(
             f"The inputs produced no examples ({counters['documents']} usable documents, "
@@ -479,4 +490,5 @@ def generate_with_beam(job, pipeline_args=()) -> dict:
     return {"already_complete": False, "outputs": list(job.output_files),
             "total_examples": counters["examples"],
             "counts": {k: counters[k] for k in STATS}, "counters": counters,
+            "largest_unit_corpus_bytes": largest_unit,
             "seconds": round(time.time() - started, 2)}

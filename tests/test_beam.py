@@ -68,6 +68,11 @@ def test_counters_equal_the_local_counts(beam_run, generated_data, sample_vocab,
     assert counters["files"] == 1 and counters["units"] == local["units"] == 16
     # chunks completed from another document: read through the keyed join, not a side input
     assert summary["counts"]["random_document"] > 50
+    # what a worker held of the corpus for one unit: its block (about tokens_per_unit tokens, 4
+    # bytes each, with the sentence offsets) and its segments, far below the corpus
+    largest = summary["largest_unit_corpus_bytes"]
+    corpus_bytes = 4 * tokenized["tokens"] + 8 * (tokenized["sentences"] + tokenized["documents"])
+    assert 4 * 40_000 <= largest < corpus_bytes / 2, (largest, corpus_bytes)
     assert counters["documents_not_utf8"] == counters["documents_empty"] == 0
 
 
