@@ -82,8 +82,11 @@ def _data_generation(lines):
                   f"shuffles cost the rest); largest worker {big['worker_peak_mb']} MB on the "
                   "local runner, which hands a worker its whole share of a stage (docs/data.md: "
                   "what a Flink or Spark worker holds is one unit, or one shard when writing, and "
-                  "the plan, 20 bytes per "
-                  "document)."]
+                  "the plan, 20 bytes per document); the largest unit held "
+                  + (f"{big['largest_unit_corpus_kb']:,.0f} KB" if big.get("largest_unit_corpus_kb")
+                     else "(not reported)")
+                  + f" of the corpus against {big['corpus_as_side_input_mb']:.1f} MB for the "
+                  "corpus as a side input."]
     lines += ["", f"Assumed: {FLAGS.corpus_words / 1e9:.1f}B words, dupe_factor "
               f"{FLAGS.dupe_factor}, seq {seq}, throughput per worker core as measured and "
               "linear in workers (units are independent; the shuffles are the runner's).", "",
