@@ -71,6 +71,9 @@ flags.DEFINE_bool("jit_compile", False, "albert_tf: compile the forward pass and
                   "step with XLA (PretrainingConfig.jit_compile).")
 flags.DEFINE_list("padding", ["padded", "removed"], "Rows: padded batches, and each side's way "
                   "of skipping padding (ours: remove_padding; peers: cut to the longest).")
+flags.DEFINE_enum("corpus", "novels", ["novels", "sst2"], "The records' text: the bundled "
+                  "novels (every sequence full at seq 128), or the SST-2 training sentences as "
+                  "one-sentence documents (short examples: padding to remove).")
 flags.DEFINE_integer("warmup", 2, "Untimed calls per measurement.")
 flags.DEFINE_integer("repeats", 5, "Timed calls per measurement (the median is reported).")
 flags.DEFINE_integer("rounds", 3, "Interleaved rounds: each measurement runs once per round.")
@@ -211,15 +214,23 @@ def _pretraining_records(spec) -> str:
     from data.prepare_corpus import prepare_corpus
     from data.train_vocab import train_vocab
 
-    directory = os.path.join(spec["work"], f"data-{spec['S']}-{spec['P']}")
+    corpus_name = spec.get("corpus", "novels")
+    suffix = "" if corpus_name == "novels" else f"-{corpus_name}"
+    directory = os.path.join(spec["work"], f"data-{spec['S']}-{spec['P']}{suffix}")
     pattern = os.path.join(directory, "train-*.tfrecord")
     if not os.path.exists(os.path.join(directory, "done")):
         os.makedirs(directory, exist_ok=True)
-        corpus = os.path.join(directory, "books.txt")
+        books = os.path.join(directory, "books.txt")
         prepare_corpus(os.path.join(ROOT, "albert_tf", "sample_data", "pretrain_text",
-                                    "gutenberg", "*-0.txt"), corpus)
-        vocab = train_vocab(corpus, os.path.join(directory, "v8k"),
+                                    "gutenberg", "*-0.txt"), books)
+        vocab = train_vocab(books, os.path.join(directory, "v8k"),
                             vocab_size=8000)["model_file"]
+        corpus = books
+        if corpus_name == "sst2":  # short documents: one SST-2 sentence each
+            corpus = os.path.join(directory, "sst2.txt")
+            sst2 = os.path.join(ROOT, "albert_tf", "sample_data", "glue", "SST-2", "train.tsv")
+            with open(sst2, encoding="utf-8") as f, open(corpus, "w", encoding="utf-8") as out:
+                out.write("\n\n".join(line.split("\t")[0].strip() for line in list(f)[1:]) + "\n")
         generate(make_job(corpus, os.path.join(directory, "train"), vocab, num_output_shards=2,
                           max_seq_length=spec["S"], max_predictions_per_seq=spec["P"],
                           dupe_factor=1), num_workers=2, progress=False)
@@ -258,7 +269,8 @@ def _save_batches(spec) -> dict:
         spec["B"], drop_remainder=True).as_numpy_iterator())
     if len(rows) < count:
         raise RuntimeError(f"the records hold {len(rows)} batches of {spec['B']}; {count} needed")
-    path = os.path.join(spec["work"], f"batches-{spec['B']}x{spec['S']}-{spec['P']}-{count}.npz")
+    path = os.path.join(spec["work"], f"batches-{spec['B']}x{spec['S']}-{spec['P']}-{count}-"
+                        f"{spec.get('corpus', 'novels')}.npz")
     np.savez(path, **{k: np.stack([r[k] for r in rows]) for k in rows[0]})
     lengths = np.stack([r["input_mask"].sum(1) for r in rows])
     return {"batches": path, "real_tokens": lengths.sum(1).tolist(),
@@ -498,7 +510,7 @@ def main(argv):
     peer_python = FLAGS.peer_python or sys.executable
     base = {"preset": FLAGS.preset, "dims": dims, "B": B, "S": S, "P": P, "work": work,
             "warmup": FLAGS.warmup, "repeats": FLAGS.repeats, "jit_compile": FLAGS.jit_compile,
-            "peak_runs": FLAGS.peak_runs, "padding": "-"}
+            "peak_runs": FLAGS.peak_runs, "padding": "-", "corpus": FLAGS.corpus}
     print(f"{FLAGS.preset} {dims}, batch {B}, seq {S}, {P} masked; cpus {os.cpu_count()}")
     print(FORMULA)
     plan = _plan(sys.executable, peer_python)
@@ -539,7 +551,7 @@ def main(argv):
     results = {"preset": FLAGS.preset, "dims": dims, "batch_size": B, "seq_length": S,
                "predictions": P, "formula": FORMULA, "rounds": FLAGS.rounds,
                "repeats": FLAGS.repeats, "peak_runs": FLAGS.peak_runs,
-               "batch_lengths": data["lengths"],
+               "batch_lengths": data["lengths"], "corpus": FLAGS.corpus,
                "useful_forward_gflop": _useful_gflop(dims, data, P),
                "padded_forward_gflop": forward_flops(dims, B, S, P) / 1e9,
                "cpu_count": os.cpu_count(), "cpu_flags": _cpu_flags(), "peaks_gflops": peaks,
@@ -571,7 +583,8 @@ def markdown(results) -> str:
              f"{results['seq_length']}, {results['predictions']} masked positions; "
              f"{results['cpu_count']} CPUs ({', '.join(results['cpu_flags']) or 'no bf16/VNNI'});"
              f" {results['when']}", "",
-             f"Every side ran the same {len(lengths)} batches of real records ({real:,} real "
+             f"Every side ran the same {len(lengths)} batches of real records (corpus: "
+             f"{results.get('corpus', 'novels')}; {real:,} real "
              f"tokens of {results['batch_size'] * results['seq_length'] * len(lengths):,}); "
              f"{results['rounds']} interleaved rounds, each the median of {results['repeats']} "
              "calls; a time is the median of the rounds (min-max in brackets), `vs ours` the "
