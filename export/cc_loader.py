@@ -61,18 +61,18 @@ def compile_loader(info: dict, output: str) -> str:
     return output
 
 
-def run_loader(binary: str, saved_model: str, op_libraries, signature: str = "serving_default",
-               inputs: dict | None = None, workdir: str | None = None) -> dict:
-    """Loads `saved_model` and runs `signature` on `inputs` ({name: numpy array}).
-
-    Returns {"stdout": ..., "signature": {"method", "inputs", "outputs"}, "outputs": {key: array}}.
-    """
+def _launch(binary: str, saved_model: str, op_libraries, signature: str, inputs: dict | None,
+            workdir: str | None, extra=()):
+    """Runs the loader with `inputs` written as TensorProto files and `--output_dir` when there
+    are inputs; returns (its stdout, {output key: array} of the outputs it wrote)."""
     import numpy as np
     from tensorflow.core.framework import tensor_pb2
     from tensorflow.python.framework import tensor_util
 
     workdir = workdir or tempfile.mkdtemp(prefix="serving_loader-")
-    args = [binary, "--saved_model", saved_model, "--signature", signature]
+    out_dir = os.path.join(workdir, "out")
+    os.makedirs(out_dir, exist_ok=True)
+    args = [binary, "--saved_model", saved_model, "--signature", signature, *extra]
     for library in op_libraries:
         args += ["--op_library", library]
     for name, value in (inputs or {}).items():
@@ -80,29 +80,38 @@ def run_loader(binary: str, saved_model: str, op_libraries, signature: str = "se
         with open(path, "wb") as f:
             f.write(tensor_util.make_tensor_proto(np.asarray(value)).SerializeToString())
         args += ["--input", f"{name}={path}"]
-    out_dir = os.path.join(workdir, "out")
-    os.makedirs(out_dir, exist_ok=True)
     if inputs:
         args += ["--output_dir", out_dir]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run(args, capture_output=True, text=True, env=env)
+    proc = subprocess.run(args, capture_output=True, text=True,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     if proc.returncode:
         raise LoaderError(f"serving_loader exited {proc.returncode}:\n{proc.stderr[-4000:]}")
-    sig = {"method": None, "inputs": {}, "outputs": {}}
+    outputs = {}
     for line in proc.stdout.splitlines():
+        parts = line.split()
+        if inputs and parts[:1] == ["output"]:
+            proto = tensor_pb2.TensorProto()
+            with open(os.path.join(out_dir, parts[1] + ".pb"), "rb") as f:
+                proto.ParseFromString(f.read())
+            outputs[parts[1]] = tensor_util.MakeNdarray(proto)
+    return proc.stdout, outputs
+
+
+def run_loader(binary: str, saved_model: str, op_libraries, signature: str = "serving_default",
+               inputs: dict | None = None, workdir: str | None = None) -> dict:
+    """Loads `saved_model` and runs `signature` on `inputs` ({name: numpy array}).
+
+    Returns {"stdout": ..., "signature": {"method", "inputs", "outputs"}, "outputs": {key: array}}.
+    """
+    stdout, outputs = _launch(binary, saved_model, op_libraries, signature, inputs, workdir)
+    sig = {"method": None, "inputs": {}, "outputs": {}}
+    for line in stdout.splitlines():
         parts = line.split()
         if parts[:1] == ["signature"]:
             sig["method"] = parts[3]
         elif parts[:1] in (["input"], ["output"]):
             sig[parts[0] + "s"][parts[1]] = {"tensor": parts[2], "dtype": parts[3]}
-    outputs = {}
-    if inputs:
-        for key in sig["outputs"]:
-            proto = tensor_pb2.TensorProto()
-            with open(os.path.join(out_dir, key + ".pb"), "rb") as f:
-                proto.ParseFromString(f.read())
-            outputs[key] = tensor_util.MakeNdarray(proto)
-    return {"stdout": proc.stdout, "signature": sig, "outputs": outputs}
+    return {"stdout": stdout, "signature": sig, "outputs": outputs}
 
 
 def run_load(binary: str, saved_model: str, op_libraries, inputs: dict, clients: int,
@@ -117,33 +126,19 @@ def run_load(binary: str, saved_model: str, op_libraries, inputs: dict, clients:
     "batches", "batched_rows", "padded_rows" (warm-up runs included), and "outputs": the answer
     of one more request sent the same way}."""
     import numpy as np
-    from tensorflow.core.framework import tensor_pb2
-    from tensorflow.python.framework import tensor_util
 
-    workdir = workdir or tempfile.mkdtemp(prefix="serving_load-")
-    out_dir = os.path.join(workdir, "out")
-    os.makedirs(out_dir, exist_ok=True)
-    args = [binary, "--saved_model", saved_model, "--signature", signature, "--load_clients",
-            str(clients), "--load_seconds", str(seconds), "--load_warmup", str(warmup),
-            "--output_dir", out_dir]
-    for library in op_libraries:
-        args += ["--op_library", library]
-    for name, value in inputs.items():
-        path = os.path.join(workdir, f"in-{name}.pb")
-        with open(path, "wb") as f:
-            f.write(tensor_util.make_tensor_proto(np.asarray(value)).SerializeToString())
-        args += ["--input", f"{name}={path}"]
+    extra = ["--load_clients", str(clients), "--load_seconds", str(seconds), "--load_warmup",
+             str(warmup)]
     if batching:
-        args += ["--batch_max_size", str(batching["max_batch_size"]), "--batch_timeout_micros",
-                 str(batching["batch_timeout_micros"]), "--num_batch_threads",
-                 str(batching["num_batch_threads"])]
+        extra += ["--batch_max_size", str(batching["max_batch_size"]), "--batch_timeout_micros",
+                  str(batching["batch_timeout_micros"]), "--num_batch_threads",
+                  str(batching["num_batch_threads"])]
         if batching.get("allowed_batch_sizes"):
-            args += ["--allowed_batch_sizes", ",".join(map(str, batching["allowed_batch_sizes"]))]
-    proc = subprocess.run(args, capture_output=True, text=True,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    if proc.returncode:
-        raise LoaderError(f"serving_loader exited {proc.returncode}:\n{proc.stderr[-4000:]}")
-    lines = proc.stdout.splitlines()
+            extra += ["--allowed_batch_sizes",
+                      ",".join(map(str, batching["allowed_batch_sizes"]))]
+    stdout, outputs = _launch(binary, saved_model, op_libraries, signature, inputs,
+                              workdir or tempfile.mkdtemp(prefix="serving_load-"), extra)
+    lines = stdout.splitlines()
     fields = next(line for line in lines if line.startswith("load ")).split()[1:]
     result = {fields[i]: float(fields[i + 1]) for i in range(0, len(fields), 2)}
     for key in ("clients", "requests", "rows_per_request", "batches", "batched_rows",
@@ -152,14 +147,6 @@ def run_load(binary: str, saved_model: str, op_libraries, inputs: dict, clients:
             result[key] = int(result[key])
     result["latencies_ms"] = np.array([int(x) for x in next(
         line for line in lines if line.startswith("latencies_us")).split()[1:]]) / 1000
-    outputs = {}
-    for line in lines:
-        parts = line.split()
-        if parts[:1] == ["output"]:
-            proto = tensor_pb2.TensorProto()
-            with open(os.path.join(out_dir, parts[1] + ".pb"), "rb") as f:
-                proto.ParseFromString(f.read())
-            outputs[parts[1]] = tensor_util.MakeNdarray(proto)
     result["outputs"] = outputs
     return result
 
