@@ -13,7 +13,6 @@ row, and reports the batch throughput of each; every case also reports its FLOPs
 only (`albert_tf.analysis.flops`), the floor any implementation pays.
 """
 
-import glob
 import json
 import os
 import sys
@@ -25,7 +24,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench import novels_vocab, sst2_dev_sentences  # noqa: E402
+
 flags.DEFINE_string("preset", "albert-base", "Model preset.")
 flags.DEFINE_list("kinds", ["pretrainer", "classifier"], "Models to export and time.")
 flags.DEFINE_string("spm_model_file", None, "SentencePiece model (default: train an 8k one).")
@@ -38,24 +38,6 @@ flags.DEFINE_string("output", None, "JSON results file.")
 FLAGS = flags.FLAGS
 
 SENTENCE = "ALBERT shares a single transformer block across all of its layers, [MASK] memory."
-
-
-def _vocab(directory):
-    from data.train_vocab import train_vocab
-
-    prefix = os.path.join(directory, "bench8k")
-    train_vocab(sorted(glob.glob(os.path.join(ROOT, "albert_tf", "sample_data", "pretrain_text", "gutenberg",
-                                              "*-0.txt"))), prefix, vocab_size=8000,
-                num_threads=2)
-    return prefix + ".model"
-
-
-def _sentences(n):
-    """The first n SST-2 dev sentences (real text of mixed lengths)."""
-    path = os.path.join(ROOT, "albert_tf", "sample_data", "glue", "SST-2", "dev.tsv")
-    with open(path, encoding="utf-8") as f:
-        rows = [line.rstrip("\n").split("\t") for line in f][1:]
-    return [row[0] for row in rows[:n]]
 
 
 def _time(fn, warmup, repeats):
@@ -81,12 +63,12 @@ def main(argv):
     from export.saved_model import export_saved_model
 
     work = tempfile.mkdtemp(prefix="serving_latency-")
-    spm = FLAGS.spm_model_file or _vocab(work)
+    spm = FLAGS.spm_model_file or novels_vocab(work)
     vocab_size = Tokenizer(spm).vocab_size
     import dataclasses
 
     config = dataclasses.replace(AlbertConfig.from_preset(FLAGS.preset), vocab_size=vocab_size)
-    batch = _sentences(32)
+    batch = sst2_dev_sentences(32)
     results = {"preset": FLAGS.preset, "vocab_size": vocab_size,
                "max_seq_length": FLAGS.max_seq_length, "cpu_count": os.cpu_count(),
                "tensorflow": tf.__version__, "cases": {}}

@@ -32,7 +32,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench import ROOT, novels_vocab, sst2_dev_sentences  # noqa: E402
+
 flags.DEFINE_string("preset", "albert-base", "Model preset.")
 flags.DEFINE_integer("max_seq_length", 128, "max_seq_length of the export.")
 flags.DEFINE_list("clients", ["1", "4", "16"], "Concurrent clients.")
@@ -48,13 +49,6 @@ flags.DEFINE_float("seconds", 10.0, "Timed seconds per point.")
 flags.DEFINE_integer("warmup", 3, "Untimed runs per point.")
 flags.DEFINE_string("output_dir", os.path.join("bench_results", "serving_load"), "Results.")
 FLAGS = flags.FLAGS
-
-
-def _sentences(n):
-    path = os.path.join(ROOT, "albert_tf", "sample_data", "glue", "SST-2", "dev.tsv")
-    with open(path, encoding="utf-8") as f:
-        rows = [line.rstrip("\n").split("\t") for line in f][1:]
-    return [row[0] for row in rows[:n]]
 
 
 def _peak_gflops(work) -> dict:
@@ -73,15 +67,9 @@ def _export(work):
 
     from albert_tf import AlbertClassifier, AlbertConfig
     from albert_tf.tokenization import Tokenizer
-    from data.train_vocab import train_vocab
     from export.saved_model import export_saved_model
-    import glob
 
-    prefix = os.path.join(work, "bench8k")
-    train_vocab(sorted(glob.glob(os.path.join(ROOT, "albert_tf", "sample_data", "pretrain_text",
-                                              "gutenberg", "*-0.txt"))), prefix,
-                vocab_size=8000, num_threads=2)
-    spm = prefix + ".model"
+    spm = novels_vocab(work)
     config = dataclasses.replace(AlbertConfig.from_preset(FLAGS.preset),
                                  vocab_size=Tokenizer(spm).vocab_size)
     model = AlbertClassifier(config, num_labels=2)
@@ -141,7 +129,7 @@ def main(argv):
     results = {"preset": FLAGS.preset, "max_seq_length": FLAGS.max_seq_length,
                "cpu_count": os.cpu_count(), "peak_gflops": peak["gflops"],
                "seconds": FLAGS.seconds, "requests": {}}
-    sentences = _sentences(max(map(int, FLAGS.requests)))
+    sentences = sst2_dev_sentences(max(map(int, FLAGS.requests)))
     for n in map(int, FLAGS.requests):
         text = np.array([s.encode() for s in sentences[:n]], dtype=object)
         lengths = fn(text=tf.constant(text))["input_mask"].numpy().sum(1)
