@@ -287,7 +287,8 @@ def plan_document(store: Documents, doc_index: int, params: GenerationParams,
 
     With `params.sentence_order_pairs_only` a chunk is closed only once it holds two sentences
     (or at the document's end), and a chunk of one sentence (a document's lone last sentence, a
-    one-sentence document) gives no example."""
+    one-sentence document) gives no example: no segment B comes from another document, so the
+    sentence-order label is the swap's coin flip alone (balanced) and says nothing about topic."""
     num_sentences = store.num_sentences(doc_index)
     max_num_tokens = params.max_num_tokens
     pairs_only = params.sentence_order_pairs_only
@@ -357,12 +358,12 @@ def instances_of_plan(store: Documents, doc_index: int, chunks, params: Generati
 
 
 def create_instances_from_document(store: Documents, doc_index: int, params: GenerationParams,
-                                   vocab: Vocabulary, rng, structure_rng=None) -> list[Instance]:
-    """All examples of one document (one pass of `dupe_factor`): `plan_document` with
-    `structure_rng` (default: `rng`), then `instances_of_plan` with `rng`. Off
-    `sentence_order_pairs_only`, the official algorithm's steps (differences above)."""
-    chunks = plan_document(store, doc_index, params,
-                           rng if structure_rng is None else structure_rng)
+                                   vocab: Vocabulary, rng) -> list[Instance]:
+    """All examples of one document (one pass of `dupe_factor`), every draw from `rng`:
+    `plan_document`, then `instances_of_plan`. Off `sentence_order_pairs_only`, the official
+    algorithm's steps (differences above). The generator gives the two steps generators of their
+    own (`data.generator.unit_examples`)."""
+    chunks = plan_document(store, doc_index, params, rng)
     return instances_of_plan(store, doc_index, chunks, params, vocab, rng)
 
 
