@@ -95,7 +95,8 @@ def _side_inputs(job, sample_vocab):
     from data.beam_pipeline import build_pipeline
 
     class Visitor(PipelineVisitor):
-        found = []
+        def __init__(self):
+            self.found = []
 
         def visit_transform(self, node):
             for side in node.side_inputs:
