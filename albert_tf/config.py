@@ -7,7 +7,11 @@ ours, `sharing`, which selects the cross-layer parameter-sharing mode of the pap
 Unlike the official loader (which accepts any key), loading is strict: an unknown key raises, and
 the official keys that the released code never reads (`net_structure_type`, `gap_size`,
 `num_memory_blocks`, `down_scale_factor`) are accepted only at their neutral values, because a
-non-neutral value asks for a model that neither the official code nor this one builds.
+non-neutral value asks for a model that neither the official code nor this one builds. A dict or
+JSON file must also give every key of `REQUIRED_KEYS`: the dataclass defaults are ALBERT-base's,
+the official `modeling.AlbertConfig` defaults are xxlarge's (hidden 4096, 64 heads, FFN 16384, no
+vocabulary), so a file without them would mean a different model to each. Building
+`AlbertConfig(...)` in Python keeps the defaults.
 """
 
 from __future__ import annotations
@@ -30,6 +34,14 @@ FFN_SHARED_MODES = ("all", "ffn")
 # Official keys that the released code never reads, with the only values it supports.
 NO_OP_KEYS = {"net_structure_type": 0, "gap_size": 0, "num_memory_blocks": 0,
               "down_scale_factor": 1}
+
+# Keys a config dict or JSON file must give. vocab_size, hidden_size, num_attention_heads and
+# intermediate_size: the official defaults (none, 4096, 64, 16384) are not ours (ALBERT-base).
+# num_hidden_layers and embedding_size: the defaults agree (12, 128), but every released
+# albert_config.json gives them and a file without them is most likely a BERT config (no
+# embedding_size: E = H there, 128 here). The other keys default to the same value in both.
+REQUIRED_KEYS = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers",
+                 "num_attention_heads", "intermediate_size")
 
 # The order in which Google's released v2 `albert_config.json` files list their keys; used when
 # writing so a released file round-trips key for key.
@@ -164,13 +176,21 @@ class AlbertConfig:
     # Dict / JSON I/O.
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "AlbertConfig":
-        """Builds a config from official keys (plus `sharing`). Unknown keys raise."""
+        """Builds a config from official keys (plus `sharing`). Unknown keys raise, and so do
+        missing `REQUIRED_KEYS`."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(
                 f"Unknown ALBERT config keys {unknown}. Valid keys are the official "
                 f"albert_config.json keys plus `sharing`: {sorted(known)}")
+        missing = [k for k in REQUIRED_KEYS if k not in values]
+        if missing:
+            raise ValueError(
+                f"Missing ALBERT config keys {missing}. Every released albert_config.json gives "
+                f"{', '.join(REQUIRED_KEYS)}; without them the official code builds its own "
+                "defaults (xxlarge: hidden_size 4096) and this code ALBERT-base's, so neither "
+                "is assumed.")
         return cls(**dict(values))
 
     def to_dict(self) -> dict:

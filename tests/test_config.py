@@ -6,6 +6,7 @@ import os
 import pytest
 
 from albert_tf import PRESETS, AlbertConfig
+from albert_tf.config import REQUIRED_KEYS
 from albert_tf.params import backbone_param_count
 
 TESTDATA = os.path.join(os.path.dirname(__file__), "testdata")
@@ -90,6 +91,45 @@ def test_unknown_key_raises(tmp_path):
     with pytest.raises(ValueError, match=r"albert_config.json.*Unknown ALBERT config keys "
                                          r"\['layer_norm_eps'\]"):
         AlbertConfig.from_json_file(path)
+
+
+@pytest.mark.parametrize("drop", [["hidden_size"], ["vocab_size"], ["embedding_size"],
+                                  ["num_hidden_layers", "num_attention_heads"],
+                                  ["intermediate_size"]])
+def test_a_file_without_an_architecture_key_names_the_file_and_the_keys(tmp_path, drop):
+    """A config file lacking a key whose default differs between this code (ALBERT-base) and
+    the official `modeling.AlbertConfig` (xxlarge), or that every released file gives, is
+    refused, naming the file and each missing key; nothing falls back to a default."""
+    values = json.load(open(os.path.join(TESTDATA, "albert_base_v2_config.json")))
+    for key in drop:
+        del values[key]
+    path = tmp_path / "albert_config.json"
+    path.write_text(json.dumps(values))
+    with pytest.raises(ValueError) as error:
+        AlbertConfig.from_json_file(path)
+    assert str(error.value).startswith(f"Invalid ALBERT config file {path}: Missing ALBERT "
+                                       f"config keys {drop}.")
+    with pytest.raises(ValueError, match=r"Missing ALBERT config keys"):
+        AlbertConfig.from_dict(values)
+
+
+def test_required_keys_and_what_still_loads():
+    """The required keys are the architecture's; the keys whose official default is ours
+    (groups, dropout, positions, ...) may be left out; every config the repo ships loads;
+    `AlbertConfig(...)` in Python keeps its defaults."""
+    assert REQUIRED_KEYS == ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers",
+                             "num_attention_heads", "intermediate_size")
+    minimal = {k: v for k, v in AlbertConfig().to_dict().items() if k in REQUIRED_KEYS}
+    assert AlbertConfig.from_dict(minimal) == AlbertConfig()
+    sample = os.path.join(os.path.dirname(TESTDATA), "..", "albert_tf", "sample_data")
+    shipped = [os.path.join(sample, n) for n in sorted(os.listdir(sample))
+               if n.startswith("albert_config") and n.endswith(".json")]
+    shipped += [os.path.join(TESTDATA, n) for n in sorted(os.listdir(TESTDATA))
+                if n.endswith("_config.json")]
+    assert len(shipped) == 4
+    for path in shipped:
+        assert AlbertConfig.from_json_file(path).vocab_size in (8000, 30000)
+    assert AlbertConfig(hidden_size=128, num_attention_heads=2).intermediate_size == 3072
 
 
 def test_bad_files_name_the_file(tmp_path):

@@ -103,6 +103,53 @@ def test_bad_files_are_named(tmp_path):
         glue.get_task("squad")
 
 
+STS_B_HEADER = ("index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\t"
+                 "sentence2\tscore")
+
+
+@pytest.mark.parametrize("task,content,message", [
+    # STS-B: float() takes these, the loss would get them.
+    ("sts-b", STS_B_HEADER + "\n0\tg\tf\t2012\t1\ts\ts\ta\tb\t3.5\n1\tg\tf\t2012\t2\ts\ts\ta\tb"
+     "\tnan\n", r"dev.tsv: line 3: score 'nan' is not a number in \[0, 5\]"),
+    ("sts-b", STS_B_HEADER + "\n0\tg\tf\t2012\t1\ts\ts\ta\tb\t500\n",
+     r"dev.tsv: line 2: score '500' is not a number in \[0, 5\] \(STS-B's scale\)"),
+    ("sts-b", STS_B_HEADER + "\n0\tg\tf\t2012\t1\ts\ts\ta\tb\t-0.2\n",
+     r"dev.tsv: line 2: score '-0.2' is not a number in \[0, 5\]"),
+    ("sts-b", STS_B_HEADER + "\n0\tg\tf\t2012\t1\ts\ts\ta\tb\tinf\n",
+     r"dev.tsv: line 2: score 'inf' is not a number in \[0, 5\]"),
+    ("sts-b", STS_B_HEADER + "\n0\tg\tf\t2012\t1\ts\ts\ta\tb\tfour\n",
+     r"dev.tsv: line 2: score 'four' is not a number\.$"),
+    ("sts-b", "\n\n" + STS_B_HEADER.replace("score", "similarity") + "\n",
+     r"dev.tsv: line 3: no column 'score' in its header"),
+    # A label outside the task's list, a short row, an empty file.
+    ("mnli", HEADERS["mnli"][0] + "\n" + HEADERS["mnli"][1].format(a="x", b="y")[:-8] + "\t-\n",
+     r"dev.tsv: line 2: label '-' is not one of mnli's labels"),
+    ("cola", "src\t1\t\tfine\nsrc\t2\t\tbad label\n",
+     r"dev.tsv: line 2: label '2' is not one of cola's labels \('0', '1'\)"),
+    ("cola", "src\t1\t\tfine\nsrc\t0\n", r"dev.tsv: line 2 has 2 column\(s\), the cola "
+                                          r"format needs 4"),
+    ("mrpc", HEADERS["mrpc"][0] + "\n1\t702876\t702977\tonly one string\n",
+     r"dev.tsv: line 2 has 4 column\(s\), the mrpc format needs 5"),
+    ("sst-2", "\n\r\n", r"dev.tsv is empty: no header and no examples"),
+    ("sst-2", "sentence\tlabel\n", r"dev.tsv holds no examples"),
+])
+def test_bad_labels_and_rows_name_the_file_and_line(tmp_path, task, content, message):
+    path = tmp_path / "dev.tsv"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(glue.GlueDataError, match=message) as error:
+        glue.read_examples(task, str(path), "dev")
+    assert str(error.value).startswith(str(path))
+
+
+def test_sts_b_accepts_its_whole_scale(tmp_path):
+    path = tmp_path / "dev.tsv"
+    rows = [f"{i}\tg\tf\t2012\t{i}\ts\ts\ta\tb\t{score}"
+            for i, score in enumerate(["0", "0.000", "5", "5.000", "2.75"])]
+    path.write_text(STS_B_HEADER + "\n" + "\n".join(rows) + "\n")
+    assert [e.label for e in glue.read_examples("sts-b", str(path), "dev")] == [
+        0.0, 0.0, 5.0, 5.0, 2.75]
+
+
 def test_metrics_hand_worked():
     predictions, labels = [1, 1, 0, 0, 1], [1, 0, 0, 1, 1]  # tp 2, tn 1, fp 1, fn 1
     assert glue.accuracy(predictions, labels) == pytest.approx(0.6)

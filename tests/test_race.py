@@ -88,16 +88,49 @@ def test_reader_counts_labels_and_the_blank_rule(tmp_path, squad_paragraphs):
     (lambda p: p["answers"].__setitem__(0, "E"), "answer 'E' is not one of"),
     (lambda p: p["answers"].pop(), "must be as many"),
     (lambda p: p.pop("article"), "passage without article"),
+    # A string where a list belongs is not read character by character.
+    (lambda p: p["options"].__setitem__(1, "ABCD"),
+     r"question 1's options are 'ABCD', not a list of 4 strings"),
+    (lambda p: p.update(options="ABCD"), r"options is str, not a list \(one entry per question"),
+    (lambda p: p.update(answers="".join(p["answers"])), r"answers is str, not a list"),
+    (lambda p: p.update(questions=p["questions"][0]), r"questions is str, not a list"),
+    (lambda p: p["options"][0].append("a fifth"), r"question 0 has 5 options; RACE has 4"),
+    (lambda p: p["options"][1].__setitem__(2, None),
+     r"question 1's options are \[.*None.*\], not a list of 4 strings"),
+    (lambda p: p["answers"].__setitem__(1, "a"), r"question 1's answer 'a' is not one of"),
+    (lambda p: p["answers"].__setitem__(0, ["A"]), r"question 0's answer \['A'\] is not one"),
+    (lambda p: p["questions"].__setitem__(1, 7), r"question 1 is int, not a string"),
+    (lambda p: p["options"].pop(), r"2 questions, 1 option lists, 2 answers; they must be as "
+                                   r"many"),
+    (lambda p: p["questions"].append("one more?"), r"3 questions, 2 option lists, 2 answers"),
+    (lambda p: p.update(article=["a", "b"]), r"article is list, not a string"),
 ])
 def test_malformed_files_are_named(tmp_path, squad_paragraphs, damage, message):
     write_race(tmp_path, {"dev": {"middle": squad_paragraphs[:1], "high": squad_paragraphs[1:2]}})
     path = tmp_path / "RACE/dev/high/0.txt"
     passage = json.load(open(path))
+    passage.update(questions=passage["questions"][:2], options=passage["options"][:2],
+                   answers=passage["answers"][:2])
     damage(passage)
     path.write_text(json.dumps(passage))
     with pytest.raises(race.RaceDataError, match=message) as error:
         race.read_split(str(tmp_path), "dev")
-    assert str(path) in str(error.value)
+    assert str(error.value).startswith(f"{path}: ")
+
+
+def test_a_malformed_passage_of_json_lines_is_named_by_its_line(tmp_path, squad_paragraphs):
+    """In a file of one passage per line (all.txt), the error names the line and the question."""
+    write_race(tmp_path, {"dev": {"middle": squad_paragraphs[:1], "high": squad_paragraphs[1:3]}})
+    level = tmp_path / "RACE/dev/high"
+    passages = [json.load(open(level / n)) for n in sorted(os.listdir(level))]
+    for n in os.listdir(level):
+        os.remove(level / n)
+    passages[1]["options"][1] = "ABCD"
+    (level / "all.txt").write_text("\n".join(json.dumps(p) for p in passages) + "\n")
+    with pytest.raises(race.RaceDataError) as error:
+        race.read_split(str(tmp_path), "dev")
+    assert str(error.value) == (f"{level / 'all.txt'}, line 2: question 1's options are "
+                                "'ABCD', not a list of 4 strings.")
 
 
 def test_non_utf8_and_missing_directories_are_named(tmp_path, squad_paragraphs):

@@ -1,12 +1,16 @@
 """SQuAD inputs: pieces aligned to the original characters, answer spans, document windows."""
 
+import json
+import logging
 import os
+import zipfile
 
 import numpy as np
 import pytest
 
 from albert_tf.tasks.squad import evaluation as S
-from albert_tf.tasks.squad import align_context, windows
+from albert_tf.tasks.squad import align_context, build_features, windows
+from albert_tf.tasks.squad.features import answer_found
 from albert_tf.tokenization import Tokenizer
 from conftest import SHARED_DIR
 
@@ -59,6 +63,174 @@ def test_alignment_by_hand(sample_vocab):
     assert context.text_of(*span) == "1,000"
     start = text.index("Café")
     assert context.text_of(*context.piece_span(start, start + 4)) == "Café"  # whole word
+
+
+CONTEXT = "The quick brown fox jumps over the lazy dog."
+
+
+def _qa(qid, text=None, start=None, **extra):
+    answers = [] if text is None else [{"text": text, "answer_start": start}]
+    return dict({"id": qid, "question": f"question {qid}?", "answers": answers}, **extra)
+
+
+# (id, answer text, answer_start, is_impossible, kept for training)
+TRAINING_CASES = [
+    ("right", "brown fox", 10, False, True),
+    ("wrong_text", "cat", 16, False, False),          # the context says "fox" there
+    ("negative", "The", -3, False, False),            # BERT would index from the end
+    ("past_end", "dog.", 100, False, False),          # BERT: IndexError
+    ("runs_past_end", "dog. And more", 40, False, False),
+    ("empty", "", 4, False, False),
+    ("off_by_one", "quick", 5, False, True),          # official: found in the words touched
+    ("spaces", " lazy  dog", 34, False, True),        # whitespace collapsed, as official
+    ("impossible", "fox", 16, True, True),            # official: [CLS], answers ignored
+]
+
+
+def test_training_skips_answers_not_in_the_context_as_official(tmp_path, sample_vocab, caplog):
+    """Training (the official BERT `read_squad_examples` rule): a question whose answer text is
+    not in the context at answer_start, with a negative answer_start or past the context's end,
+    is skipped and counted (one warning: the count and the first ids), never trained as [CLS] or
+    a wrong span, never an IndexError; the returned dataset holds the kept questions only.
+    Evaluation files are not filtered."""
+    for qid, text, start, _, kept in TRAINING_CASES:
+        assert answer_found(CONTEXT, text, start)[0] == (kept or qid == "impossible"), qid
+    assert answer_found(CONTEXT, "cat", 16) == (False, "fox")
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps({"data": [{"title": "t", "paragraphs": [{
+        "context": CONTEXT, "qas": [_qa(qid, text, start, is_impossible=impossible)
+                                    for qid, text, start, impossible, _ in TRAINING_CASES]}]}]}))
+    tokenizer = Tokenizer(sample_vocab)
+    with caplog.at_level(logging.WARNING):
+        dataset, features, contexts = build_features(str(path), tokenizer, 64, 32, 16, True, 0)
+    expected = [qid for qid, *_, kept in TRAINING_CASES if kept]
+    assert [q["id"] for q in S.questions(dataset)] == expected
+    assert sorted({f["id"] for f in features}) == sorted(expected) == sorted(contexts)
+    warnings = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert warnings == [
+        f"{path}: skipped 5 of 9 training questions whose answer text is not in the context at "
+        "answer_start (the official reader's \"Could not find answer\"): wrong_text ('fox' vs. "
+        "'cat'); negative ('' vs. 'The'); past_end ('' vs. 'dog.'); runs_past_end ('' vs. "
+        "'dog. And more'); empty ('' vs. '')"]
+    assert len(features) == len(expected)  # one window each
+    for f in features:
+        if f["id"] == "impossible":
+            assert f["start_positions"] == f["end_positions"] == [0]
+            continue
+        first, last = (f["window"][0] + f[k][0] - f["offset"]
+                       for k in ("start_positions", "end_positions"))
+        assert contexts[f["id"]].text_of(first, last) == {
+            "right": "brown fox", "off_by_one": "quick", "spaces": "lazy dog."}[f["id"]]
+    # Evaluation: every question, whatever its answer_start.
+    dataset, features, _ = build_features(str(path), tokenizer, 64, 32, 16, False)
+    assert len(S.questions(dataset)) == len({f["id"] for f in features}) == len(TRAINING_CASES)
+
+
+@pytest.mark.parametrize("qa, message", [
+    (_qa("q9"), r"training question 'q9' has no answer and is not marked \"is_impossible\": "
+                r"true"),
+    ({"id": "q9", "question": "?", "answers": [{"text": "fox"}]},
+     r"training question 'q9': its answer has no \"answer_start\""),
+])
+def test_training_questions_without_a_usable_answer_are_refused(tmp_path, qa, message):
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps({"data": [{"paragraphs": [{"context": CONTEXT, "qas": [qa]}]}]}))
+    with pytest.raises(S.SquadDataError, match=message) as error:
+        build_features(str(path), None, 64, 32, 16, True)
+    assert str(error.value).startswith(f"{path}: ")
+    assert [q["id"] for q in S.questions(S.load_dataset(str(path)))] == ["q9"]  # evaluation
+
+
+def _file(qas_of_paragraphs, **top):
+    return dict({"version": "1.1", "data": [
+        {"title": f"t{a}", "paragraphs": [{"context": CONTEXT, "qas": qas} for qas in article]}
+        for a, article in enumerate(qas_of_paragraphs)]}, **top)
+
+
+def _drop(value, *keys):
+    """`value` with the dict at the path `keys[:-1]` missing `keys[-1]`."""
+    for key in keys[:-1]:
+        value = value[key]
+    del value[keys[-1]]
+
+
+GOOD = [[[_qa("a", "fox", 16)], [_qa("b", "dog", 40), _qa("c", "cat", 0)]], [[_qa("d")]]]
+BAD_SQUAD_FILES = [
+    # (what is done to a good file, the error after "<file>: ")
+    (lambda d: _drop(d, "data"), r'no "data" list at the top level'),
+    (lambda d: d.update(data={"paragraphs": []}), r'no "data" list at the top level'),
+    (lambda d: _drop(d, "data", 0, "paragraphs", 1, "qas", 0, "id"),
+     r"data\[0\]\.paragraphs\[1\]\.qas\[0\] has no 'id'\.$"),
+    (lambda d: _drop(d, "data", 0, "paragraphs", 1, "qas", 1, "question"),
+     r"data\[0\]\.paragraphs\[1\]\.qas\[1\] has no 'question' \(question id 'c'\)\.$"),
+    (lambda d: _drop(d, "data", 1, "paragraphs", 0, "context"),
+     r"data\[1\]\.paragraphs\[0\] has no 'context'\.$"),
+    (lambda d: _drop(d, "data", 1, "paragraphs"), r"data\[1\] has no 'paragraphs'\.$"),
+    (lambda d: d["data"][1]["paragraphs"][0]["qas"][0].update(id="b"),
+     r"question id 'b' is given twice \(data\[0\]\.paragraphs\[1\]\.qas\[0\] and "
+     r"data\[1\]\.paragraphs\[0\]\.qas\[0\]\); predictions are keyed by id"),
+    (lambda d: (d["data"][0]["paragraphs"][0]["qas"][0].update(id=7),
+                d["data"][1]["paragraphs"][0]["qas"][0].update(id="7")),
+     r"question id '7' is given twice"),  # one key "7" in predictions.json
+    (lambda d: d["data"][0]["paragraphs"][0]["qas"][0].update(id=None),
+     r"data\[0\]\.paragraphs\[0\]\.qas\[0\]\.id is NoneType, not str or int\.$"),
+    (lambda d: d["data"][0]["paragraphs"][0]["qas"][0].update(answers="fox"),
+     r"qas\[0\]\.answers is str, not list \(question id 'a'\)"),
+    (lambda d: d["data"][0]["paragraphs"][0]["qas"][0]["answers"][0].pop("text"),
+     r"qas\[0\]\.answers\[0\] has no 'text' \(question id 'a'\)"),
+    (lambda d: d["data"][0]["paragraphs"][0]["qas"][0]["answers"][0].update(answer_start="16"),
+     r"answers\[0\]\.answer_start is str, not int \(question id 'a'\)"),
+    (lambda d: d["data"][0]["paragraphs"][1]["qas"][0].update(is_impossible="false"),
+     r"qas\[0\]\.is_impossible is str, not bool \(question id 'b'\)"),
+    (lambda d: d["data"][0]["paragraphs"].__setitem__(0, "text"),
+     r"data\[0\]\.paragraphs\[0\] is str, not an object"),
+]
+
+
+@pytest.mark.parametrize("damage, message", BAD_SQUAD_FILES)
+def test_a_malformed_squad_file_is_named_with_where(tmp_path, damage, message):
+    """One `SquadDataError` (a ValueError: the commands print it as one line) naming the file,
+    the JSON path and the question id, not a KeyError; the same from inside a zip."""
+    data = _file(json.loads(json.dumps(GOOD)))
+    assert len(S.questions(S.check_dataset(json.loads(json.dumps(data)), "x"))) == 4
+    damage(data)
+    path = tmp_path / "dev.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(S.SquadDataError, match=message) as error:
+        S.load_dataset(str(path))
+    assert str(error.value).startswith(f"{path}: ")
+    with zipfile.ZipFile(tmp_path / "dev.zip", "w") as archive:
+        archive.writestr("dev.json", json.dumps(data))
+    with pytest.raises(S.SquadDataError, match=message) as error:
+        S.load_dataset(str(tmp_path / "dev.zip"))
+    assert str(error.value).startswith(f"{tmp_path / 'dev.zip'}: ")
+
+
+def test_unreadable_squad_files_are_named(tmp_path):
+    path = tmp_path / "train-v1.1.json"
+    path.write_text('{"data": [')
+    with pytest.raises(S.SquadDataError) as error:
+        S.load_dataset(str(path))
+    assert str(error.value) == (f"{path}: not JSON (line 1, column 11: Expecting value).")
+    path.write_bytes(b'{"data": ["\xff"]}')
+    with pytest.raises(S.SquadDataError, match=r"train-v1.1.json: not UTF-8"):
+        S.load_dataset(str(path))
+    archive_path = tmp_path / "squad.zip"
+    with zipfile.ZipFile(archive_path, "w") as archive:
+        archive.writestr("README.txt", "no json here")
+        archive.writestr("__MACOSX/._train.json", "resource fork")
+    with pytest.raises(S.SquadDataError) as error:
+        S.load_dataset(str(archive_path))
+    assert str(error.value) == f"{archive_path}: expected one SQuAD .json inside, found []"
+    with zipfile.ZipFile(archive_path, "w") as archive:
+        archive.writestr("train.json", '{"data": [}')
+    with pytest.raises(S.SquadDataError) as error:
+        S.load_dataset(str(archive_path))
+    assert str(error.value).startswith(f"{archive_path}:train.json: not JSON (line 1")
+    (tmp_path / "text.zip").write_text("not a zip")
+    with pytest.raises(S.SquadDataError, match=r"text.zip: not a zip file"):
+        S.load_dataset(str(tmp_path / "text.zip"))
+    assert issubclass(S.SquadDataError, ValueError)
 
 
 def test_windows_follow_the_official_stride():

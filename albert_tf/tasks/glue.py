@@ -3,8 +3,11 @@
 Files are read as the GLUE distribution ships them: tab-separated, no quoting (a `"` is text, as
 in the official readers' `quotechar=None`), UTF-8 with or without a BOM, LF or CRLF, with or
 without a trailing newline. Headered files are read by column name, so a column order that
-differs is still read right, and a missing column is an error that names the file. CoLA's
-train/dev files have no header (source, label, original label, sentence).
+differs is still read right, and a missing column is an error that names the file and line.
+CoLA's train/dev files have no header (source, label, original label, sentence). A label not in
+the task's list, an STS-B score that is not a finite number in [0, 5], a row with too few
+columns (QQP's aside, skipped and counted as the official processor does) and an empty file are
+errors naming the file and line.
 
 Labels, in the official `run_classifier.py` order (the label id is the index):
 
@@ -141,13 +144,32 @@ def read_tsv(path: str) -> list[tuple[int, list[str]]]:
     return rows
 
 
-def _column(header, wanted, path):
+def _column(header, wanted, path, line):
     if isinstance(wanted, int):
         return wanted
     if wanted not in header:
-        raise GlueDataError(f"{path}: no column {wanted!r} in its header {header}; is it the "
-                            "right task's file?")
+        raise GlueDataError(f"{path}: line {line}: no column {wanted!r} in its header "
+                            f"{header}; is it the right task's file?")
     return header.index(wanted)
+
+
+# STS-B similarity scores lie in [0, 5] (the benchmark's scale); the train and dev files hold
+# exactly that range.
+SCORE_RANGE = (0.0, 5.0)
+
+
+def _score(raw: str, path: str, number: int) -> float:
+    """An STS-B score: a finite number in `SCORE_RANGE` (float() also takes "nan" and "inf",
+    which would reach the loss)."""
+    try:
+        score = float(raw)
+    except ValueError:
+        raise GlueDataError(f"{path}: line {number}: score {raw!r} is not a number.") from None
+    low, high = SCORE_RANGE
+    if not low <= score <= high:  # False for nan too
+        raise GlueDataError(f"{path}: line {number}: score {raw!r} is not a number in "
+                            f"[{low:g}, {high:g}] (STS-B's scale).")
+    return score
 
 
 def read_examples(task: GlueTask | str, path: str, split: str) -> list[InputExample]:
@@ -159,11 +181,14 @@ def read_examples(task: GlueTask | str, path: str, split: str) -> list[InputExam
     header_row = task.test_header if is_test else task.header
     a_col = task.test_a if is_test and task.test_a is not None else task.a
     b_col = task.test_b if is_test and task.test_b is not None else task.b
-    header = rows[0][1] if header_row and rows else None
+    if not rows:
+        raise GlueDataError(f"{path} is empty: no header and no examples.")
+    header = rows[0][1] if header_row else None
+    line = rows[0][0]
     body = rows[1:] if header_row else rows
-    a = _column(header, a_col, path)
-    b = None if b_col is None else _column(header, b_col, path)
-    label_col = None if is_test else _column(header, task.label, path)
+    a = _column(header, a_col, path, line)
+    b = None if b_col is None else _column(header, b_col, path, line)
+    label_col = None if is_test else _column(header, task.label, path, line)
     needed = max(c for c in (a, b, label_col) if c is not None) + 1
     examples = []
     skipped = 0
@@ -178,11 +203,7 @@ def read_examples(task: GlueTask | str, path: str, split: str) -> list[InputExam
         if label_col is not None:
             raw = fields[label_col].strip()
             if task.is_regression:
-                try:
-                    label = float(raw)
-                except ValueError:
-                    raise GlueDataError(f"{path}: line {number}: score {raw!r} is not a "
-                                        "number.") from None
+                label = _score(raw, path, number)
             elif raw not in task.labels:
                 raise GlueDataError(f"{path}: line {number}: label {raw!r} is not one of "
                                     f"{task.name}'s labels {task.labels}.")

@@ -5,7 +5,10 @@ Files, as the RACE release ships them: `<data_dir>/RACE/{train,dev,test}/{middle
 (the official runner's layout; `<data_dir>/{train,dev,test}/...` is read too), each holding one
 JSON object per passage — `id`, `article`, `questions`, `options` (four per question),
 `answers` ("A"-"D"). Passages are read in sorted file order (the official reader's `listdir`
-order is the file system's). A malformed file is an error naming it and what is wrong.
+order is the file system's). A malformed file is an error naming it (and the line, in a file of
+JSON lines), the question index and what is wrong: a string where a list belongs (`options:
+"ABCD"` is not four options), a question without four options, an answer that is not one of
+its options' letters, questions, option lists and answers of different lengths.
 
 Features (official `race_utils.py`): for each of the four options, `[CLS] article [SEP] qa
 [SEP]`, where `qa` is the question with its `_` blank filled by the option, or the question and
@@ -66,6 +69,8 @@ class RaceExample:
 
 
 def _passages(path: str):
+    """(where, passage) of each passage of a file: one JSON object (`where` is the path), or one
+    object per line (`where` is "<path>, line <n>")."""
     with tf.io.gfile.GFile(path, "rb") as f:
         raw = f.read()
     try:
@@ -73,47 +78,70 @@ def _passages(path: str):
     except UnicodeDecodeError as e:
         raise RaceDataError(f"{path} is not UTF-8 ({e}); RACE files are UTF-8 JSON.") from None
     try:
-        return [json.loads(text)]
+        return [(path, json.loads(text))]
     except json.JSONDecodeError:
         pass
     passages = []
     for number, line in enumerate(text.splitlines(), 1):
         if line.strip():
             try:
-                passages.append(json.loads(line))
+                passages.append((f"{path}, line {number}", json.loads(line)))
             except json.JSONDecodeError as e:
                 raise RaceDataError(f"{path}, line {number}: not JSON ({e.msg}); each RACE "
                                     "file holds one JSON object per passage.") from None
     return passages
 
 
-def _examples_of(passage, path: str, level: str) -> list[RaceExample]:
+def _is_strings(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _check_passage(passage, where: str) -> None:
+    """Refuses a passage whose fields are not RACE's: `article` a string, `questions` a list of
+    strings, `options` a list (one per question) of lists of NUM_CHOICES strings, `answers`
+    (when given) a list of letters of those options. A string where a list belongs is refused,
+    not read character by character ("ABCD" is not four options)."""
     if not isinstance(passage, dict):
-        raise RaceDataError(f"{path}: a passage is {type(passage).__name__}, not an object.")
+        raise RaceDataError(f"{where}: a passage is {type(passage).__name__}, not an object.")
     missing = [k for k in ("article", "questions", "options") if k not in passage]
     if missing:
-        raise RaceDataError(f"{path}: passage without {', '.join(missing)}.")
+        raise RaceDataError(f"{where}: passage without {', '.join(missing)}.")
+    if not isinstance(passage["article"], str):
+        raise RaceDataError(f"{where}: article is {type(passage['article']).__name__}, not a "
+                            "string.")
     questions, options = passage["questions"], passage["options"]
     answers = passage.get("answers")
+    for name, value in (("questions", questions), ("options", options), ("answers", answers)):
+        if value is not None and not isinstance(value, list):
+            raise RaceDataError(f"{where}: {name} is {type(value).__name__}, not a list (one "
+                                "entry per question).")
     if len(options) != len(questions) or answers is not None and len(answers) != len(questions):
-        raise RaceDataError(f"{path}: {len(questions)} questions, {len(options)} option lists"
+        raise RaceDataError(f"{where}: {len(questions)} questions, {len(options)} option lists"
                             f"{'' if answers is None else f', {len(answers)} answers'}; they "
                             "must be as many.")
-    pid = passage.get("id") or os.path.basename(path)
-    examples = []
     for i, question in enumerate(questions):
+        if not isinstance(question, str):
+            raise RaceDataError(f"{where}: question {i} is {type(question).__name__}, not a "
+                                "string.")
+        if not _is_strings(options[i]):
+            raise RaceDataError(f"{where}: question {i}'s options are {options[i]!r:.80}, not a "
+                                f"list of {NUM_CHOICES} strings.")
         if len(options[i]) != NUM_CHOICES:
-            raise RaceDataError(f"{path}: question {i} has {len(options[i])} options; RACE has "
+            raise RaceDataError(f"{where}: question {i} has {len(options[i])} options; RACE has "
                                 f"{NUM_CHOICES}.")
-        label = None
-        if answers is not None:
-            if answers[i] not in LABELS:
-                raise RaceDataError(f"{path}: question {i}'s answer {answers[i]!r} is not one "
-                                    f"of {', '.join(LABELS)}.")
-            label = LABELS.index(answers[i])
-        examples.append(RaceExample(f"{pid}-{i}", level, passage["article"], question,
-                                    tuple(options[i]), label))
-    return examples
+        if answers is not None and answers[i] not in LABELS[:len(options[i])]:
+            raise RaceDataError(f"{where}: question {i}'s answer {answers[i]!r} is not one "
+                                f"of {', '.join(LABELS)}.")
+
+
+def _examples_of(passage, where: str, path: str, level: str) -> list[RaceExample]:
+    _check_passage(passage, where)
+    answers = passage.get("answers")
+    pid = passage.get("id") or os.path.basename(path)
+    return [RaceExample(f"{pid}-{i}", level, passage["article"], question,
+                        tuple(passage["options"][i]),
+                        None if answers is None else LABELS.index(answers[i]))
+            for i, question in enumerate(passage["questions"])]
 
 
 # The preprocessed layout: one file per level holding every passage, one JSON object per line
@@ -144,8 +172,8 @@ def read_split(data_dir: str, split: str, levels=LEVELS) -> list[RaceExample]:
                 "object per line) or the per-passage files, not both.")
         for name in names:
             path = os.path.join(directory, name)
-            for passage in _passages(path):
-                examples.extend(_examples_of(passage, path, level))
+            for where, passage in _passages(path):
+                examples.extend(_examples_of(passage, where, path, level))
     return examples
 
 

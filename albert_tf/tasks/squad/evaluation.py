@@ -11,7 +11,11 @@ answers of exact match (normalised strings equal) and token F1 (bag-of-tokens ov
   `HasAns_` / `NoAns_` breakdown, and the best threshold for exact and F1 (the official search
   over the sorted probabilities).
 
-`load_dataset` reads a SQuAD JSON file or a zip holding one (a `__MACOSX/` entry is ignored).
+`load_dataset` reads a SQuAD JSON file or a zip holding one (a `__MACOSX/` entry is ignored) and
+refuses, naming the file and where (`data[3].paragraphs[1].qas[0]`, the question's id), what the
+official readers would stop on with a KeyError or read wrong: a file that is not JSON, no `data`
+list, a paragraph without `context` or `qas`, a question without `id` or `question`, an answer
+without `text`, and an id given twice (predictions are keyed by id: one would be lost).
 """
 
 from __future__ import annotations
@@ -57,21 +61,102 @@ def f1_v2(gold: str, prediction: str) -> float:
     return f1_v1(gold, prediction)
 
 
+class SquadDataError(ValueError):
+    """A SQuAD file cannot be read; the message names the file and where (JSON path, id)."""
+
+
+def _read_json(path: str):
+    """The parsed JSON of a SQuAD file, or of the one .json inside a zip."""
+    where = path
+    try:
+        if path.endswith(".zip"):
+            with zipfile.ZipFile(path) as archive:
+                names = [n for n in archive.namelist()
+                         if n.endswith(".json") and not n.startswith("__MACOSX/")]
+                if len(names) != 1:
+                    raise SquadDataError(f"{path}: expected one SQuAD .json inside, found "
+                                         f"{names}")
+                where = f"{path}:{names[0]}"
+                raw = archive.read(names[0])
+        else:
+            with open(path, "rb") as f:
+                raw = f.read()
+        return json.loads(raw.decode("utf-8-sig"))
+    except zipfile.BadZipFile as e:
+        raise SquadDataError(f"{path}: not a zip file ({e}).") from None
+    except UnicodeDecodeError as e:
+        raise SquadDataError(f"{where}: not UTF-8 ({e}); a SQuAD file is UTF-8 JSON.") from None
+    except json.JSONDecodeError as e:
+        raise SquadDataError(f"{where}: not JSON (line {e.lineno}, column {e.colno}: "
+                             f"{e.msg}).") from None
+
+
+def _field(parent: dict, key: str, kind, where: str, source: str, qid=None):
+    """`parent[key]`, refused (naming the file, the JSON path and the question id) when it is
+    missing or not of `kind`."""
+    of = f" (question id {qid!r})" if qid is not None else ""
+    if key not in parent:
+        raise SquadDataError(f"{source}: {where} has no {key!r}{of}.")
+    value, kinds = parent[key], kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds:
+        raise SquadDataError(f"{source}: {where}.{key} is {type(value).__name__}, not "
+                             f"{' or '.join(k.__name__ for k in kinds)}{of}.")
+    return value
+
+
+def _check_question(qa, where: str, source: str, seen: dict) -> None:
+    if not isinstance(qa, dict):
+        raise SquadDataError(f"{source}: {where} is {type(qa).__name__}, not an object.")
+    qid = _field(qa, "id", (str, int), where, source)
+    _field(qa, "question", str, where, source, qid)
+    if str(qid) in seen:
+        raise SquadDataError(f"{source}: question id {qid!r} is given twice ({seen[str(qid)]} "
+                             f"and {where}); predictions are keyed by id, so one would be lost.")
+    seen[str(qid)] = where
+    if "is_impossible" in qa:
+        _field(qa, "is_impossible", bool, where, source, qid)
+    for j, answer in enumerate(_field(qa, "answers", list, where, source, qid)
+                               if "answers" in qa else []):
+        if not isinstance(answer, dict):
+            raise SquadDataError(f"{source}: {where}.answers[{j}] is {type(answer).__name__}, "
+                                 f"not an object (question id {qid!r}).")
+        _field(answer, "text", str, f"{where}.answers[{j}]", source, qid)
+        if "answer_start" in answer:
+            _field(answer, "answer_start", int, f"{where}.answers[{j}]", source, qid)
+
+
+def check_dataset(parsed, source: str) -> list:
+    """The `data` list of a parsed SQuAD file, refused (`SquadDataError` naming `source`, the
+    JSON path and the question id) where it is not SQuAD's layout or gives an id twice."""
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("data"), list):
+        raise SquadDataError(f"{source}: no \"data\" list at the top level; a SQuAD file is "
+                             "{\"version\": ..., \"data\": [articles]}.")
+    seen = {}
+    for a, article in enumerate(parsed["data"]):
+        where = f"data[{a}]"
+        if not isinstance(article, dict):
+            raise SquadDataError(f"{source}: {where} is {type(article).__name__}, not an "
+                                 "object.")
+        for p, paragraph in enumerate(_field(article, "paragraphs", list, where, source)):
+            here = f"{where}.paragraphs[{p}]"
+            if not isinstance(paragraph, dict):
+                raise SquadDataError(f"{source}: {here} is {type(paragraph).__name__}, not "
+                                     "an object.")
+            _field(paragraph, "context", str, here, source)
+            for q, qa in enumerate(_field(paragraph, "qas", list, here, source)):
+                _check_question(qa, f"{here}.qas[{q}]", source, seen)
+    return parsed["data"]
+
+
 def load_dataset(path: str) -> list:
-    """The `data` list (articles) of a SQuAD JSON file, or of the JSON inside a zip."""
-    if path.endswith(".zip"):
-        with zipfile.ZipFile(path) as archive:
-            names = [n for n in archive.namelist()
-                     if n.endswith(".json") and not n.startswith("__MACOSX/")]
-            if len(names) != 1:
-                raise ValueError(f"{path}: expected one SQuAD .json inside, found {names}")
-            return json.loads(archive.read(names[0]).decode("utf-8"))["data"]
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)["data"]
+    """The `data` list (articles) of a SQuAD JSON file, or of the JSON inside a zip, checked by
+    `check_dataset`."""
+    return check_dataset(_read_json(path), path)
 
 
 def questions(dataset) -> list[dict]:
-    """[{"id", "question", "context", "answers": [texts], "answer_starts": [...], "title"}]."""
+    """[{"id", "question", "context", "answers": [texts], "answer_starts": [...] (None where an
+    answer gives none), "title", "is_impossible"}]."""
     found = []
     for article in dataset:
         for paragraph in article["paragraphs"]:
@@ -79,7 +164,7 @@ def questions(dataset) -> list[dict]:
                 found.append({"id": qa["id"], "question": qa["question"],
                               "context": paragraph["context"], "title": article.get("title"),
                               "answers": [a["text"] for a in qa.get("answers", [])],
-                              "answer_starts": [a["answer_start"]
+                              "answer_starts": [a.get("answer_start")
                                                 for a in qa.get("answers", [])],
                               "is_impossible": bool(qa.get("is_impossible", False))})
     return found

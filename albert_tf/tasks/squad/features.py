@@ -10,12 +10,22 @@ preprocessing keeps its length (lowercasing ASCII and most scripts, quote replac
 the word spans the whole word, so an answer maps to whole words there. A predicted piece span is
 turned back into text by slicing the original context between the first piece's start and the
 last piece's end, so the answer text is the context's own characters.
+
+Training labels (`training_questions`, the official BERT `read_squad_examples` rule): an answer
+is kept when its text, whitespace collapsed, is found in the whitespace-separated words of the
+context that its characters [answer_start, answer_start + len(text)) touch; otherwise the
+question is skipped and counted ("Could not find answer"), not trained as [CLS] or as a wrong
+span. Evaluation files are never filtered (official).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+
 import numpy as np
+from absl import logging
+
 from albert_tf.tasks.squad import evaluation as squad_eval
 from albert_tf.tokenization import CLS_ID, SEP_ID, SPIECE_UNDERLINE
 from albert_tf.records import files_for, to_example, write_records
@@ -141,11 +151,12 @@ def question_features(question: dict, context: AlignedContext, tokenizer, max_se
     """The features of one question (one per context window). Each carries `offset` (index of
     the window's first piece in the sequence), `window` (start, length) in the context's pieces,
     and, when training, the answer's piece positions in the sequence (0, 0 = [CLS] when the
-    window does not hold the whole answer, or the question has none)."""
+    window does not hold the whole answer, or the question has none or is marked
+    `is_impossible`, as official)."""
     query = tokenizer.encode(question["question"])[:max_query_length]
     budget = max_seq_length - len(query) - 3
     answer = None
-    if question["answers"]:
+    if question["answers"] and not question.get("is_impossible"):
         text, start = question["answers"][0], question["answer_starts"][0]
         answer = context.piece_span(start, start + len(text))
     features = []
@@ -179,13 +190,101 @@ def write_features(features, path: str, max_seq_length: int, num_files: int = 1)
     return dict(meta, files=files)
 
 
+@functools.lru_cache(maxsize=16)  # a context's questions come one after another
+def _context_words(context: str) -> tuple[tuple, tuple]:
+    """(whitespace-separated words, index of the word of each character): a whitespace
+    character belongs to the word before it (-1 before the first), as in the official reader."""
+    words, word_of_char = [], []
+    previous_is_space = True
+    for ch in context:
+        if ch.isspace():
+            previous_is_space = True
+        else:
+            if previous_is_space:
+                words.append(ch)
+            else:
+                words[-1] += ch
+            previous_is_space = False
+        word_of_char.append(len(words) - 1)
+    return tuple(words), tuple(word_of_char)
+
+
+def answer_found(context: str, text: str, start) -> tuple[bool, str]:
+    """(whether the answer is where it says, the context's words it points at): the official
+    BERT `read_squad_examples` check, `" ".join(text.split())` found in the whitespace-separated
+    words that characters [start, start + len(text)) touch. Words are split on the same
+    whitespace as the answer (BERT splits the context on ASCII whitespace only, so it would
+    also drop an answer holding a no-break space that its context holds too). An empty text, a
+    negative start and a span past the context's end are not found (BERT would index from the
+    end or raise an IndexError)."""
+    cleaned = " ".join(text.split())
+    if not isinstance(start, int) or start < 0 or not cleaned or start + len(text) > len(context):
+        return False, ""
+    words, word_of_char = _context_words(context)
+    first = max(word_of_char[start], 0)  # -1: whitespace before the first word
+    actual = " ".join(words[first:word_of_char[start + len(text) - 1] + 1])
+    return cleaned in actual, actual
+
+
+def training_questions(dataset, source: str) -> tuple[list[dict], list[dict]]:
+    """(questions to train on, skipped) of a training set, as the official reader: a question
+    marked `is_impossible` is kept (trained toward [CLS]); an answerable one needs an answer
+    (else `SquadDataError`, as official) whose first answer is `answer_found`, else it is
+    skipped: {"id", "actual" (the context's words there), "answer"}."""
+    kept, skipped = [], []
+    for q in squad_eval.questions(dataset):
+        if q["is_impossible"]:
+            kept.append(q)
+            continue
+        if not q["answers"]:
+            raise squad_eval.SquadDataError(
+                f"{source}: training question {q['id']!r} has no answer and is not marked "
+                "\"is_impossible\": true; the official reader refuses it too.")
+        text, start = q["answers"][0], q["answer_starts"][0]
+        if start is None:
+            raise squad_eval.SquadDataError(f"{source}: training question {q['id']!r}: its "
+                                            "answer has no \"answer_start\".")
+        found, actual = answer_found(q["context"], text, start)
+        if found:
+            kept.append(q)
+        else:
+            skipped.append({"id": q["id"], "actual": actual, "answer": " ".join(text.split())})
+    return kept, skipped
+
+
+def _log_skipped(source: str, skipped: list[dict], total: int, shown: int = 5) -> None:
+    first = "; ".join(f"{s['id']} ({s['actual'][:60]!r} vs. {s['answer'][:60]!r})"
+                      for s in skipped[:shown])
+    logging.warning("%s: skipped %d of %d training questions whose answer text is not in the "
+                    "context at answer_start (the official reader's \"Could not find "
+                    "answer\"): %s%s", source, len(skipped), total, first,
+                    " ..." if len(skipped) > shown else "")
+
+
+def _without(dataset, ids: set) -> list:
+    """`dataset` without the questions of `ids` (new articles and paragraphs; the rest
+    shared)."""
+    return [dict(article, paragraphs=[dict(p, qas=[qa for qa in p["qas"] if qa["id"] not in ids])
+                                      for p in article["paragraphs"]])
+            for article in dataset]
+
+
 def build_features(path: str, tokenizer, max_seq_length: int, doc_stride: int,
                    max_query_length: int, is_training: bool, seed: int | None = None):
     """(dataset, features, {question id: AlignedContext}) of a SQuAD file; training features in
-    a seeded order."""
+    a seeded order. When training, the questions `training_questions` skips are logged once
+    (count and first ids) and left out of the returned dataset too, so its question count is
+    the official number of training examples."""
     dataset = squad_eval.load_dataset(path)
+    if is_training:
+        chosen, skipped = training_questions(dataset, path)
+        if skipped:
+            _log_skipped(path, skipped, len(chosen) + len(skipped))
+            dataset = _without(dataset, {s["id"] for s in skipped})
+    else:
+        chosen = squad_eval.questions(dataset)
     contexts, aligned, features = {}, {}, []
-    for q in squad_eval.questions(dataset):
+    for q in chosen:
         if q["context"] not in aligned:
             aligned[q["context"]] = align_context(q["context"], tokenizer)
         contexts[q["id"]] = aligned[q["context"]]
