@@ -11,7 +11,6 @@ lengths.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import struct
@@ -21,6 +20,7 @@ import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.paths import expand_patterns
+from albert_tf.records import read_sidecar
 
 
 class DataMismatchError(ValueError):
@@ -29,8 +29,15 @@ class DataMismatchError(ValueError):
 
 def list_files(input_patterns) -> list[str]:
     """Sorted TFRecord files matching comma-separated globs (sidecar `.json` files excluded)."""
-    return sorted(expand_patterns(input_patterns, what="TFRecord file",
-                                  exclude_suffixes=(".json",), error=DataMismatchError))
+    files = expand_patterns(input_patterns, what="TFRecord file", exclude_suffixes=(".json",),
+                            error=DataMismatchError)
+    # Hidden names are writers' temporaries and locks (`albert_tf.records.temporary_name`),
+    # never data, even where a glob (`gs://.../*`) matches them.
+    data = sorted(f for f in files if not os.path.basename(f.rstrip("/")).startswith("."))
+    if not data:
+        raise DataMismatchError(f"{input_patterns!r} matches only hidden files ({files[0]}, "
+                                "...): writers' temporaries and locks, not data.")
+    return data
 
 
 def _first_record_lengths(path):
@@ -63,11 +70,8 @@ def check_files(files, max_seq_length, max_predictions_per_seq, vocab_size=None)
     """
     found, counts = {}, {}
     for path in files:
-        sidecar = F.sidecar_path(path)
-        meta = None
-        if tf.io.gfile.exists(sidecar):
-            with tf.io.gfile.GFile(sidecar) as f:
-                meta = json.load(f)
+        meta = read_sidecar(path, required=("max_seq_length", "max_predictions_per_seq"))
+        if meta is not None:
             seq, preds = meta["max_seq_length"], meta["max_predictions_per_seq"]
             if vocab_size is not None and meta.get("vocab_size") not in (None, vocab_size):
                 raise DataMismatchError(
@@ -99,11 +103,10 @@ def prediction_count(files, sidecars=None) -> int:
     length); `check_files` with `max_predictions_per_seq=None` has made sure they agree."""
     path = files[0]
     meta = (sidecars or {}).get(path)
+    if meta is None:
+        meta = read_sidecar(path, required=("max_predictions_per_seq",))
     if meta is not None:
         return int(meta["max_predictions_per_seq"])
-    if tf.io.gfile.exists(F.sidecar_path(path)):
-        with tf.io.gfile.GFile(F.sidecar_path(path)) as f:
-            return int(json.load(f)["max_predictions_per_seq"])
     return _first_record_lengths(path)[1]
 
 
@@ -293,9 +296,10 @@ def record_counts(files, sidecars=None) -> list[int]:
     counts = []
     for path in files:
         meta = sidecars.get(path)
-        if meta is None and tf.io.gfile.exists(F.sidecar_path(path)):
-            with tf.io.gfile.GFile(F.sidecar_path(path)) as f:
-                meta = json.load(f)
+        if meta is None:
+            meta = read_sidecar(path)
+        if meta is not None and "num_examples" in meta:
+            meta = read_sidecar(path, required=("num_examples",)) or meta
         counts.append(int(meta["num_examples"]) if meta and "num_examples" in meta
                       else count_records(path))
     return counts

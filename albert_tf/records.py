@@ -142,13 +142,36 @@ def shard_paths(path: str, num_files: int) -> list[str]:
     return [f"{root}-{i:05d}-of-{num_files:05d}{ext}" for i in range(num_files)]
 
 
-def read_sidecar(path: str) -> dict | None:
-    """The JSON sidecar of the TFRecord `path`, or None when it has none."""
+class SidecarError(ValueError):
+    """A TFRecord's JSON sidecar is malformed or lacks a field; the message names the file."""
+
+
+def read_sidecar(path: str, required=()) -> dict | None:
+    """The JSON sidecar of the TFRecord `path`, or None when it has none. A sidecar that is not
+    a JSON object, or lacks one of the `required` counts (non-negative integers), raises
+    `SidecarError` naming the file."""
     sidecar = F.sidecar_path(path)
     if not _gfile().exists(sidecar):
         return None
     with _gfile().GFile(sidecar) as f:
-        return json.load(f)
+        text = f.read()
+    try:
+        meta = json.loads(text)
+    except ValueError as e:
+        raise SidecarError(f"{sidecar}, the sidecar of {path}, is not valid JSON ({e}). "
+                           "Regenerate the file, or remove the sidecar to have the records "
+                           "read without it.") from None
+    if not isinstance(meta, dict):
+        raise SidecarError(f"{sidecar}, the sidecar of {path}, is not a JSON object. "
+                           "Regenerate the file, or remove the sidecar.")
+    for key in required:
+        value = meta.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            what = "lacks" if key not in meta else f"has {value!r} for"
+            raise SidecarError(f"{sidecar}, the sidecar of {path}, {what} {key!r} (a count). "
+                               "Regenerate the file, or remove the sidecar to have the "
+                               "records read without it.")
+    return meta
 
 
 def read_cached(path: str, digest: str, num_files: int = 1) -> dict | None:
@@ -188,16 +211,46 @@ def write_file(records, path: str, meta: dict) -> None:
     another's."""
     _gfile().makedirs(os.path.dirname(os.path.abspath(path)))
     sidecar_path = F.sidecar_path(path)
-    tmp = f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    suffix = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp_path, tmp_sidecar = temporary_name(path, suffix), temporary_name(sidecar_path, suffix)
     try:
-        with _record_writer(path + tmp) as writer:
+        with _record_writer(tmp_path) as writer:
             for record in records:
                 writer.write(record)
-        with _gfile().GFile(sidecar_path + tmp, "w") as f:
+        with _gfile().GFile(tmp_sidecar, "w") as f:
             json.dump(meta, f, indent=2)
-        _gfile().rename(path + tmp, path, overwrite=True)
-        _gfile().rename(sidecar_path + tmp, sidecar_path, overwrite=True)
+        _gfile().rename(tmp_path, path, overwrite=True)
+        _gfile().rename(tmp_sidecar, sidecar_path, overwrite=True)
     finally:
-        for leftover in (path + tmp, sidecar_path + tmp):
+        for leftover in (tmp_path, tmp_sidecar):
             if _gfile().exists(leftover):
                 _gfile().remove(leftover)
+
+
+def temporary_name(path: str, suffix: str) -> str:
+    """Where `path` is written before it is renamed into place: `.NAME.tmp-SUFFIX` beside it.
+    A hidden name, so that no glob of the outputs (`train-*`, `*.tfrecord`) picks up a file
+    that a killed writer left behind."""
+    if "://" in path:
+        head, name = path.rsplit("/", 1)
+        return f"{head}/.{name}.tmp-{suffix}"
+    head, name = os.path.split(path)
+    return os.path.join(head, f".{name}.tmp-{suffix}")
+
+
+def remove_temporaries(path: str) -> list[str]:
+    """Removes what killed writers left of `path` (`temporary_name`s); call it only while
+    holding the output's lock (`albert_tf.ownership`), when no live writer can own them.
+    Returns the removed paths."""
+    gfile = _gfile() if "://" in path else None
+    head, name = (path.rsplit("/", 1) if gfile else os.path.split(os.path.abspath(path)))
+    prefix = f".{name}.tmp-"
+    names = gfile.listdir(head) if gfile else (os.listdir(head) if os.path.isdir(head) else [])
+    removed = []
+    for entry in names:
+        entry = entry.rstrip("/")
+        if entry.startswith(prefix):
+            leftover = f"{head}/{entry}" if gfile else os.path.join(head, entry)
+            (gfile.remove if gfile else os.remove)(leftover)
+            removed.append(leftover)
+    return removed

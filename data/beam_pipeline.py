@@ -67,8 +67,11 @@ import uuid
 import numpy as np
 
 from albert_tf import features as F
+from albert_tf.ownership import OutputLock
+from albert_tf.records import temporary_name
 from albert_tf.tokenization import Tokenizer, file_sha256
-from data.generator import (STATS, compute_run_hash, document_blocks, document_plan, reduce_order,
+from data.generator import (STATS, check_outputs_are_not_inputs, compute_run_hash,
+                            document_blocks, document_plan, place_sentencepiece, reduce_order,
                             shard_metadata, unit_examples)
 from data.pretraining import Vocabulary, random_segment
 from data.text_io import InputError, documents_of
@@ -346,15 +349,16 @@ def _write_shard(element, job, vocab_size, spm_sha256, total_examples, run):
     path = job.output_files[shard]
     meta = shard_metadata(job, shard, counts, total_examples, vocab_size, spm_sha256,
                           run["inputs"], run["run_hash"])
-    tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+    suffix = uuid.uuid4().hex
+    tmp, tmp_sidecar = temporary_name(path, suffix), temporary_name(F.sidecar_path(path), suffix)
     raw = CompressionTypes.UNCOMPRESSED
     with FileSystems.create(tmp, compression_type=raw) as f:
         for i in reduce_order(job, shard, len(records)).tolist():
             _TFRecordUtil.write_record(f, records[i])
-    with FileSystems.create(tmp + ".json", compression_type=raw) as f:
+    with FileSystems.create(tmp_sidecar, compression_type=raw) as f:
         f.write(json.dumps(meta, indent=2).encode("utf-8"))
     FileSystems.rename([tmp], [path])
-    FileSystems.rename([tmp + ".json"], [F.sidecar_path(path)])  # last: the shard is complete
+    FileSystems.rename([tmp_sidecar], [F.sidecar_path(path)])  # last: the shard is complete
     return [path]
 
 
@@ -453,8 +457,6 @@ def generate_with_beam(job, pipeline_args=()) -> dict:
     `--runner`, `--project`, `--temp_location`, ...); waits for it and returns a summary like
     `data.generator.generate`'s, with the Beam counters."""
     beam = _beam()
-    from apache_beam.metrics.metric import MetricsFilter
-
     started = time.time()
     tokenizer = Tokenizer(job.spm_model_file, job.do_lower_case)  # validates the special ids
     job = dataclasses.replace(  # workers may run elsewhere: no path relative to this directory
@@ -462,11 +464,40 @@ def generate_with_beam(job, pipeline_args=()) -> dict:
         input_files=tuple(p if _is_remote(p) else os.path.abspath(p) for p in job.input_files),
         output_files=tuple(p if _is_remote(p) else os.path.abspath(p)
                            for p in job.output_files))
+    check_outputs_are_not_inputs(job)
+    with OutputLock(job.output_files[0], "--output_file", is_dir=False):
+        return _generate_with_beam(beam, job, tokenizer, pipeline_args, started)
+
+
+def _place_sentencepiece(job, spm_sha256: str) -> None:
+    """`data.generator.place_sentencepiece` through Beam's file systems (gs://, s3://, ...)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    out_dir = job.output_files[0].rsplit("/", 1)[0]
+    target = f"{out_dir}/{os.path.basename(job.spm_model_file)}"
+    if FileSystems.exists(target):
+        with FileSystems.open(target) as f:
+            if hashlib.sha256(f.read()).hexdigest() == spm_sha256:
+                return
+        raise InputError(
+            f"{target} exists and is not --spm_model_file {job.spm_model_file}: the dataset's "
+            "directory keeps the SentencePiece model its sidecars name, under its file name. "
+            "Write the data to another directory, or rename one of the two models.")
+    FileSystems.copy([job.spm_model_file], [target])
+
+
+def _generate_with_beam(beam, job, tokenizer, pipeline_args, started) -> dict:
+    from apache_beam.metrics.metric import MetricsFilter
+
     if _existing_outputs(job, tokenizer.sha256):
         return {"already_complete": True, "outputs": list(job.output_files)}
     for path in job.output_files:
         if not _is_remote(path):
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    if _is_remote(job.output_files[0]):
+        _place_sentencepiece(job, tokenizer.sha256)
+    else:
+        place_sentencepiece(job, tokenizer.sha256)
     options, runner = pipeline_options(pipeline_args)
     pipeline = beam.Pipeline(runner=runner, options=options)
     build_pipeline(pipeline, job, tokenizer.model_proto, tokenizer.vocab_size, tokenizer.sha256)

@@ -51,7 +51,9 @@ albert_flags.define(
            "output_file": "TFRecord files, comma-separated; or a prefix with "
                           "--num_output_shards.",
            "vocab_file": "If given, it must list the pieces of --spm_model_file (its .vocab "
-                         "file)."})
+                         "file).",
+           "random_seed": "Here a seed >= 0 only: it names the run (a killed run resumes "
+                          "when rerun with it), so -1 is refused."})
 flags.DEFINE_integer("num_output_shards", 1,
                      "Write PREFIX-0000i-of-0000N.tfrecord files (with a single --output_file).")
 flags.DEFINE_float("masked_lm_prob", 0.15, "Fraction of tokens to mask.")
@@ -109,6 +111,10 @@ def main(argv):
     for name in ("input_file", "output_file", "spm_model_file"):
         if not getattr(FLAGS, name):
             raise app.UsageError(f"--{name} is required.")
+    if FLAGS.random_seed < 0:
+        raise app.UsageError(f"--random_seed={FLAGS.random_seed}: data generation needs a seed "
+                             ">= 0 (it names the run, and a killed run resumes when rerun with "
+                             "it); give any number, e.g. the default 12345.")
 
     try:
         if FLAGS.vocab_file:

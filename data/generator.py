@@ -40,7 +40,8 @@ import time
 import numpy as np
 
 from albert_tf import features as F
-from albert_tf.records import encode_example, write_file
+from albert_tf.ownership import OutputLock, same_file
+from albert_tf.records import encode_example, remove_temporaries, temporary_name, write_file
 from albert_tf.tokenization import Tokenizer, file_sha256
 from data.pretraining import (GenerationParams, Vocabulary, instance_features, instances_of_plan,
                               plan_document)
@@ -76,6 +77,9 @@ class GenerationJob:
             raise ValueError(f"--output_file lists a file twice: {list(self.output_files)}")
         if self.tokens_per_unit < 1:
             raise ValueError(f"tokens_per_unit must be positive; got {self.tokens_per_unit}")
+        if self.random_seed < 0:
+            raise ValueError(f"--random_seed must be >= 0 for data generation; got "
+                             f"{self.random_seed}")
 
 
 def output_file_names(output_file: str, num_output_shards: int) -> list[str]:
@@ -381,7 +385,9 @@ def shard_metadata(job: GenerationJob, shard: int, counts: dict, total_examples:
         "max_seq_length": job.params.max_seq_length,
         "max_predictions_per_seq": job.params.max_predictions_per_seq,
         "vocab_size": vocab_size, "spm_model_sha256": spm_sha256,
-        "spm_model_file": os.path.abspath(job.spm_model_file),
+        # Beside the shards (`place_sentencepiece`), named relative to the sidecar: training
+        # follows no path out of the dataset's directory.
+        "spm_model_file": os.path.basename(job.spm_model_file),
         "counts": counts, "generation": generation, "input_files": inputs,
         "run_hash": run_hash,
     }
@@ -412,6 +418,7 @@ def _reduce_phase(run: _Run, unit_names, finished, tokenizer) -> np.ndarray:
     total_examples = int(totals[:, 0].sum())
     if total_examples == 0:
         raise InputError("The inputs produced no examples.")
+    place_sentencepiece(run.job, tokenizer.sha256)  # the vocabulary the sidecars name
     bar = _Progress("write", num_shards - len(finished), run.progress)
     for shard in range(num_shards):
         if shard not in finished:
@@ -422,26 +429,89 @@ def _reduce_phase(run: _Run, unit_names, finished, tokenizer) -> np.ndarray:
     return totals
 
 
+def check_outputs_are_not_inputs(job: GenerationJob) -> None:
+    """Refuses an output file that is also an input (or the SentencePiece model)."""
+    for out in job.output_files:
+        for source in tuple(job.input_files) + (job.spm_model_file,):
+            if "://" not in out and same_file(out, source):
+                raise InputError(f"--output_file {out} is also an input ({source}); write the "
+                                 "TFRecords to another file.")
+
+
+def place_sentencepiece(job: GenerationJob, spm_sha256: str) -> str:
+    """Copies the SentencePiece model beside the outputs (unless it is there), so the dataset
+    holds its vocabulary and its sidecars name it relative to themselves; returns the path. A
+    different file of that name already there is an error (sidecars of other data may name
+    it)."""
+    out_dir = os.path.dirname(os.path.abspath(job.output_files[0]))
+    target = os.path.join(out_dir, os.path.basename(job.spm_model_file))
+    if same_file(target, job.spm_model_file):
+        return target
+    if os.path.exists(target):
+        if file_sha256(target) == spm_sha256:
+            return target
+        raise InputError(
+            f"{target} exists and is not --spm_model_file {job.spm_model_file}: the dataset's "
+            "directory keeps the SentencePiece model its sidecars name, under its file name. "
+            "Write the data to another directory, or rename one of the two models.")
+    tmp = temporary_name(target, str(os.getpid()))
+    shutil.copyfile(job.spm_model_file, tmp)
+    os.replace(tmp, target)
+    return target
+
+
+def _remove_stale_work(job: GenerationJob, out_dir: str, run_hash: str) -> None:
+    """Work directories of earlier runs into the same outputs with other inputs or flags: that
+    run can no longer finish (this one writes its outputs), so its work is removed."""
+    for name in os.listdir(out_dir):
+        path = os.path.join(out_dir, name)
+        if not name.startswith(".albert_pretraining_") or name.endswith(run_hash[:16]):
+            continue
+        try:
+            with open(os.path.join(path, "job.json"), encoding="utf-8") as f:
+                outputs = json.load(f).get("outputs")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if outputs == [os.path.abspath(o) for o in job.output_files]:
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def generate(job: GenerationJob, num_workers: int = 1, progress: bool = True) -> dict:
-    """Runs (or resumes) the generation; returns a summary with per-shard counts."""
+    """Runs (or resumes) the generation; returns a summary with per-shard counts. The outputs
+    are locked while they are written (`albert_tf.ownership`: a second run into the same
+    `--output_file` is refused while this one lives)."""
     if num_workers < 1:
         raise ValueError(f"--num_workers must be at least 1; got {num_workers}")
-    started = time.time()
+    check_outputs_are_not_inputs(job)
     tokenizer = Tokenizer(job.spm_model_file, job.do_lower_case)  # validates the special ids
+    with OutputLock(job.output_files[0], "--output_file", is_dir=False):
+        return _generate(job, tokenizer, num_workers, progress)
+
+
+def _generate(job: GenerationJob, tokenizer: Tokenizer, num_workers: int,
+              progress: bool) -> dict:
+    started = time.time()
     inputs = [{"path": os.path.abspath(p), "sha256": file_sha256(p)} for p in job.input_files]
     run_hash = compute_run_hash(job, [i["sha256"] for i in inputs], tokenizer.sha256)
     out_dir = os.path.dirname(os.path.abspath(job.output_files[0]))
     run = _Run(job, run_hash, os.path.join(out_dir, f".albert_pretraining_{run_hash[:16]}"),
                inputs, num_workers, progress)
+    for path in job.output_files:  # what killed runs left (this process holds the lock)
+        if os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            remove_temporaries(path)
+            remove_temporaries(F.sidecar_path(path))
     finished = _check_existing_outputs(job, run_hash, run.work_dir)
     if len(finished) == len(job.output_files):
         return {"run_hash": run_hash, "already_complete": True,
                 "outputs": list(job.output_files)}
     for path in job.output_files:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    _remove_stale_work(job, out_dir, run_hash)
     created_work_dir = not os.path.exists(run.work_dir)
     for d in ("tokens", "units", "writing"):
         os.makedirs(run.path(d), exist_ok=True)
+    with open(run.path("job.json"), "w", encoding="utf-8") as f:
+        json.dump({"outputs": [os.path.abspath(o) for o in job.output_files]}, f)
 
     prefixes = _tokenize_phase(run, created_work_dir)
     unit_names = _map_phase(run, prefixes)

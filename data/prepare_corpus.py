@@ -35,6 +35,7 @@ from albert_tf.cli import run_command
 
 from albert_tf import flags as albert_flags
 
+from albert_tf.ownership import OutputLock, same_file
 from data.text_io import InputError, expand_input_patterns, read_text_lines
 
 ABBREVIATIONS = frozenset("""
@@ -84,6 +85,17 @@ def _gutenberg_body(lines: list[str]) -> list[str]:
     return lines
 
 
+def compile_regex(pattern: str | None, flag: str):
+    """`pattern` compiled (None for none); an invalid one raises `InputError` naming `flag`."""
+    if not pattern:
+        return None
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise InputError(f"{flag} {pattern!r} is not a valid regular expression ({e}); "
+                         "quote it for the shell and escape ( ) [ ] . * with \\.") from None
+
+
 def file_documents(path: str, paragraphs: str = "blank_lines",
                    document_marker_regex: str | None = None,
                    drop_line_regex: str | None = None) -> list[list[str]]:
@@ -96,8 +108,8 @@ def file_documents(path: str, paragraphs: str = "blank_lines",
             without it the whole file is one document.
         drop_line_regex: lines matching it are dropped (e.g. section headings).
     """
-    marker = re.compile(document_marker_regex) if document_marker_regex else None
-    drop = re.compile(drop_line_regex) if drop_line_regex else None
+    marker = compile_regex(document_marker_regex, "--document_marker_regex")
+    drop = compile_regex(drop_line_regex, "--drop_line_regex")
     lines = _gutenberg_body(list(read_text_lines(path)))
     documents, paragraphs_of_doc, current = [], [], []
 
@@ -134,8 +146,12 @@ def file_documents(path: str, paragraphs: str = "blank_lines",
 
 def prepare_corpus(input_patterns, output_file, paragraphs="blank_lines",
                    document_marker_regex=None, drop_line_regex=None, heldout_file=None,
-                   heldout_every=0) -> dict:
+                   heldout_every=0, overwrite: bool = False) -> dict:
     """Writes the official format for all inputs (in order) to `output_file`, atomically.
+
+    The output is locked while it is written (`albert_tf.ownership`; a second writer is
+    refused), an input is never an output, and an existing output with other text is replaced
+    only with `overwrite` (the same text is left as it is; `counts["unchanged"]` lists it).
 
     With `heldout_file` and `heldout_every` N > 1, every N-th document (the N-th, 2N-th, ...,
     counted over all inputs in order) goes to `heldout_file` instead: an evaluation set whose
@@ -146,16 +162,22 @@ def prepare_corpus(input_patterns, output_file, paragraphs="blank_lines",
     if bool(heldout_file) != (heldout_every > 0) or heldout_every == 1:
         raise ValueError("--heldout_file and --heldout_every N (N >= 2) go together; got "
                          f"--heldout_file={heldout_file!r} --heldout_every={heldout_every}")
+    compile_regex(document_marker_regex, "--document_marker_regex")
+    compile_regex(drop_line_regex, "--drop_line_regex")
     files = expand_input_patterns(input_patterns)
     counts = {"files": len(files), "documents": 0, "sentences": 0}
     if heldout_file:
         counts.update(heldout_documents=0, heldout_sentences=0)
     targets = [(output_file, "")] + ([(heldout_file, "heldout_")] if heldout_file else [])
+    _check_targets(files, output_file, heldout_file, overwrite)
+    locks = [OutputLock(path, "--output_file" if not prefix else "--heldout_file",
+                        is_dir=False) for path, prefix in targets]
+    for lock in locks:
+        lock.acquire()
     tmps = {}
     try:
         for path, _ in targets:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            tmps[path] = open(path + ".tmp", "w", encoding="utf-8", newline="\n")
+            tmps[path] = open(_tmp_name(path), "w", encoding="utf-8", newline="\n")
         index = 0
         for path in files:
             documents = file_documents(path, paragraphs, document_marker_regex,
@@ -177,14 +199,68 @@ def prepare_corpus(input_patterns, output_file, paragraphs="blank_lines",
                              f"{index} documents.")
         for path, _ in targets:
             tmps.pop(path).close()
-            os.replace(path + ".tmp", path)
+        unchanged = []
+        for path, _ in targets:
+            if _same_content(_tmp_name(path), path):
+                unchanged.append(path)
+            elif os.path.exists(path) and not overwrite:  # appeared while this run read
+                raise InputError(_exists_message(path))
+        for path, _ in targets:
+            if path not in unchanged:
+                os.replace(_tmp_name(path), path)
+        counts["unchanged"] = unchanged
     finally:
         for path, f in tmps.items():
             f.close()
         for path, _ in targets:
-            if os.path.exists(path + ".tmp"):
-                os.remove(path + ".tmp")
+            if os.path.exists(_tmp_name(path)):
+                os.remove(_tmp_name(path))
+        for lock in locks:
+            lock.release()
     return counts
+
+
+def _tmp_name(path: str) -> str:
+    """Where `path` is written before it is renamed into place: a hidden name beside it, so
+    that no glob of the outputs (`corpus/*.txt`) picks up a file a killed run left behind."""
+    head, name = os.path.split(os.path.abspath(path))
+    return os.path.join(head, f".{name}.tmp-{os.getpid()}")
+
+
+def _exists_message(path: str) -> str:
+    return (f"{path} already exists with other text (data generation sidecars name corpus "
+            "files by path and hash). Choose another --output_file, or pass --overwrite to "
+            "replace it.")
+
+
+def _check_targets(files, output_file, heldout_file, overwrite) -> None:
+    """Refuses outputs that are inputs or each other, and (without `overwrite`) an existing
+    output with other text: this is checked again after writing, where a rerun with the same
+    inputs finds the same text and leaves the file as it is."""
+    outputs = [("--output_file", output_file)] + ([("--heldout_file", heldout_file)]
+                                                 if heldout_file else [])
+    for flag, path in outputs:
+        for source in files:
+            if same_file(path, source):
+                raise InputError(f"{flag} {path} is also an input ({source}): it would be "
+                                 "rewritten while it is read. Write to another file.")
+        if os.path.isdir(path):
+            raise InputError(f"{flag} {path} is a directory; name a file.")
+    if heldout_file and same_file(output_file, heldout_file):
+        raise InputError(f"--output_file and --heldout_file name one file ({output_file}); "
+                         "give two.")
+
+
+def _same_content(a: str, b: str) -> bool:
+    if not os.path.exists(b) or os.path.getsize(a) != os.path.getsize(b):
+        return False
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        while True:
+            chunk_a, chunk_b = fa.read(1 << 20), fb.read(1 << 20)
+            if chunk_a != chunk_b:
+                return False
+            if not chunk_a:
+                return True
 
 
 def define_flags():
@@ -203,6 +279,9 @@ def define_flags():
                         "Write every --heldout_every-th document here instead (an evaluation "
                         "set of documents the training data never saw).")
     flags.DEFINE_integer("heldout_every", 0, "With --heldout_file: hold out every N-th document.")
+    flags.DEFINE_bool("overwrite", False, "Replace an existing --output_file / --heldout_file "
+                      "that holds other text (without it, that is an error; the same text is "
+                      "left as it is).")
 
 
 def main(argv):
@@ -213,7 +292,7 @@ def main(argv):
     try:
         counts = prepare_corpus(FLAGS.input_file, FLAGS.output_file, FLAGS.paragraphs,
                                 FLAGS.document_marker_regex, FLAGS.drop_line_regex,
-                                FLAGS.heldout_file, FLAGS.heldout_every)
+                                FLAGS.heldout_file, FLAGS.heldout_every, FLAGS.overwrite)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -221,7 +300,9 @@ def main(argv):
           f"{counts['files']} files to {FLAGS.output_file}"
           + (f"; held out {counts['heldout_documents']} documents, "
              f"{counts['heldout_sentences']} sentences to {FLAGS.heldout_file}"
-             if FLAGS.heldout_file else ""))
+             if FLAGS.heldout_file else "")
+          + (f" ({', '.join(counts['unchanged'])}: unchanged, the same text)"
+             if counts["unchanged"] else ""))
     return 0
 
 

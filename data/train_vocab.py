@@ -35,6 +35,7 @@ from albert_tf import flags as albert_flags
 
 from albert_tf.tokenization import (CLS_PIECE, MASK_PIECE, PAD_ID, PAD_PIECE, SEP_PIECE, UNK_ID,
                                     UNK_PIECE, check_special_ids, file_sha256, preprocess_text)
+from albert_tf.ownership import OutputLock
 from data.text_io import expand_input_patterns, read_text_lines
 
 
@@ -69,8 +70,12 @@ def _train(sentences, model_prefix: str, counts: dict, **settings) -> None:
 def train_vocab(input_patterns, model_prefix, vocab_size=30000, do_lower_case=True,
                 input_sentence_size=1_000_000, character_coverage=0.99995, random_seed=12345,
                 max_sentence_length=16384, num_threads=None,
-                user_defined_symbols=OFFICIAL_USER_DEFINED_SYMBOLS) -> dict:
+                user_defined_symbols=OFFICIAL_USER_DEFINED_SYMBOLS, overwrite=False) -> dict:
     """Trains the model and returns the description written to `<model_prefix>.json`.
+
+    The prefix is locked while it is written (`albert_tf.ownership`). A vocabulary already at
+    `model_prefix` from the same inputs and settings is kept (returned with
+    `already_complete`); one from other inputs or settings is an error unless `overwrite`.
 
     Args:
         input_patterns: file globs (or a comma-separated string of them).
@@ -83,10 +88,56 @@ def train_vocab(input_patterns, model_prefix, vocab_size=30000, do_lower_case=Tr
         max_sentence_length: longer lines (bytes) are skipped by SentencePiece.
         num_threads: trainer threads (default: all cores).
         user_defined_symbols: pieces always kept whole (default: the official ones; () for none).
+        overwrite: replace a vocabulary of other inputs or settings at `model_prefix`.
     """
     files = expand_input_patterns(input_patterns)
     if vocab_size <= 5:
         raise VocabularyError(f"--vocab_size must exceed the 5 special pieces; got {vocab_size}")
+    settings = {"vocab_size": vocab_size, "do_lower_case": do_lower_case,
+                "input_sentence_size": input_sentence_size,
+                "character_coverage": character_coverage, "random_seed": random_seed,
+                "user_defined_symbols": list(user_defined_symbols)}
+    with OutputLock(model_prefix, "--model_prefix", is_dir=False):
+        existing = _existing_vocabulary(model_prefix, files, settings, overwrite)
+        if existing is not None:
+            return dict(existing, already_complete=True)
+        return _train_into(files, model_prefix, settings, max_sentence_length, num_threads)
+
+
+def _existing_vocabulary(model_prefix, files, settings, overwrite) -> dict | None:
+    """The description of a vocabulary already at `model_prefix` made from the same inputs and
+    settings (nothing to do), None when there is none or `overwrite`; else refuses: datasets,
+    checkpoints and exports name a `.model` by path and checksum, so one is never replaced
+    silently."""
+    present = [model_prefix + ext for ext in (".model", ".vocab", ".json")
+               if os.path.exists(model_prefix + ext)]
+    if not present or overwrite:
+        return None
+    try:
+        with open(model_prefix + ".json", encoding="utf-8") as f:
+            description = json.load(f)
+        same = (description.get("model_sha256") == file_sha256(model_prefix + ".model")
+                and [i.get("sha256") for i in description.get("input_files", [])]
+                == [file_sha256(p) for p in files]
+                and all(description.get(k) == v for k, v in settings.items()))
+    except (OSError, ValueError, AttributeError, TypeError):
+        same = False
+    if same:
+        return description
+    raise VocabularyError(
+        f"{present[0]} already exists and was not made from these inputs and settings; "
+        "datasets, checkpoints and exports name a vocabulary by path and checksum. Choose "
+        "another --model_prefix, or pass --overwrite to replace it.")
+
+
+def _train_into(files, model_prefix, settings, max_sentence_length, num_threads) -> dict:
+    """Trains into a hidden temporary directory beside `model_prefix` and renames the files
+    into place (the .json last). Temporary directories a killed run left for this prefix are
+    removed first (this process holds the prefix's lock)."""
+    vocab_size, do_lower_case = settings["vocab_size"], settings["do_lower_case"]
+    input_sentence_size = settings["input_sentence_size"]
+    character_coverage, random_seed = settings["character_coverage"], settings["random_seed"]
+    user_defined_symbols = settings["user_defined_symbols"]
     counts = {"lines": 0, "characters": 0}
 
     def sentences():
@@ -100,7 +151,12 @@ def train_vocab(input_patterns, model_prefix, vocab_size=30000, do_lower_case=Tr
 
     out_dir = os.path.dirname(os.path.abspath(model_prefix))
     os.makedirs(out_dir, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".train_vocab-", dir=out_dir)
+    tmp_name = f".train_vocab-{os.path.basename(model_prefix)}-"
+    stale = re.compile(re.escape(tmp_name) + r"[a-z0-9_]{8}")  # mkdtemp's suffix
+    for name in os.listdir(out_dir):
+        if stale.fullmatch(name):
+            shutil.rmtree(os.path.join(out_dir, name), ignore_errors=True)
+    tmp = tempfile.mkdtemp(prefix=tmp_name, dir=out_dir)
     started = time.time()
     try:
         spm.set_random_generator_seed(random_seed)
@@ -156,6 +212,9 @@ def define_flags():
     flags.DEFINE_bool("user_defined_symbols", True,
                       "Keep the official user-defined symbols ( ) \" - . – £ € as pieces of "
                       "their own, as the official spm_train command does.")
+    flags.DEFINE_bool("overwrite", False, "Replace a vocabulary at --model_prefix made from "
+                      "other inputs or settings (without it, that is an error; one made from "
+                      "the same is kept).")
 
 
 def main(argv):
@@ -170,10 +229,14 @@ def main(argv):
             character_coverage=FLAGS.character_coverage, random_seed=FLAGS.random_seed,
             num_threads=FLAGS.num_threads,
             user_defined_symbols=OFFICIAL_USER_DEFINED_SYMBOLS if FLAGS.user_defined_symbols
-            else ())
+            else (), overwrite=FLAGS.overwrite)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    if description.get("already_complete"):
+        print(f"{FLAGS.model_prefix}.model exists from the same inputs and settings "
+              f"({description['vocab_size']} pieces): kept")
+        return 0
     print(f"wrote {FLAGS.model_prefix}.model ({description['vocab_size']} pieces from "
           f"{description['lines_read']} lines in {description['seconds']} s)")
     return 0

@@ -47,10 +47,12 @@ def test_files_and_sidecars_equal_the_local_generator(beam_run, generated_data):
         assert _read(a) == _read(b)  # same examples in the same order
         meta_local, meta_beam = (json.load(open(F.sidecar_path(p))) for p in (a, b))
         assert meta_beam == meta_local  # counts, inputs with their SHA-256, run hash
-    # Only the outputs are left in the directory: no temporary files.
+    # Only the outputs and the vocabulary their sidecars name are left in the directory: no
+    # temporary file, no lock.
     names = sorted(os.listdir(os.path.dirname(ours[0])))
     assert names == sorted([os.path.basename(p) for p in ours]
-                           + [os.path.basename(F.sidecar_path(p)) for p in ours])
+                           + [os.path.basename(F.sidecar_path(p)) for p in ours]
+                           + [meta_beam["spm_model_file"]])
 
 
 def test_counters_equal_the_local_counts(beam_run, generated_data, sample_vocab, tmp_path):

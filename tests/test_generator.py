@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.input_pipeline import parse_fn
-from albert_tf.tokenization import CLS_ID, MASK_ID, PAD_ID, SEP_ID, Tokenizer
+from albert_tf.tokenization import CLS_ID, MASK_ID, PAD_ID, SEP_ID, Tokenizer, file_sha256
 from conftest import GENERATION_KW, ROOT
 from data.generator import generate, make_job
 from data.text_io import InputError
@@ -47,14 +47,20 @@ def test_outputs_and_sidecars(generated_data):
         assert (meta["max_seq_length"], meta["max_predictions_per_seq"]) == (64, 10)
         assert meta["vocab_size"] == 8000 and len(meta["spm_model_sha256"]) == 64
         assert meta["generation"]["random_seed"] == 17 and meta["run_hash"] == summary["run_hash"]
+        # The vocabulary lies beside the shards, named relative to the sidecar, with the
+        # checksum the sidecar records (training follows no path out of the dataset).
+        assert meta["spm_model_file"] == "sample8k.model"
+        assert file_sha256(os.path.join(os.path.dirname(path), meta["spm_model_file"])) \
+            == meta["spm_model_sha256"]
         total += n
     assert total == summary["total_examples"] == summary["counts"]["examples"]
     # Round-robin dealing keeps shards balanced.
     sizes = [json.load(open(F.sidecar_path(p)))["num_examples"] for p in files]
     assert max(sizes) - min(sizes) <= 2 * 14  # at most one per unit (2 passes x 7 blocks)
-    # No work directory or temporary file is left behind.
+    # No work directory, lock or temporary file is left behind.
     assert sorted(os.listdir(os.path.dirname(files[0]))) == sorted(
-        [os.path.basename(f) for f in files] + [os.path.basename(F.sidecar_path(f)) for f in files])
+        [os.path.basename(f) for f in files] + [os.path.basename(F.sidecar_path(f)) for f in files]
+        + ["sample8k.model"])
 
 
 @pytest.mark.slow
