@@ -137,6 +137,27 @@ def get_strategy(name: str, tpu: str | None = None, connect_timeout_s: float = 6
     raise ValueError(f"Unknown --distribution_strategy {name!r}; choose one of {STRATEGIES}.")
 
 
+def tf_config_worker() -> tuple[int, bool]:
+    """(this worker's index, whether it is the chief) of a multi_worker_mirrored run, from
+    TF_CONFIG before any strategy is built, numbered as `worker_layout` numbers them; (0, True)
+    without TF_CONFIG or in a cluster of one."""
+    _check_tf_config()
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        return 0, True
+    config = json.loads(raw)
+    cluster, task = config.get("cluster") or {}, config.get("task") or {}
+    chiefs = len(cluster.get("chief", []))
+    if chiefs + len(cluster.get("worker", [])) <= 1 or task.get("type") == "chief":
+        return 0, True
+    try:
+        index = chiefs + int(task.get("index", 0))
+    except (TypeError, ValueError):
+        raise StrategyError(f"TF_CONFIG's task index {task.get('index')!r} is not an "
+                            "integer.") from None
+    return index, index == 0
+
+
 def worker_layout(strategy: tf.distribute.Strategy) -> tuple[int, int]:
     """(number of workers, this worker's index): input is sharded per worker. A chief, when the
     cluster has one, is worker 0."""

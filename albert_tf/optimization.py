@@ -125,25 +125,43 @@ class AlbertOptimizer(keras.optimizers.Optimizer):
         return [(getattr(v, "path", v.name), self._decay[self._get_variable_index(v)],
                  self._adapt[self._get_variable_index(v)]) for v in variables]
 
-    def update_step(self, gradient, variable, learning_rate):
+    def _new_values(self, gradient, variable, learning_rate):
+        """(m, v, w) after one step with `gradient` (nothing assigned)."""
         index = self._get_variable_index(variable)
         m, v = self._m[index], self._v[index]
-        dtype = variable.dtype
+        w = variable.value if isinstance(variable, keras.Variable) else variable
+        dtype = w.dtype
         g = tf.cast(gradient, dtype)
         lr = tf.cast(learning_rate, dtype)
         m_new = self.beta_1 * m + (1.0 - self.beta_1) * g
         v_new = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(g)
         update = m_new / (tf.sqrt(v_new) + self.epsilon)
         if self._decay[index]:
-            update += self.weight_decay_rate * variable
+            update += self.weight_decay_rate * w
         ratio = tf.constant(1.0, dtype)
         if self._adapt[index]:
-            w_norm = tf.norm(variable)
+            w_norm = tf.norm(w)
             u_norm = tf.norm(update)
             ratio = tf.where(w_norm > 0.0,
                              tf.where(u_norm > 0.0, w_norm / tf.where(u_norm > 0.0, u_norm, 1.0),
                                       1.0), 1.0)
-        w_new = variable - ratio * lr * update
+        return m_new, v_new, w - ratio * lr * update
+
+    def updates_finite(self, gradients, variables) -> tf.Tensor:
+        """Whether the step with `gradients` leaves every weight finite: the finiteness gate
+        checks the result, not only the loss and the gradient, so a learning rate of nan or
+        inf, or an overflowing update, is never applied (and never saved)."""
+        lr = self.learning_rate
+        checks = [tf.math.is_finite(tf.cast(lr, tf.float32))]
+        for gradient, variable in zip(gradients, variables):
+            w_new = self._new_values(gradient, variable, lr)[2]
+            checks.append(tf.reduce_all(tf.math.is_finite(w_new)))
+        return tf.reduce_all(tf.stack(checks))
+
+    def update_step(self, gradient, variable, learning_rate):
+        index = self._get_variable_index(variable)
+        m, v = self._m[index], self._v[index]
+        m_new, v_new, w_new = self._new_values(gradient, variable, learning_rate)
         gate = tf.cast(self.update_gate, tf.float32) > 0.5
         self.assign(m, tf.where(gate, m_new, m))
         self.assign(v, tf.where(gate, v_new, v))

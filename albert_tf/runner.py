@@ -23,12 +23,14 @@ from absl import logging
 from albert_tf.backbone import set_remove_padding, set_use_einsum
 from albert_tf.checkpoints import CheckpointError
 from albert_tf.config import AlbertConfig
-from albert_tf.distribute import StrategyError, get_strategy
+from albert_tf.distribute import StrategyError, get_strategy, tf_config_worker
 from albert_tf.cli import run_command
 from albert_tf.flags import FLAGS, require, strategy_name
+from albert_tf.ownership import OutputLock
+from albert_tf.records import temporary_name
 from albert_tf.tokenization import Tokenizer
 from albert_tf.train_lib import (CorruptInputError, NonFiniteLossError, TrainingConfig,
-                                 TrainingRun)
+                                 TrainingRun, write_dir_of)
 from export.saved_model import ExportError, export_saved_model
 
 # What a command reports as "error: ..." and exit status 1 instead of a traceback: bad input
@@ -64,13 +66,19 @@ def command(body, define_flags, required=(), check=None) -> None:
 
 
 def _checked(body):
-    """`body()` after the checks that need no data: the pretrained source and the cluster
-    flags, so a command that cannot run as asked stops before it writes anything."""
+    """`body()` after the checks that need no data (the pretrained source and the cluster
+    flags, so a command that cannot run as asked stops before it writes anything), holding
+    the lock of the directory this process writes (`albert_tf.ownership`: the run's
+    --output_dir, or a multi-worker run's worker directory in it) for the whole command:
+    features, checkpoints, evaluations and predictions alike."""
     if "init_checkpoint" in FLAGS:
         pretrained_source()
-    if "distribution_strategy" in FLAGS:
-        check_cluster_flags()
-    return body()
+    name = check_cluster_flags() if "distribution_strategy" in FLAGS else None
+    if "output_dir" not in FLAGS or not FLAGS.output_dir:
+        return body()
+    index, chief = tf_config_worker() if name == "multi_worker_mirrored" else (0, True)
+    with OutputLock(write_dir_of(FLAGS.output_dir, index, chief), "--output_dir", is_dir=True):
+        return body()
 
 
 def model_and_tokenizer() -> tuple[AlbertConfig, Tokenizer]:
@@ -200,9 +208,10 @@ def exporter_from_flags(source_type, **kwargs):
 
 def write_json(path: str, value) -> None:
     """`value` as indented JSON at `path`, atomically."""
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
+    tmp = temporary_name(path, str(os.getpid()))
+    with open(tmp, "w", encoding="utf-8") as f:
         json.dump(value, f, indent=2, ensure_ascii=False)
-    os.replace(path + ".tmp", path)
+    os.replace(tmp, path)
 
 
 def format_metrics(metrics: dict) -> str:

@@ -25,9 +25,11 @@ JSON metrics file. TensorBoard summaries go to `output_dir/{train,eval}`.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
+import re
 import signal
 import time
 
@@ -35,18 +37,20 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from albert_tf import features as F
 from albert_tf.backbone import set_recompute, set_remove_padding, set_use_einsum
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import worker_layout
 from albert_tf.input_pipeline import (DataMismatchError, InputPlan, list_files, ordered_dataset,
                                      record_counts, stream_dataset)
 from albert_tf.optimization import create_optimizer
+from albert_tf.ownership import OutputLock
+from albert_tf.records import read_sidecar, temporary_name
 from albert_tf.tasks import PretrainingTask, Task
 from albert_tf.input_pipeline import find_unreadable_files
 
 SUM = tf.distribute.ReduceOp.SUM
 INPUT_PLAN_FILE = "train_input.json"  # the run's InputPlan, written when it starts
+SETTINGS_FILE = "train_settings.json"  # what else its result depends on (`TrainingRun.settings`)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -158,6 +162,17 @@ class TrainingConfig:
         if self.max_seq_length > self.albert_config.max_position_embeddings:
             problems.append(f"--max_seq_length={self.max_seq_length} exceeds the model's "
                             f"max_position_embeddings={self.albert_config.max_position_embeddings}")
+        for name, low, inclusive in (("learning_rate", 0.0, False), ("poly_power", 0.0, True),
+                                     ("weight_decay_rate", 0.0, True),
+                                     ("clip_norm", 0.0, False)):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value)
+                    and (value >= low if inclusive else value > low)):
+                problems.append(f"--{name} must be a finite number {'>=' if inclusive else '>'} "
+                                f"{low:g}; got {value!r}")
+        for name in ("num_warmup_steps", "start_warmup_step"):
+            if getattr(self, name) < 0:
+                problems.append(f"--{name} must be 0 or more; got {getattr(self, name)}")
         if self.input_shards < 0:
             problems.append(f"--input_shards must be 0 (one per input pipeline) or more; got "
                             f"{self.input_shards}")
@@ -201,7 +216,7 @@ def _write_text_atomically(path: str, text: str) -> None:
         with tf.io.gfile.GFile(path) as f:
             if f.read() == text:
                 return
-    tmp = f"{path}.tmp-{os.getpid()}"
+    tmp = temporary_name(path, str(os.getpid()))
     try:
         with tf.io.gfile.GFile(tmp, "w") as f:
             f.write(text)
@@ -209,6 +224,48 @@ def _write_text_atomically(path: str, text: str) -> None:
     finally:
         if tf.io.gfile.exists(tmp):
             tf.io.gfile.remove(tmp)
+
+
+def write_dir_of(output_dir: str, worker_index: int, is_chief: bool) -> str:
+    """Where a worker of a run writes: the chief `output_dir`, worker N `output_dir/.worker-N`
+    (saving is collective under MultiWorkerMirroredStrategy: every worker saves)."""
+    return output_dir if is_chief else os.path.join(output_dir, f".worker-{worker_index}")
+
+
+def remove_unfinished_checkpoints(directory: str) -> None:
+    """Removes `ckpt-N_temp` directories that a killed save left (TensorFlow writes a sharded
+    checkpoint there and renames its files into place); called by the directory's lock
+    holder, when no save of another process can be running."""
+    if not tf.io.gfile.isdir(directory):
+        return
+    for name in tf.io.gfile.listdir(directory):
+        name = name.rstrip("/")
+        if re.fullmatch(r"ckpt-(\d+|best)_temp(_[0-9a-f]+)?", name):
+            tf.io.gfile.rmtree(os.path.join(directory, name))
+
+
+def dataset_file(record_file: str, name: str) -> str | None:
+    """The file `name` (from the sidecar of `record_file`) resolved against the dataset's
+    directory, or None when it lies outside it (an absolute path elsewhere, `..`, a symbolic
+    link out): paths read from data files are not followed out of their dataset."""
+    directory = os.path.dirname(record_file)
+    remote = "://" in record_file
+    path = name if (remote and "://" in name) or (not remote and os.path.isabs(name)) \
+        else f"{directory}/{name}" if remote else os.path.join(directory, name)
+    if remote:
+        inside = path.startswith(directory.rstrip("/") + "/") and "/../" not in path \
+            and "/" not in path[len(directory.rstrip("/")) + 1:]
+        return path if inside else None
+    real_dir = os.path.realpath(directory)
+    return path if os.path.dirname(os.path.realpath(path)) == real_dir else None
+
+
+def _sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with tf.io.gfile.GFile(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _format_duration(seconds):
@@ -245,6 +302,21 @@ class TrainingRun:
         if cfg.do_eval and cfg.eval_batch_size % self.replicas:
             raise ValueError(f"--eval_batch_size={cfg.eval_batch_size} must be a multiple of the "
                              f"{self.replicas} replicas.")
+        # Multi-worker: saving is collective, so every worker saves; the chief to output_dir,
+        # the others to output_dir/.worker-N. Each holds the lock of the directory it writes
+        # (`albert_tf.ownership`): a second run into the same --output_dir is refused while
+        # this one lives, and taken over once it is dead.
+        self.write_dir = write_dir_of(cfg.output_dir, self.worker_index, self.is_chief)
+        self._lock = OutputLock(self.write_dir, "--output_dir", is_dir=True,
+                                fix="choose another --output_dir")
+        self._lock.acquire()
+        try:
+            self._build(task, cfg)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _build(self, task, cfg):
         self._check_output_dir()
         if cfg.seed is not None:  # initialization (and, in the input pipeline, shuffling)
             keras.utils.set_random_seed(cfg.seed)
@@ -274,15 +346,15 @@ class TrainingRun:
         # (`_position_input`).
         self.train_iterator = None
         self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer)
-        # Multi-worker: saving is collective, so every worker saves; the chief to output_dir,
-        # the others to output_dir/.worker-N.
-        self.write_dir = cfg.output_dir if self.is_chief else os.path.join(
-            cfg.output_dir, f".worker-{self.worker_index}")
         self.plan = None
         if cfg.do_train:  # checked now, so that bad input fails before anything runs
             has_checkpoint = bool(tf.train.latest_checkpoint(cfg.output_dir)
                                   or tf.train.latest_checkpoint(self.write_dir))
+            self._check_settings(resumed=has_checkpoint)
             self.plan = self._input_plan(resumed=has_checkpoint)
+        remove_unfinished_checkpoints(self.write_dir)
+        if self.is_chief:
+            remove_unfinished_checkpoints(os.path.join(cfg.output_dir, "best"))
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, self.write_dir, max_to_keep=cfg.keep_checkpoint_max,
             checkpoint_name="ckpt")
@@ -318,21 +390,36 @@ class TrainingRun:
 
     def _copy_sentencepiece_model(self):
         """Puts the data's SentencePiece model (named in the TFRecord sidecars) beside the
-        checkpoints, so the output directory is a complete model for export and fine-tuning."""
+        checkpoints, so the output directory is a complete model for export and fine-tuning.
+
+        A path read from a data file is followed only inside the dataset's directory (where
+        `data.create_pretraining_data` puts the model) and only to a file with the checksum
+        the sidecar records: a sidecar naming `~/.ssh/id_rsa` must not copy the key into an
+        output directory, which is often a shared bucket. Anything else is left for
+        `--spm_model_file` of the export, with a note."""
         cfg = self.cfg
         try:
             files = list_files(cfg.input_file)
         except DataMismatchError:
             return  # reported with its full message when the dataset is built
-        sidecar = F.sidecar_path(files[0])
-        if not tf.io.gfile.exists(sidecar):
+        meta = read_sidecar(files[0])
+        if not meta or not meta.get("spm_model_file"):
             return  # official tooling writes no sidecar; export then takes --spm_model_file
-        with tf.io.gfile.GFile(sidecar) as f:
-            spm_model_file = json.load(f).get("spm_model_file")
-        if spm_model_file and tf.io.gfile.exists(spm_model_file):
-            target = os.path.join(cfg.output_dir, os.path.basename(spm_model_file))
-            if not tf.io.gfile.exists(target):
-                tf.io.gfile.copy(spm_model_file, target)
+        source = dataset_file(files[0], str(meta["spm_model_file"]))
+        if source is None:
+            _log(cfg, f"Note: the sidecar of {files[0]} names the SentencePiece model "
+                      f"{meta['spm_model_file']}, outside the dataset's directory; it is not "
+                      "copied beside the checkpoints. Pass --spm_model_file to the export.")
+            return
+        if not tf.io.gfile.exists(source):
+            return
+        if meta.get("spm_model_sha256") != _sha256_of(source):
+            _log(cfg, f"Note: {source} does not have the checksum the sidecar of {files[0]} "
+                      "records (spm_model_sha256); it is not copied beside the checkpoints.")
+            return
+        target = os.path.join(cfg.output_dir, os.path.basename(source))
+        if not tf.io.gfile.exists(target):
+            tf.io.gfile.copy(source, target)
 
     def _restore_or_initialize(self):
         cfg = self.cfg
@@ -344,11 +431,16 @@ class TrainingRun:
         if latest:
             # expect_partial: checkpoints of earlier versions also hold an input iterator.
             self.checkpoint.restore(latest).expect_partial().assert_existing_objects_matched()
+            self._check_finite_weights(
+                f"The checkpoint {latest}", "Resume from an earlier checkpoint of the run (move "
+                "the later ones and the `checkpoint` file away), or start a new --output_dir.")
             _log(cfg, f"Resumed from {latest} at step {int(self.optimizer.iterations.numpy())}.")
             how = "resumed"
         elif cfg.init_checkpoint:
             report = self.task.initialize(self.model, cfg.init_checkpoint,
                                           init_from_group0=cfg.init_from_group0)
+            self._check_finite_weights(f"--init_checkpoint {cfg.init_checkpoint}",
+                                       "Start from another checkpoint.")
             skipped = report.get("skipped", {})
             reasons = sorted(set(skipped.values()))
             _log(cfg, f"Initialized {len(report['assigned'])} weights from "
@@ -359,6 +451,82 @@ class TrainingRun:
         if cfg.do_train:
             self._position_input()
         return how
+
+    def weights_finite(self) -> bool:
+        """Whether every weight of the model is finite (reduced where the weights live)."""
+        if not hasattr(self, "_all_finite"):
+            variables = self.model.weights
+
+            @tf.function
+            def all_finite():
+                return tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(v))
+                                               for v in variables]))
+
+            self._all_finite = all_finite
+        return bool(self._all_finite().numpy())
+
+    def _check_finite_weights(self, what: str, fix: str) -> None:
+        if not self.weights_finite():
+            raise NonFiniteLossError(f"{what} holds non-finite weights (nan or inf); training "
+                                     f"from it cannot give a model. {fix}")
+
+    def settings(self) -> dict:
+        """What this run's result depends on beyond its input (`InputPlan`) and its model
+        configuration (albert_config.json): the task and its head, the optimizer and schedule,
+        the steps, the precision and the initial weights. A resumed run must have the same
+        (`train_settings.json`)."""
+        cfg, task = self.cfg, self.task
+        head = {name: getattr(task, name) for name in ("dropout_rate", "dropout_prob",
+                                                       "start_n_top", "end_n_top",
+                                                       "max_predictions_per_seq")
+                if isinstance(getattr(task, name, None), (int, float))}
+        init = cfg.init_checkpoint
+        if init and "://" not in init:
+            init = os.path.abspath(init)
+        return {"task": task.name, "model": type(self.model).__name__,
+                "num_labels": getattr(self.model, "num_labels", None), "head": head,
+                "optimizer": cfg.optimizer, "learning_rate": cfg.learning_rate,
+                "num_warmup_steps": cfg.num_warmup_steps, "poly_power": cfg.poly_power,
+                "start_warmup_step": cfg.start_warmup_step,
+                "num_train_steps": cfg.num_train_steps,
+                "weight_decay_rate": cfg.weight_decay_rate, "clip_norm": cfg.clip_norm,
+                "mixed_precision": cfg.mixed_precision, "init_checkpoint": init,
+                "init_from_group0": cfg.init_from_group0}
+
+    def _check_settings(self, resumed: bool) -> None:
+        """Refuses to resume a run whose recorded settings (`settings`) differ from this
+        command's, naming each difference: a rerun with another learning rate or optimizer
+        would otherwise continue the first run and report its numbers. A fresh run records
+        its settings."""
+        cfg = self.cfg
+        path = os.path.join(cfg.output_dir, SETTINGS_FILE)
+        mine = self.settings()
+        if resumed and tf.io.gfile.exists(path):
+            with tf.io.gfile.GFile(path) as f:
+                try:
+                    saved = json.load(f)
+                except ValueError:
+                    saved = None
+            if not isinstance(saved, dict):
+                raise OutputDirMismatchError(
+                    f"{path} is damaged (not a JSON object); this run cannot tell whether it "
+                    "may resume the checkpoints beside it. Use a new --output_dir (with "
+                    "--init_checkpoint for the weights).")
+            differences = [f"{k}: {saved.get(k)!r} there, {v!r} now" for k, v in mine.items()
+                           if saved.get(k) != v]
+            if differences:
+                raise OutputDirMismatchError(
+                    f"--output_dir {cfg.output_dir} holds a run with other settings ("
+                    f"{'; '.join(differences)}); resuming it would continue that run, not "
+                    "train this one. Rerun with the original flags to resume, or use a new "
+                    "--output_dir (--init_checkpoint "
+                    f"{cfg.output_dir} starts from its weights).")
+            return
+        if resumed:
+            _log(cfg, f"Note: {cfg.output_dir} has no {SETTINGS_FILE} (a run of an earlier "
+                      "version); its settings are recorded now, unchecked.")
+        if self.is_chief:
+            _write_text_atomically(path, json.dumps(mine, indent=1))
 
     def _input_plan(self, resumed: bool) -> InputPlan:
         """This run's `InputPlan`; a resumed run's must equal the one saved when it started
@@ -447,8 +615,11 @@ class TrainingRun:
         grads = ctx.all_reduce(SUM, grads)
         total_loss = ctx.all_reduce(SUM, loss)
         grad_norm = tf.linalg.global_norm(grads)
-        finite = tf.math.is_finite(grad_norm) & tf.math.is_finite(total_loss)
         grads, _ = tf.clip_by_global_norm(grads, cfg.clip_norm, use_norm=grad_norm)
+        # The gate covers the updated weights too (a learning rate of nan or inf, an update
+        # that overflows): a step is applied only when everything it writes is finite.
+        finite = (tf.math.is_finite(grad_norm) & tf.math.is_finite(total_loss)
+                  & self.optimizer.updates_finite(grads, self.model.trainable_variables))
         gate = self.optimizer.update_gate
         was_open = gate > 0.5
         self.bad_step.assign(tf.where(was_open & ~finite, self.optimizer.iterations,
@@ -644,7 +815,7 @@ class TrainingRun:
                           f"gnorm {norm:.3f} | {record['examples_per_second']:,.1f} "
                           f"examples/s | ETA {_format_duration(eta)}")
                 if step % cfg.save_checkpoints_steps == 0 or step == cfg.num_train_steps:
-                    path = self.manager.save(checkpoint_number=step)
+                    path = self._save(step)
                     _log(cfg, f"saved {path}")
                     if cfg.do_eval:
                         self._last_eval = (step, self.evaluate())
@@ -652,7 +823,7 @@ class TrainingRun:
                         eval_writer.flush()
                 if self._stop_requested:
                     if step % cfg.save_checkpoints_steps:
-                        self.manager.save(checkpoint_number=step)
+                        self._save(step)
                     status = "stopped (SIGTERM)"
                     _log(cfg, f"SIGTERM: checkpoint saved at step {step}; rerun to resume.")
                     break
@@ -695,6 +866,15 @@ class TrainingRun:
                     tf.summary.scalar(name, value)
         return record
 
+    def _save(self, step: int) -> str:
+        """A checkpoint at `step`; never one of non-finite weights (the update gate keeps them
+        out; this is the last guard before a model is saved as a good one)."""
+        if not self.weights_finite():
+            raise NonFiniteLossError(
+                f"The weights after step {step} are not finite; they are not saved. The last "
+                f"checkpoint, {self.manager.latest_checkpoint}, is intact.")
+        return self.manager.save(checkpoint_number=step)
+
     def _save_consistent(self, good_step: int) -> str:
         """A checkpoint of the model after `good_step` steps, after a failure inside a loop of
         steps. The model is at that step (a failed read applies nothing; after a non-finite step
@@ -725,9 +905,10 @@ class TrainingRun:
         # closed): the model is the one after `bad` steps.
         path = self._save_consistent(bad)
         raise NonFiniteLossError(
-            f"Non-finite loss or gradient at step {bad + 1} (updates are 1-based); that step was "
-            f"not applied. The model after step {bad} is saved at {path}. Lower "
-            "--learning_rate, check the data, or resume from an earlier checkpoint.")
+            f"Non-finite loss, gradient or updated weights at step {bad + 1} (updates are "
+            f"1-based); that step was not applied. The model after step {bad} is saved at "
+            f"{path}. Check the data, or train with a lower --learning_rate into a new "
+            f"--output_dir (--init_checkpoint {self.cfg.output_dir} starts from that model).")
 
     def best_model(self):
         """The model of `best/ckpt-best` as a plain (host, float32) model, or None."""
@@ -744,6 +925,13 @@ class TrainingRun:
         on the chief when training completes, with `which` "final" (the trained model) and,
         when evaluation kept one, "best"; it returns where it wrote (the loop itself writes no
         SavedModel: `albert_tf` does not import `export/`)."""
+        self._lock.acquire()  # held since __init__; taken again if run() is called twice
+        try:
+            return self._run(exporter)
+        finally:
+            self._lock.release()
+
+    def _run(self, exporter) -> dict:
         cfg = self.cfg
         how = self._restore_or_initialize()
         summary = {"start": how}

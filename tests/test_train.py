@@ -381,11 +381,13 @@ def test_refuses_mismatched_data_and_output_dir(generated_data, tmp_path):
     # Resuming with input that would read other batches is refused, naming what changed.
     with pytest.raises(DataMismatchError, match=r"holds a run whose training input differs from "
                                                 r"this command's \(seed 11 -> 12\)"):
-        PretrainingRun(_config(tmp_path, _pattern(generated_data), seed=12))
+        PretrainingRun(_config(tmp_path, _pattern(generated_data), seed=12,
+                               num_train_steps=2, save_checkpoints_steps=2))
     with pytest.raises(DataMismatchError, match=r"\(files \(name, records\) no longer there: "
                                                 r"\[\('wiki-00001-of-00003.tfrecord'"):
         PretrainingRun(_config(tmp_path, generated_data["files"][0] + ","
-                               + generated_data["files"][2]))
+                               + generated_data["files"][2], num_train_steps=2,
+                               save_checkpoints_steps=2))
     other = dict(TINY, intermediate_size=44)
     with pytest.raises(OutputDirMismatchError, match=r"holds checkpoints of another model "
                                                      r"configuration .*'intermediate_size': "

@@ -20,17 +20,30 @@ from albert_tf.config import AlbertConfig
 
 
 def initialize_from_checkpoint(model, path: str, init_from_group0: bool = False) -> dict:
-    """`--init_checkpoint`: fills `model` from an official TF1 checkpoint or an albert_tf
-    directory / `.keras` file, matching weights by official name, strictly."""
+    """`--init_checkpoint` of a whole model (pretraining: BERT's phase 2 continues from a run):
+    fills `model` strictly, matching weights by official name, from any source `--help` lists:
+    an official TF1 checkpoint or TF-Hub module, a Hugging Face folder, our model directory or
+    `.keras` file, or a pretraining `--output_dir` (`DIR:best` for its best checkpoint). A
+    source without one of the model's weights (a backbone without the pretraining heads) is an
+    error naming them (`assign_strict`)."""
     path = os.fspath(path)
+    which = "latest"
+    if path.endswith(":best"):
+        path, which = path[: -len(":best")], "best"
     if path.endswith(".keras") or os.path.exists(os.path.join(path, FORMAT_FILE)):
         source = load_pretrained(path)
-        arrays = {w.official_name: w.to_official(w.variable.numpy())
-                  for w in model_weights(source)}
-        key_of = key_of_with_group0_fallback(arrays.keys(), init_from_group0)
-        return assign_strict(model, arrays.keys(), arrays.__getitem__, key_of,
-                             lambda name: None, path)
-    return load_tf1_checkpoint(model, path, init_from_group0=init_from_group0)
+    elif os.path.exists(os.path.join(path, "config.json")):
+        _, state, weights_file = read_hf_folder(path)
+        return dict(load_hf_state_dict(model, state, weights_file),
+                    source={"type": "hf", "path": weights_file})
+    elif is_training_output_dir(path):
+        source, _ = read_training_checkpoint(path, which)
+    else:
+        return load_tf1_checkpoint(model, path, init_from_group0=init_from_group0)
+    arrays = _arrays_by_official_name(source)
+    key_of = key_of_with_group0_fallback(arrays.keys(), init_from_group0)
+    return assign_strict(model, arrays.keys(), arrays.__getitem__, key_of,
+                         lambda name: None, path)
 
 
 def _arrays_by_official_name(model) -> dict:
