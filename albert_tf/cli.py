@@ -2,10 +2,13 @@
 lines (`albert_tf.quiet`) before the command's module imports TensorFlow, then runs the same
 `cli()` as `python -m <module>`."""
 
+import functools
 import importlib
+import os
 import sys
 
 from albert_tf import quiet
+from albert_tf.flags import check_numbers
 
 # console script -> module whose cli() it runs
 COMMANDS = {
@@ -39,9 +42,58 @@ def run_command(main, define_flags=None, flags_parser=None) -> None:
 
     if define_flags is not None:
         define_flags()
+    check_numbers()
     _own_flags_in_help(sys.argv[0])
-    kwargs = {"flags_parser": flags_parser} if flags_parser else {}
-    sys.exit(app.run(main, **kwargs))
+    if flags_parser:  # the command takes the arguments absl leaves (e.g. Beam's flags)
+        sys.exit(app.run(functools.partial(_guarded, main), flags_parser=flags_parser))
+    sys.exit(app.run(functools.partial(_guarded, functools.partial(_no_arguments, main))))
+
+
+def _guarded(main, argv):
+    """`main(argv)`; an operating-system error (a read-only or full disk, a path blocked by a
+    file, a permission) is printed as one line naming the path, exit status 1, not a traceback
+    (`ALBERT_TF_VERBOSE=1` shows the traceback)."""
+    try:
+        return main(argv)
+    except OSError as e:
+        if os.environ.get("ALBERT_TF_VERBOSE"):
+            raise
+        where = f" {e.filename}" if e.filename else ""
+        what = e.strerror or str(e)
+        print(f"error: cannot use{where}: {what}. Check the path and its permissions, or "
+              "choose another.", file=sys.stderr)
+        return 1
+    except Exception as e:
+        # TensorFlow's file errors (tf.io.gfile on a read-only or missing path) are not
+        # OSErrors; they carry the path in their message.
+        if os.environ.get("ALBERT_TF_VERBOSE") or type(e).__name__ not in _TF_FILE_ERRORS:
+            raise
+        message = getattr(e, "message", str(e)).splitlines()[0]
+        print(f"error: {message}. Check the path and its permissions, or choose another.",
+              file=sys.stderr)
+        return 1
+
+
+# tf.errors raised by file operations (matched by name: TensorFlow is not imported here).
+_TF_FILE_ERRORS = ("PermissionDeniedError", "NotFoundError", "AlreadyExistsError",
+                   "ResourceExhaustedError", "FailedPreconditionError")
+
+
+def _no_arguments(main, argv):
+    """`main(argv)` of a command that takes flags only: an argument that is not a flag is
+    refused, never dropped. An unquoted glob is the usual cause: the shell expands
+    `--input_file dir/train-*.tfrecord` into the first file and more arguments."""
+    from absl import app
+
+    extra = argv[1:]
+    if extra:
+        shown = " ".join(extra[:4]) + (f" ... ({len(extra)} in all)" if len(extra) > 4 else "")
+        raise app.UsageError(
+            f"Unexpected argument(s) {shown}: this command takes flags only. A value goes with "
+            "its flag (--flag=value); quote a glob (--input_file 'dir/train-*.tfrecord'), "
+            "which the shell otherwise expands into several arguments, or list files "
+            "comma-separated.")
+    return main(argv)
 
 
 def _own_flags_in_help(main_module: str) -> None:

@@ -12,6 +12,7 @@ TensorFlow is not imported here: `--help` of a data command stays light.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from absl import flags
@@ -174,6 +175,69 @@ EXPORT_SOURCE = ("model_dir", "checkpoint", "spm_model_file", "do_lower_case", "
 
 _DEFINE = {"string": flags.DEFINE_string, "integer": flags.DEFINE_integer,
            "float": flags.DEFINE_float, "bool": flags.DEFINE_bool, "list": flags.DEFINE_list}
+
+
+# The range of every numeric flag, whichever command defines it (`check_numbers`, run by the
+# command layer before any command runs): nan, inf and out-of-range values are refused at parse
+# time, before anything is read or written. A learning rate of nan would otherwise write nan
+# into every weight at the first step.
+RULES = {
+    "positive": (lambda v: math.isfinite(v) and v > 0, "a finite number > 0"),
+    "non_negative": (lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0"),
+    "probability": (lambda v: math.isfinite(v) and 0 <= v <= 1, "between 0 and 1"),
+    "positive_probability": (lambda v: math.isfinite(v) and 0 < v <= 1,
+                             "above 0 and at most 1"),
+    "dropout": (lambda v: math.isfinite(v) and 0 <= v < 1, "at least 0 and below 1"),
+    "finite": (math.isfinite, "a finite number"),
+    "seed": (lambda v: v == -1 or v >= 0, "-1 (a fresh seed) or a seed >= 0"),
+    "finite_or_nan": (lambda v: not math.isinf(v), "a finite number (nan: none)"),
+}
+NUMBER_RULES = {
+    # Shared flags (SPECS).
+    "max_seq_length": "positive", "max_predictions_per_seq": "positive",
+    "random_seed": "seed", "num_train_files": "positive", "input_shards": "non_negative",
+    "train_batch_size": "positive", "eval_batch_size": "positive",
+    "predict_batch_size": "positive", "learning_rate": "positive", "train_step": "positive",
+    "warmup_step": "non_negative", "save_checkpoints_steps": "positive",
+    "keep_checkpoint_max": "positive", "iterations_per_loop": "positive",
+    "dropout_prob": "dropout", "num_tpu_cores": "positive", "grad_accum_steps": "positive",
+    "top_k": "positive", "doc_stride": "positive", "max_query_length": "positive",
+    "n_best_size": "positive", "max_answer_length": "positive",
+    "null_score_diff_threshold": "finite", "max_qa_length": "positive",
+    # Flags of one command.
+    "poly_power": "non_negative", "num_train_steps": "positive",
+    "num_warmup_steps": "non_negative", "start_warmup_step": "non_negative",
+    "max_eval_steps": "positive", "tpu_connect_timeout": "positive",
+    "export_max_seq_length": "positive", "shuffle_window": "positive",
+    "num_keep_checkpoint": "positive", "train_examples": "non_negative",
+    "dropout_rate": "dropout", "num_train_epochs": "positive",
+    "warmup_proportion": "probability", "start_n_top": "positive", "end_n_top": "positive",
+    "num_output_shards": "positive", "masked_lm_prob": "positive_probability",
+    "ngram": "positive", "dupe_factor": "positive", "short_seq_prob": "probability",
+    "num_workers": "positive", "tokens_per_unit": "positive", "vocab_size": "positive",
+    "input_sentence_size": "non_negative", "character_coverage": "positive_probability",
+    "num_threads": "positive", "heldout_every": "non_negative", "version": "positive",
+    "check_texts": "positive", "min_agreement": "probability", "max_examples": "positive",
+    "budget_minutes": "positive", "pretrain_steps": "positive", "finetune_steps": "positive",
+    "max_build_params": "positive", "threshold_to_export": "finite_or_nan",
+    "masked_lm_budget": "non_negative",
+}
+
+
+def check_numbers(flag_values=FLAGS) -> None:
+    """Registers the `NUMBER_RULES` range of every numeric flag defined on `flag_values`, so
+    that parsing refuses a value outside it (absl: "flag --learning_rate=nan: ..."); None (a
+    flag left unset) passes. The command layer calls it before parsing."""
+    for name, rule in NUMBER_RULES.items():
+        if name not in flag_values:
+            continue
+        test, wanted = RULES[rule]
+
+        def check(value, test=test):
+            return value is None or (isinstance(value, (int, float)) and test(value))
+
+        flags.register_validator(name, check, message=f"--{name} must be {wanted}",
+                                 flag_values=flag_values)
 
 
 def define(*groups, kinds=None, notes=None, **defaults):

@@ -124,6 +124,10 @@ def cli():
     if any(arg in ("-h", "--help", "-help") for arg in sys.argv[1:]):
         print(__doc__.strip())  # no flags: it writes the JSON list to standard output
         sys.exit(0)
+    if sys.argv[1:]:
+        print(f"error: unexpected argument(s) {' '.join(sys.argv[1:])}: this command takes "
+              "none (it writes the op list to standard output).", file=sys.stderr)
+        sys.exit(1)
     sys.exit(main())
 
 
