@@ -38,6 +38,7 @@ from export.serving import (WARMUP_TEXTS, AlbertServingModule, serving_module,  
 from albert_tf.checkpoints import (CheckpointError, FORMAT_FILE, build_model, load_pretrained,
                                    model_kind, model_weights, read_training_checkpoint)
 from albert_tf.config import AlbertConfig
+from albert_tf.ownership import OutputLock, current_umask
 from albert_tf.tokenization import Tokenizer
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
@@ -243,15 +244,18 @@ def write_fingerprint(version_dir: str) -> None:
 
 
 def _readable_tree(directory: str) -> None:
-    """Directories 0755 and files 0644 under `directory` (itself included): a version is made
-    in a private temporary directory (0700), and a server running as another user must read
-    it, as any model directory."""
-    os.chmod(directory, 0o755)
+    """The modes a plain `mkdir` and file write would give under this process's umask, under
+    `directory` (itself included): a version is made in a private temporary directory (0700),
+    and it must end up as readable as the rest of the model directory (`models.config`
+    beside it): 0755/0644 under the usual umask 022, 0700/0600 under 077."""
+    umask = current_umask()
+    dir_mode, file_mode = 0o777 & ~umask, 0o666 & ~umask
+    os.chmod(directory, dir_mode)
     for root, dirs, files in os.walk(directory):
         for name in dirs:
-            os.chmod(os.path.join(root, name), 0o755)
+            os.chmod(os.path.join(root, name), dir_mode)
         for name in files:
-            os.chmod(os.path.join(root, name), 0o644)
+            os.chmod(os.path.join(root, name), file_mode)
 
 
 # TF Serving's batching, derived from `bench.serving_load` (docs/serving.md "Serving under load":
@@ -419,8 +423,13 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
     export_dir = os.path.abspath(export_dir)
     model_name = os.path.basename(export_dir.rstrip(os.sep))
     created = _missing_directories(export_dir)
+    lock = OutputLock(export_dir, "the export directory", is_dir=True,
+                      fix="export under another --export_dir")
     try:
+        lock.acquire()
+        _remove_unfinished_versions(export_dir)
         final = _new_version_dir(model, export_dir, model_name, version, max_seq_length)
+        _check_model_kind(export_dir, model_kind(model))
         allowed = load_allowed_ops(allowed_ops) if allowed_ops else load_allowed_ops()
         tokenizer = Tokenizer(spm_model_file, do_lower_case)
         if tokenizer.vocab_size != model.config.vocab_size:
@@ -450,13 +459,46 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
                                       ("tensorflow", "tensorflow_text", "serving")},
                   "exported_with": {"tensorflow": tf.__version__}, "source": source or {}}
         signatures = _write_version(module, final, model_name, tokenizer, allowed, record)
+        write_serving_configs(export_dir, model_name, serving_base_path, signatures)
     except BaseException:
+        lock.release()
         for directory in created:  # deepest first: what this call made and left empty
             if os.path.isdir(directory) and not os.listdir(directory):
                 os.rmdir(directory)
         raise
-    write_serving_configs(export_dir, model_name, serving_base_path, signatures)
+    lock.release()
     return final
+
+
+def _check_model_kind(export_dir: str, kind: str) -> None:
+    """Refuses a model of another kind in a model directory that holds versions: TF Serving
+    would serve the new version as the next version of the same model, switching its kind
+    (and signatures) under its clients."""
+    newest = exported_version(export_dir)
+    if newest is None:
+        return
+    try:
+        with open(os.path.join(newest, "assets.extra", EXPORT_RECORD), encoding="utf-8") as f:
+            theirs = json.load(f).get("model")
+    except (OSError, ValueError, AttributeError):
+        return
+    if theirs and theirs != kind:
+        raise ExportError(
+            f"{export_dir} serves a {theirs} model (version {os.path.basename(newest)}); this "
+            f"is a {kind} model, and TF Serving would serve it as the next version of that "
+            "model, switching its kind and signatures under its clients. Export it under "
+            "another model name (--export_dir BASE/OTHER_NAME).")
+
+
+def _remove_unfinished_versions(export_dir: str) -> None:
+    """Removes the hidden `.tmp-<version>-*` directories of exports that were killed while
+    writing (this process holds the export directory's lock: no export of another process
+    is running)."""
+    if not os.path.isdir(export_dir):
+        return
+    for name in os.listdir(export_dir):
+        if re.fullmatch(r"\.tmp-\d+-.+", name):
+            shutil.rmtree(os.path.join(export_dir, name), ignore_errors=True)
 
 
 def _missing_directories(path: str) -> list[str]:

@@ -48,6 +48,7 @@ import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.packing import pack_ids, pack_row_in_graph
+from albert_tf.ownership import OutputLock, current_umask
 from albert_tf.paths import HELD_OUT_TEXT, SAMPLE_DATA_DIR
 from albert_tf.tokenization import MASK_ID, Tokenizer
 from export.serving import AlbertServingModule
@@ -345,8 +346,9 @@ def _checked_output(output, quantize: str, inputs: str) -> str:
     output = os.path.abspath(os.fspath(output))
     if not output.endswith(".tflite"):
         raise TFLiteExportError(f"--output must end in .tflite; got {output!r}.")
-    if os.path.exists(output):
-        raise TFLiteExportError(f"{output} exists; choose another --output (or delete it).")
+    for path in (output, record_path(output)):
+        if os.path.exists(path):
+            raise TFLiteExportError(f"{path} exists; choose another --output (or delete it).")
     return output
 
 
@@ -397,21 +399,32 @@ def _check_against_graph(function, module, runner, inputs: str, tokenizer, quant
 
 
 def _write(output: str, content: bytes, record: dict) -> None:
-    """The file and its record (`FILE.json`), the file renamed into place last."""
+    """The file and its record (`FILE.json`), the file renamed into place last, holding the
+    output's lock (`albert_tf.ownership`): of two exports to one --output, the second is
+    refused, never written over the first."""
     os.makedirs(os.path.dirname(output), exist_ok=True)
+    with OutputLock(output, "--output", is_dir=False):
+        for path in (output, record_path(output)):
+            if os.path.exists(path):  # written while this export converted
+                raise TFLiteExportError(f"{path} exists; choose another --output (or delete "
+                                        "it).")
+        _write_locked(output, content, record)
+
+
+def _write_locked(output: str, content: bytes, record: dict) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".tflite", dir=os.path.dirname(output))
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(content)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 is not what a written file should be
+        os.chmod(tmp, 0o666 & ~current_umask())  # not mkstemp's 0600: a written file's mode
         with open(record_path(output), "w", encoding="utf-8") as f:
             json.dump(record, f, indent=2)
         os.rename(tmp, output)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if not os.path.exists(output) and os.path.exists(record_path(output)):
+            os.unlink(record_path(output))  # the record of a file that was not written
         raise
 
 
