@@ -1,0 +1,417 @@
+"""Mistaken and hostile input, found by a production engineer's review (issue 40): each gets the
+right result or one clear error, and nothing already written is lost. Flags, arguments,
+overwrites, resumes with other settings, non-finite updates, hostile sidecars, checkpoints
+named by the help and export refusals."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags
+
+from albert_tf import AlbertClassifier, AlbertConfig, AlbertPretrainer
+from albert_tf.checkpoints import CheckpointMismatchError
+from albert_tf.flags import NUMBER_RULES, check_numbers
+from albert_tf.records import SidecarError, read_sidecar, write_file
+from albert_tf.train_lib import (NonFiniteLossError, OutputDirMismatchError, PretrainingConfig,
+                                 PretrainingRun)
+from conftest import ROOT, export_config, randomize, tiny_config
+
+TINY = dict(vocab_size=8000, embedding_size=8, hidden_size=16, num_hidden_layers=2,
+            num_hidden_groups=1, num_attention_heads=2, intermediate_size=20,
+            max_position_embeddings=64)
+
+
+def _command(*args, **kwargs):
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True,
+                          text=True, env=dict(os.environ, PYTHONPATH=ROOT), **kwargs)
+
+
+def _config(tmp_path, files, **changes):
+    values = dict(albert_config=AlbertConfig(**TINY), input_file=files,
+                  output_dir=str(tmp_path / "run"), max_seq_length=64,
+                  max_predictions_per_seq=10, train_batch_size=4, num_train_steps=2,
+                  num_warmup_steps=0, learning_rate=1e-3, save_checkpoints_steps=2,
+                  iterations_per_loop=1, seed=3, shuffle_window=16, verbose=False)
+    values.update(changes)
+    return PretrainingConfig(**values)
+
+
+# ---------------------------------------------------------------------------------------------
+# Numeric flags: refused at parse time, before anything is read or written.
+BAD_NUMBERS = [
+    ("learning_rate", "nan", "a finite number > 0"), ("learning_rate", "inf", "> 0"),
+    ("learning_rate", "-1e-3", "> 0"), ("learning_rate", "0", "> 0"),
+    ("num_warmup_steps", "-5", ">= 0"), ("poly_power", "-1", ">= 0"),
+    ("poly_power", "nan", ">= 0"), ("warmup_proportion", "1.5", "between 0 and 1"),
+    ("dropout_prob", "1", "below 1"), ("masked_lm_prob", "0", "above 0"),
+    ("masked_lm_prob", "nan", "above 0"), ("short_seq_prob", "-0.1", "between 0 and 1"),
+    ("train_batch_size", "0", "> 0"), ("random_seed", "-2", r"-1 \(a fresh seed\)"),
+    ("null_score_diff_threshold", "nan", "a finite number"),
+    ("num_train_epochs", "inf", "> 0"), ("dupe_factor", "0", "> 0"),
+]
+
+
+@pytest.mark.parametrize("name,value,expected", BAD_NUMBERS,
+                         ids=[f"{n}={v}" for n, v, _ in BAD_NUMBERS])
+def test_numeric_flags_out_of_range_are_refused_at_parse_time(name, value, expected):
+    values = flags.FlagValues()
+    integer = name in ("num_warmup_steps", "train_batch_size", "random_seed", "dupe_factor")
+    (flags.DEFINE_integer if integer else flags.DEFINE_float)(name, None, "", flag_values=values)
+    check_numbers(values)
+    with pytest.raises(flags.IllegalFlagValueError, match=f"--{name} must be .*{expected}"):
+        values(["prog", f"--{name}={value}"])
+    fresh = flags.FlagValues()
+    (flags.DEFINE_integer if integer else flags.DEFINE_float)(name, None, "", flag_values=fresh)
+    check_numbers(fresh)
+    ordinary = "1" if integer else "0.5"
+    fresh(["prog", f"--{name}={ordinary}"])  # an ordinary value passes
+    assert getattr(fresh, name) == float(ordinary)
+
+
+@pytest.mark.slow
+def test_every_numeric_flag_of_every_command_has_a_range():
+    """A numeric flag added to any command without a rule in NUMBER_RULES fails here."""
+    script = """
+import importlib, sys
+sys.path.insert(0, %r)
+from absl import app, flags
+from albert_tf.cli import COMMANDS
+from albert_tf.flags import NUMBER_RULES
+
+class Defined(Exception):
+    pass
+
+def stop(*args, **kwargs):  # the command has defined its flags and is about to parse them
+    raise Defined
+
+app.run = stop
+FLAGS, missing = flags.FLAGS, []
+before = set(FLAGS)
+for module in sorted(set(COMMANDS.values())):
+    sys.argv = [module, "--help"]
+    try:
+        importlib.import_module(module).cli()
+    except (Defined, SystemExit):
+        pass
+    for name in sorted(set(FLAGS) - before):
+        parser = type(FLAGS[name].parser).__name__
+        ours = FLAGS.find_module_defining_flag(name, "").split(".")[0] in (
+            "albert_tf", "data", "export")
+        if ours and parser in ("FloatParser", "IntegerParser") and name not in NUMBER_RULES:
+            missing.append(f"{module} --{name}")
+        delattr(FLAGS, name)  # the next command defines its own
+print(missing)
+""" % ROOT
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+    assert len(NUMBER_RULES) > 50
+
+
+def test_commands_refuse_extra_arguments_and_bad_numbers_in_one_line(tmp_path):
+    text = tmp_path / "a.txt"
+    text.write_text("One sentence here. Another one.\n")
+    other = tmp_path / "b.txt"
+    other.write_text("More.\n")
+    out = tmp_path / "out.txt"
+    # An unquoted glob the shell expanded: the second file would be dropped; it is refused.
+    proc = _command("data.prepare_corpus", "--input_file", str(text), str(other),
+                    "--output_file", str(out))
+    assert proc.returncode == 1 and not out.exists()
+    assert f"Unexpected argument(s) {other}: this command takes flags only" in proc.stderr
+    assert "quote a glob" in proc.stderr
+    proc = _command("data.prepare_corpus", "--input_file", str(text), "--output_file", str(out),
+                    "--heldout_every=-2")
+    assert proc.returncode == 1 and "--heldout_every must be a finite number >= 0" in proc.stderr
+    proc = _command("data.create_pretraining_data", "--input_file", str(text), "--output_file",
+                    str(tmp_path / "d"), "--spm_model_file", "x.model", "--random_seed=-1")
+    assert proc.returncode == 1 and "--random_seed=-1: data generation needs a seed >= 0" \
+        in proc.stderr
+    proc = _command("data.create_pretraining_data", "--input_file", str(text), "--output_file",
+                    str(tmp_path / "d"), "--spm_model_file", "x.model", "--masked_lm_prob=nan")
+    assert proc.returncode == 1 and "--masked_lm_prob must be above 0 and at most 1" \
+        in proc.stderr
+    assert not (tmp_path / "d").exists()
+
+
+def test_an_unwritable_output_is_one_line(tmp_path):
+    text = tmp_path / "a.txt"
+    text.write_text("One sentence here. Another one.\n")
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where a directory is needed")
+    proc = _command("data.prepare_corpus", "--input_file", str(text), "--output_file",
+                    str(blocker / "corpus" / "out.txt"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert str(blocker) in proc.stderr and "Not a directory" in proc.stderr
+    assert blocker.read_text() == "a file where a directory is needed"
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs and artefacts others name by path are never written over.
+def test_corpus_never_overwrites_its_input_or_other_text(tmp_path):
+    from data.prepare_corpus import prepare_corpus
+    from data.text_io import InputError
+
+    source = tmp_path / "raw.txt"
+    original = "First document. It has sentences.\n\nSecond one. Here.\n"
+    source.write_text(original)
+    with pytest.raises(InputError, match="is also an input .* rewritten while it is read"):
+        prepare_corpus(str(source), str(source))
+    link = tmp_path / "link.txt"
+    link.symlink_to(source)
+    with pytest.raises(InputError, match="is also an input"):
+        prepare_corpus(str(source), str(link))
+    assert source.read_text() == original
+    out = tmp_path / "corpus.txt"
+    first = prepare_corpus(str(source), str(out), paragraphs="lines")
+    assert first["documents"] == 1 and first["unchanged"] == []
+    again = prepare_corpus(str(source), str(out), paragraphs="lines")  # the same text: kept
+    assert again["unchanged"] == [str(out)]
+    kept = out.read_text()
+    with pytest.raises(InputError, match="already exists with other text .* --overwrite"):
+        prepare_corpus(str(source), str(out), paragraphs="blank_lines",
+                       document_marker_regex="^Second")
+    assert out.read_text() == kept
+    prepare_corpus(str(source), str(out), document_marker_regex="^Second", overwrite=True)
+    assert out.read_text() != kept
+    with pytest.raises(InputError, match=r"--drop_line_regex '\(' is not a valid regular "
+                                         r"expression \(missing \)"):
+        prepare_corpus(str(source), str(tmp_path / "x.txt"), drop_line_regex="(")
+    assert sorted(os.listdir(tmp_path)) == ["corpus.txt", "link.txt", "raw.txt"]
+
+
+def test_vocabulary_is_kept_or_refused_never_replaced_silently(prepared_corpus, tmp_path):
+    from data.train_vocab import VocabularyError, train_vocab
+
+    prefix = str(tmp_path / "spm")
+    first = train_vocab(prepared_corpus["wiki"], prefix, vocab_size=300, num_threads=1)
+    model = open(prefix + ".model", "rb").read()
+    again = train_vocab(prepared_corpus["wiki"], prefix, vocab_size=300, num_threads=1)
+    assert again["already_complete"] and again["model_sha256"] == first["model_sha256"]
+    with pytest.raises(VocabularyError, match=r"spm.model already exists and was not made from "
+                                              r"these inputs and settings.*--overwrite"):
+        train_vocab(prepared_corpus["wiki"], prefix, vocab_size=400, num_threads=1)
+    assert open(prefix + ".model", "rb").read() == model
+    replaced = train_vocab(prepared_corpus["wiki"], prefix, vocab_size=400, num_threads=1,
+                           overwrite=True)
+    assert replaced["vocab_size"] == 400 and not replaced.get("already_complete")
+    assert sorted(os.listdir(tmp_path)) == ["spm.json", "spm.model", "spm.vocab"]
+
+
+def test_data_generation_refuses_an_input_as_output(prepared_corpus, sample_vocab, tmp_path):
+    from data.generator import generate, make_job
+    from data.text_io import InputError
+
+    corpus = tmp_path / "corpus.txt"
+    shutil.copy(prepared_corpus["wiki"], corpus)
+    before = corpus.read_bytes()
+    job = make_job(str(corpus), str(corpus), sample_vocab, max_seq_length=64,
+                   max_predictions_per_seq=10, dupe_factor=1)
+    with pytest.raises(InputError, match="--output_file .*corpus.txt is also an input"):
+        generate(job, progress=False)
+    assert corpus.read_bytes() == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Resume: every setting that changes the result is checked.
+@pytest.mark.slow
+def test_resume_with_other_settings_is_refused_naming_them(generated_data, tmp_path):
+    files = generated_data["files"][0]
+    PretrainingRun(_config(tmp_path, files)).run()
+    for changes, named in [({"learning_rate": 3e-2}, "learning_rate: 0.001 there, 0.03 now"),
+                           ({"optimizer": "adamw"}, "optimizer: 'lamb' there, 'adamw' now"),
+                           ({"num_train_steps": 4, "save_checkpoints_steps": 4},
+                            "num_train_steps: 2 there, 4 now"),
+                           ({"mixed_precision": "bfloat16"},
+                            "mixed_precision: 'float32' there, 'bfloat16' now"),
+                           ({"num_warmup_steps": 1}, "num_warmup_steps: 0 there, 1 now")]:
+        with pytest.raises(OutputDirMismatchError, match=r"holds a run with other settings \("
+                                                         + named.replace("(", r"\(")):
+            PretrainingRun(_config(tmp_path, files, **changes))
+    # The same command resumes (finished: nothing more to do) and reports that run.
+    summary = PretrainingRun(_config(tmp_path, files)).run()
+    assert summary["start"] == "resumed" and summary["step"] == 2
+
+
+def test_training_config_refuses_non_finite_and_negative_schedules(tmp_path):
+    for changes, message in [({"learning_rate": float("nan")}, "--learning_rate must be a "
+                                                               "finite number > 0; got nan"),
+                             ({"learning_rate": math.inf}, "--learning_rate must be"),
+                             ({"learning_rate": 0.0}, "--learning_rate must be"),
+                             ({"num_warmup_steps": -1}, "--num_warmup_steps must be 0 or more"),
+                             ({"poly_power": -1.0}, "--poly_power must be a finite number >= 0")]:
+        with pytest.raises(ValueError, match=message):
+            _config(tmp_path, "unused", **changes)
+
+
+@pytest.mark.slow
+def test_an_overflowing_update_is_never_applied_nor_saved(generated_data, tmp_path):
+    """A finite but huge learning rate overflows the LAMB update at step 1: the gate sees the
+    updated weights, so the step is not applied; the checkpoint saved is the initial model,
+    finite. A checkpoint holding nan (an earlier version's) is refused on resume."""
+    files = generated_data["files"][0]
+    run = PretrainingRun(_config(tmp_path, files, learning_rate=3e38))
+    initial = [w.numpy().copy() for w in run.model.weights]
+    with pytest.raises(NonFiniteLossError, match=r"Non-finite loss, gradient or updated weights "
+                                                 r"at step 1 .* after step 0 is saved"):
+        run.run()
+    assert run.weights_finite()
+    for before, after in zip(initial, run.model.weights):
+        np.testing.assert_array_equal(before, after.numpy())
+    # An old run's non-finite checkpoint: refused, named.
+    clean = PretrainingRun(_config(tmp_path / "b", files))
+    clean.run()
+    clean.model.weights[0].assign(tf.fill(clean.model.weights[0].shape, float("nan")))
+    clean.manager.save(checkpoint_number=3)
+    with pytest.raises(NonFiniteLossError, match=r"The checkpoint .*ckpt-3 holds non-finite "
+                                                 r"weights"):
+        PretrainingRun(_config(tmp_path / "b", files, num_train_steps=2)).run()
+
+
+# ---------------------------------------------------------------------------------------------
+# Sidecars: read strictly, and their paths never followed out of the dataset.
+def test_malformed_sidecars_name_the_file(tmp_path):
+    path = str(tmp_path / "train.tfrecord")
+    write_file([b"x"], path, {"num_examples": 1, "max_seq_length": 64})
+    assert read_sidecar(path, required=("num_examples",))["num_examples"] == 1
+    with pytest.raises(SidecarError, match=r"train.tfrecord.json, the sidecar of .*train.tfrecord"
+                                           r", lacks 'max_predictions_per_seq'"):
+        read_sidecar(path, required=("max_predictions_per_seq",))
+    with open(path + ".json", "w") as f:
+        f.write('{"num_examples": -3}')
+    with pytest.raises(SidecarError, match="has -3 for 'num_examples'"):
+        read_sidecar(path, required=("num_examples",))
+    with open(path + ".json", "w") as f:
+        f.write('{"num_examples": 1,')
+    with pytest.raises(SidecarError, match=r"train.tfrecord.json, the sidecar of .* is not valid "
+                                           r"JSON"):
+        read_sidecar(path)
+    with open(path + ".json", "w") as f:
+        f.write('[1, 2]')
+    with pytest.raises(SidecarError, match="is not a JSON object"):
+        read_sidecar(path)
+
+
+def _dataset_with_sidecar(generated_data, directory, **sidecar_changes):
+    """A copy of the first generated shard in `directory` with its sidecar edited."""
+    os.makedirs(directory, exist_ok=True)
+    source = generated_data["files"][0]
+    target = os.path.join(directory, os.path.basename(source))
+    shutil.copy(source, target)
+    with open(source + ".json") as f:
+        meta = json.load(f)
+    meta.update(sidecar_changes)
+    with open(target + ".json", "w") as f:
+        json.dump(meta, f)
+    return target, meta
+
+
+@pytest.mark.slow
+def test_a_sidecar_cannot_copy_a_file_from_outside_its_dataset(generated_data, tmp_path):
+    secret = tmp_path / "home" / ".ssh" / "id_rsa"
+    secret.parent.mkdir(parents=True)
+    secret.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\n")
+    for name in (str(secret), "../home/.ssh/id_rsa"):
+        files, _ = _dataset_with_sidecar(generated_data, tmp_path / "data", spm_model_file=name)
+        run_dir = tmp_path / "run"
+        PretrainingRun(_config(tmp_path, files, num_train_steps=1, save_checkpoints_steps=1))
+        assert not (run_dir / "id_rsa").exists()
+        assert sorted(os.listdir(run_dir)) == ["albert_config.json", "train_input.json",
+                                               "train_settings.json"]
+        shutil.rmtree(run_dir)
+    # A symbolic link inside the dataset that points out of it is not followed either.
+    (tmp_path / "data" / "spm.model").symlink_to(secret)
+    files, _ = _dataset_with_sidecar(generated_data, tmp_path / "data",
+                                     spm_model_file="spm.model")
+    PretrainingRun(_config(tmp_path, files, num_train_steps=1, save_checkpoints_steps=1))
+    assert not (tmp_path / "run" / "spm.model").exists()
+    shutil.rmtree(tmp_path / "run")
+    # The dataset's own model, with the checksum its sidecar records, is copied.
+    files = generated_data["files"][0]
+    PretrainingRun(_config(tmp_path, files, num_train_steps=1, save_checkpoints_steps=1))
+    copied = tmp_path / "run" / "sample8k.model"
+    assert copied.read_bytes() == open(os.path.join(os.path.dirname(files), "sample8k.model"),
+                                       "rb").read()
+
+
+# ---------------------------------------------------------------------------------------------
+# --init_checkpoint of pretraining: every source the help lists (BERT's phase 2).
+@pytest.mark.slow
+def test_pretraining_continues_from_a_run_or_a_hugging_face_folder(generated_data, tmp_path):
+    import torch  # noqa: F401 - transformers' PyTorch classes
+    import transformers
+    from hf_helpers import hf_config, randomize_torch
+
+    files = generated_data["files"][0]
+    first = PretrainingRun(_config(tmp_path / "phase1", files))
+    first.run()
+    second = PretrainingRun(_config(tmp_path / "phase2", files,
+                                    init_checkpoint=str(tmp_path / "phase1" / "run")))
+    summary = second.run()
+    assert summary["start"] == "initialized"
+    # The initial weights of phase 2 are phase 1's final ones: same training, one more run.
+    check = PretrainingRun(_config(tmp_path / "check", files, num_train_steps=1,
+                                   save_checkpoints_steps=1,
+                                   init_checkpoint=str(tmp_path / "phase1" / "run")))
+    report = check.task.initialize(check.model, str(tmp_path / "phase1" / "run"))
+    assert len(report["assigned"]) == len(first.model.weights)
+    for a, b in zip(first.model.weights, check.model.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    # A Hugging Face AlbertForPreTraining folder fills the pretrainer; values compared.
+    cfg = AlbertConfig(**TINY)
+    hf = transformers.AlbertForPreTraining(hf_config(cfg)).eval()
+    randomize_torch(hf, seed=5)
+    hf.tie_weights()
+    hf.save_pretrained(tmp_path / "hf")
+    pretrainer = AlbertPretrainer(cfg)
+    report = check.task.initialize(pretrainer, str(tmp_path / "hf"))
+    assert not report.get("skipped") or all("derived" in r for r in report["skipped"].values())
+    embeddings = hf.albert.embeddings.word_embeddings.weight.detach().numpy()
+    ours = next(w for w in pretrainer.weights if "word_embeddings" in w.path).numpy()
+    np.testing.assert_array_equal(ours, embeddings)
+    # A backbone-only folder lacks the pretraining heads: named, nothing assigned.
+    backbone_only = transformers.AlbertModel(hf_config(cfg))
+    backbone_only.save_pretrained(tmp_path / "hf_backbone")
+    with pytest.raises(CheckpointMismatchError, match=r"nothing was assigned. model weights "
+                                                      r"with no checkpoint entry: "
+                                                      r"\['predictions.dense.weight'"):
+        check.task.initialize(AlbertPretrainer(cfg), str(tmp_path / "hf_backbone"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Export: no other model kind under a served name; modes follow the umask.
+@pytest.mark.slow
+def test_export_refuses_another_kind_and_follows_the_umask(exported, sample_vocab, tmp_path):
+    from export.saved_model import ExportError, export_saved_model
+
+    _, path, _ = exported["pretrainer"]
+    base = os.path.dirname(path)
+    before = sorted(os.listdir(base))
+    classifier = AlbertClassifier(export_config(), num_labels=2)
+    with pytest.raises(ExportError, match=r"serves a pretrainer model \(version 1\); this is a "
+                                          r"classifier model.*another model name"):
+        export_saved_model(classifier, base, sample_vocab, max_seq_length=32)
+    assert sorted(os.listdir(base)) == before
+    # A version a killed export left (hidden) is removed by the next export of that name.
+    target = tmp_path / "private" / "sst2"
+    (target / ".tmp-1-abcd1234" / "variables").mkdir(parents=True)
+    randomize(classifier, seed=1)
+    old = os.umask(0o077)
+    try:
+        version = export_saved_model(classifier, str(target), sample_vocab, max_seq_length=32)
+    finally:
+        os.umask(old)
+    assert sorted(os.listdir(target)) == ["1", "batching_parameters.txt", "models.config"]
+    modes = {os.stat(os.path.join(root, n)).st_mode & 0o777
+             for root, dirs, names in os.walk(version) for n in dirs + names}
+    assert os.stat(version).st_mode & 0o777 == 0o700 and modes == {0o700, 0o600}
+    assert os.stat(target / "models.config").st_mode & 0o777 == 0o600
