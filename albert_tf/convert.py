@@ -30,8 +30,9 @@ def define_flags():
                       "Input format: official TF1 checkpoint or TF-Hub module, Hugging Face "
                       "save_pretrained folder, or an albert_tf directory / .keras file.")
     flags.DEFINE_string("input", None, "Checkpoint prefix, file or directory to read.")
-    albert_flags.define("output", "albert_config_file",
+    albert_flags.define("output", "albert_config_file", "overwrite",
                         notes={"output": "A directory (must be new or empty).",
+                               "overwrite": "Here: a non-empty --output directory.",
                                "albert_config_file": "Default: albert_config.json beside a TF1 "
                                                      "checkpoint; config.json of a Hugging Face "
                                                      "folder."})
@@ -41,7 +42,6 @@ def define_flags():
     flags.DEFINE_enum("model", "auto", ["auto", "pretrainer", "classifier", "backbone"],
                       "Model to build. auto: from the heads present in the checkpoint. backbone "
                       "drops the heads (reported as skipped).")
-    flags.DEFINE_bool("overwrite", False, "Replace a non-empty --output directory.")
     flags.mark_flags_as_required(["source", "input", "output"])
 
 

@@ -69,6 +69,8 @@ SPECS = {
     "output_dir": Spec("string", None, "Checkpoints, summaries, metrics and predictions go "
                                        "here."),
     "output": Spec("string", None, "Where the result is written (never over existing work)."),
+    "overwrite": Spec("bool", False, "Replace an existing output that holds other work "
+                                     "(without it, that is an error)."),
     "task_name": Spec("string", None, "The task to run."),
     "data_dir": Spec("string", None, "Directory of the task's original files."),
     "train_file": Spec("string", None, "Training data: the SQuAD JSON (or zip) for "

@@ -265,9 +265,11 @@ def _same_content(a: str, b: str) -> bool:
 
 def define_flags():
     """Command-line flags (defined only when run as a program)."""
-    albert_flags.define("input_file", "output_file", kinds={"input_file": "list"},
+    albert_flags.define("input_file", "output_file", "overwrite", kinds={"input_file": "list"},
                         notes={"input_file": "Raw text.",
-                               "output_file": "Text in the official pretraining format."})
+                               "output_file": "Text in the official pretraining format.",
+                               "overwrite": "Here: an --output_file / --heldout_file of other "
+                                            "text (the same text is left as it is)."})
     flags.DEFINE_enum("paragraphs", "blank_lines", ["blank_lines", "lines"],
                       "blank_lines: blank lines separate paragraphs (wrapped text); lines: each line "
                       "is a paragraph.")
@@ -279,9 +281,6 @@ def define_flags():
                         "Write every --heldout_every-th document here instead (an evaluation "
                         "set of documents the training data never saw).")
     flags.DEFINE_integer("heldout_every", 0, "With --heldout_file: hold out every N-th document.")
-    flags.DEFINE_bool("overwrite", False, "Replace an existing --output_file / --heldout_file "
-                      "that holds other text (without it, that is an error; the same text is "
-                      "left as it is).")
 
 
 def main(argv):

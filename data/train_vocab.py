@@ -200,9 +200,12 @@ def _train_into(files, model_prefix, settings, max_sentence_length, num_threads)
 
 def define_flags():
     """Command-line flags (defined only when run as a program)."""
-    albert_flags.define("input_file", "do_lower_case", "random_seed",
+    albert_flags.define("input_file", "do_lower_case", "random_seed", "overwrite",
                         kinds={"input_file": "list"},
-                        notes={"random_seed": "Here: the sentence sampling's."})
+                        notes={"random_seed": "Here: the sentence sampling's.",
+                               "overwrite": "Here: a vocabulary at --model_prefix made from "
+                                            "other inputs or settings (one made from the same "
+                                            "is kept)."})
     flags.DEFINE_string("model_prefix", None, "Output prefix: writes PREFIX.model/.vocab/.json.")
     flags.DEFINE_integer("vocab_size", 30000, "Number of pieces, the 5 special ones included.")
     flags.DEFINE_integer("input_sentence_size", 1_000_000,
@@ -212,9 +215,6 @@ def define_flags():
     flags.DEFINE_bool("user_defined_symbols", True,
                       "Keep the official user-defined symbols ( ) \" - . – £ € as pieces of "
                       "their own, as the official spm_train command does.")
-    flags.DEFINE_bool("overwrite", False, "Replace a vocabulary at --model_prefix made from "
-                      "other inputs or settings (without it, that is an error; one made from "
-                      "the same is kept).")
 
 
 def main(argv):

@@ -429,15 +429,10 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
         lock.acquire()
         _remove_unfinished_versions(export_dir)
         final = _new_version_dir(model, export_dir, model_name, version, max_seq_length)
-        _check_model_kind(export_dir, model_kind(model))
-        allowed = load_allowed_ops(allowed_ops) if allowed_ops else load_allowed_ops()
-        tokenizer = Tokenizer(spm_model_file, do_lower_case)
-        if tokenizer.vocab_size != model.config.vocab_size:
-            raise ExportError(f"{spm_model_file} has {tokenizer.vocab_size} pieces but the "
-                              f"model's vocab_size is {model.config.vocab_size}: pass the "
-                              "SentencePiece model the model was trained with "
-                              "(--spm_model_file).")
         kind = model_kind(model)
+        _check_model_kind(export_dir, kind)
+        allowed = load_allowed_ops(allowed_ops) if allowed_ops else load_allowed_ops()
+        tokenizer = _tokenizer_of(model, spm_model_file, do_lower_case)
         try:
             module = serving_module(host_copy(model), kind, tokenizer.model_proto,
                                     do_lower_case=do_lower_case, max_seq_length=max_seq_length,
@@ -468,6 +463,15 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
         raise
     lock.release()
     return final
+
+
+def _tokenizer_of(model, spm_model_file: str, do_lower_case: bool) -> Tokenizer:
+    tokenizer = Tokenizer(spm_model_file, do_lower_case)
+    if tokenizer.vocab_size != model.config.vocab_size:
+        raise ExportError(f"{spm_model_file} has {tokenizer.vocab_size} pieces but the "
+                          f"model's vocab_size is {model.config.vocab_size}: pass the "
+                          "SentencePiece model the model was trained with (--spm_model_file).")
+    return tokenizer
 
 
 def _check_model_kind(export_dir: str, kind: str) -> None:
