@@ -8,7 +8,9 @@ Signatures (all batch-major; every int is int32):
   truncated by `albert_tf.packing` (longest first, from the end), padded to the longest row of the
   batch (at most `max_seq_length`).
 - `serve_text_pair`: `text`, `text_b` (exported for every model).
-- `serve_tokens`: `input_ids`, `input_mask`, `segment_ids` [batch, length].
+- `serve_tokens`: `input_ids`, `input_mask`, `segment_ids` [batch, length]; each row's
+  `input_mask` is 1 on its tokens from position 0 and 0 on the padding after them (what every
+  packer writes: values 0 or 1, at least one 1, no 1 after a 0).
 - `serve_examples`: `examples` (string [batch]) - serialized `tf.train.Example`s with the official
   int64 features `input_ids`, `input_mask`, `segment_ids` (any length up to the model's
   `max_position_embeddings`; padded per batch).
@@ -36,6 +38,16 @@ Outputs, from the token features (every signature returns the same set):
   (regression): `logits` [batch, 1] and `score` [batch]; exported with a `threshold` (the
   official `--threshold_to_export`): `threshold` [batch], that value for each row;
 - with `hidden_states=True`: `hidden_state_<i>` [batch, length, H] for i = 0 (embeddings) .. L.
+
+Requests are validated before the model runs; a bad one gets one error (InvalidArgumentError,
+whose text TF Serving returns to the client) naming the input, the rows and the rule, never an
+answer: an empty request ("the request holds no texts"); inputs of different batch sizes or
+shapes; token rows longer than `max_position_embeddings`; ids outside [0, vocab_size), segment
+ids outside [0, type_vocab_size), an `input_mask` that is not 1s then 0s as above (checked in the
+dtype sent: a tf.Example's int64 values before they are cast to int32); tf.Examples that carry
+neither `text` nor `input_ids` (or both), a `text` of other than one value, a `text_b` of more,
+and the other rules of `AlbertServingModule.tokens_from_examples`. Empty strings are text: they
+pack to [CLS] [SEP].
 
 The encoder runs on the real tokens of the batch only (`remove_padding`, the default export;
 `AlbertEncoder`): per-token outputs at padding positions (`sequence_output`, `hidden_state_<i>`,
@@ -115,6 +127,70 @@ def _tf_variable(variable):
     return value
 
 
+# ---------------------------------------------------------------------------------------------
+# Request validation. Each rule is an assertion (an InvalidArgumentError, whose text TF Serving
+# returns to the client) naming the input, the offending rows and the rule; the rules of a
+# request run one after the other, so a request that breaks several gets the first one's error,
+# and the model runs only on a request that breaks none.
+def _in_order(checks):
+    """The assertions made by `checks` (functions of no arguments, each returning an assertion
+    op or None), each made to run after the one before it passed. Returns the last one."""
+    last = None
+    for make in checks:
+        with tf.control_dependencies([] if last is None else [last]):
+            op = make()
+            last = last if op is None else op
+    return last
+
+
+def _after(checks, tensors):
+    """`tensors` (a list; None entries kept) once `checks` (see `_in_order`) have passed."""
+    last = _in_order(checks)
+    with tf.control_dependencies([] if last is None else [last]):
+        return [None if t is None else tf.identity(t) for t in tensors]
+
+
+def _refuse_rows(bad, subject, rule):
+    """An assertion that no entry of `bad` (bool [rows]) is true; the error reads
+    "<subject> [i j ...]: <rule>" with the offending rows, 0-based."""
+    rows = tf.cast(tf.where(bad)[:, 0], tf.int32)
+    return tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)), [tf.strings.format(
+        f"{subject} {{}}: {rule}", rows, summarize=10)])
+
+
+def _refuse_empty(batch_size, what):
+    """An assertion that the request holds at least one row (`what`: "texts", "examples"...)."""
+    return tf.debugging.Assert(batch_size > 0, [f"the request holds no {what}: send one or more"])
+
+
+def _token_checks(config, ids, mask, segments, subject="row"):
+    """The rules of token features (dense [rows, length], int32 or int64, checked in the dtype
+    they came in, before any cast: an int64 id 2**32 + 10 is refused, not served as 10), as
+    `_in_order` checks: 0 <= input_ids < vocab_size, 0 <= segment_ids < type_vocab_size, and
+    input_mask 1 on the row's first tokens and 0 after them (values 0 or 1, at least one 1, no 1
+    after a 0), as every packer writes it: the model attends to the tokens of mask 1, so a mask
+    of other values, all zeros or with holes would be answered, wrongly."""
+    def refuse(bad, rule):
+        return lambda: _refuse_rows(tf.reduce_any(bad, axis=1), subject, rule)
+
+    ones = tf.reduce_sum(mask, axis=1, keepdims=True)  # read only once the values are 0 or 1
+    positions = tf.range(tf.shape(mask, out_type=mask.dtype)[1])
+    prefix = tf.cast(positions[tf.newaxis, :] < ones, mask.dtype)
+    return [
+        refuse(ids < 0, "input_ids must be >= 0"),
+        refuse(ids >= config.vocab_size, f"input_ids must be < vocab_size={config.vocab_size}"),
+        refuse(segments < 0, "segment_ids must be >= 0"),
+        refuse(segments >= config.type_vocab_size,
+               f"segment_ids must be < type_vocab_size={config.type_vocab_size}"),
+        refuse(tf.logical_and(tf.not_equal(mask, 0), tf.not_equal(mask, 1)),
+               "input_mask values must be 0 or 1"),
+        lambda: _refuse_rows(ones[:, 0] < 1, subject,
+                             "input_mask has no 1: a row needs at least one token"),
+        refuse(tf.not_equal(mask, prefix), "input_mask must be 1s then 0s: 1 on the tokens of "
+               "the row from position 0, 0 on the padding after them, no 1 after a 0"),
+    ]
+
+
 class AlbertServingModule(tf.Module):
     """Wraps a plain (host, float32) ALBERT model and its tokenizer for `tf.saved_model.save`.
 
@@ -190,29 +266,27 @@ class AlbertServingModule(tf.Module):
             out["regress" if self.num_labels == 1 else "classify"] = {"inputs": examples}
         return out
 
-    def _check_tokens(self, features):
-        """Clear errors for token inputs the model cannot take (instead of a gather error)."""
+    def _check_tokens(self, features, subject="row"):
+        """Clear errors for token inputs the model cannot take (instead of a gather error or a
+        wrong answer): an empty request, shapes, the length limit and `_token_checks`' rules,
+        in that order; `subject` names a row in the errors."""
         cfg = self._config
         ids, mask, seg = (features[F.INPUT_IDS], features[F.INPUT_MASK],
                           features[F.SEGMENT_IDS])
         length = tf.shape(ids)[1]
         checks = [
-            tf.debugging.assert_equal(tf.shape(ids), tf.shape(mask), message=(
+            lambda: _refuse_empty(tf.shape(ids)[0], "rows"),
+            lambda: tf.debugging.assert_equal(tf.shape(ids), tf.shape(mask), message=(
                 "input_mask must have the shape of input_ids")),
-            tf.debugging.assert_equal(tf.shape(ids), tf.shape(seg), message=(
+            lambda: tf.debugging.assert_equal(tf.shape(ids), tf.shape(seg), message=(
                 "segment_ids must have the shape of input_ids")),
-            tf.debugging.assert_less_equal(length, cfg.max_position_embeddings, message=(
+            lambda: tf.debugging.assert_less_equal(length, cfg.max_position_embeddings, message=(
                 f"sequence length exceeds max_position_embeddings="
                 f"{cfg.max_position_embeddings} of the model")),
-            tf.debugging.assert_non_negative(ids, message="input_ids must be >= 0"),
-            tf.debugging.assert_less(ids, cfg.vocab_size, message=(
-                f"input_ids must be < vocab_size={cfg.vocab_size}")),
-            tf.debugging.assert_non_negative(seg, message="segment_ids must be >= 0"),
-            tf.debugging.assert_less(seg, cfg.type_vocab_size, message=(
-                f"segment_ids must be < type_vocab_size={cfg.type_vocab_size}")),
+            *_token_checks(cfg, ids, mask, seg, subject),
         ]
-        with tf.control_dependencies(checks):
-            return {name: tf.identity(features[name]) for name in F.BACKBONE_INPUTS}
+        return dict(zip(F.BACKBONE_INPUTS, _after(checks, [features[name] for name in
+                                                           F.BACKBONE_INPUTS])))
 
     def _fill_mask(self, input_ids, mlm_logits_fn):
         positions = tf.ragged.boolean_mask(
@@ -271,11 +345,14 @@ class AlbertServingModule(tf.Module):
     # -----------------------------------------------------------------------------------------
     def _encode(self, text, text_b=None, encode=None):
         encode = encode or self.tokenizer.encode_with_masks
+        checks = [lambda: _refuse_empty(tf.size(text), "texts")]
+        if text_b is not None:
+            checks.append(lambda: tf.debugging.assert_equal(tf.shape(text), tf.shape(text_b),
+                                                            message=(
+                "text and text_b must have the same batch size")))
+        text, text_b = _after(checks, [text, text_b])
         ids_a = encode(text)
         ids_b = None if text_b is None else encode(text_b)
-        if text_b is not None:
-            tf.debugging.assert_equal(tf.shape(text), tf.shape(text_b), message=(
-                "text and text_b must have the same batch size"))
         return ids_a, ids_b
 
     def tokens_from_text(self, text, text_b=None, encode=None):
@@ -299,23 +376,52 @@ class AlbertServingModule(tf.Module):
         """Token features of serialized tf.Examples: the official int64 features `input_ids`,
         `input_mask`, `segment_ids` (any length, padded per batch), or raw text in a bytes
         feature `text` (and `text_b` for a pair), tokenized and packed as the text signatures
-        do; the examples of one request carry one kind or the other."""
+        do; the examples of one request carry one kind or the other.
+
+        Refused, each with an error naming the serialized examples (0-based) and the rule: an
+        empty request; an example with neither kind (random bytes that parse as a tf.Example,
+        an Example of other features; bytes that do not parse at all get the parser's error,
+        "Could not parse example input") or both; a request mixing the kinds; `text` with
+        other than exactly one value, `text_b` with more than one, `text_b` in some text
+        examples of a request and not in others (each would be packed otherwise than alone);
+        token features of different lengths, and the token rules of `serve_tokens`, checked on
+        the int64 values before they are cast to int32 (`_token_checks`)."""
         spec = {name: tf.io.RaggedFeature(tf.int64) for name in F.BACKBONE_INPUTS}
         spec.update({TEXT: tf.io.RaggedFeature(tf.string), TEXT_B: tf.io.RaggedFeature(tf.string)})
         parsed = tf.io.parse_example(serialized, spec)
-        has_text = parsed[TEXT].row_lengths() > 0
-        one_kind = tf.debugging.Assert(
-            tf.equal(tf.reduce_all(has_text), tf.reduce_any(has_text)),
-            ["the examples of a request must all carry text or all carry token features"])
+        count = {name: parsed[name].row_lengths() for name in spec}
+        has_text = (count[TEXT] > 0) | (count[TEXT_B] > 0)
+        has_tokens = (count[F.INPUT_IDS] > 0) | (count[F.INPUT_MASK] > 0) | (
+            count[F.SEGMENT_IDS] > 0)
+        has_b = count[TEXT_B] > 0
+        example = "serialized example"
+        checks = [
+            lambda: _refuse_empty(tf.size(serialized), "examples"),
+            lambda: _refuse_rows(~has_text & ~has_tokens, example, (
+                "not a tf.Example with a bytes feature text (and text_b) or the int64 features "
+                "input_ids, input_mask, segment_ids")),
+            lambda: _refuse_rows(has_text & has_tokens, example, (
+                "carries both text and token features; an example carries one or the other")),
+            lambda: tf.debugging.Assert(
+                tf.equal(tf.reduce_all(has_text), tf.reduce_any(has_text)),
+                ["the examples of a request must all carry text or all carry token features"]),
+            lambda: _refuse_rows(has_text & tf.not_equal(count[TEXT], 1), example, (
+                "its feature text must hold exactly one string")),
+            lambda: _refuse_rows(count[TEXT_B] > 1, example, (
+                "its feature text_b must hold at most one string")),
+            lambda: _refuse_rows(has_text & ~has_b & tf.reduce_any(has_b), example, (
+                "has no feature text_b while other examples of the request have one; the "
+                "text examples of a request must all carry text_b or none")),
+            *(lambda name=name: _refuse_rows(
+                tf.not_equal(count[name], count[F.INPUT_IDS]), example,
+                f"its {name} must have as many values as its input_ids")
+              for name in (F.INPUT_MASK, F.SEGMENT_IDS)),
+        ]
 
         def from_tokens():
-            lengths = parsed[F.INPUT_IDS].row_lengths()
-            checks = [tf.debugging.assert_equal(parsed[name].row_lengths(), lengths, message=(
-                f"each example's {name} must have as many values as its input_ids"))
-                for name in (F.INPUT_MASK, F.SEGMENT_IDS)]
-            with tf.control_dependencies(checks):
-                return {name: tf.cast(parsed[name].to_tensor(0), tf.int32)
-                        for name in F.BACKBONE_INPUTS}
+            tokens = [parsed[name].to_tensor(0) for name in F.BACKBONE_INPUTS]  # int64
+            tokens = _after(_token_checks(self._config, *tokens, example), tokens)
+            return {name: tf.cast(t, tf.int32) for name, t in zip(F.BACKBONE_INPUTS, tokens)}
 
         def from_text():
             text = parsed[TEXT].to_tensor("")[:, 0]
@@ -324,7 +430,7 @@ class AlbertServingModule(tf.Module):
                            lambda: self.tokens_from_text(text, text_b, encode),
                            lambda: self.tokens_from_text(text, None, encode))
 
-        with tf.control_dependencies([one_kind]):
+        with tf.control_dependencies([_in_order(checks)]):
             return tf.cond(tf.reduce_any(has_text), from_text, from_tokens)
 
     # -----------------------------------------------------------------------------------------
@@ -442,8 +548,10 @@ class SpanServingModule(AlbertServingModule):
                 "end_logits": tf.cast(out["end_logits"], tf.float32)}
 
     def answer(self, question, context, logits_from_tokens=None):
-        tf.debugging.assert_equal(tf.shape(question), tf.shape(context), message=(
-            "question and context must have the same batch size"))
+        question, context = _after([
+            lambda: _refuse_empty(tf.size(question), "questions"),
+            lambda: tf.debugging.assert_equal(tf.shape(question), tf.shape(context), message=(
+                "question and context must have the same batch size"))], [question, context])
         text, ids, starts, ends = align_context_in_graph(context, self.tokenizer)
         query = self.tokenizer(question)[:, :self.max_query_length]
         windows = windows_in_graph(query, ids, self.max_seq_length, self.doc_stride)
@@ -455,9 +563,17 @@ class SpanServingModule(AlbertServingModule):
         if self.null_score_diff_threshold is not None:
             found &= ~(best["null_odds"] > self.null_score_diff_threshold)
         rows = tf.range(batch)
-        begin = tf.gather(starts.flat_values, tf.gather(starts.row_starts(), rows) + best["first"])
-        end = tf.gather(ends.flat_values, tf.gather(ends.row_starts(), rows) + best["last"])
-        begin, end = tf.where(found, begin, 0), tf.where(found, end, 0)
+
+        def offset(offsets, piece):
+            """The byte offset of each found answer's `piece`; 0 where none was found (an empty
+            context has no piece: the last row's index would fall past the end)."""
+            values = tf.concat([offsets.flat_values, tf.zeros([1], offsets.flat_values.dtype)],
+                               axis=0)
+            index = tf.gather(offsets.row_starts(), rows) + piece
+            return tf.gather(values, tf.where(found, index, tf.size(offsets.flat_values,
+                                                                    out_type=index.dtype)))
+
+        begin, end = offset(starts, best["first"]), offset(ends, best["last"])
 
         def characters(byte_offset):
             return tf.strings.length(tf.strings.substr(text, tf.zeros_like(byte_offset),
@@ -565,10 +681,13 @@ class MultipleChoiceServingModule(AlbertServingModule):
                                  for name, t in tokens.items()}}
 
     def outputs_from_tokens(self, features):
-        flat = {name: tf.reshape(features[name], [-1, tf.shape(features[name])[-1]])
-                for name in F.BACKBONE_INPUTS}
-        checked = self._check_tokens(flat)
+        def rows(tokens):  # [batch, choices, length] -> [batch * choices, length]
+            shape = tf.shape(tokens)
+            return tf.reshape(tokens, tf.stack([shape[0] * shape[1], shape[2]]))
+
+        flat = {name: rows(features[name]) for name in F.BACKBONE_INPUTS}
         choices = self.num_labels
+        checked = self._check_tokens(flat, f"row (question * {choices} + option)")
         with tf.control_dependencies([tf.debugging.assert_equal(
                 tf.shape(features[F.INPUT_IDS])[1], choices, message=(
                     f"the model takes {choices} options per question"))]):
@@ -581,13 +700,15 @@ class MultipleChoiceServingModule(AlbertServingModule):
 
     def tokens_from_text(self, article, question, options):
         choices = self.num_labels
-        with tf.control_dependencies([
-                tf.debugging.assert_equal(tf.shape(options), tf.stack(
-                    [tf.shape(article)[0], choices]), message=(
-                        f"options must be [batch, {choices}] for [batch] articles")),
-                tf.debugging.assert_equal(tf.shape(question), tf.shape(article), message=(
-                    "article and question must have the same batch size"))]):
-            options = tf.reshape(options, [-1])  # [batch * choices]
+        article, question, options = _after([
+            lambda: _refuse_empty(tf.size(article), "articles"),
+            lambda: tf.debugging.assert_equal(tf.shape(options), tf.stack(
+                [tf.shape(article)[0], choices]), message=(
+                    f"options must be [batch, {choices}] for [batch] articles")),
+            lambda: tf.debugging.assert_equal(tf.shape(question), tf.shape(article), message=(
+                "article and question must have the same batch size"))],
+            [article, question, options])
+        options = tf.reshape(options, [-1])  # [batch * choices]
         repeated = tf.repeat(question, choices)
         # The question with every "_" replaced by the option, or question + " " + option.
         parts = tf.strings.split(repeated, sep="_")
