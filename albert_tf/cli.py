@@ -45,8 +45,22 @@ def run_command(main, define_flags=None, flags_parser=None) -> None:
     check_numbers()
     _own_flags_in_help(sys.argv[0])
     if flags_parser:  # the command takes the arguments absl leaves (e.g. Beam's flags)
-        sys.exit(app.run(functools.partial(_guarded, main), flags_parser=flags_parser))
+        sys.exit(app.run(functools.partial(_guarded, main),
+                         flags_parser=functools.partial(_parse_or_exit, flags_parser)))
     sys.exit(app.run(functools.partial(_guarded, functools.partial(_no_arguments, main))))
+
+
+def _parse_or_exit(flags_parser, argv):
+    """A command's own flags parser, its flag errors (a value out of range) reported as absl
+    reports them for the default parser, one line and status 1, not a traceback."""
+    from absl import flags
+
+    try:
+        return flags_parser(argv)
+    except flags.Error as e:
+        print(f"FATAL Flags parsing error: {e}\nPass --helpshort or --helpfull to see help on "
+              "flags.", file=sys.stderr)
+        sys.exit(1)
 
 
 def _guarded(main, argv):
@@ -55,13 +69,22 @@ def _guarded(main, argv):
     (`ALBERT_TF_VERBOSE=1` shows the traceback)."""
     try:
         return main(argv)
+    except KeyboardInterrupt:
+        if os.environ.get("ALBERT_TF_VERBOSE"):
+            raise
+        print("\ninterrupted (Ctrl-C); what was written whole is kept: rerun to resume.",
+              file=sys.stderr)
+        return 130
     except OSError as e:
         if os.environ.get("ALBERT_TF_VERBOSE"):
             raise
-        where = f" {e.filename}" if e.filename else ""
         what = e.strerror or str(e)
-        print(f"error: cannot use{where}: {what}. Check the path and its permissions, or "
-              "choose another.", file=sys.stderr)
+        if e.filename:
+            print(f"error: cannot use {e.filename}: {what}. Check the path and its "
+                  "permissions, or choose another.", file=sys.stderr)
+        else:
+            print(f"error: {what} (while writing this command's outputs). Free space or fix "
+                  "the permissions of the output location, or choose another.", file=sys.stderr)
         return 1
     except Exception as e:
         # TensorFlow's file errors (tf.io.gfile on a read-only or missing path) are not

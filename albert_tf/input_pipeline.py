@@ -317,6 +317,11 @@ class InputPlan:
     num_shards: int
     seed: int
     shuffle_window: int
+    # What each file holds, beyond its name and record count: its sidecar's run identity
+    # (`run_hash` of the pretraining data, `digest` of fine-tuning records), else its size. A
+    # file regenerated under the same name with other flags (another masking rate) and the
+    # same number of records is another input. Empty for plans of earlier versions.
+    identities: tuple = ()
 
     def __post_init__(self):
         problems = []
@@ -342,8 +347,13 @@ class InputPlan:
         files = list_files(input_patterns)
         if seed is None:
             seed = int.from_bytes(os.urandom(4), "little") >> 1
+        sidecars = dict(sidecars or {})
+        for path in files:
+            if sidecars.get(path) is None:
+                sidecars[path] = read_sidecar(path)
         return cls(tuple(files), tuple(record_counts(files, sidecars)), global_batch_size,
-                   num_shards, int(seed), shuffle_window)
+                   num_shards, int(seed), shuffle_window,
+                   tuple(file_identity(path, sidecars[path]) for path in files))
 
     # -- the position of a step ---------------------------------------------------------------
     def shard(self, shard: int) -> tuple[list[str], list[int]]:
@@ -407,15 +417,19 @@ class InputPlan:
 
     # -- persistence --------------------------------------------------------------------------
     def to_dict(self) -> dict:
+        files = [{"path": f, "records": n} for f, n in zip(self.files, self.records)]
+        for entry, identity in zip(files, self.identities):
+            entry["identity"] = identity
         return {"format": "albert_tf.input_plan", "version": 1,
                 "global_batch_size": self.global_batch_size, "num_shards": self.num_shards,
-                "seed": self.seed, "shuffle_window": self.shuffle_window,
-                "files": [{"path": f, "records": n} for f, n in zip(self.files, self.records)]}
+                "seed": self.seed, "shuffle_window": self.shuffle_window, "files": files}
 
     @classmethod
     def from_dict(cls, d: dict) -> "InputPlan":
+        identities = tuple(f.get("identity") for f in d["files"])
         return cls(tuple(f["path"] for f in d["files"]), tuple(f["records"] for f in d["files"]),
-                   d["global_batch_size"], d["num_shards"], d["seed"], d["shuffle_window"])
+                   d["global_batch_size"], d["num_shards"], d["seed"], d["shuffle_window"],
+                   identities if all(i is not None for i in identities) else ())
 
     def differences(self, other: "InputPlan") -> list[str]:
         """What would make `other` read different batches (file paths may move: compared by
@@ -432,7 +446,25 @@ class InputPlan:
             parts = ([f"no longer there: {gone[:5]}"] if gone else []) + (
                 [f"new: {new[:5]}"] if new else [])
             found.append("files (name, records) " + ("; ".join(parts) or "in another order"))
+        elif self.identities and other.identities and self.identities != other.identities:
+            changed = [os.path.basename(f) for f, a, b in zip(self.files, self.identities,
+                                                               other.identities) if a != b]
+            found.append(f"files with the same names and record counts but other contents: "
+                         f"{changed[:5]}{' ...' if len(changed) > 5 else ''} (regenerated "
+                         "with other inputs or flags)")
         return found
+
+
+def file_identity(path: str, sidecar: dict | None) -> str:
+    """What `path` holds, for `InputPlan.differences`: its sidecar's run identity (`run_hash`
+    of pretraining data with the shard, `digest` of fine-tuning records with the file's index),
+    else its size in bytes."""
+    if sidecar:
+        if sidecar.get("run_hash"):
+            return f"run_hash:{sidecar['run_hash']}:{sidecar.get('shard_index')}"
+        if sidecar.get("digest"):
+            return f"digest:{sidecar['digest']}:{sidecar.get('file_index')}"
+    return f"size:{tf.io.gfile.stat(path).length}"
 
 
 def training_dataset(plan: InputPlan, start_step: int, max_seq_length: int,

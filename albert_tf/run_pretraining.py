@@ -27,7 +27,8 @@ from absl import flags  # noqa: E402
 from albert_tf import flags as albert_flags  # noqa: E402
 from albert_tf.config import AlbertConfig  # noqa: E402
 from albert_tf.flags import FLAGS  # noqa: E402
-from albert_tf.runner import command, format_metrics, make_exporter, strategy  # noqa: E402
+from albert_tf.runner import (command, format_metrics, make_exporter,  # noqa: E402
+                              raise_if_stopped, strategy)
 from albert_tf.train_lib import PretrainingConfig, PretrainingRun  # noqa: E402
 
 
@@ -79,7 +80,9 @@ def run():
     summary = run.run(exporter=exporter)
     if "eval" in summary:
         print("eval: " + format_metrics(summary["eval"]))
-    print(f"done: {summary.get('status', 'evaluated')} at step {summary.get('step')}")
+    raise_if_stopped(summary)
+    step = summary.get("step", int(run.optimizer.iterations.numpy()))
+    print(f"done: {summary.get('status', 'evaluated')} at step {step}")
 
 
 def cli():

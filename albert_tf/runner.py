@@ -15,6 +15,7 @@ import glob
 import json
 import os
 import re
+import signal
 import sys
 
 import tensorflow as tf
@@ -40,11 +41,33 @@ RUN_ERRORS = (ValueError, FileNotFoundError, StrategyError, NonFiniteLossError,
               CorruptInputError)
 
 
+class RunStopped(Exception):
+    """Training stopped on SIGTERM or Ctrl-C after saving a checkpoint: the command exits with
+    128 + the signal's number (as a shell reports a killed program), so that a following
+    step (`train && export`) does not take the unfinished model for a finished one."""
+
+    def __init__(self, summary: dict):
+        status = summary.get("status", "")
+        name = status[len("stopped ("):-1] if status.startswith("stopped (") else "SIGTERM"
+        self.exit_code = 128 + int(getattr(signal, name, signal.SIGTERM))
+        super().__init__(f"stopped by {name} at step {summary.get('step')} (checkpoint saved); "
+                         "rerun the same command to resume.")
+
+
+def raise_if_stopped(summary: dict) -> None:
+    if str(summary.get("status", "")).startswith("stopped"):
+        raise RunStopped(summary)
+
+
 def guarded(body, *args, **kwargs) -> int:
-    """Runs `body`; a `RUN_ERRORS` error is printed as one line and gives exit status 1."""
+    """Runs `body`; a `RUN_ERRORS` error is printed as one line and gives exit status 1; a run
+    stopped by a signal gives 128 + its number."""
     logging.set_verbosity(logging.WARNING)  # TF's checkpoint INFO lines drown the progress
     try:
         return body(*args, **kwargs) or 0
+    except RunStopped as e:
+        print(f"{e}", file=sys.stderr)
+        return e.exit_code
     except RUN_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -230,6 +253,7 @@ def run_task(task, cfg, exporter=None, predict=False) -> tuple[object, dict]:
     if cfg is not None:
         run = TrainingRun(task, cfg, strategy())
         summary = run.run()
+        raise_if_stopped(summary)
         if cfg.do_eval and "eval" in summary:
             write_json(os.path.join(cfg.output_dir, "eval_results.json"),
                        dict(summary["eval"], task=task.name,

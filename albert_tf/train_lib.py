@@ -14,7 +14,8 @@ of the step. Checkpoints (`tf.train.CheckpointManager`, every `save_checkpoints_
 `keep_checkpoint_max`) hold the model and the optimizer (slots and step); a killed run restarted
 with the same arguments seeks the input to the restored step and continues exactly. With
 multi-worker or TPU strategies a `PreemptionCheckpointHandler` saves on preemption; otherwise
-SIGTERM saves a checkpoint at the next loop boundary and stops. A non-finite loss or gradient
+SIGTERM or Ctrl-C saves a checkpoint at the next loop boundary and stops (the command then exits
+with 128 + the signal's number, so `train && export` does not go on). A non-finite loss or gradient
 stops the run: the step is not applied, a checkpoint of the last good step is saved, and the
 error names the step; so does an unreadable input file, named. With `do_eval`, each checkpoint
 is evaluated; the one with the best value of the task's `best_metric` (pretraining:
@@ -31,6 +32,7 @@ import math
 import os
 import re
 import signal
+import sys
 import time
 
 import keras
@@ -38,6 +40,8 @@ import numpy as np
 import tensorflow as tf
 
 from albert_tf.backbone import set_recompute, set_remove_padding, set_use_einsum
+from albert_tf.checkpoints import model_kind
+from albert_tf.checkpoints.conversion import SETTINGS_FILE  # what else a result depends on
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import worker_layout
 from albert_tf.input_pipeline import (DataMismatchError, InputPlan, list_files, ordered_dataset,
@@ -46,11 +50,11 @@ from albert_tf.optimization import create_optimizer
 from albert_tf.ownership import OutputLock
 from albert_tf.records import read_sidecar, temporary_name
 from albert_tf.tasks import PretrainingTask, Task
+from albert_tf.tokenization import Tokenizer
 from albert_tf.input_pipeline import find_unreadable_files
 
 SUM = tf.distribute.ReduceOp.SUM
 INPUT_PLAN_FILE = "train_input.json"  # the run's InputPlan, written when it starts
-SETTINGS_FILE = "train_settings.json"  # what else its result depends on (`TrainingRun.settings`)
 
 
 class NonFiniteLossError(RuntimeError):
@@ -170,6 +174,12 @@ class TrainingConfig:
                     and (value >= low if inclusive else value > low)):
                 problems.append(f"--{name} must be a finite number {'>=' if inclusive else '>'} "
                                 f"{low:g}; got {value!r}")
+        for name in ("train_batch_size", "eval_batch_size"):
+            if getattr(self, name) * self.max_seq_length >= 2 ** 31:
+                problems.append(f"--{name}={getattr(self, name)} x --max_seq_length="
+                                f"{self.max_seq_length} tokens exceed what one batch can index "
+                                "(2^31); use a smaller batch (--grad_accum_steps splits a "
+                                "large one)")
         for name in ("num_warmup_steps", "start_warmup_step"):
             if getattr(self, name) < 0:
                 problems.append(f"--{name} must be 0 or more; got {getattr(self, name)}")
@@ -417,6 +427,17 @@ class TrainingRun:
             _log(cfg, f"Note: {source} does not have the checksum the sidecar of {files[0]} "
                       "records (spm_model_sha256); it is not copied beside the checkpoints.")
             return
+        if "://" not in source and os.stat(source).st_nlink > 1:
+            _log(cfg, f"Note: {source} has other names (hard links): it may be a file from "
+                      "outside the dataset, so it is not copied beside the checkpoints. Pass "
+                      "--spm_model_file to the export.")
+            return
+        try:
+            Tokenizer(source)  # a SentencePiece model with the official special pieces
+        except Exception:  # noqa: BLE001 - any file that does not load is not copied
+            _log(cfg, f"Note: {source} is not a SentencePiece model of ours; it is not copied "
+                      "beside the checkpoints.")
+            return
         target = os.path.join(cfg.output_dir, os.path.basename(source))
         if not tf.io.gfile.exists(target):
             tf.io.gfile.copy(source, target)
@@ -483,7 +504,7 @@ class TrainingRun:
         init = cfg.init_checkpoint
         if init and "://" not in init:
             init = os.path.abspath(init)
-        return {"task": task.name, "model": type(self.model).__name__,
+        return {"task": task.name, "kind": model_kind(self.model),
                 "num_labels": getattr(self.model, "num_labels", None), "head": head,
                 "optimizer": cfg.optimizer, "learning_rate": cfg.learning_rate,
                 "num_warmup_steps": cfg.num_warmup_steps, "poly_power": cfg.poly_power,
@@ -518,9 +539,9 @@ class TrainingRun:
                 raise OutputDirMismatchError(
                     f"--output_dir {cfg.output_dir} holds a run with other settings ("
                     f"{'; '.join(differences)}); resuming it would continue that run, not "
-                    "train this one. Rerun with the original flags to resume, or use a new "
-                    "--output_dir (--init_checkpoint "
-                    f"{cfg.output_dir} starts from its weights).")
+                    "train this one. Rerun with the original flags to resume (or with "
+                    "--nodo_train to only evaluate it), or use a new --output_dir "
+                    f"(--init_checkpoint {cfg.output_dir} starts from its weights).")
             return
         if resumed:
             _log(cfg, f"Note: {cfg.output_dir} has no {SETTINGS_FILE} (a run of an earlier "
@@ -751,20 +772,31 @@ class TrainingRun:
             f"{k} {metrics[k]:.4f}" for k in self.task.metric_names))
 
     # -----------------------------------------------------------------------------------------
-    def _install_sigterm(self):
-        if isinstance(self.strategy, (tf.distribute.MultiWorkerMirroredStrategy,
-                                      tf.distribute.TPUStrategy)):
-            return None
-        previous = signal.getsignal(signal.SIGTERM)
+    def _install_stop_signals(self) -> dict:
+        """SIGTERM and SIGINT (Ctrl-C) ask the loop to save a checkpoint at the end of the
+        current loop of steps and stop (a second Ctrl-C stops at once, without saving: the last
+        checkpoint stays intact). Returns the handlers replaced. Under multi-worker and TPU
+        strategies the preemption handler owns SIGTERM."""
+        replaced = {}
+        cluster = isinstance(self.strategy, (tf.distribute.MultiWorkerMirroredStrategy,
+                                             tf.distribute.TPUStrategy))
+        signals = (signal.SIGINT,) if cluster else (signal.SIGTERM, signal.SIGINT)
 
         def handler(signum, frame):
-            self._stop_requested = True
+            if self._stop_requested and signum == signal.SIGINT:
+                raise KeyboardInterrupt  # the second Ctrl-C
+            self._stop_requested = signal.Signals(signum).name
+            if signum == signal.SIGINT:
+                print("\nCtrl-C: the run saves a checkpoint at the end of this loop of steps "
+                      "and stops (Ctrl-C again stops now, without saving).", file=sys.stderr,
+                      flush=True)
 
-        try:
-            signal.signal(signal.SIGTERM, handler)
-        except ValueError:  # not the main thread
-            return None
-        return previous
+        for signum in signals:
+            try:
+                replaced[signum] = signal.signal(signum, handler)
+            except ValueError:  # not the main thread
+                break
+        return replaced
 
     def _preemption_handler(self):
         if isinstance(self.strategy, (tf.distribute.MultiWorkerMirroredStrategy,
@@ -797,7 +829,7 @@ class TrainingRun:
             # Resumed from a checkpoint whose evaluation the stopped run did not finish.
             self._write_eval(step, self.evaluate(), eval_writer)
         start_step, start_time = step, time.time()
-        previous_sigterm = self._install_sigterm()
+        previous_handlers = self._install_stop_signals()
         status = "completed"
         try:
             while step < cfg.num_train_steps:
@@ -824,12 +856,13 @@ class TrainingRun:
                 if self._stop_requested:
                     if step % cfg.save_checkpoints_steps:
                         self._save(step)
-                    status = "stopped (SIGTERM)"
-                    _log(cfg, f"SIGTERM: checkpoint saved at step {step}; rerun to resume.")
+                    status = f"stopped ({self._stop_requested})"
+                    _log(cfg, f"{self._stop_requested}: checkpoint saved at step {step}; rerun "
+                              "to resume.")
                     break
         finally:
-            if previous_sigterm is not None:
-                signal.signal(signal.SIGTERM, previous_sigterm)
+            for signum, previous in previous_handlers.items():
+                signal.signal(signum, previous)
             train_writer.flush()
             eval_writer.flush()
         return {"status": status, "step": step, "history": history}

@@ -103,7 +103,10 @@ def main(argv):
     pipeline_args = argv[1:]
     if pipeline_args and not FLAGS.runner:
         raise app.UsageError(f"Unknown arguments {pipeline_args}; flags other than this "
-                             "command's are accepted only with --runner (Beam's flags).")
+                             "command's are accepted only with --runner (Beam's flags). A value "
+                             "goes with its flag (--flag=value); quote a glob (--input_file "
+                             "'corpus/*.txt'), which the shell otherwise expands into several "
+                             "arguments, or list files comma-separated.")
     if FLAGS.runner and FLAGS.num_workers != 1:
         raise app.UsageError("--num_workers is the local generator's; on Beam the runner's own "
                              "flags set the workers (e.g. --direct_num_workers, "

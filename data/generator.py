@@ -418,6 +418,12 @@ def _reduce_phase(run: _Run, unit_names, finished, tokenizer) -> np.ndarray:
     total_examples = int(totals[:, 0].sum())
     if total_examples == 0:
         raise InputError("The inputs produced no examples.")
+    empty = int((totals[:, 0] == 0).sum())
+    if empty:
+        raise InputError(
+            f"--num_output_shards {num_shards} is too many for the {total_examples:,} examples "
+            f"the inputs make: {empty:,} files would be empty (and training refuses empty "
+            f"files). Use fewer shards (at most {total_examples:,}); nothing was written.")
     place_sentencepiece(run.job, tokenizer.sha256)  # the vocabulary the sidecars name
     bar = _Progress("write", num_shards - len(finished), run.progress)
     for shard in range(num_shards):

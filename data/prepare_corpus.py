@@ -246,6 +246,9 @@ def _check_targets(files, output_file, heldout_file, overwrite) -> None:
                                  "rewritten while it is read. Write to another file.")
         if os.path.isdir(path):
             raise InputError(f"{flag} {path} is a directory; name a file.")
+        if os.path.exists(path) and not os.path.isfile(path):
+            raise InputError(f"{flag} {path} is not a regular file (a device, a pipe or a "
+                             "terminal); name a file.")
     if heldout_file and same_file(output_file, heldout_file):
         raise InputError(f"--output_file and --heldout_file name one file ({output_file}); "
                          "give two.")

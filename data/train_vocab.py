@@ -47,7 +47,8 @@ class VocabularyError(ValueError):
     """Bad input or settings for vocabulary training; the message names the file or flag."""
 
 
-def _train(sentences, model_prefix: str, counts: dict, **settings) -> None:
+def _train(sentences, model_prefix: str, counts: dict, source: str = "the input",
+           **settings) -> None:
     """SentencePiece's unigram trainer with the official special pieces and ids; its errors as
     `VocabularyError`s that name the flag to change."""
     try:
@@ -57,6 +58,9 @@ def _train(sentences, model_prefix: str, counts: dict, **settings) -> None:
             unk_piece=UNK_PIECE, control_symbols=[CLS_PIECE, SEP_PIECE, MASK_PIECE],
             shuffle_input_sentence=True, minloglevel=2, **settings)
     except RuntimeError as e:
+        if counts["lines"] == 0:
+            raise VocabularyError(f"No text in {source}: every line is empty after "
+                                  "preprocessing.") from None
         m = re.search(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)",
                       str(e))
         if m:
@@ -91,6 +95,10 @@ def train_vocab(input_patterns, model_prefix, vocab_size=30000, do_lower_case=Tr
         overwrite: replace a vocabulary of other inputs or settings at `model_prefix`.
     """
     files = expand_input_patterns(input_patterns)
+    if not os.path.basename(model_prefix) or os.path.isdir(model_prefix):
+        raise VocabularyError(f"--model_prefix {model_prefix!r} names a directory; end it in a "
+                              "file name prefix (e.g. vocab/30k-clean writes "
+                              "vocab/30k-clean.model).")
     if vocab_size <= 5:
         raise VocabularyError(f"--vocab_size must exceed the 5 special pieces; got {vocab_size}")
     settings = {"vocab_size": vocab_size, "do_lower_case": do_lower_case,
@@ -161,7 +169,7 @@ def _train_into(files, model_prefix, settings, max_sentence_length, num_threads)
     try:
         spm.set_random_generator_seed(random_seed)
         tmp_prefix = os.path.join(tmp, os.path.basename(model_prefix))
-        _train(sentences(), tmp_prefix, counts, vocab_size=vocab_size,
+        _train(sentences(), tmp_prefix, counts, ", ".join(files), vocab_size=vocab_size,
                user_defined_symbols=list(user_defined_symbols),
                input_sentence_size=input_sentence_size,
                character_coverage=character_coverage, max_sentence_length=max_sentence_length,

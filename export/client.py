@@ -55,6 +55,9 @@ from albert_tf.records import example_of
 from albert_tf.tokenization import Tokenizer
 
 DEFAULT_PORTS = {"rest": 8501, "grpc": 8500}
+MAX_TIMEOUT_S = 86400.0  # beyond it, timers overflow the platform's time_t
+# A served model's name: the NAME of BASE/NAME (export.saved_model), a path segment of the URL.
+MODEL_NAME = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9_.\-]+")
 
 
 class ServingError(RuntimeError):
@@ -373,11 +376,19 @@ class ServingClient:
         if protocol not in DEFAULT_PORTS:
             raise ServingError(f"protocol must be rest or grpc; got {protocol!r}")
         try:
-            valid = math.isfinite(timeout) and timeout > 0
+            valid = math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT_S
         except TypeError:
             valid = False
         if not valid:
-            raise ServingError(f"--timeout must be a positive number of seconds; got {timeout!r}.")
+            raise ServingError(f"--timeout must be a positive number of seconds, at most "
+                               f"{MAX_TIMEOUT_S:g} (a day); got {timeout!r}.")
+        if not isinstance(model, str) or not MODEL_NAME.fullmatch(model):
+            raise ServingError(f"--model {model!r} is not a model name: letters, digits, '_', "
+                               "'-' and '.' (not '.' or '..'), as the NAME of the export's "
+                               "BASE/NAME.")
+        if version is not None and not 0 <= version < 2 ** 63:
+            raise ServingError(f"--version must be a version number (0 to 2^63 - 1); got "
+                               f"{version}.")
         self.protocol = protocol
         self.model = model
         self.version = version

@@ -376,8 +376,9 @@ def _new_version_dir(model, export_dir: str, model_name: str, version: int | Non
                           f"max_position_embeddings={model.config.max_position_embeddings}.")
     os.makedirs(export_dir, exist_ok=True)
     version = next_version(export_dir) if version is None else int(version)
-    if version < 1:
-        raise ExportError(f"--version must be a positive integer; got {version}.")
+    if not 1 <= version < 2 ** 63:
+        raise ExportError(f"--version must be a positive integer below 2^63 (TF Serving reads "
+                          f"versions as int64); got {version}.")
     final = os.path.join(export_dir, str(version))
     if os.path.exists(final):
         raise ExportError(f"Version {version} already exists at {final}; TF Serving may be "

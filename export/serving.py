@@ -238,6 +238,9 @@ class AlbertServingModule(tf.Module):
         self.text_pair = bool(text_pair)
         self.hidden_states = bool(hidden_states)
         self.num_labels = getattr(model, "num_labels", None)
+        if labels is not None and self.num_labels is None:
+            raise ValueError(f"label names (--labels) are a classifier's; a {kind} has no "
+                             "classes to name. Leave --labels out.")
         if labels is not None and self.num_labels is not None and len(labels) != self.num_labels:
             raise ValueError(f"{len(labels)} label names given for {self.num_labels} labels.")
         self.labels = list(labels) if labels is not None else (

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -19,6 +20,7 @@ from albert_tf import AlbertClassifier, AlbertConfig, AlbertPretrainer
 from albert_tf.checkpoints import CheckpointMismatchError
 from albert_tf.flags import NUMBER_RULES, check_numbers
 from albert_tf.records import SidecarError, read_sidecar, write_file
+from albert_tf.tokenization import file_sha256
 from albert_tf.train_lib import (NonFiniteLossError, OutputDirMismatchError, PretrainingConfig,
                                  PretrainingRun)
 from conftest import ROOT, export_config, randomize, tiny_config
@@ -137,8 +139,12 @@ def test_commands_refuse_extra_arguments_and_bad_numbers_in_one_line(tmp_path):
         in proc.stderr
     proc = _command("data.create_pretraining_data", "--input_file", str(text), "--output_file",
                     str(tmp_path / "d"), "--spm_model_file", "x.model", "--masked_lm_prob=nan")
-    assert proc.returncode == 1 and "--masked_lm_prob must be above 0 and at most 1" \
-        in proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("FATAL Flags parsing error: flag --masked_lm_prob=nan: "
+                                  "--masked_lm_prob must be above 0 and at most 1")
+    proc = _command("data.create_pretraining_data", "--input_file", str(text), str(other),
+                    "--output_file", str(tmp_path / "d"), "--spm_model_file", "x.model")
+    assert proc.returncode == 1 and "quote a glob (--input_file 'corpus/*.txt')" in proc.stderr
     assert not (tmp_path / "d").exists()
 
 
@@ -186,7 +192,13 @@ def test_corpus_never_overwrites_its_input_or_other_text(tmp_path):
     with pytest.raises(InputError, match=r"--drop_line_regex '\(' is not a valid regular "
                                          r"expression \(missing \)"):
         prepare_corpus(str(source), str(tmp_path / "x.txt"), drop_line_regex="(")
-    assert sorted(os.listdir(tmp_path)) == ["corpus.txt", "link.txt", "raw.txt"]
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for target in (fifo, "/dev/null"):  # --overwrite does not turn a device into a file
+        with pytest.raises(InputError, match="is not a regular file .* name a file"):
+            prepare_corpus(str(source), str(target), overwrite=True)
+    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+    assert sorted(os.listdir(tmp_path)) == ["corpus.txt", "link.txt", "pipe", "raw.txt"]
 
 
 def test_vocabulary_is_kept_or_refused_never_replaced_silently(prepared_corpus, tmp_path):
@@ -204,7 +216,47 @@ def test_vocabulary_is_kept_or_refused_never_replaced_silently(prepared_corpus, 
     replaced = train_vocab(prepared_corpus["wiki"], prefix, vocab_size=400, num_threads=1,
                            overwrite=True)
     assert replaced["vocab_size"] == 400 and not replaced.get("already_complete")
-    assert sorted(os.listdir(tmp_path)) == ["spm.json", "spm.model", "spm.vocab"]
+    with pytest.raises(VocabularyError, match=r"--model_prefix '.*/' names a directory"):
+        train_vocab(prepared_corpus["wiki"], str(tmp_path) + "/", vocab_size=300)
+    (tmp_path / "blank.txt").write_text("\n  \n")
+    with pytest.raises(VocabularyError, match=r"No text in .*blank.txt: every line is empty"):
+        train_vocab(str(tmp_path / "blank.txt"), str(tmp_path / "b"), vocab_size=300)
+    assert sorted(os.listdir(tmp_path)) == ["blank.txt", "spm.json", "spm.model", "spm.vocab"]
+
+
+def test_convert_overwrite_replaces_only_an_earlier_conversion(tmp_path):
+    from albert_tf.checkpoints import CheckpointError
+    from albert_tf.checkpoints.ours import save_albert_tf
+
+    model = AlbertPretrainer(tiny_config())
+    out = tmp_path / "converted"
+    save_albert_tf(model, str(out))
+    save_albert_tf(model, str(out), overwrite=True)  # an earlier conversion: replaced
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "code.py").write_text("print('mine')\n")
+    (project / "NOTES.md").write_text("notes\n")
+    with pytest.raises(CheckpointError, match=r"holds files a conversion does not write "
+                                              r"\(NOTES.md, src\); --overwrite replaces only"):
+        save_albert_tf(model, str(project), overwrite=True)
+    assert (project / "src" / "code.py").read_text() == "print('mine')\n"
+
+
+def test_data_generation_refuses_empty_shards(prepared_corpus, sample_vocab, tmp_path):
+    from data.generator import generate, make_job
+    from data.text_io import InputError
+
+    text = tmp_path / "small.txt"
+    with open(prepared_corpus["wiki"]) as f:
+        text.write_text("".join(f.readlines()[:40]))
+    job = make_job(str(text), str(tmp_path / "out" / "train"), sample_vocab,
+                   num_output_shards=500, max_seq_length=64, max_predictions_per_seq=10,
+                   dupe_factor=1)
+    with pytest.raises(InputError, match=r"--num_output_shards 500 is too many for the \d+ "
+                                         r"examples .* files would be empty .* nothing was "
+                                         r"written"):
+        generate(job, progress=False)
+    assert not any(name.endswith(".tfrecord") for name in os.listdir(tmp_path / "out"))
 
 
 def test_data_generation_refuses_an_input_as_output(prepared_corpus, sample_vocab, tmp_path):
@@ -335,6 +387,22 @@ def test_a_sidecar_cannot_copy_a_file_from_outside_its_dataset(generated_data, t
     PretrainingRun(_config(tmp_path, files, num_train_steps=1, save_checkpoints_steps=1))
     assert not (tmp_path / "run" / "spm.model").exists()
     shutil.rmtree(tmp_path / "run")
+    # Nor a hard link to the secret, even with the secret's checksum forged into the sidecar.
+    os.link(secret, tmp_path / "data" / "hard.model")
+    files, _ = _dataset_with_sidecar(generated_data, tmp_path / "data",
+                                     spm_model_file="hard.model",
+                                     spm_model_sha256=file_sha256(str(secret)))
+    PretrainingRun(_config(tmp_path, files, num_train_steps=1, save_checkpoints_steps=1))
+    assert not (tmp_path / "run" / "hard.model").exists()
+    shutil.rmtree(tmp_path / "run")
+    # Nor a file with the recorded checksum that is not a SentencePiece model.
+    shutil.copy(secret, tmp_path / "data" / "copy.model")
+    files, _ = _dataset_with_sidecar(generated_data, tmp_path / "data",
+                                     spm_model_file="copy.model",
+                                     spm_model_sha256=file_sha256(str(secret)))
+    PretrainingRun(_config(tmp_path, files, num_train_steps=1, save_checkpoints_steps=1))
+    assert not (tmp_path / "run" / "copy.model").exists()
+    shutil.rmtree(tmp_path / "run")
     # The dataset's own model, with the checksum its sidecar records, is copied.
     files = generated_data["files"][0]
     PretrainingRun(_config(tmp_path, files, num_train_steps=1, save_checkpoints_steps=1))
@@ -400,6 +468,12 @@ def test_export_refuses_another_kind_and_follows_the_umask(exported, sample_voca
     with pytest.raises(ExportError, match=r"serves a pretrainer model \(version 1\); this is a "
                                           r"classifier model.*another model name"):
         export_saved_model(classifier, base, sample_vocab, max_seq_length=32)
+    pretrainer = exported["pretrainer"][0]
+    with pytest.raises(ExportError, match=r"label names \(--labels\) are a classifier's; a "
+                                          r"pretrainer has no classes"):
+        export_saved_model(pretrainer, base, sample_vocab, max_seq_length=32, labels=["a", "b"])
+    with pytest.raises(ExportError, match=r"--version must be a positive integer below 2\^63"):
+        export_saved_model(pretrainer, base, sample_vocab, max_seq_length=32, version=2 ** 63)
     assert sorted(os.listdir(base)) == before
     # A version a killed export left (hidden) is removed by the next export of that name.
     target = tmp_path / "private" / "sst2"
@@ -415,3 +489,81 @@ def test_export_refuses_another_kind_and_follows_the_umask(exported, sample_voca
              for root, dirs, names in os.walk(version) for n in dirs + names}
     assert os.stat(version).st_mode & 0o777 == 0o700 and modes == {0o700, 0o600}
     assert os.stat(target / "models.config").st_mode & 0o777 == 0o600
+
+
+@pytest.mark.slow
+def test_resume_on_regenerated_input_of_the_same_size_is_refused(prepared_corpus, sample_vocab,
+                                                                  tmp_path):
+    """The same file name and record count, generated with another masking rate: another
+    input, refused on resume (the sidecar's run identity is part of the plan)."""
+    from albert_tf.input_pipeline import DataMismatchError
+    from data.generator import generate, make_job
+
+    def dataset(directory, masked_lm_prob):
+        job = make_job(prepared_corpus["wiki"], str(tmp_path / directory / "train.tfrecord"),
+                       sample_vocab, max_seq_length=64, max_predictions_per_seq=10,
+                       dupe_factor=1, masked_lm_prob=masked_lm_prob)
+        generate(job, progress=False)
+        return job.output_files[0]
+
+    first, second = dataset("a", 0.15), dataset("b", 0.3)
+    assert read_sidecar(first)["num_examples"] == read_sidecar(second)["num_examples"]
+    PretrainingRun(_config(tmp_path, first)).run()
+    shutil.copy(second, first)
+    shutil.copy(second + ".json", first + ".json")
+    with pytest.raises(DataMismatchError, match=r"same names and record counts but other "
+                                                r"contents: \['train.tfrecord'\]"):
+        PretrainingRun(_config(tmp_path, first))
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_and_exits_130_then_resumes(generated_data, tmp_path):
+    config = tmp_path / "albert_config.json"
+    config.write_text(json.dumps(dict(TINY, type_vocab_size=2)))
+    args = ["albert_tf.run_pretraining", "--albert_config_file", str(config),
+            "--input_file", generated_data["files"][0], "--output_dir", str(tmp_path / "run"),
+            "--max_seq_length", "64", "--max_predictions_per_seq", "10",
+            "--train_batch_size", "4", "--num_train_steps", "100000", "--num_warmup_steps", "0",
+            "--save_checkpoints_steps", "100000", "--iterations_per_loop", "5"]
+    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONPATH=ROOT))
+    for line in proc.stdout:  # the first loop of steps has run
+        if line.startswith("step 5/"):
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Ctrl-C: the run saves a checkpoint at the end of this loop" in err
+    assert "stopped by SIGINT at step" in err and "Traceback" not in err
+    step = int(err.split("stopped by SIGINT at step ")[1].split()[0])
+    assert step % 5 == 0 and (tmp_path / "run" / f"ckpt-{step}.index").exists()
+
+
+def test_a_fine_tuning_run_directory_is_read_as_its_own_model(tmp_path):
+    """export --model_dir and --init_checkpoint of a fine-tuning run (or one checkpoint of a
+    run, RUN/ckpt-N) build the model the run trained, from the kind it recorded."""
+    from albert_tf.checkpoints.conversion import (initialize_backbone, read_training_checkpoint,
+                                                  split_run_checkpoint)
+
+    run = tmp_path / "sst2"
+    run.mkdir()
+    cfg = tiny_config()
+    classifier = AlbertClassifier(cfg, num_labels=3)
+    randomize(classifier, seed=3)
+    cfg.to_json_file(str(run / "albert_config.json"))
+    (run / "train_settings.json").write_text(json.dumps({"kind": "classifier", "num_labels": 3}))
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(model=classifier), str(run),
+                                         max_to_keep=2, checkpoint_name="ckpt")
+    manager.save(checkpoint_number=10)
+    model, prefix = read_training_checkpoint(str(run))
+    assert type(model).__name__ == type(classifier).__name__ and model.num_labels == 3
+    for a, b in zip(model.weights, classifier.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert split_run_checkpoint(str(run / "ckpt-10")) == (str(run), str(run / "ckpt-10"))
+    assert split_run_checkpoint(str(run / "ckpt-11")) is None
+    other = AlbertClassifier(cfg, num_labels=2)
+    report = initialize_backbone(other.backbone, str(run / "ckpt-10"))
+    assert report["skipped"] and all("classifier head" in r for r in report["skipped"].values())
+    np.testing.assert_array_equal(other.backbone.weights[0].numpy(),
+                                  classifier.backbone.weights[0].numpy())

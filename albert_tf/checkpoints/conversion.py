@@ -3,7 +3,9 @@ reported. The formats themselves live in `tf1`, `hf` and `ours`."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -11,8 +13,8 @@ import numpy as np
 from albert_tf.checkpoints.common import MODEL_KINDS, CheckpointError, assign_strict, build_model
 from albert_tf.checkpoints.hf import hf_kind, load_hf_state_dict, read_hf_folder
 from albert_tf.checkpoints.names import model_kind, model_weights
-from albert_tf.checkpoints.ours import (CONFIG_FILE, FORMAT_FILE, find_sentencepiece,
-                                        load_pretrained, save_albert_tf)
+from albert_tf.checkpoints.ours import (CONFIG_FILE, FORMAT_FILE, TF1_FILES, check_replaceable,
+                                        find_sentencepiece, load_pretrained, save_albert_tf)
 from albert_tf.checkpoints.tf1 import (TF1Checkpoint, key_of_with_group0_fallback,
                                        load_tf1_checkpoint, official_config,
                                        write_tf1_checkpoint)
@@ -30,6 +32,9 @@ def initialize_from_checkpoint(model, path: str, init_from_group0: bool = False)
     which = "latest"
     if path.endswith(":best"):
         path, which = path[: -len(":best")], "best"
+    one_checkpoint = split_run_checkpoint(path)
+    if one_checkpoint:
+        path, which = one_checkpoint
     if path.endswith(".keras") or os.path.exists(os.path.join(path, FORMAT_FILE)):
         source = load_pretrained(path)
     elif os.path.exists(os.path.join(path, "config.json")):
@@ -50,10 +55,45 @@ def _arrays_by_official_name(model) -> dict:
     return {w.official_name: w.to_official(w.variable.numpy()) for w in model_weights(model)}
 
 
+# A training run's settings beyond its input and model config (`TrainingRun.settings`): the
+# loop writes it; readers of a run directory learn the model kind from it.
+SETTINGS_FILE = "train_settings.json"
+
+
+def run_model_kind(output_dir: str) -> tuple[str, int | None]:
+    """(model kind, num_labels) of the model a training `--output_dir` trains, from the
+    settings the run recorded; a run of an earlier version (none recorded) is pretraining's."""
+    path = os.path.join(output_dir, SETTINGS_FILE)
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            settings = json.load(f)
+        if isinstance(settings, dict) and settings.get("kind") in MODEL_KINDS:
+            return settings["kind"], settings.get("num_labels")
+    return "pretrainer", None
+
+
+def split_run_checkpoint(path: str) -> tuple[str, str] | None:
+    """(run directory, checkpoint) for a path naming one checkpoint of a training run
+    (`RUN/ckpt-N`, `RUN/best/ckpt-best`), so it is read as the run's model, not as an official
+    TF1 checkpoint; None otherwise."""
+    import tensorflow as tf
+
+    path = path.removesuffix(".index")
+    directory, name = os.path.split(path.rstrip("/"))
+    if name == "ckpt-best" and os.path.basename(directory) == "best":
+        directory = os.path.dirname(directory)
+    elif not re.fullmatch(r"ckpt-\d+", name):
+        return None
+    if is_training_output_dir(directory) and tf.io.gfile.exists(path + ".index"):
+        return directory, path
+    return None
+
+
 def read_training_checkpoint(output_dir: str, checkpoint: str = "latest"):
-    """The `AlbertPretrainer` of a pretraining `--output_dir` (its `albert_config.json` and a
-    checkpoint: "latest", "best" or a prefix), and the checkpoint prefix read. Only the model is
-    read (not the optimizer)."""
+    """The model of a training `--output_dir` (its `albert_config.json`, the model kind its
+    `train_settings.json` records, a pretrainer for runs that record none, and a checkpoint:
+    "latest", "best" or a prefix), and the checkpoint prefix read. Only the model is read (not
+    the optimizer); a checkpoint without one of its weights is an error naming them."""
     import tensorflow as tf
 
     config_path = os.path.join(output_dir, CONFIG_FILE)
@@ -71,14 +111,19 @@ def read_training_checkpoint(output_dir: str, checkpoint: str = "latest"):
         prefix = checkpoint
         if not tf.io.gfile.exists(prefix + ".index"):
             raise CheckpointError(f"No checkpoint {prefix} (expected {prefix}.index).")
-    model = build_model("pretrainer", config)
+    kind, num_labels = run_model_kind(output_dir)
+    model = build_model(kind, config, num_labels)
     status = tf.train.Checkpoint(model=model).read(prefix)
     status.expect_partial()
     try:
         status.assert_existing_objects_matched()
     except AssertionError as e:
-        raise CheckpointError(f"{prefix} does not hold every weight of the model in "
-                              f"{config_path}: {str(e)[:500]}") from None
+        paths = re.findall(r"path=([^,\s]+)", str(e)) or [str(e).splitlines()[0][:200]]
+        raise CheckpointError(
+            f"{prefix} does not hold a {kind} of {config_path}: it has no value for "
+            f"{', '.join(paths[:4])}{' ...' if len(paths) > 4 else ''}. A run of an earlier "
+            "version records no model kind and is read as pretraining's: export a "
+            "fine-tuning run with its runner's --export_dir.") from None
     return model, prefix
 
 
@@ -99,6 +144,9 @@ def initialize_backbone(backbone, path: str, init_from_group0: bool = False) -> 
     which = "latest"
     if path.endswith(":best"):
         path, which = path[: -len(":best")], "best"
+    one_checkpoint = split_run_checkpoint(path)
+    if one_checkpoint:
+        path, which = one_checkpoint
     if path.endswith(".keras") or os.path.exists(os.path.join(path, FORMAT_FILE)):
         source = load_pretrained(path)
         what = {"type": "albert_tf", "path": path}
@@ -187,9 +235,7 @@ def convert(source: str, input_path: str, output_dir: str, target: str = "albert
         written = save_albert_tf(keras_model, output_dir, spm, record, overwrite=overwrite)
     elif target == "tf1":
         config = official_config(keras_model.config)  # refuses what official code cannot read
-        if os.path.exists(output_dir) and os.listdir(output_dir) and not overwrite:
-            raise CheckpointError(f"{output_dir} exists and is not empty; choose a new directory "
-                                  "or pass --overwrite.")
+        check_replaceable(os.path.abspath(output_dir), overwrite, TF1_FILES)
         written = write_tf1_checkpoint(keras_model, output_dir)
         config.to_json_file(os.path.join(output_dir, CONFIG_FILE))
         if spm:

@@ -12,6 +12,7 @@ formats."""
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import json
 import os
@@ -28,6 +29,33 @@ CONFIG_FILE = "albert_config.json"
 FORMAT_VERSION = 1
 
 
+# What a conversion writes: `--overwrite` replaces a directory holding these only.
+OURS_FILES = (CONFIG_FILE, WEIGHTS_FILE, FORMAT_FILE, "*.model")
+TF1_FILES = (CONFIG_FILE, "checkpoint", "model.ckpt*", "*.model")
+
+
+def check_replaceable(output_dir: str, overwrite: bool, written=OURS_FILES) -> None:
+    """Refuses a non-empty `output_dir` unless `overwrite` and it holds only what a conversion
+    writes (`written`: names or globs): --overwrite replaces an earlier conversion, never a
+    directory of other work (a project, a training run)."""
+    if not os.path.exists(output_dir):
+        return
+    if not os.path.isdir(output_dir):
+        raise CheckpointError(f"{output_dir} is a file; --output names a directory.")
+    entries = sorted(os.listdir(output_dir))
+    if not entries:
+        return
+    if not overwrite:
+        raise CheckpointError(f"{output_dir} exists and is not empty; choose a new directory or "
+                              "pass --overwrite.")
+    others = [e for e in entries if not any(fnmatch.fnmatch(e, p) for p in written)]
+    if others:
+        raise CheckpointError(
+            f"{output_dir} holds files a conversion does not write ({', '.join(others[:5])}"
+            f"{' ...' if len(others) > 5 else ''}); --overwrite replaces only an earlier "
+            "conversion. Choose a new directory.")
+
+
 def find_sentencepiece(directory: str) -> str | None:
     candidates = sorted(glob.glob(os.path.join(directory, "*.model")))
     return candidates[0] if candidates else None
@@ -38,9 +66,7 @@ def save_albert_tf(model, output_dir: str, sentencepiece_model: str | None = Non
     """Writes `model` in our format (see module docstring), atomically: into a temporary
     directory renamed into place, so a failed write leaves nothing under `output_dir`."""
     output_dir = os.path.abspath(output_dir)
-    if os.path.exists(output_dir) and os.listdir(output_dir) and not overwrite:
-        raise CheckpointError(f"{output_dir} exists and is not empty; choose a new directory or "
-                              "pass --overwrite.")
+    check_replaceable(output_dir, overwrite, OURS_FILES)
     parent = os.path.dirname(output_dir)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".albert_tf-", dir=parent)
