@@ -259,3 +259,22 @@ def test_killed_writers_leave_nothing_a_glob_meets(generated_data, tmp_path):
         f.write(b"half a record")
     write_file([b"x"], path, {"num_examples": 1})
     assert list_files(str(tmp_path / "train*")) == [path]  # the glob misses the leftover
+
+
+@pytest.mark.slow
+def test_fine_tuning_refuses_a_live_holder_before_writing(sample_vocab, tmp_path):
+    """run_classifier holds its --output_dir for the whole command: with another process
+    holding it, not even the features are written."""
+    config = tmp_path / "albert_config.json"
+    config.write_text(json.dumps(TINY_CONFIG))
+    run_dir = tmp_path / "sst2"
+    with held_elsewhere(run_dir, is_dir=True) as holder:
+        proc = _command(["albert_tf.run_classifier", "--task_name", "sst-2", "--data_dir",
+                         os.path.join(ROOT, "albert_tf", "sample_data", "glue", "SST-2"),
+                         "--albert_config_file", str(config), "--spm_model_file", sample_vocab,
+                         "--output_dir", str(run_dir), "--do_train", "--max_seq_length", "32",
+                         "--train_step", "2"], timeout=300)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        assert f"--output_dir {run_dir} is being written by" in proc.stderr
+        assert f"(pid {holder.pid} on " in proc.stderr
+        assert os.listdir(run_dir) == [".albert_tf.lock"]
