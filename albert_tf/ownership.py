@@ -319,6 +319,41 @@ def current_umask() -> int:
     return mask
 
 
+class OutputPathError(ValueError):
+    """An output path that cannot hold a file this command writes; the message names it."""
+
+
+_SPECIAL_ROOTS = ("/dev", "/proc", "/sys")
+
+
+def regular_output(path: str, flag: str) -> str:
+    """The file to write for the output `path`: `path` itself or, for a symbolic link, the file
+    it points to (written there, the link kept). Refuses what is not, or would not become, a
+    regular file: a directory, a device, a pipe, a terminal, anything under /dev, /proc or /sys
+    (`/dev/stdout` included, whatever it points to), so that no writer turns a device into a
+    file or a link of the system into one of its outputs."""
+    absolute, real = os.path.abspath(path), os.path.realpath(path)
+    special = [p for p in _link_chain(absolute) + [real]
+               if any(p == root or p.startswith(root + "/") for root in _SPECIAL_ROOTS)]
+    if special or (os.path.exists(real) and not os.path.isdir(real)
+                   and not os.path.isfile(real)):
+        raise OutputPathError(f"{flag} {path} is not a regular file (a device, a pipe, a "
+                              "terminal or a file of the system); name a file.")
+    if os.path.isdir(real):
+        raise OutputPathError(f"{flag} {path} is a directory; name a file.")
+    return real
+
+
+def _link_chain(path: str, hops: int = 40) -> list[str]:
+    """`path` and every path its symbolic links lead through (a link into /proc, such as
+    /dev/stdout -> /proc/self/fd/1, is seen before it resolves to whatever fd 1 is)."""
+    chain = [path]
+    while os.path.islink(chain[-1]) and len(chain) <= hops:
+        target = os.readlink(chain[-1])
+        chain.append(os.path.normpath(os.path.join(os.path.dirname(chain[-1]), target)))
+    return chain
+
+
 def same_file(a: str, b: str) -> bool:
     """Whether the paths `a` and `b` name one file (symbolic and hard links included); False
     when either does not exist."""

@@ -252,6 +252,8 @@ def run_task(task, cfg, exporter=None, predict=False) -> tuple[object, dict]:
     run, summary = None, {}
     if cfg is not None:
         run = TrainingRun(task, cfg, strategy())
+        if cfg.do_train and run.is_chief:
+            keep_vocabulary(cfg.output_dir)
         summary = run.run()
         raise_if_stopped(summary)
         if cfg.do_eval and "eval" in summary:
@@ -266,6 +268,20 @@ def run_task(task, cfg, exporter=None, predict=False) -> tuple[object, dict]:
     if exporter is not None and (run is None or run.is_chief):
         summary["exports"] = {which: exporter(model, which, step)}
     return model, summary
+
+
+def keep_vocabulary(output_dir: str) -> None:
+    """--spm_model_file copied beside a fine-tuning run's checkpoints (unless one of that name
+    is there), so the run directory is a complete model: `export.export_saved_model
+    --model_dir RUN` finds it."""
+    spm = FLAGS.spm_model_file if "spm_model_file" in FLAGS else None
+    if not spm:
+        return
+    target = os.path.join(output_dir, os.path.basename(spm))
+    if not tf.io.gfile.exists(target):
+        tmp = temporary_name(target, str(os.getpid()))
+        tf.io.gfile.copy(spm, tmp, overwrite=True)
+        tf.io.gfile.rename(tmp, target, overwrite=True)
 
 
 def read_task_checkpoint(task, prefix: str):

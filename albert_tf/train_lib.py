@@ -327,6 +327,7 @@ class TrainingRun:
             raise
 
     def _build(self, task, cfg):
+        self._check_host_memory()
         self._check_output_dir()
         if cfg.seed is not None:  # initialization (and, in the input pipeline, shuffling)
             keras.utils.set_random_seed(cfg.seed)
@@ -373,6 +374,25 @@ class TrainingRun:
         self._stop_requested = False
 
     # -----------------------------------------------------------------------------------------
+    def _check_host_memory(self):
+        """Refuses a batch whose input alone cannot fit in this host's memory (a lower bound:
+        each host's share of the batch, three int64 token features, four copies on the way
+        from the file to the device), instead of a run that swaps for hours and then dies."""
+        cfg = self.cfg
+        try:
+            memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            return
+        for name in ("train_batch_size", "eval_batch_size"):
+            per_host = getattr(cfg, name) // max(self.input_pipelines, 1)
+            needed = per_host * cfg.max_seq_length * 3 * 8 * 4
+            if needed > memory:
+                raise ValueError(
+                    f"--{name}={getattr(cfg, name)} at --max_seq_length={cfg.max_seq_length} "
+                    f"needs at least {needed / 2 ** 30:,.0f} GiB of host memory for its input "
+                    f"alone ({per_host:,} examples on this host); it has "
+                    f"{memory / 2 ** 30:,.0f} GiB. Use a smaller batch.")
+
     def _check_output_dir(self):
         cfg = self.cfg
         tf.io.gfile.makedirs(cfg.output_dir)
@@ -783,9 +803,11 @@ class TrainingRun:
         signals = (signal.SIGINT,) if cluster else (signal.SIGTERM, signal.SIGINT)
 
         def handler(signum, frame):
-            if self._stop_requested and signum == signal.SIGINT:
-                raise KeyboardInterrupt  # the second Ctrl-C
             self._stop_requested = signal.Signals(signum).name
+            # A second one takes the system's default action at once, even inside a running
+            # loop of steps (a Python handler would only run after it): the process ends
+            # without saving, and the last checkpoint stays intact.
+            signal.signal(signum, signal.SIG_DFL)
             if signum == signal.SIGINT:
                 print("\nCtrl-C: the run saves a checkpoint at the end of this loop of steps "
                       "and stops (Ctrl-C again stops now, without saving).", file=sys.stderr,

@@ -420,6 +420,7 @@ def _reduce_phase(run: _Run, unit_names, finished, tokenizer) -> np.ndarray:
         raise InputError("The inputs produced no examples.")
     empty = int((totals[:, 0] == 0).sum())
     if empty:
+        shutil.rmtree(run.work_dir, ignore_errors=True)  # these outputs will not be written
         raise InputError(
             f"--num_output_shards {num_shards} is too many for the {total_examples:,} examples "
             f"the inputs make: {empty:,} files would be empty (and training refuses empty "

@@ -35,7 +35,7 @@ from albert_tf.cli import run_command
 
 from albert_tf import flags as albert_flags
 
-from albert_tf.ownership import OutputLock, same_file
+from albert_tf.ownership import OutputLock, regular_output, same_file
 from data.text_io import InputError, expand_input_patterns, read_text_lines
 
 ABBREVIATIONS = frozenset("""
@@ -150,8 +150,10 @@ def prepare_corpus(input_patterns, output_file, paragraphs="blank_lines",
     """Writes the official format for all inputs (in order) to `output_file`, atomically.
 
     The output is locked while it is written (`albert_tf.ownership`; a second writer is
-    refused), an input is never an output, and an existing output with other text is replaced
-    only with `overwrite` (the same text is left as it is; `counts["unchanged"]` lists it).
+    refused), an input is never an output, an output is a regular file (a symbolic link is
+    written through; devices and system paths are refused), and an existing output with other
+    text is replaced only with `overwrite` (the same text is left as it is;
+    `counts["unchanged"]` lists it).
 
     With `heldout_file` and `heldout_every` N > 1, every N-th document (the N-th, 2N-th, ...,
     counted over all inputs in order) goes to `heldout_file` instead: an evaluation set whose
@@ -168,6 +170,8 @@ def prepare_corpus(input_patterns, output_file, paragraphs="blank_lines",
     counts = {"files": len(files), "documents": 0, "sentences": 0}
     if heldout_file:
         counts.update(heldout_documents=0, heldout_sentences=0)
+    output_file = regular_output(output_file, "--output_file")
+    heldout_file = heldout_file and regular_output(heldout_file, "--heldout_file")
     targets = [(output_file, "")] + ([(heldout_file, "heldout_")] if heldout_file else [])
     _check_targets(files, output_file, heldout_file, overwrite)
     locks = [OutputLock(path, "--output_file" if not prefix else "--heldout_file",
@@ -244,11 +248,6 @@ def _check_targets(files, output_file, heldout_file, overwrite) -> None:
             if same_file(path, source):
                 raise InputError(f"{flag} {path} is also an input ({source}): it would be "
                                  "rewritten while it is read. Write to another file.")
-        if os.path.isdir(path):
-            raise InputError(f"{flag} {path} is a directory; name a file.")
-        if os.path.exists(path) and not os.path.isfile(path):
-            raise InputError(f"{flag} {path} is not a regular file (a device, a pipe or a "
-                             "terminal); name a file.")
     if heldout_file and same_file(output_file, heldout_file):
         raise InputError(f"--output_file and --heldout_file name one file ({output_file}); "
                          "give two.")

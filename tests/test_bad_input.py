@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from absl import flags
 from albert_tf import AlbertClassifier, AlbertConfig, AlbertPretrainer
 from albert_tf.checkpoints import CheckpointMismatchError
 from albert_tf.flags import NUMBER_RULES, check_numbers
+from albert_tf.ownership import OutputPathError
 from albert_tf.records import SidecarError, read_sidecar, write_file
 from albert_tf.tokenization import file_sha256
 from albert_tf.train_lib import (NonFiniteLossError, OutputDirMismatchError, PretrainingConfig,
@@ -194,11 +196,23 @@ def test_corpus_never_overwrites_its_input_or_other_text(tmp_path):
         prepare_corpus(str(source), str(tmp_path / "x.txt"), drop_line_regex="(")
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    for target in (fifo, "/dev/null"):  # --overwrite does not turn a device into a file
-        with pytest.raises(InputError, match="is not a regular file .* name a file"):
+    stdout = tmp_path / "stdout"
+    stdout.symlink_to("/proc/self/fd/1")  # /dev/stdout, whatever stdout is redirected to
+    for target in (fifo, "/dev/null", "/dev/stdout", stdout):  # never turned into a file
+        with pytest.raises(OutputPathError, match="is not a regular file .* name a file"):
             prepare_corpus(str(source), str(target), overwrite=True)
-    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
-    assert sorted(os.listdir(tmp_path)) == ["corpus.txt", "link.txt", "pipe", "raw.txt"]
+    assert os.path.islink("/dev/stdout") and not os.path.isfile("/dev/null")
+    assert os.path.islink(stdout)
+    # A link to a file is written through: the link stays, its file gets the text.
+    kept = tmp_path / "kept.txt"
+    kept.write_text("old\n")
+    via = tmp_path / "via.txt"
+    via.symlink_to(kept)
+    prepare_corpus(str(source), str(via), paragraphs="lines", overwrite=True)
+    assert os.path.islink(via) and kept.read_text().startswith("First document.")
+    assert source.read_text() == original
+    assert sorted(os.listdir(tmp_path)) == ["corpus.txt", "kept.txt", "link.txt", "pipe",
+                                            "raw.txt", "stdout", "via.txt"]
 
 
 def test_vocabulary_is_kept_or_refused_never_replaced_silently(prepared_corpus, tmp_path):
@@ -256,7 +270,7 @@ def test_data_generation_refuses_empty_shards(prepared_corpus, sample_vocab, tmp
                                          r"examples .* files would be empty .* nothing was "
                                          r"written"):
         generate(job, progress=False)
-    assert not any(name.endswith(".tfrecord") for name in os.listdir(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()  # no shard, no work directory, no lock
 
 
 def test_data_generation_refuses_an_input_as_output(prepared_corpus, sample_vocab, tmp_path):
@@ -303,6 +317,14 @@ def test_training_config_refuses_non_finite_and_negative_schedules(tmp_path):
                              ({"poly_power": -1.0}, "--poly_power must be a finite number >= 0")]:
         with pytest.raises(ValueError, match=message):
             _config(tmp_path, "unused", **changes)
+    with pytest.raises(ValueError, match=r"--train_batch_size=100000000 x --max_seq_length=64 "
+                                         r"tokens exceed what one batch can index"):
+        _config(tmp_path, "unused", train_batch_size=100_000_000)
+    # Under the indexing limit but far beyond this host's memory: refused before anything runs.
+    with pytest.raises(ValueError, match=r"--train_batch_size=30000000 at --max_seq_length=64 "
+                                         r"needs at least \d+ GiB of host memory"):
+        PretrainingRun(_config(tmp_path, "unused", train_batch_size=30_000_000))
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow
@@ -538,6 +560,24 @@ def test_ctrl_c_saves_and_exits_130_then_resumes(generated_data, tmp_path):
     assert "stopped by SIGINT at step" in err and "Traceback" not in err
     step = int(err.split("stopped by SIGINT at step ")[1].split()[0])
     assert step % 5 == 0 and (tmp_path / "run" / f"ckpt-{step}.index").exists()
+    # Resumed with long loops of steps: a second Ctrl-C ends the process at once, inside the
+    # loop, without saving; the checkpoint of the first stop stays the latest.
+    long_loops = [a if a != "5" or args[i - 1] != "--iterations_per_loop" else "100000"
+                  for i, a in enumerate(args)]
+    proc = subprocess.Popen([sys.executable, "-m", *long_loops], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONPATH=ROOT))
+    for line in proc.stdout:
+        if line.startswith(f"Resumed from {tmp_path / 'run' / f'ckpt-{step}'}"):
+            break
+    time.sleep(5)  # inside the first loop of 100,000 steps
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1)
+    sent = time.time()
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGINT and time.time() - sent < 30
+    assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith(f"ckpt-{step}")
 
 
 def test_a_fine_tuning_run_directory_is_read_as_its_own_model(tmp_path):
