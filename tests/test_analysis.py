@@ -117,8 +117,8 @@ def test_params_plot(tmp_path):
 def test_fill_mask_random_init_is_the_runs_starting_point(tmp_path, generated_data,
                                                           sample_vocab):
     """`albert_tf.analysis.fill_mask --random_seed N` rebuilds the exact weights a pretraining
-    run of --random_seed N started from (a run at learning rate 0 keeps them: every weight
-    equal), and its answers are the softmax of the model's own masked-LM logits."""
+    run of --random_seed N started from (a one-step run whose step is the first of its warmup
+    runs at rate 0 and keeps them: every weight equal), and its answers are the softmax of the model's own masked-LM logits."""
     from albert_tf import AlbertConfig
     from albert_tf.analysis.fill_mask import build_models, top_k_answers
     from albert_tf.tokenization import MASK_ID, Tokenizer
@@ -131,7 +131,7 @@ def test_fill_mask_random_init_is_the_runs_starting_point(tmp_path, generated_da
     PretrainingRun(PretrainingConfig(
         albert_config=config, input_file=generated_data["files"][0], output_dir=out,
         max_seq_length=64, max_predictions_per_seq=10, train_batch_size=8, num_train_steps=1,
-        num_warmup_steps=1, learning_rate=0.0, save_checkpoints_steps=1, seed=21,
+        num_warmup_steps=1, learning_rate=1e-3, save_checkpoints_steps=1, seed=21,
         verbose=False)).run()
     models = build_models(out, random_seed=21)
     trained, random_init = models["trained"], models["random_init"]

@@ -169,8 +169,9 @@ def test_killed_run_resumes_to_identical_output(prepared_corpus, sample_vocab, t
     names = [f"d-0000{i}-of-00002.tfrecord" for i in range(2)]
     assert _bytes([tmp_path / "killed" / n for n in names]) == \
         _bytes([tmp_path / "clean" / n for n in names])
+    # the shards, their sidecars and the SentencePiece model the sidecars name; no temporaries
     assert sorted(os.listdir(tmp_path / "killed")) == sorted(
-        names + [n + ".json" for n in names])
+        names + [n + ".json" for n in names] + [os.path.basename(sample_vocab)])
 
 
 @pytest.mark.slow
