@@ -2,9 +2,10 @@
 
 Official pipeline (google-research/albert `tokenization.py`):
 
-1. `preprocess_text`: collapse whitespace (Python `str.split()`), map the LaTeX-style quotes
-   `` and '' to ", strip accents (NFKD, then drop every character with a non-zero canonical
-   combining class), lowercase when `do_lower_case`.
+1. `preprocess_text`: collapse whitespace (Python `str.split()`), strip accents (NFKD, then drop
+   every character with a non-zero canonical combining class), lowercase when `do_lower_case`.
+   The LaTeX-style quotes `` and '' are left as they are: the official ALBERT `preprocess_text`
+   never maps them to " (XLNet's and Hugging Face's do; ALBERT's does not).
 2. SentencePiece pieces; then every piece that ends in a digit followed by "," is re-split: the
    part before the comma is encoded again on its own and the comma becomes its own piece (so
    "1,000" style numbers tokenize consistently).
@@ -35,7 +36,6 @@ SPECIAL_IDS = {CLS_PIECE: CLS_ID, SEP_PIECE: SEP_ID, MASK_PIECE: MASK_ID}
 def preprocess_text(text: str, do_lower_case: bool = True) -> str:
     """Official ALBERT text normalization (see module docstring)."""
     out = " ".join(text.strip().split())
-    out = out.replace("``", '"').replace("''", '"')
     out = unicodedata.normalize("NFKD", out)
     out = "".join(c for c in out if not unicodedata.combining(c))
     if do_lower_case:
@@ -194,7 +194,7 @@ class Tokenizer:
         replaced by a target). The map written here sends each source `s` to
         `model_normalizer(preprocess(s))`, over every source of the model's own map and every
         code point the preprocessing changes (whitespace to " ", NFKD, combining marks dropped,
-        lowercasing), plus "``" and "''" to '"'. SentencePiece's own whitespace handling then
+        lowercasing). SentencePiece's own whitespace handling then
         collapses and strips spaces as `str.split()` did. Two further changes: "[MASK]" maps to
         " [MASK] " and the [MASK] piece becomes a user-defined symbol, so a literal "[MASK]" in
         the text is the [MASK] id (`OnDeviceTokenizer` drops the "▁" piece this puts before
@@ -219,7 +219,7 @@ class Tokenizer:
             target = model_normalizer.Normalize(preprocess(source))
             if target != source:
                 rules.append((source, target))
-        rules += [("``", '"'), ("''", '"'), (MASK_PIECE, f" {MASK_PIECE} ")]
+        rules.append((MASK_PIECE, f" {MASK_PIECE} "))
         spec = messages["NormalizerSpec"]()
         spec.ParseFromString(spm.SentencePieceNormalizer(
             norm_map=rules).serialized_normalizer_spec())
@@ -300,7 +300,7 @@ def _preprocessed_code_points(do_lower_case: bool) -> tuple:
     """((c, preprocess(c)), ...) for every code point the official preprocessing changes, taken
     one character at a time (whitespace becomes " "; collapsing is SentencePiece's). Character
     by character equals the whole string except for context: the final-sigma rule of Python's
-    lowercasing ("ς" at the end of a word) and the "``"/"''" quotes."""
+    lowercasing ("ς" at the end of a word)."""
     out = []
     for cp in range(sys.maxunicode + 1):
         if 0xD800 <= cp <= 0xDFFF:
@@ -430,7 +430,6 @@ class InGraphTokenizer:
                                          replacement_char=0xFFFD)
         x = tf.strings.regex_replace(x, self._whitespace, " ")
         x = tf.strings.regex_replace(x, "^ | $", "")
-        x = tf.strings.regex_replace(x, "``|''", '"')
         x = tf_text.normalize_utf8(x, "NFKD")
         x = tf.strings.regex_replace(x, self._combining, "")
         if self.do_lower_case:

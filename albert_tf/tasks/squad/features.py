@@ -4,12 +4,12 @@ character spans mapped to piece spans, and windows of long contexts (document st
 Alignment. The context is split on whitespace into words (SentencePiece never joins pieces
 across whitespace, so a word's pieces are the same alone as in the whole text). Inside a word,
 the pieces' surface strings (the `▁` removed) concatenated equal the preprocessed word whenever
-preprocessing keeps its length (lowercasing ASCII and most scripts, quote replacement of
-`` and '' aside); then each piece gets its exact character span in the original. Otherwise
-(accents removed by NFKD, an unknown piece, SentencePiece's own normalisation) every piece of
-the word spans the whole word, so an answer maps to whole words there. A predicted piece span is
-turned back into text by slicing the original context between the first piece's start and the
-last piece's end, so the answer text is the context's own characters.
+preprocessing keeps its length (lowercasing ASCII and most scripts); then each piece gets its
+exact character span in the original. Otherwise (accents removed by NFKD, an unknown piece,
+SentencePiece's own normalisation) every piece of the word spans the whole word, so an answer
+maps to whole words there. A predicted piece span is turned back into text by slicing the
+original context between the first piece's start and the last piece's end, so the answer text is
+the context's own characters.
 
 Training labels (`training_questions`, the official BERT `read_squad_examples` rule): an answer
 is kept when its text, whitespace collapsed, is found in the whitespace-separated words of the
