@@ -44,8 +44,15 @@ def backbone_inputs() -> dict:
 def set_remove_padding(model, enabled: bool) -> None:
     """Sets `AlbertEncoder.remove_padding` on any ALBERT model (its backbone's encoder), before
     its functions are traced. Training, prediction and export set it the same way, so a
-    checkpoint gives the same bits on every path."""
-    getattr(model, "backbone", model).encoder.remove_padding = bool(enabled)
+    checkpoint gives the same bits on every path.
+
+    A model whose outputs read the encoder at padded positions (`reads_padding`: SQuAD's span
+    head, whose official softmax covers every position of the window, padding included) keeps
+    the padded computation whatever `enabled` says: removing the padding would leave zeros
+    there and change its loss and predictions. Every other head reads real tokens only, so
+    `remove_padding` gives it the same results (tests/test_remove_padding.py)."""
+    reads_padding = getattr(model, "reads_padding", False)
+    getattr(model, "backbone", model).encoder.remove_padding = bool(enabled) and not reads_padding
 
 
 def set_recompute(model, enabled: bool) -> None:

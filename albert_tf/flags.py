@@ -131,8 +131,12 @@ SPECS = {
     "mixed_precision": Spec("enum", "float32", "Compute dtype (bfloat16 where the hardware has "
                                                "it).", ("float32", "bfloat16")),
     "remove_padding": Spec("bool", True, "Run the encoder's matmuls on each batch's real "
-                                         "tokens only (not on padding); ignored under "
-                                         "TPUStrategy and with XLA (--jit_compile)."),
+                                         "tokens only (not on padding): the same losses, "
+                                         "metrics and predictions (dropout drops the same "
+                                         "units). SQuAD's span head (v1, v2 null-score), whose "
+                                         "official softmax reads the padding, keeps the padded "
+                                         "computation; ignored under TPUStrategy and with XLA "
+                                         "(--jit_compile)."),
     "recompute": Spec("bool", False, "Recompute each encoder layer's activations in the "
                                      "backward pass instead of keeping them: less training "
                                      "memory for about one more forward pass (same "

@@ -30,6 +30,9 @@ def span_model(config, dtype=None):
     model.backbone = backbone
     model.config = config
     model.albert_kind = "span"
+    # The official v1 / null-score softmax covers every position, padding included: the
+    # encoder must compute the padded positions (`set_remove_padding` keeps them).
+    model.reads_padding = True
     # official `cls/squad/output_weights` [2, H] and `cls/squad/output_bias` [2]
     model.official_weights = lambda: backbone.official_weights() + [
         NamedWeight("cls/squad/output_weights", model.get_layer("squad").kernel, transposed=True),

@@ -23,17 +23,32 @@ from albert_tf.layers.common import gelu_tanh_lean, get_activation, truncated_no
 MASK_ADDER = -10000.0
 
 
-def _dropout(layer: keras.layers.Dropout, x, training, seed=None):
+def _dropout(layer: keras.layers.Dropout, x, training, seed=None, token_indices=None,
+             padded_shape=None):
     """`layer(x, training=training)`, or with `seed` (int [2], drawn beforehand from the layer's
     own generator by `_draw_seed`) the same mask without touching the generator: what
     `keras.layers.Dropout` computes after drawing that seed, so a recomputed forward pass
-    (`AlbertEncoder`'s `recompute`) replays the masks of the first one bit for bit."""
+    (`AlbertEncoder`'s `recompute`) replays the masks of the first one bit for bit.
+
+    With `token_indices` (x: the real tokens [tokens, H] of a `padded_shape` [batch, seq, H]
+    batch, `remove_padding`), the mask is the padded layout's mask at those tokens: the
+    uniform draw covers [batch, seq, H] and is gathered, so a training step drops the same
+    units with and without `remove_padding` (equal results, not only the same distribution)."""
     if seed is None:
         return layer(x, training=training)
     if seed.dtype != tf.int32:  # as Keras casts its int64 generator state
         seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
-    return tf.nn.experimental.stateless_dropout(x, rate=layer.rate, noise_shape=tf.shape(x),
-                                                seed=seed)
+    if token_indices is None:
+        return tf.nn.experimental.stateless_dropout(x, rate=layer.rate,
+                                                    noise_shape=tf.shape(x), seed=seed)
+
+    def gathered_uniform(shape, dtype):
+        del shape  # the real tokens' [tokens, H]: the draw covers the padded layout
+        uniform = tf.random.stateless_uniform(padded_shape, seed=seed, dtype=dtype)
+        return tf.gather_nd(uniform, token_indices)
+
+    return tf.nn.experimental.general_dropout(x, rate=layer.rate,
+                                              uniform_sampler=gathered_uniform)
 
 
 def _draw_seed(layer: keras.layers.Dropout, training):
@@ -161,7 +176,8 @@ class AlbertAttention(keras.layers.Layer):
         if token_indices is not None:
             context = tf.gather_nd(context, token_indices)
         out = _dropout(self.output_dropout, self.output_dense(context), training,
-                       dropout_seeds[1])
+                       dropout_seeds[1], token_indices,
+                       None if token_indices is None else shape)
         return self.layer_norm(out + tf.cast(x, out.dtype))
 
     def compute_output_shape(self, x_shape, attention_bias_shape=None, token_indices_shape=None):
@@ -224,13 +240,15 @@ class AlbertFeedForward(keras.layers.Layer):
     def draw_seeds(self, training):
         return (_draw_seed(self.dropout, training),)
 
-    def call(self, x, training=None, dropout_seeds=(None,)):
+    def call(self, x, training=None, dropout_seeds=(None,), token_indices=None,
+             padded_shape=None):
         h = self.intermediate(x)
         # Training keeps only GELU's input for its gradient (gelu_tanh_lean: same forward bits);
         # inference and export use the plain op.
         lean = training is True and self.hidden_act in ("gelu", "gelu_new")
         h = gelu_tanh_lean(h) if lean else self.activation(h)
-        out = _dropout(self.dropout, self.output_dense(h), training, dropout_seeds[0])
+        out = _dropout(self.dropout, self.output_dense(h), training, dropout_seeds[0],
+                       token_indices, padded_shape)
         return self.layer_norm(out + tf.cast(x, out.dtype))
 
     def compute_output_shape(self, input_shape):
@@ -361,7 +379,7 @@ class AlbertEncoder(keras.layers.Layer):
     def call(self, x, input_mask, training=None):
         mask = tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]
         attention_bias = (1.0 - mask) * MASK_ADDER
-        token_indices = None
+        token_indices = shape = None
         if self.remove_padding:
             token_indices = tf.cast(tf.where(tf.not_equal(input_mask, 0)), tf.int32)
             shape = tf.shape(x)
@@ -379,7 +397,8 @@ class AlbertEncoder(keras.layers.Layer):
                 for (attention, ffn), (attention_seeds, ffn_seeds) in zip(blocks, seeds):
                     h = attention(h, attention_bias, training=training,
                                   token_indices=token_indices, dropout_seeds=attention_seeds)
-                    h = ffn(h, training=training, dropout_seeds=ffn_seeds)
+                    h = ffn(h, training=training, dropout_seeds=ffn_seeds,
+                            token_indices=token_indices, padded_shape=shape)
                 return h
 
             x = (tf.recompute_grad(layer) if self.recompute and training is True else layer)(x)
