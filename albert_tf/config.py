@@ -6,8 +6,12 @@ ours, `sharing`, which selects the cross-layer parameter-sharing mode of the pap
 
 Unlike the official loader (which accepts any key), loading is strict: an unknown key raises, and
 the official keys that the released code never reads (`net_structure_type`, `gap_size`,
-`num_memory_blocks`, `down_scale_factor`) are accepted only at their neutral values, because a
-non-neutral value asks for a model that neither the official code nor this one builds. A dict or
+`num_memory_blocks`, `down_scale_factor`, and `layers_to_keep`, which only the TF-Hub xxlarge v1
+and the Chinese models' files carry) are accepted only at their neutral values, the values every
+released file gives, because another value asks for a model that neither the official code nor
+this one builds. `hidden_act` is read as the official `get_activation` reads it: any case, and an
+empty or null value meaning "linear". Every released `albert_config.json` (v1 and v2, the
+Chinese `*_zh` models, the TF-Hub modules' `assets/albert_config.json`) loads as it is. A dict or
 JSON file must also give every key of `REQUIRED_KEYS`: the dataclass defaults are ALBERT-base's,
 the official `modeling.AlbertConfig` defaults are xxlarge's (hidden 4096, 64 heads, FFN 16384, no
 vocabulary), so a file without them would mean a different model to each. Building
@@ -35,6 +39,12 @@ FFN_SHARED_MODES = ("all", "ffn")
 NO_OP_KEYS = {"net_structure_type": 0, "gap_size": 0, "num_memory_blocks": 0,
               "down_scale_factor": 1}
 
+# Keys of released files that are not fields here: the official code never reads them; a file
+# may give them at the value shown (what the released files carry), which is then dropped.
+# `layers_to_keep`: in the TF-Hub albert_xxlarge v1 config and the albert_*_zh configs, always
+# []; a non-empty list would name a pruned model (only those layers) that no released code builds.
+IGNORED_KEYS = {"layers_to_keep": []}
+
 # Keys a config dict or JSON file must give. vocab_size, hidden_size, num_attention_heads and
 # intermediate_size: the official defaults (none, 4096, 64, 16384) are not ours (ALBERT-base).
 # num_hidden_layers and embedding_size: the defaults agree (12, 128), but every released
@@ -52,6 +62,16 @@ OFFICIAL_KEY_ORDER = (
     "gap_size", "num_memory_blocks", "inner_group_num", "down_scale_factor", "type_vocab_size",
     "vocab_size",
 )
+
+
+def _check_neutral(name: str, value, neutral) -> None:
+    """Refuses a non-neutral value of an official key that no released code reads."""
+    if value != neutral or isinstance(value, bool) != isinstance(neutral, bool):
+        raise ValueError(
+            f"`{name}` is an official key that the released ALBERT code never reads: every "
+            f"released albert_config.json gives {name}={neutral!r}, and another value asks for "
+            f"a model that neither the official code (which ignores the key) nor this one "
+            f"builds; only {name}={neutral!r} is supported. Received: {name}={value!r}")
 
 
 def layer_group(layer_index: int, num_hidden_layers: int, num_hidden_groups: int) -> int:
@@ -78,7 +98,9 @@ class AlbertConfig:
         num_attention_heads: heads; must divide `hidden_size`.
         intermediate_size: FFN inner width I.
         inner_group_num: blocks applied in sequence within each layer (official "inner groups").
-        hidden_act: FFN and MLM-transform activation, one of `ACTIVATIONS`.
+        hidden_act: FFN and MLM-transform activation, one of `ACTIVATIONS` (in any case; None
+            or "" is "linear", as in the official `get_activation`). The English models use
+            "gelu", the Chinese ones "relu".
         hidden_dropout_prob: dropout after the embeddings and each sublayer output.
         attention_probs_dropout_prob: dropout on attention probabilities.
         max_position_embeddings: rows of the position-embedding table (longest sequence).
@@ -146,6 +168,11 @@ class AlbertConfig:
                 "`num_hidden_groups` must be at most `num_hidden_layers` (every group is used by "
                 f"at least one layer). Received: num_hidden_groups={self.num_hidden_groups}, "
                 f"num_hidden_layers={self.num_hidden_layers}")
+        act = self.hidden_act
+        if act is None or act == "":  # official get_activation: no activation
+            act = "linear"
+        if isinstance(act, str):  # official get_activation lowercases the name
+            object.__setattr__(self, "hidden_act", act.lower())
         if self.hidden_act not in ACTIVATIONS:
             raise ValueError(f"`hidden_act` must be one of {ACTIVATIONS}. "
                              f"Received: hidden_act={self.hidden_act!r}")
@@ -153,10 +180,7 @@ class AlbertConfig:
             raise ValueError(f"`sharing` must be one of {SHARING_MODES}. "
                              f"Received: sharing={self.sharing!r}")
         for name, neutral in NO_OP_KEYS.items():
-            if getattr(self, name) != neutral:
-                raise ValueError(
-                    f"`{name}` is an official key that the released ALBERT code never uses; only "
-                    f"{name}={neutral} is supported. Received: {name}={getattr(self, name)!r}")
+            _check_neutral(name, getattr(self, name), neutral)
 
     # ----------------------------------------------------------------------------------------
     # Derived quantities.
@@ -179,11 +203,15 @@ class AlbertConfig:
         """Builds a config from official keys (plus `sharing`). Unknown keys raise, and so do
         missing `REQUIRED_KEYS`."""
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
+        unknown = sorted(set(values) - known - set(IGNORED_KEYS))
         if unknown:
             raise ValueError(
                 f"Unknown ALBERT config keys {unknown}. Valid keys are the official "
-                f"albert_config.json keys plus `sharing`: {sorted(known)}")
+                f"albert_config.json keys plus `sharing`: {sorted(known | set(IGNORED_KEYS))}")
+        for name, neutral in IGNORED_KEYS.items():
+            if name in values:
+                _check_neutral(name, values[name], neutral)
+        values = {k: v for k, v in values.items() if k not in IGNORED_KEYS}
         missing = [k for k in REQUIRED_KEYS if k not in values]
         if missing:
             raise ValueError(
