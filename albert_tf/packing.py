@@ -13,9 +13,16 @@ The loop above has a closed form, used by both implementations: with budget T,
 T - len_a))`. Tests check it against the loop for every pair of lengths up to 40.
 
 Segment ids are 0 through the first [SEP] and 1 after it; the input mask is 1 on real tokens.
+
+An empty B packs as one segment, `[CLS] A [SEP]` (official `convert_single_example`: text_b is
+tokenized only `if example.text_b`, and packed only `if tokens_b`): a pair whose B has no token
+(an empty or all-whitespace text_b) gets no second [SEP] and the one-segment budget
+`max_seq_length - 2`, in every implementation here.
 """
 
 from __future__ import annotations
+
+import numbers
 
 from albert_tf.tokenization import CLS_ID, SEP_ID
 
@@ -39,23 +46,36 @@ def truncated_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
     return keep_a, keep_b
 
 
+def packed_length(len_a, len_b=None):
+    """The length of `[CLS] A [SEP] (B [SEP])` before truncation: `len_a + 2`, plus
+    `len_b + 1` when B has tokens (an empty B packs as one segment). Python ints, or int
+    tensors of one shape (`len_b` None: one segment)."""
+    if len_b is None:
+        return len_a + SINGLE_SPECIAL_TOKENS
+    if isinstance(len_b, numbers.Integral):
+        return len_a + SINGLE_SPECIAL_TOKENS + (len_b + 1 if len_b else 0)
+    import tensorflow as tf
+
+    return len_a + SINGLE_SPECIAL_TOKENS + tf.where(len_b > 0, len_b + 1, tf.zeros_like(len_b))
+
+
 def pack_ids(ids_a, ids_b=None, max_seq_length: int = 512):
     """`[CLS] A [SEP] (B [SEP])` after truncation.
 
     Args:
-        ids_a, ids_b: token ids (no special tokens); `ids_b` None for one segment.
+        ids_a, ids_b: token ids (no special tokens); `ids_b` None for one segment. An empty
+            `ids_b` also packs as one segment (official: `if tokens_b`).
         max_seq_length: the longest packed sequence.
 
     Returns:
         (input_ids, segment_ids), unpadded lists of equal length <= max_seq_length.
     """
-    pair = ids_b is not None
-    _check_max_seq_length(max_seq_length, pair)
+    _check_max_seq_length(max_seq_length, ids_b is not None)
     ids_a = list(ids_a)
-    if not pair:
+    ids_b = None if ids_b is None else list(ids_b)
+    if not ids_b:
         a = ids_a[: max_seq_length - SINGLE_SPECIAL_TOKENS]
         return [CLS_ID, *a, SEP_ID], [0] * (len(a) + 2)
-    ids_b = list(ids_b)
     keep_a, keep_b = truncated_lengths(len(ids_a), len(ids_b),
                                        max_seq_length - PAIR_SPECIAL_TOKENS)
     a, b = ids_a[:keep_a], ids_b[:keep_b]
@@ -93,11 +113,13 @@ def keep_last(ragged, keep):
         lengths - tf.cast(keep, lengths.dtype), 1))
 
 
-def join_in_graph(ids_a, ids_b=None) -> dict:
+def join_in_graph(ids_a, ids_b=None, empty_b_is_one_segment: bool = False) -> dict:
     """`[CLS] A [SEP] (B [SEP])` of already-truncated rows, as model inputs.
 
     Args:
         ids_a, ids_b: int32 RaggedTensors [rows, (tokens)]; `ids_b` None for one segment.
+        empty_b_is_one_segment: a row whose B is empty gets no second [SEP] (`[CLS] A [SEP]`,
+            the official classifier packing); otherwise it gets `[CLS] A [SEP] [SEP]`.
 
     Returns:
         dict of int32 [rows, length] tensors `input_ids`, `input_mask`, `segment_ids` (segment
@@ -108,14 +130,18 @@ def join_in_graph(ids_a, ids_b=None) -> dict:
     ids_a = tf.cast(ids_a, tf.int32)
     rows = ids_a.nrows()
 
-    def column(value):
-        return tf.RaggedTensor.from_row_lengths(tf.fill([rows], tf.constant(value, tf.int32)),
-                                                tf.ones([rows], tf.int64))
+    def column(value, lengths=None):
+        lengths = tf.ones([rows], tf.int64) if lengths is None else lengths
+        return tf.RaggedTensor.from_row_lengths(
+            tf.fill([tf.reduce_sum(lengths)], tf.constant(value, tf.int32)), lengths)
 
     parts = [column(CLS_ID), ids_a, column(SEP_ID)]
     segments = [0, 0, 0]
     if ids_b is not None:
-        parts += [tf.cast(ids_b, tf.int32), column(SEP_ID)]
+        ids_b = tf.cast(ids_b, tf.int32)
+        closing = (tf.cast(ids_b.row_lengths() > 0, tf.int64) if empty_b_is_one_segment
+                   else None)
+        parts += [ids_b, column(SEP_ID, closing)]
         segments += [1, 1]
     input_ids = tf.concat(parts, axis=1)
     segment_ids = tf.concat([tf.ones_like(p) * s for p, s in zip(parts, segments)], axis=1)
@@ -128,7 +154,8 @@ def pack_in_graph(ids_a, ids_b=None, max_seq_length: int = 512) -> dict:
     """The same packing with TensorFlow ops, for a batch.
 
     Args:
-        ids_a, ids_b: int32 `tf.RaggedTensor` [batch, (tokens)]; `ids_b` None for one segment.
+        ids_a, ids_b: int32 `tf.RaggedTensor` [batch, (tokens)]; `ids_b` None for one segment;
+            a row whose B is empty packs as one segment (as `pack_ids`).
         max_seq_length: the longest packed sequence (a Python int).
 
     Returns:
@@ -145,15 +172,17 @@ def pack_in_graph(ids_a, ids_b=None, max_seq_length: int = 512) -> dict:
             len_a, max_seq_length - SINGLE_SPECIAL_TOKENS)))
     len_b = ids_b.row_lengths()
     budget = tf.constant(max_seq_length - PAIR_SPECIAL_TOKENS, tf.int64)
-    keep_a = tf.minimum(len_a, tf.maximum((budget + 1) // 2, budget - len_b))
+    keep_a = tf.where(len_b > 0, tf.minimum(len_a, tf.maximum((budget + 1) // 2, budget - len_b)),
+                      tf.minimum(len_a, max_seq_length - SINGLE_SPECIAL_TOKENS))
     keep_b = tf.minimum(len_b, tf.maximum(budget // 2, budget - len_a))
-    return join_in_graph(keep_first(ids_a, keep_a), keep_first(ids_b, keep_b))
+    return join_in_graph(keep_first(ids_a, keep_a), keep_first(ids_b, keep_b),
+                         empty_b_is_one_segment=True)
 
 
 def pack_row_in_graph(ids_a, ids_b=None, max_seq_length: int = 512) -> dict:
     """`pack_in_graph` of one example of 1-D int32 ids, with dense ops only (no ragged tensors),
     as a TensorFlow Lite graph needs: the same truncation (longest first, from the end) and
-    layout.
+    layout (an empty B: one segment).
 
     Returns:
         dict of int32 [1, length] tensors `input_ids`, `input_mask`, `segment_ids` (no padding).
@@ -163,19 +192,20 @@ def pack_row_in_graph(ids_a, ids_b=None, max_seq_length: int = 512) -> dict:
     pair = ids_b is not None
     _check_max_seq_length(max_seq_length, pair)
     len_a = tf.size(ids_a)
+    keep_a = tf.minimum(len_a, max_seq_length - SINGLE_SPECIAL_TOKENS)
     if pair:
         len_b = tf.size(ids_b)
+        has_b = tf.cast(len_b > 0, tf.int32)  # 0: B is empty, one segment
         budget = max_seq_length - PAIR_SPECIAL_TOKENS
-        keep_a = tf.minimum(len_a, tf.maximum((budget + 1) // 2, budget - len_b))
+        keep_a = tf.where(len_b > 0, tf.minimum(len_a, tf.maximum((budget + 1) // 2,
+                                                                  budget - len_b)), keep_a)
         keep_b = tf.minimum(len_b, tf.maximum(budget // 2, budget - len_a))
-    else:
-        keep_a = tf.minimum(len_a, max_seq_length - SINGLE_SPECIAL_TOKENS)
     cls, sep = tf.constant([CLS_ID], tf.int32), tf.constant([SEP_ID], tf.int32)
     parts = [cls, tf.cast(ids_a[:keep_a], tf.int32), sep]
     segment_ids = tf.zeros([keep_a + 2], tf.int32)
     if pair:
-        parts += [tf.cast(ids_b[:keep_b], tf.int32), sep]
-        segment_ids = tf.concat([segment_ids, tf.ones([keep_b + 1], tf.int32)], axis=0)
+        parts += [tf.cast(ids_b[:keep_b], tf.int32), sep[:has_b]]
+        segment_ids = tf.concat([segment_ids, tf.ones([keep_b + has_b], tf.int32)], axis=0)
     input_ids = tf.concat(parts, axis=0)
     return {"input_ids": input_ids[None], "input_mask": tf.ones_like(input_ids)[None],
             "segment_ids": segment_ids[None]}

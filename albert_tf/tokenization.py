@@ -32,6 +32,11 @@ CLS_PIECE, SEP_PIECE, MASK_PIECE = "[CLS]", "[SEP]", "[MASK]"
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3, 4
 SPECIAL_IDS = {CLS_PIECE: CLS_ID, SEP_PIECE: SEP_ID, MASK_PIECE: MASK_ID}
 
+# Part of the digest of cached fine-tuning features (GLUE, RACE): raised whenever the ids a text
+# or text pair gets change, so features written by an earlier version are written again.
+# 2: `` and '' kept (official); an empty text_b packs as one segment (official).
+FEATURES_REVISION = 2
+
 
 def preprocess_text(text: str, do_lower_case: bool = True) -> str:
     """Official ALBERT text normalization (see module docstring)."""

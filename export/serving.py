@@ -63,7 +63,7 @@ from albert_tf import features as F
 from albert_tf.backbone import set_remove_padding
 from albert_tf.records import example_of
 from albert_tf.packing import (join_in_graph, keep_first, keep_last, pack_ids, pack_in_graph,
-                               pad_features)
+                               packed_length, pad_features)
 from albert_tf.tokenization import MASK_ID, InGraphTokenizer
 from albert_tf.tasks.race import LABELS
 from albert_tf.tasks.squad import (align_context_in_graph, decode_beam_in_graph, decode_in_graph,
@@ -368,9 +368,8 @@ class AlbertServingModule(tf.Module):
         `max_seq_length` [batch] (the limit, so any answer tells a client the model's)."""
         ids_a, ids_b = self._encode(text, text_b, encode)
         out = dict(outputs(pack_in_graph(ids_a, ids_b, self.max_seq_length)))
-        num = ids_a.row_lengths() + 2 if ids_b is None else \
-            ids_a.row_lengths() + ids_b.row_lengths() + 3
-        num = tf.cast(num, tf.int32)
+        num = tf.cast(packed_length(ids_a.row_lengths(),
+                                    None if ids_b is None else ids_b.row_lengths()), tf.int32)
         out.update(num_tokens=num, truncated=num > self.max_seq_length,
                    max_seq_length=tf.fill(tf.shape(num), self.max_seq_length))
         return out

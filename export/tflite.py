@@ -47,7 +47,7 @@ import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F
-from albert_tf.packing import pack_ids, pack_row_in_graph
+from albert_tf.packing import pack_ids, pack_row_in_graph, packed_length
 from albert_tf.ownership import OutputLock, current_umask
 from albert_tf.paths import HELD_OUT_TEXT, SAMPLE_DATA_DIR
 from albert_tf.tokenization import MASK_ID, Tokenizer
@@ -115,7 +115,7 @@ class TFLiteModule(AlbertServingModule):
         ids_b = None if text_b is None else self.tokenizer.encode_one(text_b)
         out = dict(self.outputs_from_tokens(pack_row_in_graph(ids_a, ids_b,
                                                               self.max_seq_length)))
-        num = tf.size(ids_a) + (2 if ids_b is None else tf.size(ids_b) + 3)
+        num = packed_length(tf.size(ids_a), None if ids_b is None else tf.size(ids_b))
         out.update(num_tokens=tf.reshape(num, [1]),
                    truncated=tf.reshape(num > self.max_seq_length, [1]),
                    max_seq_length=tf.constant([self.max_seq_length], tf.int32))

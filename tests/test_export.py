@@ -16,7 +16,7 @@ from albert_tf import AlbertClassifier
 from albert_tf.checkpoints import save_albert_tf
 from albert_tf.packing import pack_ids, pad_features
 from albert_tf.records import example_of
-from albert_tf.tokenization import MASK_ID, Tokenizer
+from albert_tf.tokenization import MASK_ID, SEP_ID, Tokenizer
 from conftest import (EXPORT_MAX_SEQ as MAX_SEQ, GUTENBERG, ROOT, WIKITEXT,
                       export_config as _config, random_batch, randomize as _randomize,
                       assert_spread)
@@ -652,9 +652,15 @@ def test_truncation_is_visible_and_raw_text_examples_classify(exported, sample_v
     _, _, loaded = exported["classifier"]
     got = loaded.signatures["serve_text_pair"](text=tf.constant(TEXTS),
                                                text_b=tf.constant(PAIRS))
-    expected = [len(tok.encode_with_masks(a)) + len(tok.encode_with_masks(b)) + 3
-                for a, b in zip(TEXTS, PAIRS)]
+    # PAIRS[2] is "": one segment, [CLS] A [SEP] (official: B only `if tokens_b`).
+    lengths = [(len(tok.encode_with_masks(a)), len(tok.encode_with_masks(b)))
+               for a, b in zip(TEXTS, PAIRS)]
+    expected = [a + 2 + (b + 1 if b else 0) for a, b in lengths]
     assert got["num_tokens"].numpy().tolist() == expected
+    n = len(tok.encode_with_masks(TEXTS[2])) + 2
+    assert got["input_mask"].numpy()[2].sum() == n and not got["segment_ids"].numpy()[2].any()
+    assert got["input_ids"].numpy()[2, n - 1] == SEP_ID and SEP_ID not in got[
+        "input_ids"].numpy()[2, n:]
     assert got["truncated"].numpy().tolist() == [n > MAX_SEQ for n in expected]
     assert got["truncated"].numpy()[1] and not got["truncated"].numpy()[0]
     assert got["max_seq_length"].numpy().tolist() == [MAX_SEQ] * len(TEXTS)

@@ -4,8 +4,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from albert_tf.packing import pack_ids, pack_in_graph, pad_features, truncated_lengths
-from albert_tf.tokenization import CLS_ID, SEP_ID
+from albert_tf.classifier import AlbertClassifier
+from albert_tf.packing import (pack_ids, pack_in_graph, pack_row_in_graph, packed_length,
+                               pad_features, truncated_lengths)
+from albert_tf.tasks import classification, glue
+from albert_tf.tokenization import CLS_ID, SEP_ID, Tokenizer
+from conftest import tiny_config
+from export.serving import AlbertServingModule
 
 
 def official_truncate(len_a, len_b, budget):
@@ -57,3 +62,99 @@ def test_in_graph_packing_equals_python(pair):
         for name in ("input_ids", "input_mask", "segment_ids"):
             expected = [pad_features(ids, seg, length)[name] for ids, seg in packed]
             np.testing.assert_array_equal(got[name].numpy(), expected)
+
+
+def test_an_empty_b_packs_as_one_segment_as_official():
+    """Official `convert_single_example` packs B only `if tokens_b`: an empty B gives
+    `[CLS] A [SEP]` (no second [SEP]) with the one-segment budget max_seq_length - 2, in Python,
+    in-graph (ragged batch) and the dense TFLite form."""
+    a = [11, 12, 13, 14, 15, 16]
+    assert pack_ids(a, [], max_seq_length=6) == ([CLS_ID, 11, 12, 13, 14, SEP_ID], [0] * 6)
+    assert pack_ids(a, (), max_seq_length=6) == pack_ids(a, None, max_seq_length=6)
+    # A B of one token keeps the pair layout and budget (6 - 3: A keeps 2).
+    assert pack_ids(a, [21], max_seq_length=6) == ([CLS_ID, 11, 12, SEP_ID, 21, SEP_ID],
+                                                   [0, 0, 0, 0, 1, 1])
+    assert packed_length(6, 0) == 8 and packed_length(6, 1) == 10 and packed_length(6) == 8
+    got = pack_in_graph(tf.ragged.constant([a, a, [7]], tf.int32),
+                        tf.ragged.constant([[], [21], []], tf.int32), max_seq_length=6)
+    np.testing.assert_array_equal(got["input_ids"].numpy(), [
+        [CLS_ID, 11, 12, 13, 14, SEP_ID], [CLS_ID, 11, 12, SEP_ID, 21, SEP_ID],
+        [CLS_ID, 7, SEP_ID, 0, 0, 0]])
+    np.testing.assert_array_equal(got["segment_ids"].numpy(), [
+        [0] * 6, [0, 0, 0, 0, 1, 1], [0] * 6])
+    np.testing.assert_array_equal(got["input_mask"].numpy(), [[1] * 6, [1] * 6, [1] * 3 + [0] * 3])
+    np.testing.assert_array_equal(packed_length(tf.constant([6, 6, 1]),
+                                                tf.constant([0, 1, 0])).numpy(), [8, 10, 3])
+    for b, ids, segments in (([], [CLS_ID, 11, 12, 13, 14, SEP_ID], [0] * 6),
+                             ([21], [CLS_ID, 11, 12, SEP_ID, 21, SEP_ID], [0, 0, 0, 0, 1, 1])):
+        row = pack_row_in_graph(tf.constant(a, tf.int32), tf.constant(b, tf.int32), 6)
+        assert row["input_ids"].numpy().tolist() == [ids]
+        assert row["segment_ids"].numpy().tolist() == [segments]
+        assert row["input_mask"].numpy().tolist() == [[1] * 6]
+
+
+def test_glue_and_raw_text_serving_pack_an_empty_text_b_as_one_segment(sample_vocab, tmp_path):
+    """An RTE file whose sentence2 is empty or only whitespace: the fine-tuning features and
+    the in-graph packing of the raw-text serving signatures give `[CLS] A [SEP]`, segment 0,
+    as official (`if example.text_b:` after `process_text`, which leaves "" of "   ")."""
+    path = tmp_path / "dev.tsv"
+    path.write_text("index\tsentence1\tsentence2\tlabel\n0\tThe cat sat.\tA cat.\tentailment\n"
+                    "1\tThe cat sat.\t\tentailment\n2\tThe cat sat.\t \u3000 \tentailment\n",
+                    encoding="utf-8")
+    examples = glue.read_examples("rte", str(path), "dev")
+    assert [e.text_b.strip() for e in examples] == ["A cat.", "", ""]
+    tok = Tokenizer(sample_vocab)
+    a, b = tok.encode("The cat sat."), tok.encode("A cat.")
+    assert len(a) >= 3 and len(b) >= 2
+    pair = [CLS_ID, *a, SEP_ID, *b, SEP_ID]
+    single = [CLS_ID, *a, SEP_ID]
+    task = glue.get_task("rte")
+    features = [classification.example_features(e, task, tok, 16) for e in examples]
+    assert {k: features[0][k] for k in ("input_ids", "input_mask", "segment_ids")} == \
+        pad_features(pair, [0] * (len(a) + 2) + [1] * (len(b) + 1), 16)
+    for f in features[1:]:
+        assert f["input_ids"] == single + [0] * (16 - len(single))
+        assert f["segment_ids"] == [0] * 16
+        assert f["input_mask"] == [1] * len(single) + [0] * (16 - len(single))
+    config = tiny_config(vocab_size=tok.vocab_size)
+    module = AlbertServingModule(AlbertClassifier(config, num_labels=2), "classifier",
+                                 tok.model_proto, max_seq_length=16, text_pair=True)
+    texts = tf.constant([e.text_a for e in examples])
+    texts_b = tf.constant([e.text_b for e in examples])
+    got = module.tokens_from_text(texts, texts_b)
+    width = len(pair)
+    np.testing.assert_array_equal(got["input_ids"].numpy(), [
+        pair, single + [0] * (width - len(single)), single + [0] * (width - len(single))])
+    np.testing.assert_array_equal(got["segment_ids"].numpy(), [
+        [0] * (len(a) + 2) + [1] * (len(b) + 1), [0] * width, [0] * width])
+    np.testing.assert_array_equal(got["input_mask"].numpy(), [
+        [1] * width, [1] * len(single) + [0] * (width - len(single)),
+        [1] * len(single) + [0] * (width - len(single))])
+    counted = module.text_outputs(lambda tokens: {}, texts, texts_b)
+    assert counted["num_tokens"].numpy().tolist() == [len(pair), len(single), len(single)]
+
+
+class _RowPacker(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int32)] * 2)
+    def pack(self, a, b):
+        out = pack_row_in_graph(a, b, 6)
+        out["num_tokens"] = tf.reshape(packed_length(tf.size(a), tf.size(b)), [1])
+        return out
+
+
+def test_the_tflite_form_packs_an_empty_b_as_one_segment():
+    """`pack_row_in_graph` converts with TFLite builtins only and, run by the interpreter, packs
+    an empty B as `[CLS] A [SEP]` (and counts its tokens so)."""
+    module = _RowPacker()
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [module.pack.get_concrete_function()], module)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    runner = tf.lite.Interpreter(model_content=converter.convert()).get_signature_runner()
+    a = np.array([11, 12, 13, 14, 15, 16], np.int32)
+    for b, ids, segments, num in (
+            ([], [CLS_ID, 11, 12, 13, 14, SEP_ID], [0] * 6, 8),
+            ([21], [CLS_ID, 11, 12, SEP_ID, 21, SEP_ID], [0, 0, 0, 0, 1, 1], 10),
+            ([21, 22, 23], [CLS_ID, 11, 12, SEP_ID, 21, SEP_ID], [0, 0, 0, 0, 1, 1], 12)):
+        got = runner(a=a, b=np.array(b, np.int32))
+        assert got["input_ids"].tolist() == [ids] and got["segment_ids"].tolist() == [segments]
+        assert got["input_mask"].tolist() == [[1] * 6] and got["num_tokens"].tolist() == [num]

@@ -22,9 +22,10 @@ import numpy as np
 
 from albert_tf import features as F
 from albert_tf.tasks import glue
-from albert_tf.packing import pack_ids, pad_features
+from albert_tf.packing import pack_ids, packed_length, pad_features
 from albert_tf.records import files_for, read_cached, to_example, write_records
 from albert_tf.tasks.base import LabelledTask
+from albert_tf.tokenization import FEATURES_REVISION
 from albert_tf.classifier import AlbertClassifier
 
 LABEL_IDS = F.LABEL_IDS
@@ -66,7 +67,8 @@ def write_examples(examples, task: glue.GlueTask, tokenizer, max_seq_length: int
     schema = classifier_schema(max_seq_length, task.is_regression)
     digest = hashlib.sha256(json.dumps(
         [task.name, max_seq_length, shuffle_seed, pad_to_multiple, tokenizer.sha256,
-         tokenizer.do_lower_case, [(e.guid, e.text_a, e.text_b, e.label) for e in examples]],
+         tokenizer.do_lower_case, FEATURES_REVISION,
+         [(e.guid, e.text_a, e.text_b, e.label) for e in examples]],
         ensure_ascii=False).encode()).hexdigest()
     num_files = files_for(len(examples), num_files)
     cached = read_cached(path, digest, num_files)
@@ -80,10 +82,9 @@ def write_examples(examples, task: glue.GlueTask, tokenizer, max_seq_length: int
     for i in order.tolist():
         features = example_features(examples[i], task, tokenizer, max_seq_length)
         records.append(to_example(features, schema))
-        ids_a = len(tokenizer.encode(examples[i].text_a))
-        ids_b = (len(tokenizer.encode(examples[i].text_b))
-                 if examples[i].text_b is not None else 0)
-        truncated += int(ids_a + ids_b + (3 if examples[i].text_b is not None else 2)
+        ids_b = examples[i].text_b
+        truncated += int(packed_length(len(tokenizer.encode(examples[i].text_a)),
+                                       None if ids_b is None else len(tokenizer.encode(ids_b)))
                          > max_seq_length)
     padding = (-len(records)) % pad_to_multiple
     if padding:

@@ -37,7 +37,7 @@ from albert_tf import features as F
 from albert_tf.task_models import NUM_CHOICES, multiple_choice_model  # noqa: F401
 from albert_tf.tasks.base import LabelledTask
 from albert_tf.records import files_for, read_cached, to_example, write_records
-from albert_tf.tokenization import CLS_ID, SEP_ID
+from albert_tf.tokenization import CLS_ID, FEATURES_REVISION, SEP_ID
 
 LEVELS = ("middle", "high")
 LABELS = ("A", "B", "C", "D")
@@ -217,7 +217,7 @@ def write_examples(examples, tokenizer, max_seq_length: int, max_qa_length: int,
     Returns the split's sidecar with `files`."""
     digest = hashlib.sha256(json.dumps(
         ["race", max_seq_length, max_qa_length, shuffle_seed, pad_to_multiple,
-         tokenizer.sha256, tokenizer.do_lower_case,
+         tokenizer.sha256, tokenizer.do_lower_case, FEATURES_REVISION,
          [dataclasses.astuple(e) for e in examples]], ensure_ascii=False).encode()).hexdigest()
     num_files = files_for(len(examples), num_files)
     cached = read_cached(path, digest, num_files)
