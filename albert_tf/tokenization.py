@@ -72,6 +72,11 @@ class Tokenizer:
         >>> tok.encode("Hello, World! 1,000")            # doctest: +SKIP
     """
 
+    kind = "sentencepiece"
+    # The official special ids, checked at load (`check_special_ids`); a WordPiece vocabulary
+    # has its own (`WordPieceTokenizer`): callers take them from the tokenizer.
+    pad_id, unk_id, cls_id, sep_id, mask_id = PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID
+
     def __init__(self, spm_model_file: str, do_lower_case: bool = True):
         import sentencepiece as spm
 
@@ -86,6 +91,11 @@ class Tokenizer:
             raise ValueError(f"{spm_model_file} is not a valid SentencePiece model: {e}") from None
         check_special_ids(self.sp, spm_model_file)
         self.vocab_size = self.sp.GetPieceSize()
+
+    @property
+    def vocabulary_file(self) -> str:
+        """The file that defines the vocabulary (here the SentencePiece model)."""
+        return self.spm_model_file
 
     @functools.cached_property
     def sha256(self) -> str:
@@ -580,3 +590,310 @@ class OnDeviceTokenizer:
         ids, rows = self.encode_flat(strings)
         return tf.RaggedTensor.from_value_rowids(ids, rows,
                                                  nrows=tf.shape(strings, out_type=tf.int64)[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# WordPiece: the official tokenizer without --spm_model_file (the Chinese models ship a
+# WordPiece `vocab_chinese.txt` and no SentencePiece model).
+WORDPIECE_SPECIALS = ("[UNK]", CLS_PIECE, SEP_PIECE, MASK_PIECE)
+WORDPIECE_MAX_CHARS = 200  # a longer word is one [UNK] (official `max_input_chars_per_word`)
+# CJK Unified Ideographs blocks (with extensions and compatibility ideographs): each character
+# is a word of its own (official `BasicTokenizer._is_chinese_char`).
+CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+              (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+
+
+def is_cjk(c: str) -> bool:
+    cp = ord(c)
+    return any(a <= cp <= b for a, b in CJK_RANGES)
+
+
+def is_dropped(c: str) -> bool:
+    """Removed before anything else: NUL, U+FFFD and control/format characters (Cc, Cf), tab
+    and newlines excepted (official `_clean_text`)."""
+    return c in "\x00\ufffd" or (unicodedata.category(c) in ("Cc", "Cf") and c not in "\t\n\r")
+
+
+def is_punctuation(c: str) -> bool:
+    """Its own word: every ASCII character that is not a letter, digit, space or control, and
+    every Unicode punctuation (P*) character (official `_is_punctuation`)."""
+    cp = ord(c)
+    return (33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126
+            or unicodedata.category(c).startswith("P"))
+
+
+def strip_accents(text: str) -> str:
+    """NFD, then every nonspacing mark (Mn) dropped (official `_run_strip_accents`)."""
+    return "".join(c for c in unicodedata.normalize("NFD", text)
+                   if unicodedata.category(c) != "Mn")
+
+
+def basic_tokenize(text: str, do_lower_case: bool = True) -> list[str]:
+    """The words of the official `BasicTokenizer`: dropped characters removed, whitespace
+    (str.split's) separating words, each CJK character and each punctuation character a word,
+    and, with `do_lower_case`, every word lowercased and its accents stripped."""
+    cleaned = []
+    for c in text:
+        if is_dropped(c):
+            continue
+        cleaned.append(f" {c} " if is_cjk(c) else " " if c.isspace() else c)
+    words = []
+    for token in "".join(cleaned).split():
+        if do_lower_case:
+            token = strip_accents(token.lower())
+        word = ""
+        for c in token:
+            if is_punctuation(c):
+                words += [word, c] if word else [c]
+                word = ""
+            else:
+                word += c
+        if word:
+            words.append(word)
+    return " ".join(words).split()
+
+
+def load_wordpiece_vocab(vocab_file: str) -> dict:
+    """{token: id} as the official `load_vocab` reads a vocabulary: one token per line (its
+    first whitespace-separated field; a blank line is the token " "); a token listed again
+    keeps its first id, and ids number the distinct tokens in order."""
+    vocab = {}
+    with open(vocab_file, encoding="utf-8", newline="\n") as f:
+        for line in f:
+            token = line.strip().split()[0] if line.strip() else " "
+            vocab.setdefault(token, len(vocab))
+    return vocab
+
+
+def wordpiece(word: str, vocab, unk: str = "[UNK]") -> list[str]:
+    """Greedy longest-match-first pieces of one word, continuations prefixed "##"; a word with
+    a part no piece matches, or longer than `WORDPIECE_MAX_CHARS` characters, is `[unk]`."""
+    if len(word) > WORDPIECE_MAX_CHARS:
+        return [unk]
+    pieces, start = [], 0
+    while start < len(word):
+        for end in range(len(word), start, -1):
+            piece = word[start:end] if start == 0 else "##" + word[start:end]
+            if piece in vocab:
+                break
+        else:
+            return [unk]
+        pieces.append(piece)
+        start = end
+    return pieces
+
+
+class WordPieceTokenizer:
+    """The official WordPiece tokenizer (`FullTokenizer(vocab_file, do_lower_case)` without a
+    SentencePiece model): `basic_tokenize`, then `wordpiece` on each word. The interface is
+    `Tokenizer`'s, so callers do not ask which one they hold; `make_tokenizer` picks.
+
+    Args:
+        vocab_file: a WordPiece vocabulary, one token per line (the Chinese models'
+            `vocab_chinese.txt`), holding [UNK], [CLS], [SEP] and [MASK].
+        do_lower_case: lowercase and strip accents (the Chinese models: True).
+
+    Special ids are the vocabulary's (`vocab_chinese.txt`: [UNK] 100, [CLS] 101, [SEP] 102,
+    [MASK] 103); padding is 0, as the official data and features pad.
+    """
+
+    kind = "wordpiece"
+    pad_id = PAD_ID
+
+    def __init__(self, vocab_file: str, do_lower_case: bool = True):
+        if not os.path.exists(vocab_file):
+            raise FileNotFoundError(f"WordPiece vocabulary not found: {vocab_file}")
+        try:
+            self.vocab = load_wordpiece_vocab(vocab_file)
+        except UnicodeDecodeError:
+            raise ValueError(f"{vocab_file} is not UTF-8 text: a WordPiece vocabulary lists one "
+                             "token per line (was a SentencePiece .model passed as "
+                             "--vocab_file? Pass it as --spm_model_file).") from None
+        missing = [t for t in WORDPIECE_SPECIALS if t not in self.vocab]
+        if missing:
+            raise ValueError(f"WordPiece vocabulary {vocab_file} lacks {missing}: the official "
+                             "tokenizer and data need [UNK], [CLS], [SEP] and [MASK] in it.")
+        self.vocab_file = vocab_file
+        self.do_lower_case = do_lower_case
+        self.inv_vocab = list(self.vocab)  # ids are 0..n-1, in order
+        self.vocab_size = len(self.inv_vocab)
+        self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
+            self.vocab[t] for t in WORDPIECE_SPECIALS)
+
+    @property
+    def vocabulary_file(self) -> str:
+        return self.vocab_file
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        return file_sha256(self.vocab_file)
+
+    @functools.cached_property
+    def start_piece_mask(self):
+        """numpy bool [V]: the piece starts a word: it is not a "##" continuation (official
+        `_is_start_piece_bert`)."""
+        import numpy as np
+
+        return np.array([not t.startswith("##") for t in self.inv_vocab])
+
+    @functools.cached_property
+    def replacement_ids(self):
+        """numpy int32: ids a random MLM replacement may draw: not padding and not a reserved
+        "[...]" token ([PAD], [UNK], [CLS], [SEP], [MASK], [unusedN]); "[" and "]" are kept."""
+        import numpy as np
+
+        return np.array([i for i, t in enumerate(self.inv_vocab)
+                         if i != PAD_ID and not (len(t) > 2 and t[0] == "[" and t[-1] == "]")],
+                        np.int32)
+
+    def tokenize(self, text: str) -> list[str]:
+        return [p for word in basic_tokenize(text, self.do_lower_case)
+                for p in wordpiece(word, self.vocab)]
+
+    def encode(self, text: str) -> list[int]:
+        return [self.vocab[p] for p in self.tokenize(text)]
+
+    def encode_with_masks(self, text) -> list[int]:
+        """`Tokenizer.encode_with_masks`: each literal "[MASK]" is the [MASK] id."""
+        return _encode_with_masks(self, text)
+
+    def pieces_to_ids(self, pieces):
+        return [self.vocab[p] for p in pieces]
+
+    def ids_to_pieces(self, ids):
+        return [self.inv_vocab[int(i)] for i in ids]
+
+    def in_graph(self) -> "InGraphWordPieceTokenizer":
+        return InGraphWordPieceTokenizer(self.inv_vocab, self.do_lower_case)
+
+    def on_device(self):
+        raise ValueError(f"{self.vocab_file}: TensorFlow Lite export takes a SentencePiece "
+                         "vocabulary; a WordPiece one exports as a SavedModel only.")
+
+
+def _encode_with_masks(tokenizer, text) -> list[int]:
+    """The ids of the text between literal "[MASK]" markers, each part encoded on its own, with
+    the [MASK] id between them. `bytes` are decoded as UTF-8, invalid sequences as U+FFFD."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    ids = []
+    for i, part in enumerate(text.split(MASK_PIECE)):
+        if i:
+            ids.append(tokenizer.mask_id)
+        ids.extend(tokenizer.encode(part))
+    return ids
+
+
+def make_tokenizer(spm_model_file: str | None = None, vocab_file: str | None = None,
+                   do_lower_case: bool = True):
+    """The tokenizer of the official flags (`FullTokenizer(vocab_file, do_lower_case,
+    spm_model_file)`): SentencePiece when `spm_model_file` is given (`vocab_file`, if given too,
+    must list its pieces), else WordPiece from `vocab_file`."""
+    if spm_model_file:
+        tokenizer = Tokenizer(spm_model_file, do_lower_case)
+        if vocab_file:
+            tokenizer.check_vocab_file(vocab_file)
+        return tokenizer
+    if vocab_file:
+        return WordPieceTokenizer(vocab_file, do_lower_case)
+    raise ValueError("No vocabulary: pass --spm_model_file (a SentencePiece model) or "
+                     "--vocab_file alone (a WordPiece vocabulary, e.g. vocab_chinese.txt).")
+
+
+@functools.lru_cache(maxsize=None)
+def _wordpiece_classes() -> dict:
+    """RE2 classes of the in-graph basic tokenizer, from Python's Unicode tables."""
+    cjk = "".join(f"\\x{{{a:x}}}-\\x{{{b:x}}}" for a, b in CJK_RANGES)
+    return {"dropped": _ranges_class(is_dropped), "cjk": f"([{cjk}])",
+            "punctuation": "(" + _ranges_class(is_punctuation) + ")",
+            "nonspacing": _ranges_class(lambda c: unicodedata.category(c) == "Mn")}
+
+
+class InGraphWordPieceTokenizer:
+    """`WordPieceTokenizer` as TensorFlow ops: the basic tokenizer as regular expressions over
+    classes built from Python's Unicode tables, then tensorflow-text's `WordpieceTokenizer`
+    (greedy longest match first, "##", a word that does not match is [UNK]) on a table of the
+    vocabulary. Equal to `WordPieceTokenizer.encode` except where Python's and ICU's Unicode
+    tables differ (NFD, lowercasing); `tf.strings.lower` lowercases the whole string as Python
+    does (a word-final capital sigma is "ς" in both). Invalid UTF-8 becomes U+FFFD, which the
+    basic tokenizer drops.
+
+    `trackable` (a `tf.Module` owning the table) must be tracked by a module that exports this.
+    """
+
+    def __init__(self, tokens, do_lower_case: bool = True):
+        import tensorflow as tf
+        import tensorflow_text as tf_text
+
+        self.do_lower_case = do_lower_case
+        self._classes = _wordpiece_classes()
+        self._whitespace = _whitespace_class()
+        self.trackable = tf.Module()
+        self.trackable.table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(list(tokens)), tf.range(len(tokens), dtype=tf.int64)),
+            default_value=-1)
+        self.trackable.tokens = tf.constant(list(tokens))
+        self._wordpiece = tf_text.WordpieceTokenizer(
+            self.trackable.table, suffix_indicator="##",
+            max_bytes_per_word=4 * WORDPIECE_MAX_CHARS, token_out_type=tf.int64,
+            unknown_token="[UNK]")
+        self.mask_id = tokens.index(MASK_PIECE)
+
+    def words(self, strings):
+        """The basic tokenizer's words: string RaggedTensor [batch, (words)]."""
+        import tensorflow as tf
+        import tensorflow_text as tf_text
+
+        c = self._classes
+        x = tf.strings.unicode_transcode(strings, "UTF-8", "UTF-8", errors="replace",
+                                         replacement_char=0xFFFD)
+        x = tf.strings.regex_replace(x, c["dropped"], "")
+        x = tf.strings.regex_replace(x, self._whitespace, " ")
+        x = tf.strings.regex_replace(x, c["cjk"], " \\1 ")
+        if self.do_lower_case:
+            x = tf_text.normalize_utf8(tf.strings.lower(x, encoding="utf-8"), "NFD")
+            x = tf.strings.regex_replace(x, c["nonspacing"], "")
+        x = tf.strings.regex_replace(x, c["punctuation"], " \\1 ")
+        words = tf.strings.split(x, sep=" ")
+        return tf.ragged.boolean_mask(words, tf.strings.length(words) > 0)
+
+    def __call__(self, strings):
+        """int32 RaggedTensor [batch, (ids)]."""
+        import tensorflow as tf
+
+        words = self.words(strings)
+        long = tf.strings.length(words.flat_values, unit="UTF8_CHAR") > WORDPIECE_MAX_CHARS
+        words = words.with_flat_values(tf.where(long, "[UNK]", words.flat_values))
+        ids = self._wordpiece.tokenize(words).merge_dims(1, 2)
+        return tf.cast(ids, tf.int32)
+
+    def encode_with_masks(self, strings):
+        """`WordPieceTokenizer.encode_with_masks` for a string batch."""
+        return _encode_with_masks_in_graph(self, strings)
+
+    def pieces_to_ids(self, pieces):
+        import tensorflow as tf
+
+        return tf.cast(self.trackable.table.lookup(pieces), tf.int32)
+
+    def id_to_piece(self, ids):
+        import tensorflow as tf
+
+        return tf.gather(self.trackable.tokens, ids)
+
+
+def _encode_with_masks_in_graph(tokenizer, strings):
+    """int32 RaggedTensor [batch, (ids)]: each string's parts between literal "[MASK]" markers
+    encoded by `tokenizer(parts)`, with `tokenizer.mask_id` between them."""
+    import tensorflow as tf
+
+    parts = tf.strings.split(strings, sep=MASK_PIECE)  # [batch, (parts)], never empty rows
+    ids = tokenizer(parts.flat_values)  # [parts, (ids)]
+    lengths = parts.row_lengths()
+    is_last = tf.equal(tf.ragged.range(lengths) + 1, tf.expand_dims(lengths, 1)).flat_values
+    follows = tf.cast(~is_last, tf.int64)  # every part but a row's last is followed by a mask
+    masks = tf.RaggedTensor.from_row_lengths(
+        tf.fill([tf.reduce_sum(follows)], tf.constant(tokenizer.mask_id, ids.dtype)), follows)
+    joined = tf.concat([ids, masks], axis=1)
+    return tf.RaggedTensor.from_row_splits(joined, parts.row_splits).merge_dims(1, 2)

@@ -1,0 +1,201 @@
+"""The WordPiece tokenizer (the Chinese models' `vocab_chinese.txt`): the official FullTokenizer's
+tokens and ids, in Python and in-graph, and the factory that picks it by the file given."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from albert_tf.tokenization import (Tokenizer, WordPieceTokenizer, basic_tokenize,
+                                    load_wordpiece_vocab, make_tokenizer)
+from test_tokenization import official_module
+
+# Chinese, English and mixed text: full-width and ASCII punctuation, accents, digits, CJK
+# extension and compatibility characters, kana and Hangul (not CJK: words of their own), control
+# and format characters, unusual spaces, characters missing from the vocabulary (emoji, Thai), an
+# over-long word, a word-final capital sigma.
+SENTENCES = [
+    "我爱北京天安门。",
+    "今天天气很好，我们去公园散步吧！",
+    "ALBERT 是一个轻量级的 BERT 模型，参数量只有 1200 万。",
+    "他说：“这本书《红楼梦》非常有意思。”",
+    "2019年12月30日，谷歌发布了中文模型。",
+    "价格是3.14元，折扣20%；总计1,000元。",
+    "请问：你会说English吗？我会一点儿。",
+    "The quick brown fox jumps over the lazy dog.",
+    "Transformers are state-of-the-art models for natural language processing!",
+    "She said, \"It's a beautiful day,\" and smiled.",
+    "Café, naïve, résumé, Ångström and façade keep their accents only when cased.",
+    "ÉCOLE NORMALE SUPÉRIEURE, Zürich and São Paulo.",
+    "E-mail me at someone@example.com or visit https://example.com/path?q=1.",
+    "Numbers: 42, 3.14159, 1,000,000 and 1e-5 (scientific).",
+    "Tabs\tand\nnewlines\r\nand  double  spaces.",
+    "No\u00a0break\u3000ideographic\u2028line separator here.",
+    "Zero\u200bwidth and a NUL\x00 and a replacement\ufffd character vanish.",
+    "Unknown characters: 😀 and ไทย stay unknown.",
+    "日本語のテキストとカタカナ、そして한국어도 섞여 있습니다.",
+    "Compatibility ideograph 豈 and extension B 𠀀 are CJK too.",
+    "supercalifragilisticexpialidocious is long but not too long.",
+    "a" * 250 + " is over two hundred characters long.",
+    "b" * 200 + " is exactly two hundred.",
+    "Mixed北京Beijing混合text和中文。",
+    "Don't split can't, won't — or the em-dash…",
+    "Ellipsis... and (parentheses) [brackets] {braces} <angles>.",
+    "ΟΔΟΣ is Greek for road; Σ at the end of a word.",
+    "Straße and İstanbul lowercase differently.",
+    "ﬁne ligatures and ① circled digits are not NFKD-normalised here.",
+    "Ｆｕｌｌ－ｗｉｄｔｈ ＡＳＣＩＩ ａｎｄ　１２３。",
+    "The year 2020 was unusual; the year 2021, less so.",
+    "Running, jumped, quickly, happiness, nationalization.",
+    "中文标点：、；！？（）【】「」『』",
+    "Emoji in a word: fun😀ny.",
+    "   leading and trailing spaces   ",
+    "",
+]
+UNKNOWN = set("😀ไทย龘")
+SUFFIXES = ("##ing", "##ed", "##s", "##ly", "##tion", "##ness", "##er", "##al", "##ize")
+
+
+def _write_vocab(path, official_basic) -> list[str]:
+    """A vocab_chinese.txt-like file: [PAD] 0, [unused1..99], [UNK] 100, [CLS] 101, [SEP] 102,
+    [MASK] 103, then every CJK character and half the words of the text (lowercased and cased),
+    every other character alone and as "##" continuation, and a few suffixes."""
+    words = set()
+    for lower in (True, False):
+        basic = official_basic(do_lower_case=lower)
+        for s in SENTENCES:
+            words.update(basic.tokenize(s))
+    words = sorted(w for w in words if len(w) <= 40 and not set(w) & UNKNOWN)
+    tokens = ["[PAD]"] + [f"[unused{i}]" for i in range(1, 100)]
+    tokens += ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokens += words[::2]
+    chars = sorted({c for w in words for c in w})
+    tokens += [t for c in chars for t in (c, "##" + c)]
+    tokens += list(SUFFIXES)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(t + "\n" for t in tokens))
+    return tokens
+
+
+@pytest.fixture(scope="module")
+def official():
+    return official_module("albert.tokenization")
+
+
+@pytest.fixture(scope="module")
+def vocab_file(tmp_path_factory, official):
+    path = str(tmp_path_factory.mktemp("wordpiece") / "vocab.txt")
+    _write_vocab(path, official.BasicTokenizer)
+    return path
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_tokens_and_ids_are_the_official_ones(official, vocab_file, do_lower_case):
+    """Every sentence, cased and uncased: the official FullTokenizer's tokens and ids."""
+    judge = official.FullTokenizer(vocab_file, do_lower_case)
+    tok = make_tokenizer(vocab_file=vocab_file, do_lower_case=do_lower_case)
+    assert isinstance(tok, WordPieceTokenizer) and tok.kind == "wordpiece"
+    assert tok.vocab == dict(judge.vocab) and tok.vocab_size == len(judge.vocab)
+    unknowns = 0
+    for s in SENTENCES:
+        assert basic_tokenize(s, do_lower_case) == judge.basic_tokenizer.tokenize(s), s
+        pieces = judge.tokenize(s)
+        assert tok.tokenize(s) == pieces, s
+        assert tok.encode(s) == judge.convert_tokens_to_ids(pieces), s
+        assert tok.ids_to_pieces(tok.encode(s)) == pieces
+        unknowns += pieces.count("[UNK]")
+    # "😀", "ไทย", the 250-character word, "fun😀ny" (So is not punctuation: one word)
+    assert unknowns == 4
+    assert tok.tokenize("b" * 200) == ["b"] + ["##b"] * 199
+    assert tok.tokenize("a" * 201) == ["[UNK]"]
+    pieces = tok.tokenize("Ångström")
+    assert "".join(p.lstrip("#") for p in pieces) == ("angstrom" if do_lower_case else
+                                                      "Ångström")
+
+
+def test_in_graph_equals_python(vocab_file):
+    """The in-graph tokenizer gives the Python ids for every sentence, cased and uncased (the
+    word-final sigma included: TensorFlow's lowering is ICU's whole-string one); so does
+    `encode_with_masks`, [MASK] markers anywhere."""
+    for do_lower_case in (False, True):
+        tok = make_tokenizer(vocab_file=vocab_file, do_lower_case=do_lower_case)
+        graph = tok.in_graph()
+        ids = graph(tf.constant(SENTENCES)).to_list()
+        assert ids == [tok.encode(s) for s in SENTENCES]
+    assert tok.encode("ΟΔΟΣ Σ")[:4] == tok.pieces_to_ids(["ο", "##δ", "##ο", "##ς"])
+    masked = ["我爱[MASK]京。", "[MASK] is the capital of [MASK].", "no mask", "[MASK]",
+              "Zürich[MASK][MASK]北京"]
+    got = graph.encode_with_masks(tf.constant(masked)).to_list()
+    assert got == [tok.encode_with_masks(t) for t in masked]
+    assert got[3] == [tok.mask_id] == [103]
+    assert graph.id_to_piece(tf.constant([100, 101, 102, 103])).numpy().tolist() == [
+        b"[UNK]", b"[CLS]", b"[SEP]", b"[MASK]"]
+    assert graph.pieces_to_ids(tf.constant(["[MASK]", "##b"])).numpy().tolist() == [
+        103, tok.vocab["##b"]]
+
+
+def test_special_ids_and_masking_tables_come_from_the_vocabulary(vocab_file):
+    tok = WordPieceTokenizer(vocab_file)
+    assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 100, 101, 102,
+                                                                            103)
+    assert tok.vocabulary_file == vocab_file and len(tok.sha256) == 64
+    # Whole-word masking: "##" pieces continue a word (official `_is_start_piece_bert`).
+    starts = tok.start_piece_mask
+    assert not starts[tok.vocab["##b"]] and starts[tok.vocab["b"]] and starts[tok.vocab["我"]]
+    assert int((~starts).sum()) == sum(t.startswith("##") for t in tok.vocab)
+    # Random replacements: no padding, no reserved "[...]" token; "[" and "]" themselves stay.
+    replace = set(tok.replacement_ids.tolist())
+    assert not replace & set(range(104))
+    assert {tok.vocab["["], tok.vocab["]"]} <= replace
+    assert len(replace) == tok.vocab_size - 104
+
+
+def test_vocabulary_file_is_read_as_official_load_vocab(tmp_path, official):
+    """Duplicate lines keep their first id (ids count distinct tokens), a blank line is " ",
+    a line's first field is the token (a SentencePiece .vocab's scores are ignored)."""
+    path = tmp_path / "vocab.txt"
+    path.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\t-1.5\nworld\nhello\n\n"
+                    "##s 0\r\nlast", encoding="utf-8")
+    vocab = load_wordpiece_vocab(str(path))
+    assert vocab == dict(official.load_vocab(str(path)))
+    assert vocab == {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4, "hello": 5,
+                     "world": 6, " ": 7, "##s": 8, "last": 9}
+    assert WordPieceTokenizer(str(path)).encode("Hello worlds!") == [5, 6, 8, 1]
+
+
+def _small_sentencepiece(tmp_path) -> str:
+    """A 120-piece SentencePiece model with the official special ids (and its .vocab)."""
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(SENTENCES[7:14] * 20), model_prefix=str(tmp_path / "small"),
+        vocab_size=120, pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+        control_symbols=["[CLS]", "[SEP]", "[MASK]"], minloglevel=2)
+    return str(tmp_path / "small.model")
+
+
+def test_factory_picks_by_the_file_given(tmp_path):
+    """--spm_model_file: SentencePiece (a --vocab_file beside it must list its pieces);
+    --vocab_file alone: WordPiece; neither, or a vocabulary without the specials: refused."""
+    sample_vocab = _small_sentencepiece(tmp_path)
+    assert isinstance(make_tokenizer(sample_vocab), Tokenizer)
+    assert make_tokenizer(sample_vocab, sample_vocab[:-len(".model")] + ".vocab").kind == \
+        "sentencepiece"
+    bad = tmp_path / "other.vocab"
+    bad.write_text("a\t0\n")
+    assert make_tokenizer(sample_vocab).cls_id == 2
+    with pytest.raises(ValueError, match="lists 1 pieces"):
+        make_tokenizer(sample_vocab, str(bad))
+    with pytest.raises(ValueError, match=r"pass --spm_model_file .* or --vocab_file alone"):
+        make_tokenizer()
+    (tmp_path / "few.txt").write_text("[PAD]\n[UNK]\n[CLS]\nword\n")
+    with pytest.raises(ValueError, match=r"few.txt lacks \['\[SEP\]', '\[MASK\]'\]"):
+        make_tokenizer(vocab_file=str(tmp_path / "few.txt"))
+    with pytest.raises(ValueError, match=r"not UTF-8 text.*Pass it as --spm_model_file"):
+        make_tokenizer(vocab_file=sample_vocab)
+    (tmp_path / "ok.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
+    tok = make_tokenizer(vocab_file=str(tmp_path / "ok.txt"))
+    assert np.array_equal(tok.start_piece_mask, [True] * 5) and len(tok.replacement_ids) == 0
+    with pytest.raises(ValueError, match="TensorFlow Lite export takes a SentencePiece"):
+        tok.on_device()
