@@ -7,8 +7,9 @@
 
 writes `exports/albert_base/<next version>/` plus `models.config` and `batching_parameters.txt`
 beside the versions. Signatures: serving_default (raw text), serve_text_pair, serve_tokens,
-serve_examples, and classify / regress for classifiers; a SQuAD span model answers a question
-about a context (serving_default: question, context), a RACE model picks an option
+serve_examples, and classify / regress and official_serving_default (the official
+run_classifier.py export's tf.Example contract) for classifiers; a SQuAD span model answers a
+question about a context (serving_default: question, context), a RACE model picks an option
 (serving_default: article, question, options) - see export/serving.py and docs/serving.md.
 Any process that loads the result must `import tensorflow_text` first (TF Serving links its ops).
 """

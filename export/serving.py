@@ -19,6 +19,14 @@ Signatures (all batch-major; every int is int32):
   `inputs` -> `outputs` [batch]). TF Serving's `:classify` / `:regress` APIs need these. Their
   tf.Examples (and `serve_examples`') carry either the token features or raw text in a bytes
   feature `text` (and `text_b`), tokenized in the graph: a client needs no tokenizer.
+- classifiers and regression heads: `official_serving_default`, the contract of the official
+  `run_classifier.py --export_dir` (its Estimator export's `serving_default`, which ours gives
+  to raw text): `input` (string [batch]) - serialized tf.Examples as the official runner writes
+  them (int64 `input_ids`, `input_mask`, `segment_ids` of `max_seq_length` values; other
+  features such as `label_ids`, `is_real_example` ignored; parsed as `serve_examples` parses)
+  -> `probabilities` [batch, C] float32 (softmax) and `predictions` [batch] int32 (their
+  argmax); a regression head: `probabilities` = its logits [batch, 1], `predictions` [batch]
+  float32; exported with a `threshold`: `threshold`, a float32 scalar (as official).
 - pretrainers: `fill_mask`: `text` -> the fill-mask outputs below and `num_tokens`,
   `truncated`, `max_seq_length` only (REST returns every output of a signature; this one
   leaves out the [batch, length, H] sequence output).
@@ -70,6 +78,10 @@ from albert_tf.tasks.squad import (align_context_in_graph, decode_beam_in_graph,
                                    windows_in_graph)
 
 TEXT, TEXT_B, EXAMPLES = "text", "text_b", "examples"
+# The official run_classifier.py export's signature (an Estimator export of serialized
+# tf.Examples under `serving_default`, its input "input", the name the Estimator gives a lone
+# receiver tensor), here under its own name: our `serving_default` takes raw text.
+OFFICIAL_SIGNATURE, OFFICIAL_INPUT = "official_serving_default", "input"
 # The `fill_mask` signature's outputs (a pretrainer's): the candidates and what packing did.
 FILL_MASK_OUTPUTS = ("mask_positions", "fill_mask_ids", "fill_mask_pieces",
                      "fill_mask_probabilities", "num_tokens", "truncated", "max_seq_length")
@@ -267,6 +279,7 @@ class AlbertServingModule(tf.Module):
             out["fill_mask"] = {"text": texts}
         if self.kind == "classifier":
             out["regress" if self.num_labels == 1 else "classify"] = {"inputs": examples}
+            out[OFFICIAL_SIGNATURE] = {OFFICIAL_INPUT: examples}
         return out
 
     def _check_tokens(self, features, subject="row"):
@@ -343,6 +356,22 @@ class AlbertServingModule(tf.Module):
         if self.hidden_states:
             for i, h in enumerate(backbone_out["hidden_states"]):
                 out[f"hidden_state_{i}"] = h
+        return out
+
+    def official_outputs(self, outputs):
+        """The official classifier export's outputs from a classifier's `outputs`: softmax
+        `probabilities` [batch, C] and their argmax `predictions` (int32); for one output
+        (STS-B) `probabilities` is the logits [batch, 1] and `predictions` [batch] their values,
+        as official `create_model`; with a threshold, `threshold` (a scalar, as the official
+        `_add_threshold_to_model_fn` adds it)."""
+        if self.num_labels == 1:
+            out = {"probabilities": outputs["logits"], "predictions": outputs["score"]}
+        else:
+            out = {"probabilities": outputs["probabilities"],
+                   "predictions": tf.argmax(outputs["probabilities"], axis=-1,
+                                            output_type=tf.int32)}
+        if self.threshold is not None:
+            out["threshold"] = tf.constant(self.threshold, tf.float32)
         return out
 
     # -----------------------------------------------------------------------------------------
@@ -487,6 +516,9 @@ class AlbertServingModule(tf.Module):
                                        [tf.shape(inputs)[0], 1]),
                     "scores": examples(inputs)["probabilities"]})
                 signatures["classify"] = fn.get_concrete_function(_string_spec("inputs"))
+            fn = self._function(lambda input: self.official_outputs(examples(input)))
+            signatures[OFFICIAL_SIGNATURE] = fn.get_concrete_function(
+                _string_spec(OFFICIAL_INPUT))
         return signatures
 
 

@@ -22,6 +22,7 @@ from conftest import (EXPORT_MAX_SEQ as MAX_SEQ, GUTENBERG, ROOT, WIKITEXT,
                       assert_spread)
 from data.text_io import expand_input_patterns, read_text_lines
 from export.ops_check import UnsupportedOpError, check_saved_model_ops
+from export.serving import OFFICIAL_SIGNATURE
 from export.saved_model import (BATCHING_CONFIG, MODELS_CONFIG, WARMUP_FILE, WARMUP_TEXTS,
                                 read_batching_parameters,
                                 ExportError,
@@ -135,6 +136,56 @@ def test_token_and_example_signatures_equal_the_keras_model(exported, kind):
             out = loaded.signatures["regress"](inputs=tf.constant(examples))
             np.testing.assert_allclose(out["outputs"].numpy(), ref["logits"][:, 0], atol=TOL,
                                        rtol=0)
+
+
+def _official_example(row, label, regression):
+    """A serialized tf.Example exactly as the official run_classifier.py writes its records
+    and an official serving client sends them (`file_based_convert_examples_to_features`):
+    int64 input_ids, input_mask, segment_ids of max_seq_length values, label_ids (a float for
+    STS-B) and is_real_example."""
+    def ints(values):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+    features = {"input_ids": ints(row["input_ids"]), "input_mask": ints(row["input_mask"]),
+                "segment_ids": ints(row["segment_ids"]),
+                "label_ids": (tf.train.Feature(float_list=tf.train.FloatList(value=[label]))
+                              if regression else ints([label])),
+                "is_real_example": ints([1])}
+    return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["classifier", "regressor"])
+def test_official_classifier_signature_answers_official_requests(exported, sample_vocab, kind):
+    """`official_serving_default` is the official run_classifier export's contract: input
+    `input` (serialized tf.Examples as the official runner writes them, padded to
+    max_seq_length) -> `probabilities` (softmax of the Keras model's logits, 1e-5) and
+    `predictions` (their argmax, int32); a regression head (STS-B): its logits and their
+    values (float32), as official `create_model`."""
+    model, _, loaded = exported[kind]
+    tok = Tokenizer(sample_vocab)
+    rows = [pad_features(*pack_ids(tok.encode(a), tok.encode(b) if i % 2 else None, MAX_SEQ),
+                         MAX_SEQ) for i, (a, b) in enumerate(zip(TEXTS, PAIRS))]
+    regression = kind == "regressor"
+    examples = [_official_example(r, 0.5 if regression else 1, regression) for r in rows]
+    signature = loaded.signatures[OFFICIAL_SIGNATURE]
+    assert list(signature.structured_input_signature[1]) == ["input"]
+    got = signature(input=tf.constant(examples))
+    assert sorted(got) == ["predictions", "probabilities"]
+    tokens = {k: tf.constant([r[k] for r in rows]) for k in ("input_ids", "input_mask",
+                                                              "segment_ids")}
+    logits = model(tokens, training=False)["logits"].numpy()
+    assert_spread(logits.max(axis=0), logits.min(axis=0), TOL)
+    if regression:
+        np.testing.assert_allclose(got["probabilities"].numpy(), logits, atol=TOL, rtol=0)
+        assert got["predictions"].dtype == tf.float32
+        np.testing.assert_allclose(got["predictions"].numpy(), logits[:, 0], atol=TOL, rtol=0)
+    else:
+        np.testing.assert_allclose(got["probabilities"].numpy(),
+                                   tf.nn.softmax(logits).numpy(), atol=TOL, rtol=0)
+        assert got["predictions"].dtype == tf.int32
+        np.testing.assert_array_equal(got["predictions"].numpy(), logits.argmax(-1))
+        assert len(set(logits.argmax(-1))) > 1  # the rows do not all get one class
 
 
 def _python_tokens(tok, texts, texts_b=None, max_seq=MAX_SEQ):
@@ -338,7 +389,7 @@ def test_the_model_is_traced_once_and_every_signature_calls_it(exported):
     the other signatures reaches it through a call, not a copy of the model of its own."""
     from tensorflow.core.protobuf import saved_model_pb2
 
-    for kind, signatures in (("pretrainer", 5), ("classifier", 5)):
+    for kind, signatures in (("pretrainer", 5), ("classifier", 6)):
         _, path, loaded = exported[kind]
         assert len(loaded.signatures) == signatures
         proto = saved_model_pb2.SavedModel()
@@ -409,6 +460,21 @@ def test_loaded_from_cpp_the_way_tf_serving_does(exported, tmp_path, serving_loa
     assert result["signature"]["method"] == "tensorflow/serving/classify"
     expected = loaded.signatures["classify"](inputs=tf.constant(examples))
     np.testing.assert_allclose(result["outputs"]["scores"], expected["scores"].numpy(), atol=TOL)
+    # The official run_classifier contract, as an official client sends it.
+    official = np.array([_official_example(pad_features([2, 50 + i, 3], [0, 0, 1], MAX_SEQ), 1,
+                                           False) for i in range(3)], dtype=object)
+    result = run_loader(binary, path, info["op_libraries"], OFFICIAL_SIGNATURE,
+                        {"input": official}, str(tmp_path))
+    assert result["signature"]["method"] == "tensorflow/serving/predict"
+    assert {k: v["dtype"] for k, v in result["signature"]["inputs"].items()} == {
+        "input": "DT_STRING"}
+    assert {k: v["dtype"] for k, v in result["signature"]["outputs"].items()} == {
+        "probabilities": "DT_FLOAT", "predictions": "DT_INT32"}
+    expected = loaded.signatures[OFFICIAL_SIGNATURE](input=tf.constant(official))
+    np.testing.assert_allclose(result["outputs"]["probabilities"],
+                               expected["probabilities"].numpy(), atol=TOL, rtol=0)
+    np.testing.assert_array_equal(result["outputs"]["predictions"],
+                                  expected["predictions"].numpy())
 
 
 @pytest.mark.slow
@@ -468,8 +534,8 @@ def test_entry_point_exports_our_model_directory(tmp_path, sample_vocab):
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout[proc.stdout.index("{"):])
     assert summary["export"].endswith(os.path.join("sst2", "1"))
-    assert summary["signatures"] == ["classify", "serve_examples", "serve_text_pair",
-                                     "serve_tokens", "serving_default"]
+    assert summary["signatures"] == ["classify", OFFICIAL_SIGNATURE, "serve_examples",
+                                     "serve_text_pair", "serve_tokens", "serving_default"]
     loaded = tf.saved_model.load(summary["export"])
     sig = loaded.signatures["serving_default"]
     assert sorted(sig.structured_input_signature[1]) == ["text", "text_b"]  # --text_pair
