@@ -456,6 +456,10 @@ def generate_with_beam(job, pipeline_args=()) -> dict:
     """Runs the generation of `job` on the Beam runner named in `pipeline_args` (Beam flags:
     `--runner`, `--project`, `--temp_location`, ...); waits for it and returns a summary like
     `data.generator.generate`'s, with the Beam counters."""
+    if not job.spm_model_file:
+        raise ValueError("--runner (Apache Beam) takes a SentencePiece model "
+                         "(--spm_model_file); generate from a WordPiece --vocab_file without "
+                         "--runner (the local generator, --num_workers processes).")
     beam = _beam()
     started = time.time()
     tokenizer = Tokenizer(job.spm_model_file, job.do_lower_case)  # validates the special ids

@@ -10,7 +10,9 @@ official command line works with the module name changed:
 Input: one sentence per line, blank line between documents (`python -m data.prepare_corpus`
 makes it from raw text). Output: the official feature format (`albert_tf.features`), one JSON
 sidecar per file. Same seed and inputs give byte-identical files for any --num_workers.
-A killed run restarted with the same flags resumes. See `data/generator.py` and
+A killed run restarted with the same flags resumes.
+With `--vocab_file` and no `--spm_model_file` the text is tokenized with that WordPiece
+vocabulary, as the official script does (the Chinese models' `vocab_chinese.txt`). See `data/generator.py` and
 `data/pretraining.py` for the algorithm and its documented differences from the official one.
 
 On Apache Beam (`pip install .[beam]`), for corpora beyond one machine: the same flags plus
@@ -50,8 +52,10 @@ albert_flags.define(
                          "between documents).",
            "output_file": "TFRecord files, comma-separated; or a prefix with "
                           "--num_output_shards.",
-           "vocab_file": "If given, it must list the pieces of --spm_model_file (its .vocab "
-                         "file).",
+           "vocab_file": "With --spm_model_file, if given, it must list the model's pieces "
+                         "(its .vocab file). Alone: a WordPiece vocabulary (one token a line, "
+                         "e.g. the Chinese models' vocab_chinese.txt), tokenized as the "
+                         "official FullTokenizer does without a SentencePiece model.",
            "random_seed": "Here a seed >= 0 only: it names the run (a killed run resumes "
                           "when rerun with it), so -1 is refused."})
 flags.DEFINE_integer("num_output_shards", 1,
@@ -111,16 +115,19 @@ def main(argv):
         raise app.UsageError("--num_workers is the local generator's; on Beam the runner's own "
                              "flags set the workers (e.g. --direct_num_workers, "
                              "--max_num_workers).")
-    for name in ("input_file", "output_file", "spm_model_file"):
+    for name in ("input_file", "output_file"):
         if not getattr(FLAGS, name):
             raise app.UsageError(f"--{name} is required.")
+    if not (FLAGS.spm_model_file or FLAGS.vocab_file):
+        raise app.UsageError("--spm_model_file (a SentencePiece model) or --vocab_file alone (a "
+                             "WordPiece vocabulary) is required.")
     if FLAGS.random_seed < 0:
         raise app.UsageError(f"--random_seed={FLAGS.random_seed}: data generation needs a seed "
                              ">= 0 (it names the run, and a killed run resumes when rerun with "
                              "it); give any number, e.g. the default 12345.")
 
     try:
-        if FLAGS.vocab_file:
+        if FLAGS.vocab_file and FLAGS.spm_model_file:
             _check_vocab_file(FLAGS.vocab_file, FLAGS.spm_model_file)
         job = make_job(
             FLAGS.input_file, FLAGS.output_file, FLAGS.spm_model_file,
@@ -132,7 +139,8 @@ def main(argv):
             do_whole_word_mask=FLAGS.do_whole_word_mask,
             random_next_sentence=FLAGS.random_next_sentence,
             sentence_order_pairs_only=FLAGS.sentence_order_pairs_only, dupe_factor=FLAGS.dupe_factor,
-            random_seed=FLAGS.random_seed, tokens_per_unit=FLAGS.tokens_per_unit)
+            random_seed=FLAGS.random_seed, tokens_per_unit=FLAGS.tokens_per_unit,
+            vocab_file=FLAGS.vocab_file)
         if FLAGS.runner:
             from data.beam_pipeline import generate_with_beam
 

@@ -42,7 +42,7 @@ import numpy as np
 from albert_tf import features as F
 from albert_tf.ownership import OutputLock, same_file
 from albert_tf.records import encode_example, remove_temporaries, temporary_name, write_file
-from albert_tf.tokenization import Tokenizer, file_sha256
+from albert_tf.tokenization import Tokenizer, file_sha256, make_tokenizer
 from data.pretraining import (GenerationParams, Vocabulary, instance_features, instances_of_plan,
                               plan_document)
 from data.text_io import InputError, expand_input_patterns
@@ -61,14 +61,18 @@ class GenerationJob:
 
     input_files: tuple
     output_files: tuple
-    spm_model_file: str
+    spm_model_file: str | None  # None or "": the WordPiece `vocab_file` is the vocabulary
     do_lower_case: bool = True
     params: GenerationParams = GenerationParams()
     dupe_factor: int = 40
     random_seed: int = 12345
     tokens_per_unit: int = 1_000_000
+    vocab_file: str | None = None  # a WordPiece vocabulary (without spm_model_file)
 
     def __post_init__(self):
+        if not (self.spm_model_file or self.vocab_file):
+            raise ValueError("Either --spm_model_file (SentencePiece) or --vocab_file alone "
+                             "(WordPiece) is required.")
         if self.dupe_factor < 1:
             raise ValueError(f"--dupe_factor must be at least 1; got {self.dupe_factor}")
         if not self.output_files:
@@ -80,6 +84,22 @@ class GenerationJob:
         if self.random_seed < 0:
             raise ValueError(f"--random_seed must be >= 0 for data generation; got "
                              f"{self.random_seed}")
+
+
+    @property
+    def tokenizer_files(self) -> tuple:
+        """(spm_model_file, vocab_file) for `make_tokenizer`: the SentencePiece model, or the
+        WordPiece vocabulary when there is none."""
+        return (self.spm_model_file, None) if self.spm_model_file else (None, self.vocab_file)
+
+    @property
+    def vocabulary_file(self) -> str:
+        """The file that defines the vocabulary (copied beside the outputs)."""
+        return self.spm_model_file or self.vocab_file
+
+    @property
+    def vocabulary_flag(self) -> str:
+        return "--spm_model_file" if self.spm_model_file else "--vocab_file"
 
 
 def output_file_names(output_file: str, num_output_shards: int) -> list[str]:
@@ -133,8 +153,8 @@ class _Progress:
 _WORKER = {}
 
 
-def _init_worker(spm_model_file, do_lower_case, cache_prefixes=None):
-    _WORKER["tokenizer"] = Tokenizer(spm_model_file, do_lower_case)
+def _init_worker(spm_model_file, vocab_file, do_lower_case, cache_prefixes=None):
+    _WORKER["tokenizer"] = make_tokenizer(spm_model_file, vocab_file, do_lower_case)
     _WORKER["vocab"] = Vocabulary.from_tokenizer(_WORKER["tokenizer"])
     if cache_prefixes is not None:
         _WORKER["store"] = TokenStore(cache_prefixes)
@@ -315,7 +335,7 @@ class _Run:
 
     @property
     def worker_args(self):
-        return (self.job.spm_model_file, self.job.do_lower_case)
+        return (*self.job.tokenizer_files, self.job.do_lower_case)
 
     def path(self, *parts):
         return os.path.join(self.work_dir, *parts)
@@ -384,10 +404,12 @@ def shard_metadata(job: GenerationJob, shard: int, counts: dict, total_examples:
         "num_examples": counts["examples"], "total_examples": total_examples,
         "max_seq_length": job.params.max_seq_length,
         "max_predictions_per_seq": job.params.max_predictions_per_seq,
-        "vocab_size": vocab_size, "spm_model_sha256": spm_sha256,
+        "vocab_size": vocab_size,
+        ("spm_model_sha256" if job.spm_model_file else "vocab_file_sha256"): spm_sha256,
         # Beside the shards (`place_sentencepiece`), named relative to the sidecar: training
         # follows no path out of the dataset's directory.
-        "spm_model_file": os.path.basename(job.spm_model_file),
+        **({"spm_model_file": os.path.basename(job.spm_model_file)} if job.spm_model_file
+           else {"vocab_file": os.path.basename(job.vocab_file)}),
         "counts": counts, "generation": generation, "input_files": inputs,
         "run_hash": run_hash,
     }
@@ -439,30 +461,31 @@ def _reduce_phase(run: _Run, unit_names, finished, tokenizer) -> np.ndarray:
 def check_outputs_are_not_inputs(job: GenerationJob) -> None:
     """Refuses an output file that is also an input (or the SentencePiece model)."""
     for out in job.output_files:
-        for source in tuple(job.input_files) + (job.spm_model_file,):
+        for source in tuple(job.input_files) + (job.vocabulary_file,):
             if "://" not in out and same_file(out, source):
                 raise InputError(f"--output_file {out} is also an input ({source}); write the "
                                  "TFRecords to another file.")
 
 
 def place_sentencepiece(job: GenerationJob, spm_sha256: str) -> str:
-    """Copies the SentencePiece model beside the outputs (unless it is there), so the dataset
-    holds its vocabulary and its sidecars name it relative to themselves; returns the path. A
-    different file of that name already there is an error (sidecars of other data may name
-    it)."""
+    """Copies the vocabulary file (the SentencePiece model, or the WordPiece vocabulary) beside
+    the outputs (unless it is there), so the dataset holds its vocabulary and its sidecars name
+    it relative to themselves; returns the path. A different file of that name already there is
+    an error (sidecars of other data may name it)."""
     out_dir = os.path.dirname(os.path.abspath(job.output_files[0]))
-    target = os.path.join(out_dir, os.path.basename(job.spm_model_file))
-    if same_file(target, job.spm_model_file):
+    source = job.vocabulary_file
+    target = os.path.join(out_dir, os.path.basename(source))
+    if same_file(target, source):
         return target
     if os.path.exists(target):
         if file_sha256(target) == spm_sha256:
             return target
         raise InputError(
-            f"{target} exists and is not --spm_model_file {job.spm_model_file}: the dataset's "
-            "directory keeps the SentencePiece model its sidecars name, under its file name. "
-            "Write the data to another directory, or rename one of the two models.")
+            f"{target} exists and is not {job.vocabulary_flag} {source}: the dataset's "
+            "directory keeps the vocabulary its sidecars name, under its file name. "
+            "Write the data to another directory, or rename one of the two files.")
     tmp = temporary_name(target, str(os.getpid()))
-    shutil.copyfile(job.spm_model_file, tmp)
+    shutil.copyfile(source, tmp)
     os.replace(tmp, target)
     return target
 
@@ -490,7 +513,8 @@ def generate(job: GenerationJob, num_workers: int = 1, progress: bool = True) ->
     if num_workers < 1:
         raise ValueError(f"--num_workers must be at least 1; got {num_workers}")
     check_outputs_are_not_inputs(job)
-    tokenizer = Tokenizer(job.spm_model_file, job.do_lower_case)  # validates the special ids
+    # Validates the special ids, and a --vocab_file beside a SentencePiece model.
+    tokenizer = make_tokenizer(job.spm_model_file, job.vocab_file, job.do_lower_case)
     with OutputLock(job.output_files[0], "--output_file", is_dir=False):
         return _generate(job, tokenizer, num_workers, progress)
 

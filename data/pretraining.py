@@ -19,7 +19,8 @@ working on token ids, with these deliberate differences:
 4. A continuation piece right after [CLS]/[SEP] (possible after front truncation) starts a new
    word; the official script joins it to the last word of the previous segment, across [SEP].
 5. The 10% random replacement draws from ordinary pieces only (`Vocabulary.replacement_ids`:
-   not pad, unknown or control); the official script can draw [CLS], [SEP], [MASK] or pad.
+   not pad, unknown or control; of a WordPiece vocabulary, no reserved "[...]" token); the
+   official script can draw [CLS], [SEP], [MASK] or pad.
 6. `random_next_sentence=True` selects random-document negatives (NSP-style), which is what the
    official code does; its help text says the opposite.
 
@@ -37,7 +38,6 @@ import dataclasses
 
 import numpy as np
 from albert_tf import features as F
-from albert_tf.tokenization import CLS_ID, MASK_ID, SEP_ID
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +93,7 @@ class GenerationParams:
 
 @dataclasses.dataclass(frozen=True)
 class Vocabulary:
-    """What masking needs to know about the SentencePiece vocabulary."""
+    """What masking needs to know about the vocabulary (SentencePiece or WordPiece)."""
 
     cls_id: int
     sep_id: int
@@ -103,8 +103,8 @@ class Vocabulary:
 
     @classmethod
     def from_tokenizer(cls, tokenizer) -> "Vocabulary":
-        return cls(CLS_ID, SEP_ID, MASK_ID, tokenizer.start_piece_mask,
-                   tokenizer.replacement_ids)
+        return cls(tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id,
+                   tokenizer.start_piece_mask, tokenizer.replacement_ids)
 
 
 @dataclasses.dataclass

@@ -1,14 +1,20 @@
 """The WordPiece tokenizer (the Chinese models' `vocab_chinese.txt`): the official FullTokenizer's
 tokens and ids, in Python and in-graph, and the factory that picks it by the file given."""
 
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from albert_tf.input_pipeline import parse_fn
 from albert_tf.tokenization import (Tokenizer, WordPieceTokenizer, basic_tokenize,
                                     load_wordpiece_vocab, make_tokenizer)
+from conftest import ROOT
+from data.generator import generate, make_job
 from test_tokenization import official_module
 
 # Chinese, English and mixed text: full-width and ASCII punctuation, accents, digits, CJK
@@ -199,3 +205,85 @@ def test_factory_picks_by_the_file_given(tmp_path):
     assert np.array_equal(tok.start_piece_mask, [True] * 5) and len(tok.replacement_ids) == 0
     with pytest.raises(ValueError, match="TensorFlow Lite export takes a SentencePiece"):
         tok.on_device()
+
+
+# ---------------------------------------------------------------------------------------------
+# Data generation with --vocab_file alone.
+def _corpus(path) -> list:
+    """Documents of `SENTENCES` (non-empty ones, five a document) in the official format."""
+    lines = [s.strip() for s in SENTENCES if s.strip()]
+    documents = [lines[i:i + 5] for i in range(0, len(lines), 5)]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n\n".join("\n".join(d) for d in documents) + "\n")
+    return documents
+
+
+def _is_run_of(segment, tokens) -> bool:
+    n = len(segment)
+    return any(tokens[i:i + n] == segment for i in range(len(tokens) - n + 1))
+
+
+def _check_records(path, judge, documents, seq, preds):
+    """Every record, its masked positions restored, is [CLS] A [SEP] B [SEP] with A and B runs
+    of the official tokens of one document, and about 80% of its masked positions hold [MASK];
+    returns (records, masked positions)."""
+    doc_tokens = [[t for s in d for t in judge.tokenize(s)] for d in documents]
+    ids = judge.convert_tokens_to_ids(["[CLS]", "[SEP]", "[MASK]"])
+    parse = parse_fn(seq, preds)
+    records = masked = masks = 0
+    for record in tf.data.TFRecordDataset(path):
+        x = {k: v.numpy() for k, v in parse(record).items()}
+        n = int(x["input_mask"].sum())
+        tokens = x["input_ids"][:n].copy()
+        k = int(x["masked_lm_weights"].sum())
+        masks += int((tokens[x["masked_lm_positions"][:k]] == ids[2]).sum())
+        tokens[x["masked_lm_positions"][:k]] = x["masked_lm_ids"][:k]
+        pieces = judge.convert_ids_to_tokens(tokens.tolist())
+        assert tokens[0] == ids[0] and tokens[n - 1] == ids[1]
+        sep = pieces.index("[SEP]")
+        for segment in (pieces[1:sep], pieces[sep + 1:n - 1]):
+            assert segment and any(_is_run_of(segment, d) for d in doc_tokens), segment
+        records += 1
+        masked += k
+    assert 0.65 < masks / masked < 0.95, (masks, masked)
+    return records, masked
+
+
+def test_generation_with_a_wordpiece_vocabulary(tmp_path, official, vocab_file):
+    """`--vocab_file` without `--spm_model_file`: the records' ids, masks undone, are the
+    official FullTokenizer's tokens of the text ([CLS] 101, [SEP] 102, [MASK] 103); the sidecar
+    names the vocabulary, which is copied beside the records."""
+    documents = _corpus(tmp_path / "corpus.txt")
+    job = make_job(str(tmp_path / "corpus.txt"), str(tmp_path / "out" / "zh.tfrecord"), None,
+                   vocab_file=vocab_file, max_seq_length=32, max_predictions_per_seq=5,
+                   dupe_factor=3, random_seed=7)
+    summary = generate(job, progress=False)
+    judge = official.FullTokenizer(vocab_file, True)
+    records, masked = _check_records(job.output_files[0], judge, documents, 32, 5)
+    assert records == summary["total_examples"] > 20 and masked == summary["counts"][
+        "masked_positions"]
+    meta = json.load(open(job.output_files[0] + ".json"))
+    assert meta["vocab_file"] == "vocab.txt" and "spm_model_file" not in meta
+    assert meta["vocab_size"] == len(judge.vocab)
+    copied = tmp_path / "out" / "vocab.txt"
+    assert copied.read_bytes() == open(vocab_file, "rb").read()
+
+
+@pytest.mark.slow
+def test_generation_command_takes_vocab_file_alone(tmp_path, official, vocab_file):
+    """The official command line of a WordPiece model; neither vocabulary flag is refused."""
+    documents = _corpus(tmp_path / "corpus.txt")
+    command = [sys.executable, "-m", "data.create_pretraining_data", "--input_file",
+               str(tmp_path / "corpus.txt"), "--output_file", str(tmp_path / "zh.tfrecord"),
+               "--do_lower_case", "--max_seq_length", "24", "--max_predictions_per_seq", "4",
+               "--dupe_factor", "2", "--random_seed", "3"]
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    run = subprocess.run(command + ["--vocab_file", vocab_file], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    records, _ = _check_records(str(tmp_path / "zh.tfrecord"),
+                                official.FullTokenizer(vocab_file, True), documents, 24, 4)
+    assert f"wrote {records:,} examples" in run.stdout
+    run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode != 0 and "--spm_model_file (a SentencePiece model) or --vocab_file " \
+        "alone (a WordPiece vocabulary) is required." in run.stderr
