@@ -35,10 +35,14 @@ SPECS = {
     # The model and its vocabulary.
     "albert_config_file": Spec("string", None, "Model config JSON (official keys)."),
     "spm_model_file": Spec("string", None, "SentencePiece model of the model's vocabulary."),
-    "vocab_file": Spec("string", None, "The official .vocab file (piece and score per line) "
-                                       "of --spm_model_file: checked to hold the same pieces "
-                                       "in the same order (a mismatch is an error); "
-                                       "--spm_model_file is the tokenizer."),
+    "vocab_file": Spec("string", None, "With --spm_model_file: the official .vocab file (piece "
+                                       "and score per line) of that model, checked to hold the "
+                                       "same pieces in the same order (a mismatch is an "
+                                       "error); --spm_model_file is the tokenizer. Alone: a "
+                                       "WordPiece vocabulary (a token per line, e.g. the "
+                                       "Chinese models' vocab_chinese.txt), the tokenizer "
+                                       "then, as the official FullTokenizer without a "
+                                       "SentencePiece model."),
     "do_lower_case": Spec("bool", True, "Lowercase the text (as the vocabulary was made; the "
                                         "released models: true)."),
     "init_checkpoint": Spec("string", None, "Pretrained weights: an official TF1 checkpoint or "
@@ -270,12 +274,14 @@ def define(*groups, kinds=None, notes=None, **defaults):
 
 
 def require(*names) -> None:
-    """Raises absl's UsageError naming the first of `names` that is not set."""
+    """Raises absl's UsageError naming the first of `names` that is not set; a name "a|b" is
+    set when either flag is."""
     from absl import app
 
     for name in names:
-        if not getattr(FLAGS, name):
-            raise app.UsageError(f"--{name} is required.")
+        if not any(getattr(FLAGS, n) for n in name.split("|")):
+            raise app.UsageError(" or ".join(f"--{n}" for n in name.split("|"))
+                                 + " is required.")
 
 
 def require_an_action() -> None:

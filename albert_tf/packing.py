@@ -13,6 +13,8 @@ The loop above has a closed form, used by both implementations: with budget T,
 T - len_a))`. Tests check it against the loop for every pair of lengths up to 40.
 
 Segment ids are 0 through the first [SEP] and 1 after it; the input mask is 1 on real tokens.
+The [CLS] and [SEP] ids are the tokenizer's (`special`: a SentencePiece model's 2 and 3 when
+not given; a WordPiece vocabulary has its own, `vocab_chinese.txt` 101 and 102).
 
 An empty B packs as one segment, `[CLS] A [SEP]` (official `convert_single_example`: text_b is
 tokenized only `if example.text_b`, and packed only `if tokens_b`): a pair whose B has no token
@@ -39,6 +41,12 @@ def _check_max_seq_length(max_seq_length: int, pair: bool) -> None:
                          f"max_seq_length={max_seq_length!r}")
 
 
+def _special_ids(special) -> tuple[int, int]:
+    """([CLS] id, [SEP] id) of `special`, a tokenizer (anything with `cls_id` and `sep_id`), or
+    the SentencePiece ones when it is None."""
+    return (CLS_ID, SEP_ID) if special is None else (special.cls_id, special.sep_id)
+
+
 def truncated_lengths(len_a: int, len_b: int, budget: int) -> tuple[int, int]:
     """Lengths of A and B after longest-first truncation to `budget` tokens (closed form)."""
     keep_a = min(len_a, max((budget + 1) // 2, budget - len_b))
@@ -59,27 +67,29 @@ def packed_length(len_a, len_b=None):
     return len_a + SINGLE_SPECIAL_TOKENS + tf.where(len_b > 0, len_b + 1, tf.zeros_like(len_b))
 
 
-def pack_ids(ids_a, ids_b=None, max_seq_length: int = 512):
+def pack_ids(ids_a, ids_b=None, max_seq_length: int = 512, special=None):
     """`[CLS] A [SEP] (B [SEP])` after truncation.
 
     Args:
         ids_a, ids_b: token ids (no special tokens); `ids_b` None for one segment. An empty
             `ids_b` also packs as one segment (official: `if tokens_b`).
         max_seq_length: the longest packed sequence.
+        special: the tokenizer whose [CLS] and [SEP] ids to use (None: SentencePiece's).
 
     Returns:
         (input_ids, segment_ids), unpadded lists of equal length <= max_seq_length.
     """
     _check_max_seq_length(max_seq_length, ids_b is not None)
+    cls_id, sep_id = _special_ids(special)
     ids_a = list(ids_a)
     ids_b = None if ids_b is None else list(ids_b)
     if not ids_b:
         a = ids_a[: max_seq_length - SINGLE_SPECIAL_TOKENS]
-        return [CLS_ID, *a, SEP_ID], [0] * (len(a) + 2)
+        return [cls_id, *a, sep_id], [0] * (len(a) + 2)
     keep_a, keep_b = truncated_lengths(len(ids_a), len(ids_b),
                                        max_seq_length - PAIR_SPECIAL_TOKENS)
     a, b = ids_a[:keep_a], ids_b[:keep_b]
-    return [CLS_ID, *a, SEP_ID, *b, SEP_ID], [0] * (len(a) + 2) + [1] * (len(b) + 1)
+    return [cls_id, *a, sep_id, *b, sep_id], [0] * (len(a) + 2) + [1] * (len(b) + 1)
 
 
 def pad_features(input_ids, segment_ids, length: int) -> dict:
@@ -113,13 +123,15 @@ def keep_last(ragged, keep):
         lengths - tf.cast(keep, lengths.dtype), 1))
 
 
-def join_in_graph(ids_a, ids_b=None, empty_b_is_one_segment: bool = False) -> dict:
+def join_in_graph(ids_a, ids_b=None, empty_b_is_one_segment: bool = False,
+                  special=None) -> dict:
     """`[CLS] A [SEP] (B [SEP])` of already-truncated rows, as model inputs.
 
     Args:
         ids_a, ids_b: int32 RaggedTensors [rows, (tokens)]; `ids_b` None for one segment.
         empty_b_is_one_segment: a row whose B is empty gets no second [SEP] (`[CLS] A [SEP]`,
             the official classifier packing); otherwise it gets `[CLS] A [SEP] [SEP]`.
+        special: the tokenizer whose [CLS] and [SEP] ids to use (None: SentencePiece's).
 
     Returns:
         dict of int32 [rows, length] tensors `input_ids`, `input_mask`, `segment_ids` (segment
@@ -127,6 +139,7 @@ def join_in_graph(ids_a, ids_b=None, empty_b_is_one_segment: bool = False) -> di
     """
     import tensorflow as tf
 
+    cls_id, sep_id = _special_ids(special)
     ids_a = tf.cast(ids_a, tf.int32)
     rows = ids_a.nrows()
 
@@ -135,13 +148,13 @@ def join_in_graph(ids_a, ids_b=None, empty_b_is_one_segment: bool = False) -> di
         return tf.RaggedTensor.from_row_lengths(
             tf.fill([tf.reduce_sum(lengths)], tf.constant(value, tf.int32)), lengths)
 
-    parts = [column(CLS_ID), ids_a, column(SEP_ID)]
+    parts = [column(cls_id), ids_a, column(sep_id)]
     segments = [0, 0, 0]
     if ids_b is not None:
         ids_b = tf.cast(ids_b, tf.int32)
         closing = (tf.cast(ids_b.row_lengths() > 0, tf.int64) if empty_b_is_one_segment
                    else None)
-        parts += [ids_b, column(SEP_ID, closing)]
+        parts += [ids_b, column(sep_id, closing)]
         segments += [1, 1]
     input_ids = tf.concat(parts, axis=1)
     segment_ids = tf.concat([tf.ones_like(p) * s for p, s in zip(parts, segments)], axis=1)
@@ -150,13 +163,14 @@ def join_in_graph(ids_a, ids_b=None, empty_b_is_one_segment: bool = False) -> di
             "segment_ids": segment_ids.to_tensor(0)}
 
 
-def pack_in_graph(ids_a, ids_b=None, max_seq_length: int = 512) -> dict:
+def pack_in_graph(ids_a, ids_b=None, max_seq_length: int = 512, special=None) -> dict:
     """The same packing with TensorFlow ops, for a batch.
 
     Args:
         ids_a, ids_b: int32 `tf.RaggedTensor` [batch, (tokens)]; `ids_b` None for one segment;
             a row whose B is empty packs as one segment (as `pack_ids`).
         max_seq_length: the longest packed sequence (a Python int).
+        special: the tokenizer whose [CLS] and [SEP] ids to use (None: SentencePiece's).
 
     Returns:
         dict of int32 [batch, length] tensors `input_ids`, `input_mask`, `segment_ids`, padded
@@ -169,17 +183,17 @@ def pack_in_graph(ids_a, ids_b=None, max_seq_length: int = 512) -> dict:
     len_a = ids_a.row_lengths()
     if not pair:
         return join_in_graph(keep_first(ids_a, tf.minimum(
-            len_a, max_seq_length - SINGLE_SPECIAL_TOKENS)))
+            len_a, max_seq_length - SINGLE_SPECIAL_TOKENS)), special=special)
     len_b = ids_b.row_lengths()
     budget = tf.constant(max_seq_length - PAIR_SPECIAL_TOKENS, tf.int64)
     keep_a = tf.where(len_b > 0, tf.minimum(len_a, tf.maximum((budget + 1) // 2, budget - len_b)),
                       tf.minimum(len_a, max_seq_length - SINGLE_SPECIAL_TOKENS))
     keep_b = tf.minimum(len_b, tf.maximum(budget // 2, budget - len_a))
     return join_in_graph(keep_first(ids_a, keep_a), keep_first(ids_b, keep_b),
-                         empty_b_is_one_segment=True)
+                         empty_b_is_one_segment=True, special=special)
 
 
-def pack_row_in_graph(ids_a, ids_b=None, max_seq_length: int = 512) -> dict:
+def pack_row_in_graph(ids_a, ids_b=None, max_seq_length: int = 512, special=None) -> dict:
     """`pack_in_graph` of one example of 1-D int32 ids, with dense ops only (no ragged tensors),
     as a TensorFlow Lite graph needs: the same truncation (longest first, from the end) and
     layout (an empty B: one segment).
@@ -200,7 +214,8 @@ def pack_row_in_graph(ids_a, ids_b=None, max_seq_length: int = 512) -> dict:
         keep_a = tf.where(len_b > 0, tf.minimum(len_a, tf.maximum((budget + 1) // 2,
                                                                   budget - len_b)), keep_a)
         keep_b = tf.minimum(len_b, tf.maximum(budget // 2, budget - len_a))
-    cls, sep = tf.constant([CLS_ID], tf.int32), tf.constant([SEP_ID], tf.int32)
+    cls_id, sep_id = _special_ids(special)
+    cls, sep = tf.constant([cls_id], tf.int32), tf.constant([sep_id], tf.int32)
     parts = [cls, tf.cast(ids_a[:keep_a], tf.int32), sep]
     segment_ids = tf.zeros([keep_a + 2], tf.int32)
     if pair:

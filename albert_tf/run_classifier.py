@@ -111,7 +111,7 @@ def run():
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
     command(run, define_flags, required=("task_name", "data_dir", "albert_config_file",
-                                         "spm_model_file", "output_dir"),
+                                         "spm_model_file|vocab_file", "output_dir"),
             check=albert_flags.require_an_action)
 
 

@@ -120,8 +120,9 @@ def check_flags():
 
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
-    command(run, define_flags, required=("data_dir", "albert_config_file", "spm_model_file",
-                                         "output_dir"), check=check_flags)
+    command(run, define_flags, required=("data_dir", "albert_config_file",
+                                         "spm_model_file|vocab_file", "output_dir"),
+            check=check_flags)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from albert_tf.cli import run_command
 from albert_tf.flags import FLAGS, require, strategy_name
 from albert_tf.ownership import OutputLock
 from albert_tf.records import temporary_name
-from albert_tf.tokenization import Tokenizer
+from albert_tf.tokenization import Tokenizer, make_tokenizer
 from albert_tf.train_lib import (CorruptInputError, NonFiniteLossError, TrainingConfig,
                                  TrainingRun, write_dir_of)
 from export.saved_model import ExportError, export_saved_model
@@ -105,14 +105,16 @@ def _checked(body):
 
 
 def model_and_tokenizer() -> tuple[AlbertConfig, Tokenizer]:
-    """--albert_config_file and --spm_model_file, checked against each other, against
-    --max_seq_length and against the official --vocab_file where one is given."""
+    """--albert_config_file and the tokenizer of the official flags (`make_tokenizer`:
+    --spm_model_file, with the official --vocab_file checked against it where one is given; or
+    --vocab_file alone, a WordPiece vocabulary), checked against each other and against
+    --max_seq_length."""
     config = AlbertConfig.from_json_file(FLAGS.albert_config_file)
-    tokenizer = Tokenizer(FLAGS.spm_model_file, FLAGS.do_lower_case)
-    if "vocab_file" in FLAGS and FLAGS.vocab_file:
-        tokenizer.check_vocab_file(FLAGS.vocab_file)
+    vocab_file = FLAGS.vocab_file if "vocab_file" in FLAGS else None
+    tokenizer = make_tokenizer(FLAGS.spm_model_file, vocab_file, FLAGS.do_lower_case)
     if tokenizer.vocab_size != config.vocab_size:
-        raise ValueError(f"--spm_model_file has {tokenizer.vocab_size} pieces but the "
+        flag = "--spm_model_file" if FLAGS.spm_model_file else "--vocab_file"
+        raise ValueError(f"{flag} has {tokenizer.vocab_size} pieces but the "
                          f"model's vocab_size is {config.vocab_size}.")
     if FLAGS.max_seq_length > config.max_position_embeddings:
         raise ValueError(f"--max_seq_length {FLAGS.max_seq_length} exceeds the model's "
@@ -271,10 +273,11 @@ def run_task(task, cfg, exporter=None, predict=False) -> tuple[object, dict]:
 
 
 def keep_vocabulary(output_dir: str) -> None:
-    """--spm_model_file copied beside a fine-tuning run's checkpoints (unless one of that name
-    is there), so the run directory is a complete model: `export.export_saved_model
-    --model_dir RUN` finds it."""
+    """--spm_model_file (or, without one, the WordPiece --vocab_file) copied beside a
+    fine-tuning run's checkpoints (unless one of that name is there), so the run directory is a
+    complete model: `export.export_saved_model --model_dir RUN` finds it."""
     spm = FLAGS.spm_model_file if "spm_model_file" in FLAGS else None
+    spm = spm or (FLAGS.vocab_file if "vocab_file" in FLAGS else None)
     if not spm:
         return
     target = os.path.join(output_dir, os.path.basename(spm))

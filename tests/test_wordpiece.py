@@ -287,3 +287,40 @@ def test_generation_command_takes_vocab_file_alone(tmp_path, official, vocab_fil
     run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode != 0 and "--spm_model_file (a SentencePiece model) or --vocab_file " \
         "alone (a WordPiece vocabulary) is required." in run.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Fine-tuning features.
+def test_fine_tuning_features_are_the_official_tokens(official, vocab_file):
+    """GLUE pairs and single sentences, and RACE questions, packed with a WordPiece vocabulary:
+    [CLS] A [SEP] B [SEP] of the official tokens, [CLS] 101 and [SEP] 102 (the vocabulary's),
+    truncated as before (longest first)."""
+    from albert_tf.packing import pack_ids
+    from albert_tf.tasks import classification, glue, race
+
+    judge = official.FullTokenizer(vocab_file, True)
+    tok = make_tokenizer(vocab_file=vocab_file)
+    rte, cola = glue.get_task("rte"), glue.get_task("cola")
+    for a, b in zip(SENTENCES[:12], SENTENCES[12:24]):
+        for task, text_b in ((rte, b), (cola, None)):
+            example = glue.InputExample("dev-0", a, text_b, task.labels[0])
+            features = classification.example_features(example, task, tok, 512)
+            tokens = ["[CLS]", *judge.tokenize(a), "[SEP]"]
+            if text_b is not None and judge.tokenize(b):
+                tokens += [*judge.tokenize(b), "[SEP]"]
+            n = sum(features["input_mask"])
+            assert features["input_ids"][:n] == judge.convert_tokens_to_ids(tokens), (a, b)
+            assert features["input_ids"][n:] == [0] * (512 - n)
+    ids, segments = pack_ids(tok.encode(SENTENCES[1]), tok.encode(SENTENCES[8]), 12, tok)
+    assert ids[0] == 101 and ids.count(102) == 2 and len(ids) == 12
+    assert ids == [101, *tok.encode(SENTENCES[1])[:5], 102, *tok.encode(SENTENCES[8])[:4], 102]
+    assert segments == [0] * 7 + [1] * 5
+    question = race.RaceExample("p-0", "middle", SENTENCES[1], "天气 _ 好。",
+                                ("很", "不", "Very", "太"), 0)
+    features, cut = race.example_features(question, tok, 40, 10)
+    rows = np.reshape(features["input_ids"], (4, 40))
+    for row, choice in zip(rows, question.choices()):
+        tokens = ["[CLS]", *judge.tokenize(SENTENCES[1]), "[SEP]", *judge.tokenize(choice),
+                  "[SEP]"]
+        assert row[:len(tokens)].tolist() == judge.convert_tokens_to_ids(tokens)
+    assert not cut

@@ -32,15 +32,15 @@ from albert_tf.checkpoints import read_training_checkpoint
 from albert_tf.flags import FLAGS
 from albert_tf.pretrainer import AlbertPretrainer
 from albert_tf.runner import command, write_json
-from albert_tf.tokenization import CLS_ID, MASK_ID, SEP_ID, Tokenizer
+from albert_tf.tokenization import make_tokenizer
 
 
 def top_k_answers(model, tokenizer, texts, top_k: int = 5) -> list:
     """[[[(piece, probability)] * top_k per [MASK]] per text] of an `AlbertPretrainer`."""
     answers = []
     for text in texts:
-        ids = [CLS_ID] + tokenizer.encode_with_masks(text) + [SEP_ID]
-        positions = [i for i, t in enumerate(ids) if t == MASK_ID]
+        ids = [tokenizer.cls_id] + tokenizer.encode_with_masks(text) + [tokenizer.sep_id]
+        positions = [i for i, t in enumerate(ids) if t == tokenizer.mask_id]
         if not positions:
             raise ValueError(f"{text!r} holds no [MASK].")
         batch = {F.INPUT_IDS: tf.constant([ids]), F.INPUT_MASK: tf.ones([1, len(ids)], tf.int32),
@@ -71,7 +71,8 @@ def build_models(model_dir: str, random_seed: int | None = None) -> dict:
 
 
 def define_flags():
-    albert_flags.define("model_dir", "spm_model_file", "random_seed", "top_k", "do_lower_case",
+    albert_flags.define("model_dir", "spm_model_file", "vocab_file", "random_seed", "top_k",
+                        "do_lower_case",
                         random_seed=None,
                         notes={"model_dir": "Here: a pretraining --output_dir (its latest "
                                             "checkpoint; DIR:best for its best).",
@@ -83,7 +84,7 @@ def define_flags():
 
 
 def answer():
-    tokenizer = Tokenizer(FLAGS.spm_model_file, FLAGS.do_lower_case)
+    tokenizer = make_tokenizer(FLAGS.spm_model_file, FLAGS.vocab_file, FLAGS.do_lower_case)
     models = build_models(FLAGS.model_dir, FLAGS.random_seed)
     result = {"inputs": list(FLAGS.text), "top_k": FLAGS.top_k, "models": {
         name: [[[{"piece": piece, "probability": p} for piece, p in row] for row in rows]
@@ -102,7 +103,7 @@ def answer():
 
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
-    command(answer, define_flags, required=("model_dir", "spm_model_file", "text"))
+    command(answer, define_flags, required=("model_dir", "spm_model_file|vocab_file", "text"))
 
 
 if __name__ == "__main__":

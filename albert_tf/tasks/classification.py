@@ -45,7 +45,7 @@ def example_features(example: glue.InputExample, task: glue.GlueTask, tokenizer,
     """One example's features (lists)."""
     ids_a = tokenizer.encode(example.text_a)
     ids_b = tokenizer.encode(example.text_b) if example.text_b is not None else None
-    input_ids, segment_ids = pack_ids(ids_a, ids_b, max_seq_length)
+    input_ids, segment_ids = pack_ids(ids_a, ids_b, max_seq_length, tokenizer)
     features = pad_features(input_ids, segment_ids, max_seq_length)
     if task.is_regression:
         features[LABEL_IDS] = [float(example.label) if example.label is not None else 0.0]

@@ -37,7 +37,7 @@ from albert_tf import features as F
 from albert_tf.task_models import NUM_CHOICES, multiple_choice_model  # noqa: F401
 from albert_tf.tasks.base import LabelledTask
 from albert_tf.records import files_for, read_cached, to_example, write_records
-from albert_tf.tokenization import CLS_ID, FEATURES_REVISION, SEP_ID
+from albert_tf.tokenization import FEATURES_REVISION
 
 LEVELS = ("middle", "high")
 LABELS = ("A", "B", "C", "D")
@@ -194,7 +194,7 @@ def example_features(example: RaceExample, tokenizer, max_seq_length: int,
         qa = tokenizer.encode(choice)[-max_qa_length:] if max_qa_length > 0 else []
         context = article[:max(0, max_seq_length - 3 - len(qa))]
         cut |= len(context) < len(article)
-        tokens = [CLS_ID, *context, SEP_ID, *qa, SEP_ID]
+        tokens = [tokenizer.cls_id, *context, tokenizer.sep_id, *qa, tokenizer.sep_id]
         pad = max_seq_length - len(tokens)
         if pad < 0:
             raise ValueError(f"--max_qa_length {max_qa_length} leaves no room in "
