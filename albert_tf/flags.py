@@ -284,12 +284,15 @@ def require(*names) -> None:
                                  + " is required.")
 
 
-def require_an_action() -> None:
+def require_an_action(export: bool = False) -> None:
     """Raises absl's UsageError unless one of the command's --do_train, --do_eval, --do_predict
-    is set."""
+    is set, or with `export` (a command whose official script exports alone: run_classifier,
+    run_squad_v1) --export_dir."""
     from absl import app
 
     actions = [name for name in ("do_train", "do_eval", "do_predict") if name in FLAGS]
+    if export:
+        actions.append("export_dir")
     if not any(getattr(FLAGS, name) for name in actions):
         raise app.UsageError("At least one of " + ", ".join(f"--{a}" for a in actions) + ".")
 

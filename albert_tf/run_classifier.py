@@ -18,14 +18,21 @@ or TF-Hub module, a Hugging Face folder, our model directory or `.keras` file, o
 pretraining heads are dropped and reported. Writes `eval_results.json` (each metric and the
 number of examples scored), GLUE submission files for `--do_predict`
 (`<TASK>.tsv`: index and prediction; `test_results.tsv`: class probabilities, as official), and
-with `--export_dir` a SavedModel whose `serving_default` takes raw text. Rerun the same command
-to resume.
+with `--export_dir` a SavedModel whose `serving_default` takes raw text (and whose
+`official_serving_default` answers the official export's tf.Example requests). Rerun the same
+command to resume.
+
+As official, `--export_dir` alone (no --do_train, --do_eval, --do_predict) is an action: it
+exports the run in `--output_dir` (its best evaluated checkpoint, else its latest; the official
+runner exports `OUTPUT_DIR/model.ckpt-best`), and stops with an error when that directory holds
+no fine-tuned checkpoint (`--init_checkpoint` is where fine-tuning starts, never exported).
 """
 
 from albert_tf.quiet import entry_point  # noqa: E402
 
 entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
 
+import functools
 import math
 import os
 
@@ -112,7 +119,7 @@ def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
     command(run, define_flags, required=("task_name", "data_dir", "albert_config_file",
                                          "spm_model_file|vocab_file", "output_dir"),
-            check=albert_flags.require_an_action)
+            check=functools.partial(albert_flags.require_an_action, export=True))
 
 
 if __name__ == "__main__":

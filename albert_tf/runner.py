@@ -328,8 +328,15 @@ def model_for_prediction(task, run=None) -> tuple[object, str, int | None]:
     else:
         latest = tf.train.latest_checkpoint(out)
         if not latest:
-            raise CheckpointError(f"--do_predict without --do_train needs a fine-tuned "
-                                  f"checkpoint in {out}.")
+            asked = [f"--{name}" for name in ("do_predict", "export_dir")
+                     if name in FLAGS and FLAGS[name].value]
+            pretrained = "init_checkpoint" in FLAGS and FLAGS.init_checkpoint
+            raise CheckpointError(
+                f"{' and '.join(asked) or 'Prediction'} without --do_train needs a fine-tuned "
+                f"checkpoint in --output_dir {out}, and it holds none: fine-tune first "
+                "(--do_train), or point --output_dir at a fine-tuning run"
+                + (" (--init_checkpoint is where fine-tuning starts, not a fine-tuned model)"
+                   if pretrained else "") + ".")
         model, which = read_task_checkpoint(task, latest), "latest"
         step = int(latest.rsplit("-", 1)[-1]) if latest.rsplit("-", 1)[-1].isdigit() else None
         what = f"the latest checkpoint ({latest})"

@@ -15,11 +15,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from albert_tf import AlbertConfig
+from albert_tf import AlbertClassifier, AlbertConfig
 from albert_tf.checkpoints import model_weights
+from albert_tf.packing import pack_ids, pad_features
+from albert_tf.records import example_of
 from albert_tf.tasks import glue
 from albert_tf.tokenization import Tokenizer
 from conftest import ROOT, SHARED_DIR, assert_spread, random_batch, randomize, tiny_config
+from export.serving import OFFICIAL_SIGNATURE
 
 GLUE_ROOT = os.path.join(SHARED_DIR, "data", "glue")
 TINY = dict(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
@@ -211,7 +214,9 @@ def test_official_command_line_with_hub_module_glue_root_and_mismnli(tmp_path, s
 
     from albert_tf.pretrainer import AlbertPretrainer
 
-    config = AlbertConfig(**TINY)
+    # initializer_range 0.2 (about 1/sqrt(H) at H=32): at 0.02 the trained model's answers
+    # differ by 1e-4 between inputs, too little for the exports' 1e-5 parity to mean anything.
+    config = AlbertConfig(**dict(TINY, initializer_range=0.2))
     config.to_json_file(tmp_path / "albert_config.json")
     source = AlbertPretrainer(config)
     hub = _hub_module(source, str(tmp_path / "albert_hub"))
@@ -248,6 +253,46 @@ def test_official_command_line_with_hub_module_glue_root_and_mismnli(tmp_path, s
     served = tf.saved_model.load(str(version)).signatures["serving_default"](
         text=tf.constant(["A man plays."]), text_b=tf.constant(["Someone plays music."]))
     np.testing.assert_allclose(served["threshold"].numpy(), [0.7])
+    _export_alone(common, tmp_path, config, sample_vocab, best, str(version))
+
+
+def _export_alone(common, tmp_path, config, sample_vocab, best, first_export):
+    """The official action --export_dir alone (no --do_train, --do_eval, --do_predict), as a
+    second command on the run of `common`: it exports the run's best evaluated checkpoint, and
+    the export answers as that trained model does: the official run_classifier contract
+    (`official_serving_default`, tf.Examples as the official runner writes them) gives the
+    model's softmax within 1e-5, its argmax and the threshold as a scalar; the raw-text
+    signature gives the first export's answers."""
+    proc = _run(common + ["--threshold_to_export=0.7",
+                          f"--export_dir={tmp_path / 'exports' / 'alone'}"], ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"exported the best model (step {best['global_step']})" in proc.stdout
+    version = str(tmp_path / "exports" / "alone" / "1")
+    record = json.load(open(os.path.join(version, "assets.extra", "albert_export.json")))
+    assert record["source"]["which"] == "best" and record["source"]["step"] == best["global_step"]
+    model = AlbertClassifier(config, 3)
+    tf.train.Checkpoint(model=model).read(str(tmp_path / "mismnli" / "best" / "ckpt-best")) \
+        .expect_partial().assert_existing_objects_matched()
+    tok = Tokenizer(sample_vocab)
+    texts = ["A man plays.", "The cat sat on the mat.", "Nobody came.", "It rained all day."]
+    texts_b = ["Someone plays music.", "A dog barked.", "Everyone came early.", "It was dry."]
+    rows = [pad_features(*pack_ids(tok.encode(a), tok.encode(b), 32), 32)
+            for a, b in zip(texts, texts_b)]
+    logits = model({k: tf.constant([r[k] for r in rows]) for k in rows[0]},
+                   training=False)["logits"].numpy()
+    assert_spread(logits.max(axis=0), logits.min(axis=0), 1e-5)
+    official = [example_of(dict(r, label_ids=[0], is_real_example=[1])) for r in rows]
+    loaded = tf.saved_model.load(version)
+    got = loaded.signatures[OFFICIAL_SIGNATURE](input=tf.constant(official))
+    np.testing.assert_allclose(got["probabilities"].numpy(), tf.nn.softmax(logits).numpy(),
+                               atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(got["predictions"].numpy(), logits.argmax(-1))
+    assert got["threshold"].shape == () and float(got["threshold"]) == np.float32(0.7)
+    text = {"text": tf.constant(texts), "text_b": tf.constant(texts_b)}
+    first = tf.saved_model.load(first_export).signatures["serving_default"](**text)
+    np.testing.assert_allclose(loaded.signatures["serving_default"](**text)["logits"].numpy(),
+                               first["logits"].numpy(), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(first["logits"].numpy(), logits, atol=1e-5, rtol=0)
 
 
 @pytest.mark.slow
@@ -281,6 +326,15 @@ def test_official_flags_that_cannot_act_fail_with_the_fix(tmp_path, sample_vocab
         proc = _run(base + extra.split() + ["--do_train", "--train_step=2"], ROOT)
         assert proc.returncode == 1, (extra, proc.stderr[-2000:])
         assert re.search(message, proc.stderr), (extra, proc.stderr[-2000:])
+    # --export_dir alone (an official action) from a directory with no fine-tuned checkpoint.
+    empty = [a for a in base if not a.startswith("--output_dir")]
+    empty.append(f"--output_dir={tmp_path / 'empty'}")
+    proc = _run(empty + [f"--export_dir={tmp_path / 'exports' / 'rte'}"], ROOT)
+    assert proc.returncode == 1 and re.search(
+        r"--export_dir without --do_train needs a fine-tuned checkpoint in --output_dir "
+        r".*empty, and it holds none: fine-tune first \(--do_train\)", proc.stderr), \
+        proc.stderr[-2000:]
+    assert not (tmp_path / "exports").exists()
     proc = _run(base + ["--do_predict"], ROOT)
     assert proc.returncode == 1
     assert re.search(r"ckpt-1 does not hold a rte model: it has no value for "
