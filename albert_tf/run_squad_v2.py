@@ -10,13 +10,14 @@ Flag names are the official google-research/albert `run_squad_v2.py` ones, with 
         --do_train --do_predict --max_seq_length=384 --doc_stride=128 --train_batch_size=48 \
         --learning_rate=3e-5 --num_train_epochs=2.0 --warmup_proportion=0.1
 
-`--do_predict` writes `predictions.json` ("" for no answer), `null_odds.json` (null score
-minus best span score per question: the official evaluator's `--na-prob-file`) and, when the
-predict file has answers, `eval_results.json`: the official v2.0 evaluator's exact and F1 (with
-HasAns/NoAns) of the predictions, and the best threshold search (`best_f1`,
-`best_f1_thresh`). Rerun with `--nodo_train --null_score_diff_threshold=<best_f1_thresh>` to
-predict at that threshold. The no-answer decision is the span head's null score (BERT's
-method); the official ALBERT v2 answer-class head is not built (`albert_tf.squad_runner`).
+The official ALBERT v2 model by default (the answer-class head with its beam;
+`--v2_head null_score` builds BERT's null-score span head instead). With a --predict_file that
+has answers, every saved checkpoint is evaluated and the best by F1 predicts, as the official
+runner does. `--do_predict` writes `predictions.json` ("" for no answer), `null_odds.json` (the
+official evaluator's `--na-prob-file`) and, when the predict file has answers,
+`eval_results.json`: the official runner's `exact`, `f1` and HasAns/NoAns at the best null
+threshold found on the file (`null_score_diff_threshold`), with our first-pass threshold
+search beside them (`threshold_search`). See `albert_tf.squad_runner`.
 """
 
 from albert_tf.quiet import entry_point  # noqa: E402

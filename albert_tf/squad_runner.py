@@ -1,26 +1,30 @@
 """What `run_squad_v1` and `run_squad_v2` share: the official flags, features, training through
-the one loop, prediction, the official files and the official evaluation; with `--export_dir`,
-a SavedModel that answers raw-text questions the way `--do_predict` does
-(`export.serving.SpanServingModule`, with this run's stride, lengths and threshold).
+the one loop, evaluation and prediction as the official runners do them, the official files;
+with `--export_dir`, a SavedModel that answers raw-text questions the way `--do_predict` does
+(`export.serving.SpanServingModule` / `SquadV2ServingModule`, with this run's stride, lengths
+and threshold).
 
-SQuAD v2.0 uses the span head with a null score (the [CLS] position's start + end logits, the
-minimum over a question's windows, as in BERT's `run_squad.py`): a question is answered "" when
-its null score exceeds its best span's score by more than `--null_score_diff_threshold`.
-`null_odds.json` holds that difference for every question (the official evaluator's
-`--na-prob-file`), and `eval_results.json` holds the official v2.0 scores: `exact`, `f1` and
-the HasAns/NoAns breakdown of `predictions.json` as written, and `best_exact`/`best_f1` with
-their thresholds from the official search over the null odds (`best_f1_thresh`: pass it as
-`--null_score_diff_threshold` and predictions.json scores `best_f1`). (The official script run
-with `--na-prob-file` also applies its `--na-prob-thresh`, 1.0 by default, on top of the
-predictions; ours scores the predictions as written.)
+As the official runners: with `--do_train --do_predict` and a --predict_file that has answers,
+every saved checkpoint is evaluated on it and the best by `f1` is kept (`best/ckpt-best`, the
+official `model.ckpt-best`); predictions.json and eval_results.json come from that checkpoint.
+Feature files (--train_feature_file, --predict_feature_file; default OUTPUT_DIR/train.tfrecord,
+predict.tfrecord) made from the same inputs and flags are reused; a named one made from others
+is an error.
 
-`--v2_head answer_class` trains and decodes the official ALBERT v2 model instead
-(`albert_tf.task_models.AlbertSquadV2`: start over the context, the end conditioned on the start,
+SQuAD v2.0 builds the official ALBERT model by default (`--v2_head answer_class`:
+`albert_tf.task_models.AlbertSquadV2`, start over the context, the end conditioned on the start,
 a beam of `--start_n_top` x `--end_n_top`, an answer-class head with `--dropout_prob`, loss
-start + end + 0.5 x answer class as official; `predict_answers_v2`): its null odds are the
-smallest `cls_logits` over a question's windows, scored by the same official evaluator. Its
-flags with the null-score head are errors, never ignored. `--export_dir` exports either model
-(`export.serving.SquadV2ServingModule` decodes the beam in the graph).
+(start + end) / 2 + 0.5 x answer class, `predict_answers_v2`); its null odds are the smallest
+`cls_logits` over a question's windows. `--v2_head null_score` builds BERT's span head instead
+(the [CLS] position's start + end logits, the minimum over a question's windows, minus the best
+span's score); its answer-class flags are errors, never ignored. Either way eval_results.json
+holds what the official `run_squad_v2.py` reports (`squad_eval.official_v2`): the v2.0
+evaluator's threshold search over the null odds, then `exact`, `f1` and HasAns/NoAns of the
+answers at its best F1 threshold (`null_score_diff_threshold`), scored again; beside them ours,
+`threshold_search` (the first pass's `best_exact`/`best_f1`) and `global_step`, the best
+checkpoint's. predictions.json holds those answers, or those at --null_score_diff_threshold
+when the flag is given (their scores under `at_null_score_diff_threshold`) or when the file has
+no answers. `null_odds.json` is the official evaluator's `--na-prob-file`.
 
 The flags are `albert_tf.flags`' groups with SQuAD's defaults; the run is `albert_tf.runner`'s.
 """
@@ -28,17 +32,21 @@ The flags are `albert_tf.flags`' groups with SQuAD's defaults; the run is `alber
 from __future__ import annotations
 
 import functools
+import json
 import os
 
+import tensorflow as tf
 from absl import app, flags
 
 from albert_tf import flags as albert_flags
+from albert_tf.distribute import tf_config_worker
 from albert_tf.tasks.squad import evaluation as squad_eval
 from albert_tf.flags import FLAGS
 from albert_tf.runner import (command, exporter_from_flags, model_and_tokenizer,
                               model_for_prediction, run_task, training_config, write_json)
-from albert_tf.tasks.squad import (SquadTask, SquadV2Task, build_features, predict_answers,
-                                   predict_answers_v2, write_features)
+from albert_tf.records import read_cached
+from albert_tf.tasks.squad import (SquadTask, SquadV2Task, build_features, features_digest,
+                                   predict_answers, predict_answers_v2, write_features)
 from albert_tf.tasks.squad.task import V2_BEAM_OUTPUTS
 
 
@@ -56,17 +64,23 @@ def define_flags(version: int):
     flags.DEFINE_float("warmup_proportion", 0.1, "Share of the steps spent warming up.")
     if version == 2:
         albert_flags.define("null_score_diff_threshold", "dropout_prob", notes={
-            "dropout_prob": "The answer-class head's dropout (--v2_head answer_class, as "
-                            "official); with the null-score head, giving it is an error."})
-        flags.DEFINE_enum("v2_head", "null_score", ["null_score", "answer_class"],
-                          "null_score: BERT's span head, the null answer scored at [CLS] "
-                          "(exportable: --export_dir). answer_class: the official ALBERT v2 "
-                          "model (start over the context, end conditioned on the start with a "
-                          "beam of --start_n_top x --end_n_top, an answer-class head).")
-        flags.DEFINE_integer("start_n_top", 5, "--v2_head answer_class: start candidates of "
-                             "the beam (official); an error with the null-score head.")
-        flags.DEFINE_integer("end_n_top", 5, "--v2_head answer_class: end candidates per "
-                             "start (official); an error with the null-score head.")
+            "dropout_prob": "The answer-class head's dropout (official); an error with "
+                            "--v2_head null_score."})
+        flags.DEFINE_enum("v2_head", "answer_class", ["answer_class", "null_score"],
+                          "answer_class (default): the official ALBERT v2 model (start over the "
+                          "context, end conditioned on the start with a beam of --start_n_top "
+                          "x --end_n_top, an answer-class head). null_score: BERT's span head, "
+                          "the null answer scored at [CLS] (not official ALBERT).")
+        flags.DEFINE_integer("start_n_top", 5, "Start candidates of the answer-class model's "
+                             "beam (official); an error with --v2_head null_score.")
+        flags.DEFINE_integer("end_n_top", 5, "End candidates per start of the answer-class "
+                             "model's beam (official); an error with --v2_head null_score.")
+
+
+def _digest(path, tokenizer, is_training, pad_to_multiple=1):
+    return features_digest(path, tokenizer, FLAGS.max_seq_length, FLAGS.doc_stride,
+                           FLAGS.max_query_length, is_training,
+                           (albert_flags.seed() or 0) if is_training else None, pad_to_multiple)
 
 
 def _features(path, tokenizer, is_training):
@@ -82,65 +96,160 @@ def train_steps(num_questions: int) -> int:
     return max(1, int(num_questions / FLAGS.train_batch_size * FLAGS.num_train_epochs))
 
 
-def train(task, tokenizer, config, version, threshold):
-    """Features of --train_file, then the run; returns the trained model."""
-    dataset, train_features, _ = _features(FLAGS.train_file, tokenizer, True)
-    train_path = FLAGS.train_feature_file or os.path.join(FLAGS.output_dir, "train.tfrecord")
-    train_path = ",".join(write_features(train_features, train_path, FLAGS.max_seq_length,
-                                         FLAGS.num_train_files)["files"])
-    steps = train_steps(len(squad_eval.questions(dataset)))
-    print(f"train: {len(squad_eval.questions(dataset)):,} questions in "
-          f"{len(train_features):,} features (windows); {steps:,} steps", flush=True)
-    cfg = training_config(config, input_file=train_path, do_eval=False,
-                          num_train_steps=steps,
-                          num_warmup_steps=int(steps * FLAGS.warmup_proportion))
+def _feature_file(flag: str, default_name: str, digest: str, num_files: int = 1):
+    """(path, sidecar or None) of a feature file, as the official runners treat
+    --train_feature_file / --predict_feature_file: a file there made from the same inputs and
+    flags (its sidecar's digest) is reused (sidecar returned); none: it is written (None). A
+    file named by the flag that was made from other inputs or flags (or not by us) is an
+    error, never read as if it matched, never overwritten."""
+    path = FLAGS[flag].value or os.path.join(FLAGS.output_dir, default_name)
+    cached = read_cached(path, digest, num_files)
+    if cached is None and FLAGS[flag].value and tf.io.gfile.exists(path):
+        raise ValueError(
+            f"--{flag}={path} exists and was not made from this run's inputs and flags (the "
+            "SQuAD file, the vocabulary, --max_seq_length, --doc_stride, --max_query_length, "
+            "the seed): remove it to have it written again, or name another file.")
+    return path, cached
+
+
+def train(task, tokenizer, config, version, threshold, evaluation=None):
+    """Features of --train_file (reused when the feature file was made from the same inputs),
+    then the run; with `evaluation` (predict_path, predict features) every saved checkpoint is
+    evaluated on them and the best by F1 kept, as the official runners do. Returns the model
+    that predicts (the best checkpoint's)."""
+    digest = _digest(FLAGS.train_file, tokenizer, True)
+    path, cached = _feature_file("train_feature_file", "train.tfrecord", digest,
+                                 FLAGS.num_train_files)
+    if cached is None:
+        dataset, train_features, _ = _features(FLAGS.train_file, tokenizer, True)
+        cached = write_features(train_features, path, FLAGS.max_seq_length,
+                                FLAGS.num_train_files, digest=digest,
+                                questions=len(squad_eval.questions(dataset)))
+    else:
+        print(f"train: reusing {path} (made from the same inputs and flags)", flush=True)
+    steps = train_steps(cached["questions"])
+    print(f"train: {cached['questions']:,} questions in {cached['real_examples']:,} features "
+          f"(windows); {steps:,} steps", flush=True)
+    eval_settings = {"do_eval": False}
+    if evaluation is not None:
+        eval_path, batches = evaluation
+        eval_settings = {"do_eval": True, "eval_input_file": eval_path,
+                         "eval_batch_size": FLAGS.predict_batch_size, "max_eval_steps": batches}
+    cfg = training_config(config, input_file=",".join(cached["files"]), num_train_steps=steps,
+                          num_warmup_steps=int(steps * FLAGS.warmup_proportion), **eval_settings)
+    return run_task(task, cfg, None, predict=FLAGS.do_predict or bool(FLAGS.export_dir))[0]
+
+
+def export(task, model, version, threshold):
+    """--export_dir: `model` (the one that predicted) as a SavedModel answering raw questions
+    with this run's stride, lengths and the null threshold predictions.json was written at, so
+    the export answers as predictions.json does."""
     options = {"doc_stride": FLAGS.doc_stride, "max_query_length": FLAGS.max_query_length,
                "max_answer_length": FLAGS.max_answer_length,
                "null_score_diff_threshold": threshold}
     if not isinstance(task, SquadV2Task):
         options["n_best_size"] = FLAGS.n_best_size
-    exporter = exporter_from_flags(f"run_squad_v{version}", options=options)
-    return run_task(task, cfg, exporter, predict=FLAGS.do_predict)[0]
+    which, step = "latest", None
+    best = os.path.join(FLAGS.output_dir, "best", "best_eval.json")
+    latest = tf.train.latest_checkpoint(FLAGS.output_dir)
+    if tf.io.gfile.exists(best):
+        with tf.io.gfile.GFile(best) as f:
+            which, step = "best", int(json.load(f)["global_step"])
+    elif latest and latest.rsplit("-", 1)[-1].isdigit():
+        step = int(latest.rsplit("-", 1)[-1])
+    exporter_from_flags(f"run_squad_v{version}", options=options)(model, which, step)
 
 
-def predict(task, model, tokenizer, version, threshold):
-    """predictions.json (null_odds.json for v2) of --predict_file; eval_results.json with the
-    official evaluator's scores where it has answers."""
-    out = FLAGS.output_dir
+def prediction_features(task, tokenizer):
+    """(dataset, features, contexts, path, labelled) of --predict_file: the features written to
+    --predict_feature_file (default OUTPUT_DIR/predict.tfrecord), padded to whole batches of
+    --predict_batch_size, or reused when made from the same inputs and flags;
+    --predict_feature_left_file, when given, gets the host-side features as JSON (the official
+    runner pickles them there; JSON cannot run code when read)."""
     dataset, features, contexts = _features(FLAGS.predict_file, tokenizer, False)
-    path = FLAGS.predict_feature_file or os.path.join(out, "predict.tfrecord")
-    write_features(features, path, FLAGS.max_seq_length)
+    batch = FLAGS.predict_batch_size
+    digest = _digest(FLAGS.predict_file, tokenizer, False, batch)
+    path, cached = _feature_file("predict_feature_file", "predict.tfrecord", digest)
+    if cached is None:
+        write_features(features, path, FLAGS.max_seq_length, digest=digest,
+                       pad_to_multiple=batch)
+    if FLAGS.predict_feature_left_file:
+        write_json(FLAGS.predict_feature_left_file, features)
+    qs = squad_eval.questions(dataset)
+    labelled = all(q["answers"] for q in qs) if task.version == 1 else \
+        any(q["answers"] for q in qs)
+    return dataset, features, contexts, path, labelled
+
+
+def predict(task, model, prepared, version, threshold):
+    """predictions.json (null_odds.json for v2) of --predict_file with `model` (the best
+    checkpoint's where the run evaluated); eval_results.json with the official runner's
+    scores where the file has answers (v2: `squad_eval.official_v2`). Returns the null
+    threshold predictions.json was written at (v1: None)."""
+    out = FLAGS.output_dir
+    dataset, features, contexts, path, labelled = prepared
     if isinstance(task, SquadV2Task):
         outputs = task.predict_outputs(model, path, FLAGS.predict_batch_size,
                                        V2_BEAM_OUTPUTS, drop_remainder=False)
-        answers, null_odds = predict_answers_v2(features, outputs, contexts,
-                                                FLAGS.max_answer_length, threshold)
+        texts, null_odds = predict_answers_v2(features, outputs, contexts,
+                                              FLAGS.max_answer_length, None)
     else:
         logits = task.predict_outputs(model, path, FLAGS.predict_batch_size,
                                       ("start_logits", "end_logits"), drop_remainder=False)
-        answers, null_odds = predict_answers(features, logits["start_logits"],
-                                             logits["end_logits"], contexts,
-                                             FLAGS.n_best_size, FLAGS.max_answer_length,
-                                             null_threshold=threshold)
+        texts, null_odds = predict_answers(features, logits["start_logits"],
+                                           logits["end_logits"], contexts,
+                                           FLAGS.n_best_size, FLAGS.max_answer_length)
+    questions = squad_eval.questions(dataset)
+    results = {}
+    if version == 1:
+        answers = texts
+        if labelled:
+            results = squad_eval.evaluate_v1(dataset, answers)
+    elif labelled:
+        results, answers = squad_eval.official_v2(dataset, texts, null_odds)
+        if FLAGS["null_score_diff_threshold"].present:  # ours: the answers at a given threshold
+            answers = squad_eval.answers_at(texts, null_odds, threshold)
+            at = squad_eval.evaluate_v2(dataset, answers, null_odds, 1.0)
+            results["at_null_score_diff_threshold"] = {
+                "threshold": threshold, "exact": at["exact"], "f1": at["f1"]}
+    else:
+        answers = squad_eval.answers_at(texts, null_odds, threshold)
     write_json(os.path.join(out, "predictions.json"), answers)
     if version == 2:
         write_json(os.path.join(out, "null_odds.json"), null_odds)
-    questions = squad_eval.questions(dataset)
-    labelled = all(q["answers"] for q in questions) if version == 1 else \
-        any(q["answers"] for q in questions)
-    if not labelled:
-        return
-    scores = (squad_eval.evaluate_v1(dataset, answers) if version == 1 else
-              squad_eval.evaluate_v2(dataset, answers, null_odds, float("inf")))
-    results = dict(scores, questions=len(questions), features=len(features))
-    write_json(os.path.join(out, "eval_results.json"), results)
+    if labelled:
+        _report(results, len(questions), len(features), version)
+    if version == 2 and labelled and not FLAGS["null_score_diff_threshold"].present:
+        return results["null_score_diff_threshold"]
+    return threshold
+
+
+def _report(results, questions, features, version):
+    """eval_results.json (with the best checkpoint's step where the run kept one) and the
+    headline line."""
+    best = os.path.join(FLAGS.output_dir, "best", "best_eval.json")
+    if tf.io.gfile.exists(best):
+        with tf.io.gfile.GFile(best) as f:
+            results["global_step"] = int(json.load(f)["global_step"])
+    results = dict(results, questions=questions, features=features)
+    write_json(os.path.join(FLAGS.output_dir, "eval_results.json"), results)
+    where = f" (best checkpoint: step {results['global_step']})" if "global_step" in results \
+        else ""
     if version == 1:
         print(f"eval: exact_match {results['exact_match']:.2f}, f1 {results['f1']:.2f} over "
-              f"{len(questions):,} questions")
+              f"{questions:,} questions{where}")
     else:
-        print(f"eval: exact {results['exact']:.2f}, f1 {results['f1']:.2f} (threshold "
-              f"{threshold}); best_f1 {results['best_f1']:.2f} at threshold "
-              f"{results['best_f1_thresh']:.3f}; over {len(questions):,} questions")
+        print(f"eval: exact {results['exact']:.2f}, f1 {results['f1']:.2f} at "
+              f"null_score_diff_threshold {results['null_score_diff_threshold']:.3f} (the "
+              f"official run_squad_v2 figures) over {questions:,} questions{where}")
+
+
+def build_task(config, version, threshold):
+    if version == 2 and FLAGS.v2_head == "answer_class":
+        return SquadV2Task(config, FLAGS.max_seq_length, FLAGS.max_answer_length, threshold,
+                           FLAGS.start_n_top, FLAGS.end_n_top, FLAGS.dropout_prob)
+    return SquadTask(config, FLAGS.max_seq_length, FLAGS.n_best_size,
+                     FLAGS.max_answer_length, version=version, null_threshold=threshold)
 
 
 def run(version: int):
@@ -150,18 +259,20 @@ def run(version: int):
         raise ValueError(f"--max_seq_length ({FLAGS.max_seq_length}) must exceed "
                          f"--max_query_length ({FLAGS.max_query_length}) + 3.")
     os.makedirs(FLAGS.output_dir, exist_ok=True)
-    if version == 2 and FLAGS.v2_head == "answer_class":
-        task = SquadV2Task(config, FLAGS.max_seq_length, FLAGS.max_answer_length, threshold,
-                           FLAGS.start_n_top, FLAGS.end_n_top, FLAGS.dropout_prob)
-    else:
-        task = SquadTask(config, FLAGS.max_seq_length, FLAGS.n_best_size,
-                         FLAGS.max_answer_length, version=version, null_threshold=threshold)
+    task = build_task(config, version, threshold)
+    prepared = prediction_features(task, tokenizer) if FLAGS.do_predict else None
     if FLAGS.do_train:
-        model = train(task, tokenizer, config, version, threshold)
+        evaluation = None
+        if prepared is not None and prepared[4]:  # labelled: every checkpoint evaluated
+            task.evaluation = prepared[:3]
+            evaluation = (prepared[3], -(-len(prepared[1]) // FLAGS.predict_batch_size))
+        model = train(task, tokenizer, config, version, threshold, evaluation)
     else:
-        model = model_for_prediction(task)[0] if FLAGS.do_predict else None
+        model = model_for_prediction(task)[0] if FLAGS.do_predict or FLAGS.export_dir else None
     if FLAGS.do_predict and model is not None:
-        predict(task, model, tokenizer, version, threshold)
+        threshold = predict(task, model, prepared, version, threshold)
+    if FLAGS.export_dir and model is not None and tf_config_worker()[1]:  # the chief exports
+        export(task, model, version, threshold)
 
 
 # The official v2 flags of the answer-class head: refused with the null-score head, never
@@ -175,10 +286,10 @@ def check_flags():
     given = [name for name in ANSWER_CLASS_FLAGS if name in FLAGS and FLAGS[name].present]
     if given and not answer_class:
         raise app.UsageError(
-            f"--{given[0]} sets the official v2 answer-class head (beam search over "
-            "--start_n_top x --end_n_top, its --dropout_prob), and this run uses the "
-            "null-score head (--v2_head null_score, tuned by --null_score_diff_threshold). "
-            "Pass --v2_head answer_class for the official model, or drop the flag.")
+            f"--{given[0]} sets the official v2 answer-class model (beam search over "
+            "--start_n_top x --end_n_top, its --dropout_prob), and --v2_head null_score builds "
+            "BERT's null-score head instead. Drop --v2_head null_score for the official "
+            "model, or drop the flag.")
 
     if FLAGS.do_train and not FLAGS.train_file or FLAGS.do_predict and not FLAGS.predict_file:
         raise app.UsageError("--do_train needs --train_file; --do_predict needs --predict_file.")

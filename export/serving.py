@@ -537,7 +537,8 @@ class SpanServingModule(AlbertServingModule):
       pieces, windows of the context every `doc_stride` pieces, the best span of at most
       `max_answer_length` pieces among each window's top `n_best_size` starts and ends, the
       best window. Outputs [batch]: `answer` (the context's own characters; "" when no span
-      is valid, or for a SQuAD 2.0 model when `null_odds` > `null_score_diff_threshold`),
+      is valid, or for a SQuAD 2.0 model when `null_odds` >= `null_score_diff_threshold`, as
+      official),
       `answer_start`, `answer_end` (character offsets in the context, end exclusive; -1 with no
       answer), `score` (start + end logit of the span), `null_odds` (null score minus `score`,
       as `null_odds.json`), `num_windows`.
@@ -595,7 +596,7 @@ class SpanServingModule(AlbertServingModule):
         best = self.decode(logits, windows, batch)
         found = best["score"] > float("-inf")
         if self.null_score_diff_threshold is not None:
-            found &= ~(best["null_odds"] > self.null_score_diff_threshold)
+            found &= best["null_odds"] < self.null_score_diff_threshold  # official: "" at >=
         rows = tf.range(batch)
 
         def offset(offsets, piece):
@@ -643,7 +644,8 @@ class SquadV2ServingModule(SpanServingModule):
     of `SpanServingModule`, the model's beam of starts and ends in each, the best valid span
     over the windows (`decode_beam_in_graph`, the rules of `predict_answers_v2`), and "" where
     the null score (the smallest `cls_logits` of the question's windows, output `null_odds`)
-    exceeds `null_score_diff_threshold`. `serve_tokens` returns the beam outputs
+    reaches `null_score_diff_threshold` (>=, as official). `serve_tokens` returns the beam
+    outputs
     (`start_top_log_probs`, `start_top_index`, `end_top_log_probs`, `end_top_index`,
     `cls_logits`)."""
 

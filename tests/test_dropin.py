@@ -368,19 +368,20 @@ def test_hub_module_directory_initializes_the_backbone(tmp_path):
 
 @pytest.mark.slow
 def test_squad_v2_answer_class_flags_are_refused_not_ignored(tmp_path, sample_vocab):
-    """run_squad_v2's default model is BERT's null-score head: the official answer-class
-    head's flags (--start_n_top, --end_n_top, --dropout_prob) without --v2_head answer_class
-    stop the command with the reason."""
+    """run_squad_v2 builds the official answer-class model by default; with --v2_head
+    null_score (BERT's head) the answer-class flags (--start_n_top, --end_n_top,
+    --dropout_prob) stop the command with the reason."""
     config = tmp_path / "albert_config.json"
     AlbertConfig(**TINY).to_json_file(config)
     for flag in ("--start_n_top=5", "--end_n_top=5", "--dropout_prob=0.1"):
         proc = subprocess.run(
             [sys.executable, "-m", "albert_tf.run_squad_v2", f"--albert_config_file={config}",
              f"--spm_model_file={sample_vocab}", f"--output_dir={tmp_path / 'out'}",
-             "--do_predict", f"--predict_file={tmp_path / 'dev.json'}", flag], cwd=ROOT,
+             "--do_predict", f"--predict_file={tmp_path / 'dev.json'}", "--v2_head=null_score",
+             flag], cwd=ROOT,
             env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=300)
         assert proc.returncode != 0
-        assert re.search(rf"{flag.split('=')[0]} sets the official v2 answer-class head .*"
-                         r"Pass --v2_head answer_class for the official model, or drop the "
+        assert re.search(rf"{flag.split('=')[0]} sets the official v2 answer-class model .*"
+                         r"Drop --v2_head null_score for the official model, or drop the "
                          r"flag\.", proc.stderr), proc.stderr[-1500:]
     assert not (tmp_path / "out").exists()

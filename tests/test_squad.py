@@ -376,8 +376,11 @@ def test_run_squad_v1_command_line(tmp_path, sample_vocab):
         assert predictions[q["id"]] in q["context"]
     results = json.load(open(tmp_path / "out" / "eval_results.json"))
     assert results["questions"] == len(questions)
+    # The official runner's procedure: the checkpoint evaluated (here the last, step 13), the
+    # best by f1 predicts; its step beside the official evaluator's scores.
     assert results == dict(S.evaluate_v1([{"paragraphs": paragraphs}], predictions),
-                           questions=len(questions), features=results["features"])
+                           questions=len(questions), features=results["features"],
+                           global_step=int(len(questions) / 8 * 2))
     # --export_dir: the SavedModel answers raw text as predictions.json does.
     import tensorflow as tf
     import tensorflow_text  # noqa: F401
@@ -392,10 +395,13 @@ def test_run_squad_v1_command_line(tmp_path, sample_vocab):
 
 @pytest.mark.slow
 def test_run_squad_v2_command_line_null_odds_and_best_threshold(tmp_path, sample_vocab):
-    """SQuAD v2.0 through the official command line on a slice with unanswerable questions:
-    predictions.json and null_odds.json for every question, "" exactly where the null odds exceed
-    --null_score_diff_threshold, eval_results.json from the official v2.0 evaluator; predicting
-    again at its best_f1_thresh scores its best_f1."""
+    """SQuAD v2.0 through the official command line (BERT's null-score head, --v2_head
+    null_score) on a slice with unanswerable questions, as the official runner: every saved
+    checkpoint evaluated on --predict_file, the best by f1 predicts; eval_results.json holds the
+    official headline (the threshold search, then the answers at its best F1 threshold scored
+    again) and predictions.json those answers ("" exactly where the null odds reach the
+    threshold); rerun with --null_score_diff_threshold, predictions.json is at that threshold;
+    the feature files are reused."""
     import json
     import subprocess
     import sys
@@ -417,7 +423,8 @@ def test_run_squad_v2_command_line_null_odds_and_best_threshold(tmp_path, sample
     out = tmp_path / "out"
     args = ["--predict_file", str(tmp_path / "slice.json"), "--albert_config_file", str(config),
             "--spm_model_file", sample_vocab, "--output_dir", str(out), "--do_predict",
-            "--max_seq_length", "128", "--doc_stride", "64", "--max_query_length", "24"]
+            "--max_seq_length", "128", "--doc_stride", "64", "--max_query_length", "24",
+            "--v2_head", "null_score"]
 
     def run(*extra):
         proc = subprocess.run([sys.executable, "-m", "albert_tf.run_squad_v2", *args, *extra],
@@ -430,21 +437,37 @@ def test_run_squad_v2_command_line_null_odds_and_best_threshold(tmp_path, sample
 
     predictions, odds, results = run("--do_train", "--train_file", str(tmp_path / "slice.json"),
                                      "--train_batch_size", "8", "--num_train_epochs", "3",
-                                     "--learning_rate", "1e-3", "--iterations_per_loop", "10")
+                                     "--learning_rate", "1e-3", "--iterations_per_loop", "10",
+                                     "--save_checkpoints_steps", "3")
     assert set(predictions) == set(odds) == {q["id"] for q in questions}
+    threshold = results["null_score_diff_threshold"]
     for q in questions:
-        if odds[q["id"]] > 0.0:
-            assert predictions[q["id"]] == ""
-        elif predictions[q["id"]] == "":  # below the threshold, "" only when no span fits
-            assert odds[q["id"]] == float("inf")
+        assert (predictions[q["id"]] == "") == (odds[q["id"]] >= threshold) or \
+            odds[q["id"]] == float("inf")  # "" also where no span fits
         assert predictions[q["id"]] in q["context"]
-    assert results == dict(S.evaluate_v2(dataset, predictions, odds, float("inf")),
-                           questions=len(questions), features=results["features"])
+    # The official headline: the answers at the threshold, scored with threshold 1.0.
+    rescored = S.evaluate_v2(dataset, predictions, odds, 1.0)
+    for key in ("exact", "f1", "total", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1"):
+        assert results[key] == pytest.approx(rescored[key], abs=1e-9), key
     assert results["HasAns_total"] + results["NoAns_total"] == len(questions)
-    threshold = results["best_f1_thresh"]
-    again, odds_again, rescored = run("--null_score_diff_threshold", repr(threshold))
-    assert odds_again == odds
-    assert rescored["f1"] == pytest.approx(results["best_f1"], abs=1e-9)
+    assert set(results["threshold_search"]) == set(S.SEARCH_KEYS)
+    assert results["threshold_search"]["best_f1_thresh"] == threshold
+    # Every saved checkpoint evaluated (every third step and the last); the best by f1
+    # predicted.
+    steps = sorted(int(p.name[len("eval_results_step_"):-5])
+                   for p in out.glob("eval_results_step_*.json"))
+    assert len(steps) >= 2 and steps == sorted({*range(3, steps[-1] + 1, 3), steps[-1]})
+    f1 = {s: json.load(open(out / f"eval_results_step_{s}.json"))["f1"] for s in steps}
+    assert results["global_step"] == max(steps, key=lambda s: (f1[s], -s))
+    assert results["f1"] == pytest.approx(f1[results["global_step"]], abs=1e-4)
+    stamp = os.stat(out / "predict.tfrecord").st_mtime_ns
+    again, odds_again, at = run("--null_score_diff_threshold", "0.5")
+    assert odds_again == odds and os.stat(out / "predict.tfrecord").st_mtime_ns == stamp
+    assert all((again[q] == "") == (odds[q] >= 0.5) for q in again if odds[q] != float("inf"))
+    assert at["at_null_score_diff_threshold"]["threshold"] == 0.5
+    assert at["at_null_score_diff_threshold"]["f1"] == pytest.approx(
+        S.evaluate_v2(dataset, again, odds, 1.0)["f1"], abs=1e-9)
+    assert at["f1"] == pytest.approx(results["f1"], abs=1e-9)  # the headline is the official
 
 
 def test_answer_class_model_beam_is_its_conditioned_end_and_masks_the_question():
@@ -530,7 +553,7 @@ def test_beam_decoding_keeps_the_official_valid_spans():
 
 @pytest.mark.slow
 def test_run_squad_v2_with_the_official_answer_class_head(tmp_path, sample_vocab):
-    """`run_squad_v2 --v2_head answer_class` (the official model, beam 3 x 3): trains on a
+    """`run_squad_v2` (the official model by default, beam 3 x 3): trains on a
     slice of the bundled v2.0 dev set with unanswerable questions, predicts every question,
     writes the official evaluator's scores of predictions.json and null_odds.json, and exports
     a SavedModel that answers the raw questions as predictions.json does."""
@@ -555,7 +578,7 @@ def test_run_squad_v2_with_the_official_answer_class_head(tmp_path, sample_vocab
     args = ["--train_file", str(tmp_path / "slice.json"), "--predict_file",
             str(tmp_path / "slice.json"), "--albert_config_file", str(config),
             "--spm_model_file", sample_vocab, "--output_dir", str(out), "--do_train",
-            "--do_predict", "--v2_head", "answer_class", "--start_n_top", "3", "--end_n_top",
+            "--do_predict", "--start_n_top", "3", "--end_n_top",
             "3", "--dropout_prob", "0.1", "--max_seq_length", "128", "--doc_stride", "64",
             "--max_query_length", "24", "--train_batch_size", "8", "--num_train_epochs", "3",
             "--learning_rate", "1e-3", "--iterations_per_loop", "10",
@@ -570,10 +593,12 @@ def test_run_squad_v2_with_the_official_answer_class_head(tmp_path, sample_vocab
     assert set(predictions) == set(odds) == {q["id"] for q in questions}
     for q in questions:
         assert predictions[q["id"]] in q["context"]
-        if odds[q["id"]] > 0.0:
-            assert predictions[q["id"]] == ""
-    assert results == dict(S.evaluate_v2(dataset, predictions, odds, float("inf")),
-                           questions=len(questions), features=results["features"])
+    threshold = results["null_score_diff_threshold"]
+    for q in questions:
+        assert (predictions[q["id"]] == "") == (odds[q["id"]] >= threshold)
+    rescored = S.evaluate_v2(dataset, predictions, odds, 1.0)
+    for key in ("exact", "f1", "HasAns_f1", "NoAns_f1"):
+        assert results[key] == pytest.approx(rescored[key], abs=1e-9), key
     print(f"\nanswer-class head on the slice: {results}")
     # The export answers raw-text questions as predictions.json (the beam decoded in-graph).
     import tensorflow as tf

@@ -85,3 +85,34 @@ def test_v2_threshold_and_best_threshold_search():
     assert result["best_f1"] == pytest.approx(100 * (2 + 1 + 2 / 3) / 4)
     assert result["best_f1_thresh"] == 0.4
     assert "best_exact" not in S.evaluate_v2(data, predictions)
+
+
+def test_official_v2_headline_is_the_official_runners():
+    """The official ALBERT run_squad_v2.py headline (`squad_utils.evaluate_v2`), worked by hand:
+    the threshold search over the null odds of the best non-null texts (no-answer threshold
+    1.0), then the texts whose null odds are >= its best F1 threshold answered "" (the official
+    `score_diff < threshold` keeps an answer: the question at the threshold itself becomes "",
+    so the headline can be below the search's best_f1), scored again with threshold 1.0."""
+    data = _dataset([("q1", ["a b"]), ("q2", ["c"]), ("q3", []), ("q4", [])])
+    texts = {"q1": "a b", "q2": "x", "q3": "y", "q4": "z"}
+    odds = {"q1": -2.0, "q2": 0.5, "q3": 0.8, "q4": 1.5}
+    scores, answers = S.official_v2(data, texts, odds)
+    # Search: start at 2 (both unanswerable right if nothing is answered); q1 +1 -> 3 at -2.0;
+    # q2 +0; q3 -1; q4 -1. Best F1 75 at -2.0. Then every odds >= -2.0 -> "": q1 and q2 score
+    # 0, q3 and q4 1: 50.
+    assert scores["threshold_search"]["best_f1"] == pytest.approx(75.0)
+    assert scores["threshold_search"]["best_f1_thresh"] == -2.0
+    assert scores["null_score_diff_threshold"] == -2.0
+    assert answers == {"q1": "", "q2": "", "q3": "", "q4": ""}
+    assert (scores["exact"], scores["f1"], scores["total"]) == (50.0, 50.0, 4)
+    assert (scores["HasAns_f1"], scores["NoAns_f1"]) == (0.0, 100.0)
+    assert not set(S.SEARCH_KEYS) & set(scores)  # ours under threshold_search only
+    # The no-answer threshold 1.0 applies on top, as the official apply_no_ans_threshold: with
+    # q2 answered right, odds q4 1.1, q1 1.2, q2 1.6, q3 3.0 the search gives 3 at 1.6 (q4 -1,
+    # q1 +1, q2 +1, q3 -1 from 2); q4 and q1 keep their texts, q2 and q3 get "", and then every
+    # odds above 1.0 scores as "no answer": q1 0 though right, q4 1 though answered.
+    scores, answers = S.official_v2(data, dict(texts, q2="c"),
+                                    {"q1": 1.2, "q2": 1.6, "q3": 3.0, "q4": 1.1})
+    assert scores["null_score_diff_threshold"] == 1.6
+    assert answers == {"q1": "a b", "q2": "", "q3": "", "q4": "z"}
+    assert (scores["HasAns_f1"], scores["NoAns_f1"], scores["f1"]) == (0.0, 100.0, 50.0)

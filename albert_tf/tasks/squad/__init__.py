@@ -8,8 +8,8 @@ from albert_tf.lazy import lazy_exports
 _MODULES = {"decoding": ("best_beam_spans", "best_spans", "predict_answers",
                          "predict_answers_v2"),
             "features": ("AlignedContext", "END_POSITIONS", "START_POSITIONS", "UNIQUE_IDS",
-                         "align_context", "build_features", "question_features", "squad_schema",
-                         "windows", "write_features"),
+                         "align_context", "build_features", "features_digest", "question_features",
+                         "squad_schema", "windows", "write_features"),
             "in_graph": ("align_context_in_graph", "decode_beam_in_graph", "decode_in_graph",
                          "windows_in_graph"),
             "task": ("SquadTask", "SquadV2Task")}

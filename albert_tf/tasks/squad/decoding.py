@@ -47,8 +47,9 @@ def predict_answers(features, start_logits, end_logits, contexts: dict, n_best: 
                     max_answer_length: int = 30, null_threshold: float | None = None):
     """({question id: answer text}, {question id: null score - best span score}) from the
     logits of every feature (rows in `features` order). With `null_threshold` (SQuAD v2), a
-    question whose null score ([CLS] start + end, minimum over its windows) exceeds its best
-    span's score by more than the threshold is answered "" (no answer)."""
+    question whose null score ([CLS] start + end, minimum over its windows) minus its best
+    span's score (the null odds) is at or above the threshold is answered "" (no answer: the
+    official ALBERT `write_predictions_v2` rule; BERT's answers "" only above it)."""
     best, null = {}, {}
     for feature, start, end in zip(features, start_logits, end_logits):
         qid = feature["id"]
@@ -62,7 +63,7 @@ def predict_answers(features, start_logits, end_logits, contexts: dict, n_best: 
         score, text = best.get(qid, (float("-inf"), ""))
         null_odds[qid] = null[qid] - score
         answers[qid] = text
-        if null_threshold is not None and null_odds[qid] > null_threshold:
+        if null_threshold is not None and null_odds[qid] >= null_threshold:
             answers[qid] = ""
     return answers, null_odds
 
@@ -97,15 +98,12 @@ def predict_answers_v2(features, outputs: dict, contexts: dict, max_answer_lengt
     """SQuAD 2.0 answers of the official answer-class model (`AlbertSquadV2`), as the official
     `write_predictions_v2`: each question's best beam span over its windows, and its null
     score, the smallest `cls_logits` over its windows (the official `score_null`, given to the
-    evaluator as the no-answer odds); a question whose null score exceeds `null_threshold` is
-    answered "". `outputs`: {name: array over features in `features` order}. Returns
-    (answers, null odds).
+    evaluator as the no-answer odds); a question whose null score is at or above
+    `null_threshold` is answered "", as official (None: every question its best span).
+    `outputs`: {name: array over features in `features` order}. Returns (answers, null odds).
 
     The official code averages a span's log-probabilities (and the null score) over the
-    prediction passes it accumulated; with one pass, as here, the average is the value. It
-    answers "" when the null score is >= the threshold; here, as the official v2.0
-    evaluator's `na_prob > thresh` and BERT's flag, when it is > (so `best_f1_thresh` from
-    eval_results.json gives exactly its `best_f1`)."""
+    prediction passes it accumulated; with one pass, as here, the average is the value."""
     best, null = {}, {}
     for row, feature in enumerate(features):
         qid = feature["id"]
@@ -117,6 +115,6 @@ def predict_answers_v2(features, outputs: dict, contexts: dict, max_answer_lengt
     answers = {}
     for qid in null:
         answers[qid] = best.get(qid, (None, ""))[1]
-        if null_threshold is not None and null[qid] > null_threshold:
+        if null_threshold is not None and null[qid] >= null_threshold:
             answers[qid] = ""
     return answers, null

@@ -10,6 +10,8 @@ answers of exact match (normalised strings equal) and token F1 (bag-of-tokens ov
   probabilities a threshold turns a prediction into "no answer"; reports the totals, the
   `HasAns_` / `NoAns_` breakdown, and the best threshold for exact and F1 (the official search
   over the sorted probabilities).
+- `official_v2`: the headline of the official ALBERT `run_squad_v2.py` (the threshold search,
+  then the answers at its best F1 threshold scored again).
 
 `load_dataset` reads a SQuAD JSON file or a zip holding one (a `__MACOSX/` entry is ignored) and
 refuses, naming the file and where (`data[3].paragraphs[1].qas[0]`, the question's id), what the
@@ -245,3 +247,32 @@ def evaluate_v2(dataset, predictions: dict, na_probs: dict | None = None,
         result["best_f1"], result["best_f1_thresh"] = _best_threshold(
             predictions, f1, na_probs, has_answer)
     return result
+
+
+SEARCH_KEYS = ("best_exact", "best_exact_thresh", "best_f1", "best_f1_thresh")
+
+
+def answers_at(texts: dict, null_odds: dict, threshold: float) -> dict:
+    """Each question's best non-null answer, or "" where its null odds are at or above
+    `threshold`: the official ALBERT `write_predictions_v2` decision (`score_diff <
+    null_score_diff_threshold` answers)."""
+    return {qid: "" if null_odds[qid] >= threshold else text for qid, text in texts.items()}
+
+
+def official_v2(dataset, texts: dict, null_odds: dict) -> tuple[dict, dict]:
+    """The scores the official ALBERT `run_squad_v2.py` reports for one checkpoint
+    (`squad_utils.evaluate_v2`), and the predictions it writes: `texts` {id: the best non-null
+    answer}, `null_odds` {id: the null score}. First the v2.0 evaluator's threshold search over
+    the null odds on `texts` (no-answer threshold 1.0, as the official script sets it); then
+    the answers at its `best_f1_thresh` (`answers_at`) scored again with threshold 1.0: the
+    headline `exact`, `f1`, `total`, `HasAns_*`, `NoAns_*` and `null_score_diff_threshold`,
+    under the official names. Ours beside them: `threshold_search`, the first pass's
+    `best_exact`/`best_f1` with their thresholds. Returns (scores, answers)."""
+    first = evaluate_v2(dataset, texts, null_odds, 1.0)
+    threshold = first["best_f1_thresh"]
+    answers = answers_at(texts, null_odds, threshold)
+    scores = {k: v for k, v in evaluate_v2(dataset, answers, null_odds, 1.0).items()
+              if k not in SEARCH_KEYS}
+    scores["null_score_diff_threshold"] = threshold
+    scores["threshold_search"] = {k: first[k] for k in SEARCH_KEYS}
+    return scores, answers

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import json
 
 import numpy as np
 from absl import logging
 
 from albert_tf.tasks.squad import evaluation as squad_eval
-from albert_tf.tokenization import CLS_ID, SEP_ID, SPIECE_UNDERLINE
+from albert_tf.tokenization import CLS_ID, SEP_ID, SPIECE_UNDERLINE, file_sha256
 from albert_tf.records import files_for, to_example, write_records
 
 
@@ -179,15 +181,40 @@ def question_features(question: dict, context: AlignedContext, tokenizer, max_se
 
 
 # The span model and the task the training loop runs.
-def write_features(features, path: str, max_seq_length: int, num_files: int = 1) -> dict:
-    """The features as TFRecords with sidecars (counts), atomically, in `num_files` files
-    (`albert_tf.records.write_records`); returns the sidecar with `files`."""
+def write_features(features, path: str, max_seq_length: int, num_files: int = 1,
+                   digest: str | None = None, pad_to_multiple: int = 1, **meta) -> dict:
+    """The features as TFRecords with sidecars (counts, `digest`: `features_digest` of what
+    they were made from, and `meta`), atomically, in `num_files` files
+    (`albert_tf.records.write_records`); `pad_to_multiple` appends `is_real_example = 0`
+    features (all zeros) up to a multiple of it (an evaluation file read in whole batches).
+    Returns the sidecar with `files`."""
     schema = squad_schema(max_seq_length)
-    meta = {"format": "albert_squad_tfrecord", "num_examples": len(features),
-            "max_seq_length": max_seq_length}
-    files = write_records([to_example(feature, schema) for feature in features], path, meta,
-                          files_for(len(features), num_files))
+    records = [to_example(feature, schema) for feature in features]
+    padding = (-len(records)) % pad_to_multiple
+    if padding:
+        pad = {name: [0] * length for name, (length, _) in schema.items()}
+        records.extend([to_example(pad, schema)] * padding)
+    meta = dict(meta, format="albert_squad_tfrecord", num_examples=len(records),
+                real_examples=len(features), padding_examples=padding,
+                max_seq_length=max_seq_length, digest=digest)
+    files = write_records(records, path, meta, files_for(len(records), num_files))
     return dict(meta, files=files)
+
+
+FEATURES_REVISION = 1  # raised when the features of the same inputs change
+
+
+def features_digest(path: str, tokenizer, max_seq_length: int, doc_stride: int,
+                    max_query_length: int, is_training: bool, seed: int | None,
+                    pad_to_multiple: int = 1) -> str:
+    """What a feature file was made from: the SQuAD file's bytes, the tokenizer (its model's
+    SHA-256 and case), every windowing flag, the shuffle seed and the padding. A file whose
+    sidecar records the same digest is reused (as the official runners reuse their
+    `--train_feature_file` / `--predict_feature_file`); another is not."""
+    return hashlib.sha256(json.dumps(
+        [file_sha256(path), tokenizer.sha256, tokenizer.do_lower_case, max_seq_length,
+         doc_stride, max_query_length, bool(is_training), seed, pad_to_multiple,
+         FEATURES_REVISION]).encode()).hexdigest()
 
 
 @functools.lru_cache(maxsize=16)  # a context's questions come one after another

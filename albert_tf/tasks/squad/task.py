@@ -19,16 +19,28 @@ def feature_rows(collected: dict, features) -> list[int]:
     return [row[f[UNIQUE_IDS][0]] for f in features]
 
 
+def official_metrics(metrics: dict, dataset, texts: dict, null_odds: dict) -> dict:
+    """`metrics` updated with the official ALBERT v2 headline of the best non-null `texts` and
+    their `null_odds` (`squad_eval.official_v2`; its threshold search as `search_*`); returns
+    the answers it scored."""
+    scores, answers = squad_eval.official_v2(dataset, texts, null_odds)
+    search = scores.pop("threshold_search")
+    metrics.update(scores)
+    metrics.update({f"search_{k}": v for k, v in search.items()})
+    return answers
+
+
 class SquadTask(Task):
     """SQuAD span extraction for the one loop: loss = mean of the start and end cross entropies
     over the real features of the global batch; evaluation decodes every question's best span
     over its windows and scores it with the official evaluator (`evaluation` must be set:
     (dataset, features in file order, {question id: AlignedContext})).
 
-    `version=2` (SQuAD v2.0): unanswerable questions train toward [CLS]; evaluation answers ""
-    where the null odds exceed `null_threshold` and reports the official v2.0 scores (`exact`
-    and `f1` of those answers, HasAns/NoAns, and `best_exact`/`best_f1` with their thresholds
-    from the official search over the null odds); the best checkpoint by `best_f1`."""
+    `version=2` (SQuAD v2.0, BERT's null-score head): unanswerable questions train toward
+    [CLS]; evaluation reports what the official ALBERT `run_squad_v2.py` reports
+    (`squad_eval.official_v2`: `exact` and `f1` of the answers at the best F1 threshold of the
+    null odds, HasAns/NoAns, `null_score_diff_threshold`; `search_*` our first-pass figures);
+    the best checkpoint by `f1`, the official key."""
 
     model_inputs = ("input_ids", "input_mask", "segment_ids")
     term_names = ("loss_sum", "count", "start_correct", "end_correct")
@@ -48,8 +60,7 @@ class SquadTask(Task):
         if version == 2:
             self.name = "squad_v2"
             self.metric_names = ("span_loss", "start_accuracy", "end_accuracy", "exact", "f1",
-                                 "best_exact", "best_f1")
-            self.best_metric = "best_f1"
+                                 "null_score_diff_threshold")
         self.albert_config = albert_config
         self.max_seq_length = max_seq_length
         self.n_best = n_best
@@ -105,12 +116,11 @@ class SquadTask(Task):
             rows = feature_rows(collected, features)
             answers, null_odds = predict_answers(
                 features, collected["start_logits"][rows], collected["end_logits"][rows],
-                contexts, self.n_best, self.max_answer_length, self.null_threshold)
+                contexts, self.n_best, self.max_answer_length, None)
             if self.version == 1:
                 metrics.update(squad_eval.evaluate_v1(dataset, answers))
             else:
-                metrics.update(squad_eval.evaluate_v2(dataset, answers, null_odds,
-                                                      float("inf")))
+                answers = official_metrics(metrics, dataset, answers, null_odds)
             self.last_predictions = answers
         return metrics
 
@@ -181,9 +191,8 @@ class SquadV2Task(SquadTask):
         if collected and self.evaluation is not None:
             dataset, features, contexts = self.evaluation
             rows = feature_rows(collected, features)
-            answers, null_odds = predict_answers_v2(
+            texts, null_odds = predict_answers_v2(
                 features, {name: collected[name][rows] for name in V2_BEAM_OUTPUTS},
-                contexts, self.max_answer_length, self.null_threshold)
-            metrics.update(squad_eval.evaluate_v2(dataset, answers, null_odds, float("inf")))
-            self.last_predictions = answers
+                contexts, self.max_answer_length, None)
+            self.last_predictions = official_metrics(metrics, dataset, texts, null_odds)
         return metrics
