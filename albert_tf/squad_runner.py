@@ -280,8 +280,10 @@ def run(version: int):
 ANSWER_CLASS_FLAGS = ("start_n_top", "end_n_top", "dropout_prob")
 
 
-def check_flags():
-    albert_flags.require_an_action()
+def check_flags(version: int):
+    # --export_dir alone exports a fine-tuned run, as the official run_squad_v1.py does (its
+    # run_squad_v2.py has no --export_dir).
+    albert_flags.require_an_action(export=version == 1)
     answer_class = "v2_head" in FLAGS and FLAGS.v2_head == "answer_class"
     given = [name for name in ANSWER_CLASS_FLAGS if name in FLAGS and FLAGS[name].present]
     if given and not answer_class:
@@ -298,4 +300,4 @@ def check_flags():
 def cli(version: int):
     """`run_squad_v1` (version 1) and `run_squad_v2` (version 2)."""
     command(functools.partial(run, version), functools.partial(define_flags, version),
-            required=("albert_config_file", "spm_model_file", "output_dir"), check=check_flags)
+            required=("albert_config_file", "spm_model_file", "output_dir"), check=functools.partial(check_flags, version))

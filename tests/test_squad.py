@@ -391,6 +391,21 @@ def test_run_squad_v1_command_line(tmp_path, sample_vocab):
         context=tf.constant([q["context"] for q in questions]))
     assert [a.decode() for a in got["answer"].numpy()] == [predictions[q["id"]]
                                                           for q in questions]
+    # --export_dir alone (the official run_squad_v1.py's action): the run's model, exported
+    # again, answers the same.
+    proc = subprocess.run([sys.executable, "-m", "albert_tf.run_squad_v1", *args[4:10],
+                           "--max_seq_length", "128", "--doc_stride", "64",
+                           "--max_query_length", "24", "--export_dir",
+                           str(tmp_path / "exports" / "alone")], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    alone = tf.saved_model.load(str(tmp_path / "exports" / "alone" / "1"))
+    again = alone.signatures["serving_default"](
+        question=tf.constant([q["question"] for q in questions]),
+        context=tf.constant([q["context"] for q in questions]))
+    assert [a.decode() for a in again["answer"].numpy()] == [predictions[q["id"]]
+                                                            for q in questions]
 
 
 @pytest.mark.slow
