@@ -3,13 +3,17 @@ character spans mapped to piece spans, and windows of long contexts (document st
 
 Alignment. The context is split on whitespace into words (SentencePiece never joins pieces
 across whitespace, so a word's pieces are the same alone as in the whole text). Inside a word,
-the pieces' surface strings (the `▁` removed) concatenated equal the preprocessed word whenever
-preprocessing keeps its length (lowercasing ASCII and most scripts); then each piece gets its
-exact character span in the original. Otherwise (accents removed by NFKD, an unknown piece,
-SentencePiece's own normalisation) every piece of the word spans the whole word, so an answer
-maps to whole words there. A predicted piece span is turned back into text by slicing the
-original context between the first piece's start and the last piece's end, so the answer text is
-the context's own characters.
+each character of the preprocessed word comes from one character of the original, the
+preprocessing taken character by character (`_source_characters`: "…" gives "...", three
+characters from one; "ﬁ" gives "fi"; a combining mark of its own gives none). When the
+pieces' surface strings (the `▁` removed) concatenated equal the preprocessed word, each piece
+spans the original characters its own characters come from, from the first to the last: the
+official character alignment (`convert_examples_to_features`' `_lcs_match` and
+`_convert_index`), so "paused" in "paused…" maps to exactly its pieces and the three "." of "…"
+each span "…". Otherwise (SentencePiece's own normalisation changed the text) every piece of the
+word spans the whole word, so an answer maps to whole words there. A predicted piece span is
+turned back into text by slicing the original context between the first piece's start and the
+last piece's end, so the answer text is the context's own characters.
 
 Training labels (`training_questions`, the official BERT `read_squad_examples` rule): an answer
 is kept when its text, whitespace collapsed, is found in the whitespace-separated words of the
@@ -76,6 +80,17 @@ def _words(text: str):
         yield start, len(text)
 
 
+def _source_characters(word: str, tokenizer) -> list[int]:
+    """For each character of `word`'s preprocessed form, the index in `word` of the character
+    it comes from, then len(word): the preprocessing taken character by character ("…" gives
+    "...", three characters from one; "ﬁ" gives "fi"; a lone combining mark gives none, so no
+    piece spans it)."""
+    if word.isascii():  # preprocessing keeps every ASCII character as one character
+        return list(range(len(word) + 1))
+    sources = [i for i, ch in enumerate(word) for _ in tokenizer.preprocess(ch)]
+    return sources + [len(word)]
+
+
 def align_context(text: str, tokenizer) -> AlignedContext:
     ids, pieces, starts, ends, exact = [], [], [], [], 0
     for word_start, word_end in _words(text):
@@ -83,13 +98,16 @@ def align_context(text: str, tokenizer) -> AlignedContext:
         word_pieces = tokenizer.tokenize(word)
         surfaces = [p.replace(SPIECE_UNDERLINE, "") for p in word_pieces]
         preprocessed = tokenizer.preprocess(word)
-        aligned = "".join(surfaces) == preprocessed and len(preprocessed) == len(word)
-        offset = word_start
+        sources = _source_characters(word, tokenizer)
+        aligned = "".join(surfaces) == preprocessed and len(sources) == len(preprocessed) + 1
+        offset = 0  # in the preprocessed word
         for piece, surface in zip(word_pieces, surfaces):
             if aligned:
-                starts.append(offset)
+                # From the source of the first character to just past that of the last.
+                starts.append(word_start + sources[offset])
+                ends.append(word_start + (sources[offset + len(surface) - 1] + 1 if surface
+                                          else sources[offset]))
                 offset += len(surface)
-                ends.append(offset)
                 exact += 1
             else:
                 starts.append(word_start)
@@ -201,7 +219,9 @@ def write_features(features, path: str, max_seq_length: int, num_files: int = 1,
     return dict(meta, files=files)
 
 
-FEATURES_REVISION = 1  # raised when the features of the same inputs change
+# Raised when the features of the same inputs change. 2: pieces aligned to their own
+# characters where NFKD changes a word's length (official alignment).
+FEATURES_REVISION = 2
 
 
 def features_digest(path: str, tokenizer, max_seq_length: int, doc_stride: int,

@@ -47,10 +47,20 @@ def align_context_in_graph(contexts, tokenizer):
     pieces = tokenizer.tokenize_pieces(preprocessed, preprocessed=True)  # [words, (pieces)]
     surfaces = pieces.with_flat_values(
         tf.strings.regex_replace(pieces.flat_values, SPIECE_UNDERLINE, ""))
-    word_chars = tf.strings.length(flat_words, unit="UTF8_CHAR")
+    word_chars = tf.cast(tf.strings.length(flat_words, unit="UTF8_CHAR"), tf.int64)
+    # `_source_characters`: the word's characters preprocessed one by one; character k of the
+    # preprocessed word comes from character sources[k] of the word (then the word's length).
+    chars = tf.strings.unicode_split(flat_words, "UTF-8")  # [words, (characters)]
+    expansion = tf.cast(tf.strings.length(tokenizer.preprocess(chars.flat_values),
+                                          unit="UTF8_CHAR"), tf.int64)
+    expanded = tf.reduce_sum(chars.with_flat_values(expansion), axis=1)  # [words]
+    sources = tf.concat([tf.RaggedTensor.from_row_lengths(tf.repeat(
+        tf.ragged.range(chars.row_lengths()).flat_values, expansion), expanded),
+        tf.RaggedTensor.from_tensor(word_chars[:, None])], axis=1)
     aligned = (tf.equal(tf.strings.reduce_join(surfaces, axis=1), preprocessed)
-               & tf.equal(tf.strings.length(preprocessed, unit="UTF8_CHAR"), word_chars))
-    # Character span of each piece inside its word: running sum of surface lengths per word.
+               & tf.equal(tf.cast(tf.strings.length(preprocessed, unit="UTF8_CHAR"), tf.int64),
+                          expanded))
+    # Span of each piece in its preprocessed word: running sum of surface lengths per word.
     lengths = tf.strings.length(surfaces.flat_values, unit="UTF8_CHAR")
     lengths = tf.cast(lengths, tf.int64)
     running = tf.cumsum(lengths)
@@ -58,6 +68,14 @@ def align_context_in_graph(contexts, tokenizer):
     word_of = pieces.value_rowids()
     char_end = running - tf.gather(before, word_of)
     char_start = char_end - lengths
+    # Source characters: of the first, and just past the last (empty: the next one's). Clipped
+    # to the word, so unaligned words (spans unused) gather inside their own row.
+    limit = tf.gather(expanded, word_of)
+    first = tf.gather(sources.flat_values, _flat_index(sources, word_of, tf.minimum(
+        char_start, limit)))
+    last = tf.gather(sources.flat_values, _flat_index(sources, word_of, tf.clip_by_value(
+        char_end - 1, 0, limit)))
+    past = tf.where(lengths > 0, last + 1, first)
     # Byte offset of each character of each word, plus the word's byte length at the end.
     _, char_bytes = tf.strings.unicode_decode_with_offsets(flat_words, "UTF-8")
     word_bytes = tf.cast(tf.strings.length(flat_words), tf.int64)
@@ -67,9 +85,9 @@ def align_context_in_graph(contexts, tokenizer):
     begin = tf.gather(word_begin.flat_values, word_of)
     end = tf.gather(word_end.flat_values, word_of)
     starts = tf.where(aligned_piece, begin + tf.gather(
-        char_bytes.flat_values, _flat_index(char_bytes, word_of, char_start)), begin)
+        char_bytes.flat_values, _flat_index(char_bytes, word_of, first)), begin)
     ends = tf.where(aligned_piece, begin + tf.gather(
-        char_bytes.flat_values, _flat_index(char_bytes, word_of, char_end)), end)
+        char_bytes.flat_values, _flat_index(char_bytes, word_of, past)), end)
     # [batch, (words), (pieces)] -> [batch, (pieces)].
     nested = tf.RaggedTensor.from_nested_row_splits(
         pieces.flat_values, [words.row_splits, pieces.row_splits]).merge_dims(1, 2)
