@@ -1,11 +1,16 @@
 """Convert ALBERT checkpoints: Google's TF1 checkpoints / TF-Hub modules and Hugging Face folders
-to our format, and our weights back to an official name-based TF1 checkpoint.
+to our format, and any of them to an official name-based TF1 checkpoint or a Hugging Face folder.
 
     python -m albert_tf.convert --source tf1 --input albert_base/model.ckpt-best \
         --output converted/albert_base
     python -m albert_tf.convert --source hf --input hf_albert_base_v2/ --output converted/base
     python -m albert_tf.convert --source albert_tf --input converted/base --target tf1 \
         --output tf1_export/
+    python -m albert_tf.convert --source albert_tf --input runs/sst2_model --target hf \
+        --output hf_sst2/     # transformers.AlbertForSequenceClassification.from_pretrained
+
+TF-Hub modules are read, not written: `--target tf1` writes the checkpoint and
+albert_config.json that the official export_to_tfhub.py turns into a module.
 
 Then `albert_tf.load_pretrained("converted/albert_base")`.
 """
@@ -30,15 +35,20 @@ def define_flags():
                       "Input format: official TF1 checkpoint or TF-Hub module, Hugging Face "
                       "save_pretrained folder, or an albert_tf directory / .keras file.")
     flags.DEFINE_string("input", None, "Checkpoint prefix, file or directory to read.")
-    albert_flags.define("output", "albert_config_file", "overwrite",
+    albert_flags.define("output", "albert_config_file", "overwrite", "do_lower_case",
                         notes={"output": "A directory (must be new or empty).",
                                "overwrite": "Here: a non-empty --output directory.",
                                "albert_config_file": "Default: albert_config.json beside a TF1 "
                                                      "checkpoint; config.json of a Hugging Face "
-                                                     "folder."})
-    flags.DEFINE_enum("target", "albert_tf", ["albert_tf", "tf1"],
-                      "Output format: our directory format, or an official name-based TF1 "
-                      "checkpoint (model.ckpt + albert_config.json).")
+                                                     "folder.",
+                               "do_lower_case": "Here: --target hf, the tokenizer_config.json "
+                                                "of its AlbertTokenizer."})
+    flags.DEFINE_enum("target", "albert_tf", ["albert_tf", "tf1", "hf"],
+                      "Output format: our directory format, an official name-based TF1 "
+                      "checkpoint (model.ckpt + albert_config.json), or a Hugging Face folder "
+                      "(config.json, model.safetensors, spiece.model, tokenizer_config.json) "
+                      "for AlbertModel / AlbertForPreTraining / "
+                      "AlbertForSequenceClassification.from_pretrained.")
     flags.DEFINE_enum("model", "auto", ["auto", "pretrainer", "classifier", "backbone"],
                       "Model to build. auto: from the heads present in the checkpoint. backbone "
                       "drops the heads (reported as skipped).")
@@ -50,7 +60,7 @@ def main(argv):
     try:
         summary = convert(FLAGS.source, FLAGS.input, FLAGS.output, target=FLAGS.target,
                           albert_config_file=FLAGS.albert_config_file, model=FLAGS.model,
-                          overwrite=FLAGS.overwrite)
+                          overwrite=FLAGS.overwrite, do_lower_case=FLAGS.do_lower_case)
     except (CheckpointError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

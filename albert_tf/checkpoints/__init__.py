@@ -5,8 +5,8 @@
                 mapping
     common      errors, models by kind, `assign_strict` (the one strict assignment of foreign
                 weights)
-    tf1         official TF1 checkpoints and TF-Hub modules: read, write, `official_config`
-    hf          Hugging Face folders and state dicts
+    tf1         official TF1 checkpoints (read, write) and TF-Hub modules (read), `official_config`
+    hf          Hugging Face folders and state dicts: read, and written (`write_hf_folder`)
     ours        our directory format and `.keras` files: `save_albert_tf`, `load_pretrained`
     conversion  `convert` (any source to any target), `initialize_from_checkpoint`,
                 `initialize_backbone` (fine-tuning: the backbone of any source, heads dropped)
@@ -22,8 +22,8 @@ from albert_tf.checkpoints.common import (MODEL_KINDS, CheckpointError, Checkpoi
 from albert_tf.checkpoints.conversion import (convert, initialize_backbone,
                                               initialize_from_checkpoint,
                                               read_training_checkpoint)
-from albert_tf.checkpoints.hf import (config_from_hf, hf_kind, load_hf_state_dict,
-                                      read_hf_folder)
+from albert_tf.checkpoints.hf import (config_from_hf, hf_config_dict, hf_kind, hf_state_dict,
+                                      load_hf_state_dict, read_hf_folder, write_hf_folder)
 from albert_tf.checkpoints.names import model_kind, model_weights, official_to_hf
 from albert_tf.checkpoints.ours import (CONFIG_FILE, FORMAT_FILE, FORMAT_VERSION, WEIGHTS_FILE,
                                         load_pretrained, save_albert_tf)
@@ -33,7 +33,8 @@ from albert_tf.checkpoints.tf1 import (TF1_CHECKPOINT_NAME, TF1Checkpoint, load_
 
 __all__ = ["CONFIG_FILE", "FORMAT_FILE", "FORMAT_VERSION", "MODEL_KINDS", "TF1_CHECKPOINT_NAME",
            "WEIGHTS_FILE", "CheckpointError", "CheckpointMismatchError", "TF1Checkpoint",
-           "assign_strict", "build_model", "config_from_hf", "convert", "hf_kind",
+           "assign_strict", "build_model", "config_from_hf", "convert", "hf_config_dict",
+           "hf_kind", "hf_state_dict", "write_hf_folder",
            "initialize_backbone", "initialize_from_checkpoint", "read_training_checkpoint", "load_hf_state_dict", "load_pretrained",
            "load_tf1_checkpoint", "model_kind", "model_weights", "official_config",
            "official_to_hf", "read_hf_folder", "resolve_tf1_checkpoint", "save_albert_tf",

@@ -11,7 +11,8 @@ import shutil
 import numpy as np
 
 from albert_tf.checkpoints.common import MODEL_KINDS, CheckpointError, assign_strict, build_model
-from albert_tf.checkpoints.hf import hf_kind, load_hf_state_dict, read_hf_folder
+from albert_tf.checkpoints.hf import (HF_FILES, hf_kind, load_hf_state_dict, read_hf_folder,
+                                      write_hf_folder)
 from albert_tf.checkpoints.names import model_kind, model_weights
 from albert_tf.checkpoints.ours import (CONFIG_FILE, FORMAT_FILE, TF1_FILES, check_replaceable,
                                         find_sentencepiece, load_pretrained, save_albert_tf)
@@ -223,11 +224,21 @@ def _load_source(source: str, input_path: str, albert_config_file: str | None, k
     return model, spm, record, report
 
 
+def _stored_labels(source: str, input_path: str):
+    """The class names our model directory records (albert_tf.json "labels"), else None."""
+    path = os.path.join(input_path, FORMAT_FILE)
+    if source != "albert_tf" or not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f).get("labels")
+
+
 def convert(source: str, input_path: str, output_dir: str, target: str = "albert_tf",
             albert_config_file: str | None = None, model: str = "auto",
-            overwrite: bool = False) -> dict:
+            overwrite: bool = False, do_lower_case: bool = True) -> dict:
     """Converts a checkpoint between formats. Returns a summary dict (model kind, counts,
-    skipped entries, output path)."""
+    skipped entries, output path). `target` "hf" writes a Hugging Face folder
+    (`write_hf_folder`; `do_lower_case` is its tokenizer's)."""
     if model not in ("auto",) + MODEL_KINDS:
         raise CheckpointError(f"Unknown model kind {model!r}; choose auto or one of {MODEL_KINDS}.")
     keras_model, spm, record, report = _load_source(source, input_path, albert_config_file, model)
@@ -240,8 +251,12 @@ def convert(source: str, input_path: str, output_dir: str, target: str = "albert
         config.to_json_file(os.path.join(output_dir, CONFIG_FILE))
         if spm:
             shutil.copy(spm, output_dir)
+    elif target == "hf":
+        check_replaceable(os.path.abspath(output_dir), overwrite, HF_FILES)
+        written = write_hf_folder(keras_model, output_dir, spm, do_lower_case=do_lower_case,
+                                  labels=_stored_labels(source, input_path))
     else:
-        raise CheckpointError(f"Unknown target {target!r}; choose albert_tf or tf1.")
+        raise CheckpointError(f"Unknown target {target!r}; choose albert_tf, tf1 or hf.")
     return {"model": model_kind(keras_model), "weights": len(report["assigned"]),
             "parameters": keras_model.count_params(), "skipped": report["skipped"],
             "sentencepiece_model": spm, "output": written}

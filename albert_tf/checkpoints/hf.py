@@ -1,11 +1,14 @@
 """Hugging Face ALBERT: `save_pretrained` folders (config.json, safetensors or weights-only
-PyTorch files, sharded or not) and `state_dict`s, loaded strictly through the name table."""
+PyTorch files, sharded or not) and `state_dict`s, loaded strictly through the name table; and
+written (`write_hf_folder`: config.json, model.safetensors, spiece.model and
+tokenizer_config.json) as `from_pretrained` reads them."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import shutil
 from typing import Mapping
 
 import numpy as np
@@ -13,7 +16,8 @@ import numpy as np
 from albert_tf.checkpoints.common import (CheckpointError, CheckpointMismatchError,
                                           assign_strict, kind_from_heads, to_numpy)
 from albert_tf.checkpoints.names import (HF_DERIVED_KEYS, HF_HEAD_PREFIXES, model_kind,
-                                         official_to_hf)
+                                         model_weights, official_to_hf)
+from albert_tf.checkpoints.tf1 import official_config
 from albert_tf.config import AlbertConfig
 
 log = logging.getLogger(__name__)
@@ -165,3 +169,123 @@ def load_hf_state_dict(model, state_dict: Mapping[str, object], source="state_di
 
     return assign_strict(model, state_dict.keys(), lambda k: state_dict[k], key_of, skip_reason,
                          source)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing a `save_pretrained` folder.
+HF_FILES = ("config.json", "model.safetensors", "spiece.model", "tokenizer_config.json")
+# The Hugging Face class of each model kind it has (our SQuAD and RACE heads have no mapping).
+HF_ARCHITECTURES = {"backbone": "AlbertModel", "pretrainer": "AlbertForPreTraining",
+                    "classifier": "AlbertForSequenceClassification"}
+# Our activation -> HF's name for the same function (ours "gelu" is the tanh approximation).
+_ACTIVATIONS_TO_HF = {"gelu": "gelu_new", "relu": "relu", "tanh": "tanh", "linear": "linear"}
+# AlbertTokenizer's special tokens, the pieces of the official SentencePiece vocabularies.
+_SPECIAL_TOKENS = {"bos_token": "[CLS]", "eos_token": "[SEP]", "unk_token": "<unk>",
+                   "sep_token": "[SEP]", "pad_token": "<pad>", "cls_token": "[CLS]",
+                   "mask_token": "[MASK]"}
+
+
+def hf_config_dict(model, labels=None) -> dict:
+    """The Hugging Face `config.json` of `model` (a backbone, pretrainer or classifier), under
+    which `from_pretrained` builds exactly its model; refuses what HF cannot build as ours."""
+    kind = model_kind(model)
+    if kind not in HF_ARCHITECTURES:
+        raise CheckpointError(
+            f"a {kind} model has no Hugging Face class this converter maps its head to (it "
+            "writes AlbertModel, AlbertForPreTraining and AlbertForSequenceClassification); "
+            "write its backbone (--model backbone) or keep it in our format.")
+    config = official_config(model.config)  # refuses attention-only / FFN-only sharing
+    if config.hidden_act not in _ACTIVATIONS_TO_HF:
+        raise CheckpointError(f"hidden_act {config.hidden_act!r} has no Hugging Face name.")
+    per_group = config.num_hidden_layers // config.num_hidden_groups
+    if config.inner_group_num > per_group:
+        raise CheckpointError(
+            f"inner_group_num={config.inner_group_num} exceeds num_hidden_layers / "
+            f"num_hidden_groups = {per_group}: Hugging Face's AlbertTransformer cannot run that "
+            "model (IndexError in its head-mask slicing). Keep it in our format.")
+    values = {"architectures": [HF_ARCHITECTURES[kind]], "model_type": "albert",
+              **{k: getattr(config, k) for k in _HF_KEYS},
+              "hidden_act": _ACTIVATIONS_TO_HF[config.hidden_act], "layer_norm_eps": 1e-12,
+              "position_embedding_type": "absolute", "classifier_dropout_prob": float(
+                  getattr(model, "dropout_rate", 0.1)),
+              "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3, "torch_dtype": "float32"}
+    if kind == "classifier":
+        names = list(labels) if labels else [f"LABEL_{i}" for i in range(model.num_labels)]
+        if len(names) != model.num_labels:
+            raise CheckpointError(f"{len(names)} label names for {model.num_labels} labels.")
+        values["id2label"] = {str(i): name for i, name in enumerate(names)}
+        values["label2id"] = {name: i for i, name in enumerate(names)}
+        if model.num_labels == 1:
+            values["problem_type"] = "regression"
+    return values
+
+
+def hf_state_dict(model) -> dict:
+    """{Hugging Face key: float32 numpy array} of `model`, as `save_pretrained` names them (an
+    AlbertModel's without the `albert.` prefix): every weight through the one name table,
+    kernels transposed to PyTorch's [out, in]; an E = H model's `embedding_hidden_mapping_in`
+    (which HF always builds) the identity with zero bias; the MLM decoder (tied) written too."""
+    kind = model_kind(model)
+    state = {}
+    for weight in model_weights(model):
+        try:
+            key, transposed = official_to_hf(weight.official_name)
+        except KeyError as e:
+            raise CheckpointError(f"{e.args[0]} (a {kind} model)") from None
+        value = np.asarray(weight.to_official(weight.variable.numpy()), np.float32)
+        state[key] = np.ascontiguousarray(value.T if transposed else value)
+    cfg = model.config
+    if cfg.embedding_size == cfg.hidden_size:
+        state["albert.encoder.embedding_hidden_mapping_in.weight"] = np.eye(cfg.hidden_size,
+                                                                           dtype=np.float32)
+        state["albert.encoder.embedding_hidden_mapping_in.bias"] = np.zeros(cfg.hidden_size,
+                                                                           np.float32)
+    if kind == "pretrainer":
+        state["predictions.decoder.weight"] = state["albert.embeddings.word_embeddings.weight"]
+        state["predictions.decoder.bias"] = state["predictions.bias"]
+    if kind == "backbone":
+        state = {k[len("albert."):]: v for k, v in state.items()}
+    return state
+
+
+def _check_special_pieces(sentencepiece_model: str) -> None:
+    """AlbertTokenizer finds its special tokens by piece: refuses a vocabulary that lacks one
+    (HF would map it to <unk> without a word)."""
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(model_file=sentencepiece_model)
+    pieces = {processor.id_to_piece(i) for i in range(processor.get_piece_size())}
+    missing = sorted(set(_SPECIAL_TOKENS.values()) - pieces)
+    if missing:
+        raise CheckpointError(f"{sentencepiece_model} has no piece {missing}: Hugging Face's "
+                              "AlbertTokenizer needs the official special pieces.")
+
+
+def write_hf_folder(model, output_dir: str, sentencepiece_model: str | None = None,
+                    do_lower_case: bool = True, labels=None) -> str:
+    """Writes `model` (backbone, pretrainer or classifier) as a Hugging Face `save_pretrained`
+    folder: `config.json` (`hf_config_dict`), `model.safetensors` (`hf_state_dict`) and, with a
+    SentencePiece model, `spiece.model` and `tokenizer_config.json` (AlbertTokenizer with
+    `do_lower_case`, the official preprocessing), so that `AlbertModel` / `AlbertFor...
+    .from_pretrained(output_dir)` and `AlbertTokenizer.from_pretrained(output_dir)` load it.
+    Everything is checked before anything is written. Returns `output_dir`."""
+    from safetensors.numpy import save_file
+
+    values = hf_config_dict(model, labels)
+    state = hf_state_dict(model)
+    if sentencepiece_model:
+        _check_special_pieces(sentencepiece_model)
+    os.makedirs(output_dir, exist_ok=True)
+    with open(os.path.join(output_dir, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(values, f, indent=2)
+    save_file(state, os.path.join(output_dir, "model.safetensors"), metadata={"format": "pt"})
+    if sentencepiece_model:
+        shutil.copy(sentencepiece_model, os.path.join(output_dir, "spiece.model"))
+        tokenizer = {"tokenizer_class": "AlbertTokenizer", "do_lower_case": bool(do_lower_case),
+                     "remove_space": True, "keep_accents": False,
+                     "model_max_length": model.config.max_position_embeddings,
+                     **_SPECIAL_TOKENS}
+        with open(os.path.join(output_dir, "tokenizer_config.json"), "w",
+                  encoding="utf-8") as f:
+            json.dump(tokenizer, f, indent=2)
+    return output_dir

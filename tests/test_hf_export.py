@@ -1,0 +1,173 @@
+"""Hugging Face folders written by `python -m albert_tf.convert --target hf`: loaded by
+transformers' own `from_pretrained` (4.57.6, PyTorch), every weight found and none left over,
+they answer as our models do within 1e-5 on real text (sequence and pooled outputs, the MLM and
+SOP heads, a classifier's and a regression head's logits), and `AlbertTokenizer.from_pretrained`
+gives our tokenizer's ids. What HF cannot build as ours is refused before anything is written."""
+
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from albert_tf import AlbertBackbone, AlbertClassifier, AlbertPretrainer  # noqa: E402
+from albert_tf.checkpoints import CheckpointError, convert, save_albert_tf  # noqa: E402
+from albert_tf.checkpoints.hf import write_hf_folder  # noqa: E402
+from albert_tf.packing import pack_ids, pad_features  # noqa: E402
+from albert_tf.task_models import span_model  # noqa: E402
+from albert_tf.tokenization import MASK_ID, Tokenizer  # noqa: E402
+from conftest import WIKITEXT, assert_spread, randomize, tiny_config  # noqa: E402
+from data.text_io import expand_input_patterns, read_text_lines  # noqa: E402
+from hf_helpers import max_diff, tf_inputs, torch_inputs  # noqa: E402
+
+TOLERANCE = 1e-5
+TEXTS = [("The capital of France is [MASK].", "Paris is a city."),
+         ("ALBERT shares one block across its layers", "So it has few parameters, 1,000 of them."),
+         ("Café naïve ``quotes''", "[MASK] said nothing at all today, and then left"),
+         ("Tom Sawyer painted the fence.", "")]
+
+
+def _config(**changes):
+    # The sample vocabulary (8k pieces); weights of std 0.2, about 1/sqrt(H) at H=24
+    # (conftest.export_config: at 0.02 the outputs barely depend on the input).
+    return tiny_config(**dict(dict(vocab_size=8000, max_position_embeddings=64,
+                                   initializer_range=0.2), **changes))
+
+
+def _batch(tokenizer):
+    """Real text packed as the fine-tuning runners pack it, right-padded to one length."""
+    packed = [pack_ids(tokenizer.encode_with_masks(a), tokenizer.encode_with_masks(b) if b
+                       else None, 64) for a, b in TEXTS]
+    length = max(len(ids) for ids, _ in packed)
+    rows = [pad_features(ids, seg, length) for ids, seg in packed]
+    return {k: np.array([r[k] for r in rows], np.int32) for k in rows[0]}
+
+
+def _convert(model, tmp_path, sample_vocab, name, **labels):
+    """Our directory of `model`, converted by `albert_tf.convert` to a Hugging Face folder."""
+    ours = save_albert_tf(model, str(tmp_path / f"{name}_ours"), sample_vocab)
+    if labels:
+        record_path = os.path.join(ours, "albert_tf.json")
+        record = json.load(open(record_path))
+        json.dump(dict(record, **labels), open(record_path, "w"))
+    out = str(tmp_path / f"{name}_hf")
+    summary = convert("albert_tf", ours, out, target="hf")
+    assert summary["output"] == out
+    assert sorted(os.listdir(out)) == ["config.json", "model.safetensors", "spiece.model",
+                                       "tokenizer_config.json"]
+    return out
+
+
+def _load(cls, path, heads_unused=False):
+    """`cls.from_pretrained(path)`, checked to have found every weight in the folder and left
+    none over (an AlbertModel from a pretrainer's folder leaves only the heads' weights)."""
+    model, info = cls.from_pretrained(path, output_loading_info=True,
+                                      attn_implementation="eager")
+    unexpected = [k for k in info["unexpected_keys"]
+                  if not (heads_unused and k.startswith(("predictions.", "sop_classifier.")))]
+    assert (info["missing_keys"], unexpected, info["mismatched_keys"]) == ([], [], []), info
+    assert not info.get("error_msgs"), info
+    return model.eval()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("changes", [dict(sharing="all"), dict(sharing="none", inner_group_num=1),
+                                     dict(embedding_size=24)],
+                         ids=["all", "none", "E=H"])
+def test_pretrainer_folder_loads_in_transformers_and_answers_as_ours(tmp_path, sample_vocab,
+                                                                     changes):
+    """AlbertForPreTraining and AlbertModel from our pretrainer's folder: sequence output (real
+    tokens), pooled output, MLM logits at the [MASK]s and SOP logits equal ours within 1e-5, for
+    shared, not-shared and E = H models (HF's identity projection)."""
+    ours = AlbertPretrainer(_config(**changes))
+    randomize(ours, seed=3)
+    path = _convert(ours, tmp_path, sample_vocab, "pretrainer")
+    batch = _batch(Tokenizer(sample_vocab))
+    positions = np.array([[max(np.flatnonzero(row == MASK_ID), default=1)] for row in
+                          batch["input_ids"]], np.int32)
+    out = ours({**tf_inputs(batch), "masked_lm_positions": tf.constant(positions)},
+               training=False)
+    real = batch["input_mask"].astype(bool)
+    with torch.no_grad():
+        hf = _load(transformers.AlbertForPreTraining, path)(**torch_inputs(batch),
+                                                            output_hidden_states=True)
+        base = _load(transformers.AlbertModel, path, heads_unused=True)(
+            **torch_inputs(batch))
+    mlm = np.take_along_axis(hf.prediction_logits.numpy(), positions[..., None], axis=1)
+    assert_spread(mlm[0], mlm[1], TOLERANCE)
+    assert_spread(out["pooled_output"][0], out["pooled_output"][1], TOLERANCE)
+    diffs = {
+        "sequence_output": max_diff(out["sequence_output"].numpy()[real],
+                                    base.last_hidden_state.numpy()[real]),
+        "pooled_output": max_diff(out["pooled_output"], base.pooler_output),
+        "pretraining_sequence_output": max_diff(out["sequence_output"].numpy()[real],
+                                                hf.hidden_states[-1].numpy()[real]),
+        "mlm_logits": max_diff(out["mlm_logits"], mlm),
+        "sop_logits": max_diff(out["sop_logits"], hf.sop_logits),
+    }
+    print(f"\nHF folder, pretrainer {changes}: {diffs}")
+    assert max(diffs.values()) <= TOLERANCE, diffs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("num_labels", [3, 1])
+def test_classifier_folder_loads_as_sequence_classification(tmp_path, sample_vocab, num_labels):
+    """AlbertForSequenceClassification from our classifier's folder (3 named classes; a
+    regression head): logits equal ours within 1e-5; the class names reach id2label."""
+    ours = AlbertClassifier(_config(), num_labels=num_labels)
+    randomize(ours, seed=4 + num_labels)
+    names = ["neg", "neutral", "pos"] if num_labels == 3 else None
+    path = _convert(ours, tmp_path, sample_vocab, "classifier",
+                    **({"labels": names} if names else {}))
+    batch = _batch(Tokenizer(sample_vocab))
+    logits = ours(tf_inputs(batch), training=False)["logits"].numpy()
+    assert_spread(logits.max(axis=0), logits.min(axis=0), TOLERANCE)
+    hf_model = _load(transformers.AlbertForSequenceClassification, path)
+    with torch.no_grad():
+        got = hf_model(**torch_inputs(batch)).logits.numpy()
+    print(f"\nHF folder, classifier num_labels={num_labels}: {max_diff(logits, got):.2e}")
+    assert max_diff(logits, got) <= TOLERANCE
+    if names:
+        assert hf_model.config.id2label == dict(enumerate(names))
+    else:
+        assert hf_model.config.problem_type == "regression"
+
+
+@pytest.mark.slow
+def test_albert_tokenizer_from_the_folder_gives_our_ids(tmp_path, sample_vocab):
+    """AlbertTokenizer.from_pretrained(folder) encodes the held-out WikiText lines (and the
+    test texts: accents, quotes, digit-commas, pairs) to our tokenizer's packed ids, [CLS] and
+    [SEP] included; the backbone folder written by write_hf_folder directly loads in AlbertModel."""
+    model = AlbertBackbone(_config())
+    path = write_hf_folder(model, str(tmp_path / "backbone_hf"), sample_vocab)
+    _load(transformers.AlbertModel, path)
+    hf = transformers.AlbertTokenizer.from_pretrained(path)
+    ours = Tokenizer(sample_vocab)
+    lines = [line for line in read_text_lines(expand_input_patterns(WIKITEXT)[0])
+             if line.strip()][:300]
+    pairs = [(a, b or None) for a, b in TEXTS if "[MASK]" not in a + b] + [
+        (line, None) for line in lines]
+    assert len(pairs) > 250
+    for a, b in pairs:
+        expected = pack_ids(ours.encode(a), None if b is None else ours.encode(b), 10 ** 6)[0]
+        assert hf(a, b)["input_ids"] == expected, (a, b)
+
+
+@pytest.mark.slow
+def test_what_transformers_cannot_build_is_refused(tmp_path, sample_vocab):
+    """Attention-only sharing, inner_group_num > L / G (HF's AlbertTransformer fails on it), and
+    a SQuAD span head: each an error naming the reason, nothing written."""
+    cases = [
+        (AlbertBackbone(_config(sharing="attention")), r"sharing='attention' cannot be written"),
+        (AlbertBackbone(_config(num_hidden_groups=5, sharing="all")),
+         r"inner_group_num=2 exceeds num_hidden_layers / num_hidden_groups = 1"),
+        (span_model(_config()), r"a span model has no Hugging Face class"),
+    ]
+    for model, message in cases:
+        with pytest.raises(CheckpointError, match=message):
+            write_hf_folder(model, str(tmp_path / "refused"), sample_vocab)
+        assert not (tmp_path / "refused").exists()
