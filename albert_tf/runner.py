@@ -192,17 +192,20 @@ def strategy() -> tf.distribute.Strategy:
 
 def make_exporter(export_dir, output_dir, spm_model_file, max_seq_length, labels=None,
                   text_pair=False, source_type="run_pretraining", options=None,
-                  do_lower_case=True, best_suffix="_best", threshold=None):
+                  do_lower_case=True, best_suffix="_best", threshold=None, vocab_file=None):
     """exporter(model, which) for `TrainingRun.run`: SavedModels through the one exporter
     (`export.saved_model`), final to `export_dir`, best to `export_dir + best_suffix`. `labels`,
     `text_pair` and `threshold` are a classifier's (class names, sentence-pair
     `serving_default`, the official --threshold_to_export served with its answers); `options`
-    a SQuAD or RACE model's decoding and packing settings (`export_saved_model`)."""
+    a SQuAD or RACE model's decoding and packing settings (`export_saved_model`). Without
+    `spm_model_file`, a WordPiece `vocab_file` is the vocabulary."""
 
     def exporter(model, which, step=None):
         spm = spm_model_file or next(iter(sorted(glob.glob(os.path.join(output_dir,
                                                                        "*.model")))), None)
-        if not spm:
+        if not spm_model_file and vocab_file:
+            spm = None
+        elif not spm:
             raise ExportError(f"No SentencePiece model in {output_dir} (the data had no "
                               "sidecar naming one); pass --spm_model_file.")
         target = export_dir.rstrip("/") + ("" if which == "final" else best_suffix)
@@ -212,7 +215,7 @@ def make_exporter(export_dir, output_dir, spm_model_file, max_seq_length, labels
         path = export_saved_model(model, target, spm, max_seq_length=max_seq_length,
                                   labels=labels, text_pair=text_pair, options=options,
                                   do_lower_case=do_lower_case, source=source,
-                                  threshold=threshold)
+                                  threshold=threshold, vocab_file=vocab_file)
         print(f"exported the {which} model" + (f" (step {step})" if step is not None else "")
               + f" to {path}", flush=True)
         return path
@@ -228,7 +231,9 @@ def exporter_from_flags(source_type, **kwargs):
         return None
     return make_exporter(FLAGS.export_dir, FLAGS.output_dir, FLAGS.spm_model_file,
                          FLAGS.max_seq_length, source_type=source_type,
-                         do_lower_case=FLAGS.do_lower_case, best_suffix="", **kwargs)
+                         do_lower_case=FLAGS.do_lower_case, best_suffix="",
+                         vocab_file=FLAGS.vocab_file if "vocab_file" in FLAGS else None,
+                         **kwargs)
 
 
 def write_json(path: str, value) -> None:

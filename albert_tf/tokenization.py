@@ -421,10 +421,12 @@ class InGraphTokenizer:
     subsequence, as Python's `bytes.decode("utf-8", "replace")` does) before anything else.
 
     Importing tensorflow_text registers the SentencePiece ops; any process that loads a
-    SavedModel using this must import tensorflow_text first. `sentencepiece` is the
-    tensorflow-text tokenizer (a `tf.Module` owning the model resource): a module that exports
-    this tokenizer must track it.
+    SavedModel using this must import tensorflow_text first. `sentencepiece` (also `trackable`,
+    the name both in-graph tokenizers share) is the tensorflow-text tokenizer (a `tf.Module`
+    owning the model resource): a module that exports this tokenizer must track it.
     """
+
+    pad_id, unk_id, cls_id, sep_id, mask_id = PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID
 
     def __init__(self, model_proto: bytes, do_lower_case: bool = True):
         import tensorflow_text as tf_text
@@ -433,7 +435,7 @@ class InGraphTokenizer:
         import tensorflow as tf
 
         self._sp = tf_text.SentencepieceTokenizer(model=model_proto, out_type=tf.string)
-        self.sentencepiece = self._sp
+        self.sentencepiece = self.trackable = self._sp
         self._whitespace = _whitespace_class() + "+"
         self._combining = _combining_class()
 
@@ -838,7 +840,12 @@ class InGraphWordPieceTokenizer:
             self.trackable.table, suffix_indicator="##",
             max_bytes_per_word=4 * WORDPIECE_MAX_CHARS, token_out_type=tf.int64,
             unknown_token="[UNK]")
-        self.mask_id = tokens.index(MASK_PIECE)
+        first = {}
+        for i, token in enumerate(tokens):
+            first.setdefault(token, i)
+        self.pad_id = PAD_ID
+        self.unk_id, self.cls_id, self.sep_id, self.mask_id = (first[t] for t in
+                                                               WORDPIECE_SPECIALS)
 
     def words(self, strings):
         """The basic tokenizer's words: string RaggedTensor [batch, (words)]."""
@@ -897,3 +904,11 @@ def _encode_with_masks_in_graph(tokenizer, strings):
         tf.fill([tf.reduce_sum(follows)], tf.constant(tokenizer.mask_id, ids.dtype)), follows)
     joined = tf.concat([ids, masks], axis=1)
     return tf.RaggedTensor.from_row_splits(joined, parts.row_splits).merge_dims(1, 2)
+
+
+def in_graph_tokenizer(source, do_lower_case: bool = True):
+    """The in-graph tokenizer of `source`: a Python tokenizer (`Tokenizer` or
+    `WordPieceTokenizer`: its `in_graph()`), or the bytes of a SentencePiece model."""
+    if isinstance(source, (bytes, bytearray)):
+        return InGraphTokenizer(bytes(source), do_lower_case)
+    return source.in_graph()

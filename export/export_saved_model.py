@@ -4,6 +4,8 @@
         --export_dir exports/albert_base
     python -m export.export_saved_model --model_dir runs/pretrain --checkpoint best \
         --spm_model_file vocab/30k-clean.model --export_dir exports/albert_pretrained
+    python -m export.export_saved_model --model_dir converted/albert_base_zh \
+        --vocab_file albert_base_zh/vocab_chinese.txt --export_dir exports/albert_base_zh
 
 writes `exports/albert_base/<next version>/` plus `models.config` and `batching_parameters.txt`
 beside the versions. Signatures: serving_default (raw text), serve_text_pair, serve_tokens,
@@ -35,12 +37,14 @@ from export.saved_model import ExportError, export_saved_model, load_for_export 
 def define_flags():
     albert_flags.define(
         albert_flags.EXPORT_SOURCE, albert_flags.SQUAD_DECODING, "export_dir", "max_qa_length",
-        "null_score_diff_threshold", "remove_padding", max_seq_length=None,
+        "null_score_diff_threshold", "remove_padding", "vocab_file", max_seq_length=None,
         null_score_diff_threshold=None,
         notes={"export_dir": "Versions are written under it.",
                "max_seq_length": "Default: min(512, max_position_embeddings).",
                "null_score_diff_threshold": "Default: always answer, as SQuAD 1.1.",
-               "spm_model_file": "Default: the one found in --model_dir."})
+               "spm_model_file": "Default: the one found in --model_dir.",
+               "vocab_file": "Without --spm_model_file: the WordPiece vocabulary the graph "
+                             "tokenizes with (the Chinese models' vocab_chinese.txt)."})
     flags.DEFINE_integer("version", None, "Version number (default: the next integer).")
     flags.DEFINE_bool("hidden_states", False, "Add hidden_state_<i> outputs.")
     flags.DEFINE_string("allowed_ops", None,
@@ -55,7 +59,7 @@ def main(argv):
     del argv
     try:
         model, spm, source = load_for_export(FLAGS.model_dir, FLAGS.checkpoint,
-                                             FLAGS.spm_model_file)
+                                             FLAGS.spm_model_file, FLAGS.vocab_file)
         max_seq_length = FLAGS.max_seq_length or min(512, model.config.max_position_embeddings)
         options = {"span": {"doc_stride": FLAGS.doc_stride,
                             "max_query_length": FLAGS.max_query_length,
@@ -69,7 +73,8 @@ def main(argv):
             top_k=FLAGS.top_k, text_pair=FLAGS.text_pair, hidden_states=FLAGS.hidden_states,
             labels=FLAGS.labels or source.get("labels"), do_lower_case=FLAGS.do_lower_case,
             allowed_ops=FLAGS.allowed_ops, serving_base_path=FLAGS.serving_base_path,
-            source=source, options=options, remove_padding=FLAGS.remove_padding)
+            source=source, options=options, remove_padding=FLAGS.remove_padding,
+            vocab_file=FLAGS.vocab_file)
     except (ExportError, CheckpointError, UnsupportedOpError, ValueError,
             FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)

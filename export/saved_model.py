@@ -39,7 +39,7 @@ from albert_tf.checkpoints import (CheckpointError, FORMAT_FILE, build_model, lo
                                    model_kind, model_weights, read_training_checkpoint)
 from albert_tf.config import AlbertConfig
 from albert_tf.ownership import OutputLock, current_umask
-from albert_tf.tokenization import Tokenizer
+from albert_tf.tokenization import Tokenizer, make_tokenizer
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 MODELS_CONFIG = "models.config"
@@ -71,14 +71,26 @@ def _restore_pretraining_checkpoint(output_dir: str, checkpoint: str):
         raise ExportError(f"{e}{hint}") from None
 
 
-def load_for_export(path: str, checkpoint: str = "latest", spm_model_file: str | None = None):
+def load_for_export(path: str, checkpoint: str = "latest", spm_model_file: str | None = None,
+                    vocab_file: str | None = None):
     """(model, SentencePiece model path, source record) for any model the project produces.
 
     Args:
         path: our model directory, a `.keras` file, or a pretraining output directory.
         checkpoint: for a pretraining output directory: "latest", "best", or a checkpoint prefix.
         spm_model_file: the SentencePiece model; default: the one found beside the source.
+        vocab_file: without `spm_model_file`, a WordPiece vocabulary: no SentencePiece model is
+            looked for, and the path returned is None (`export_saved_model(...,
+            vocab_file=...)` tokenizes with it).
     """
+    if vocab_file and not spm_model_file:
+        model, _, record = _load_model_for_export(path, checkpoint, "")
+        return model, None, record
+    return _load_model_for_export(path, checkpoint, spm_model_file)
+
+
+def _load_model_for_export(path: str, checkpoint: str, spm_model_file: str | None):
+    """`load_for_export`; `spm_model_file` "": no SentencePiece model wanted."""
     path = os.fspath(path)
     record = {"path": os.path.abspath(path)}
     labels = None
@@ -88,6 +100,8 @@ def load_for_export(path: str, checkpoint: str = "latest", spm_model_file: str |
         record.update(type="saved_model", version_dir=version, labels=stored.get("labels"),
                       max_seq_length=stored.get("max_seq_length"),
                       text_pair=stored.get("text_pair", False))
+        if spm_model_file == "":
+            return model, None, record
         spm_model_file = spm_model_file or sentencepiece_of_export(version)
         if not os.path.exists(spm_model_file):
             raise ExportError(f"SentencePiece model not found: {spm_model_file}")
@@ -100,7 +114,7 @@ def load_for_export(path: str, checkpoint: str = "latest", spm_model_file: str |
             with open(os.path.join(path, FORMAT_FILE), encoding="utf-8") as f:
                 stored = json.load(f)
             labels = stored.get("labels")
-            if stored.get("sentencepiece_model"):
+            if stored.get("sentencepiece_model") and spm_model_file != "":
                 spm_model_file = spm_model_file or os.path.join(path,
                                                                 stored["sentencepiece_model"])
         found = _find_spm(directory)
@@ -116,12 +130,15 @@ def load_for_export(path: str, checkpoint: str = "latest", spm_model_file: str |
             "nor a pretraining --output_dir (no albert_config.json). Convert official or Hugging "
             "Face checkpoints first: python -m albert_tf.convert --source {tf1,hf} --input ... "
             "--output DIR")
+    record["labels"] = labels
+    if spm_model_file == "":
+        return model, None, record
     spm_model_file = spm_model_file or found
     if not spm_model_file:
-        raise ExportError(f"No SentencePiece model beside {path}; pass --spm_model_file.")
+        raise ExportError(f"No SentencePiece model beside {path}; pass --spm_model_file (or "
+                          "--vocab_file alone for a WordPiece vocabulary).")
     if not os.path.exists(spm_model_file):
         raise ExportError(f"SentencePiece model not found: {spm_model_file}")
-    record["labels"] = labels
     return model, spm_model_file, record
 
 
@@ -391,13 +408,14 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
                        hidden_states: bool = False, labels=None, do_lower_case: bool = True,
                        allowed_ops: str | None = None, serving_base_path: str | None = None,
                        source: dict | None = None, options: dict | None = None,
-                       remove_padding: bool = True, threshold: float | None = None) -> str:
+                       remove_padding: bool = True, threshold: float | None = None,
+                       vocab_file: str | None = None) -> str:
     """Writes `model` as version `version` (default: the next integer) of `export_dir`.
 
     Args:
         model: an ALBERT model (pretrainer, classifier or backbone), under any strategy.
         export_dir: `BASE/NAME`, the directory TF Serving watches for model NAME.
-        spm_model_file: the SentencePiece model (embedded as an asset of the graph).
+        spm_model_file: the SentencePiece model (in the graph); None with `vocab_file`.
         version: version number; an existing one is refused.
         max_seq_length: longest packed sequence of the text signatures (and the cap on their
             padding); at most the model's `max_position_embeddings`.
@@ -416,6 +434,8 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
             keeps the padded computation.
         threshold: a classifier's decision threshold, served as its `threshold` output (the
             official `--threshold_to_export`).
+        vocab_file: without `spm_model_file`, a WordPiece vocabulary (`make_tokenizer`; the
+            graph tokenizes and packs with it).
 
     Returns:
         The version directory written.
@@ -433,9 +453,9 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
         kind = model_kind(model)
         _check_model_kind(export_dir, kind)
         allowed = load_allowed_ops(allowed_ops) if allowed_ops else load_allowed_ops()
-        tokenizer = _tokenizer_of(model, spm_model_file, do_lower_case)
+        tokenizer = _tokenizer_of(model, spm_model_file, vocab_file, do_lower_case)
         try:
-            module = serving_module(host_copy(model), kind, tokenizer.model_proto,
+            module = serving_module(host_copy(model), kind, tokenizer,
                                     do_lower_case=do_lower_case, max_seq_length=max_seq_length,
                                     options=options, labels=labels,
                                     remove_padding=remove_padding, top_k=top_k,
@@ -449,8 +469,7 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
                   "text_pair": text_pair, "do_lower_case": do_lower_case,
                   "threshold": threshold, "options": module.options(),
                   "remove_padding": bool(remove_padding),
-                  "sentencepiece_model": os.path.basename(spm_model_file),
-                  "sentencepiece_sha256": tokenizer.sha256,
+                  **_vocabulary_record(tokenizer),
                   "compatible_with": {k: allowed.get(k) for k in
                                       ("tensorflow", "tensorflow_text", "serving")},
                   "exported_with": {"tensorflow": tf.__version__}, "source": source or {}}
@@ -466,12 +485,22 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
     return final
 
 
-def _tokenizer_of(model, spm_model_file: str, do_lower_case: bool) -> Tokenizer:
-    tokenizer = Tokenizer(spm_model_file, do_lower_case)
+def _vocabulary_record(tokenizer) -> dict:
+    """The export record's entries naming the vocabulary (file name and sha256)."""
+    name = os.path.basename(tokenizer.vocabulary_file)
+    if tokenizer.kind == "sentencepiece":
+        return {"sentencepiece_model": name, "sentencepiece_sha256": tokenizer.sha256}
+    return {"vocab_file": name, "vocab_file_sha256": tokenizer.sha256}
+
+
+def _tokenizer_of(model, spm_model_file, vocab_file, do_lower_case: bool) -> Tokenizer:
+    tokenizer = make_tokenizer(spm_model_file, None if spm_model_file else vocab_file,
+                               do_lower_case)
     if tokenizer.vocab_size != model.config.vocab_size:
-        raise ExportError(f"{spm_model_file} has {tokenizer.vocab_size} pieces but the "
-                          f"model's vocab_size is {model.config.vocab_size}: pass the "
-                          "SentencePiece model the model was trained with (--spm_model_file).")
+        flag = "--spm_model_file" if spm_model_file else "--vocab_file"
+        raise ExportError(f"{tokenizer.vocabulary_file} has {tokenizer.vocab_size} pieces but "
+                          f"the model's vocab_size is {model.config.vocab_size}: pass the "
+                          f"vocabulary the model was trained with ({flag}).")
     return tokenizer
 
 

@@ -72,7 +72,7 @@ from albert_tf.backbone import set_remove_padding
 from albert_tf.records import example_of
 from albert_tf.packing import (join_in_graph, keep_first, keep_last, pack_ids, pack_in_graph,
                                packed_length, pad_features)
-from albert_tf.tokenization import MASK_ID, InGraphTokenizer
+from albert_tf.tokenization import in_graph_tokenizer
 from albert_tf.tasks.race import LABELS
 from albert_tf.tasks.squad import (align_context_in_graph, decode_beam_in_graph, decode_in_graph,
                                    windows_in_graph)
@@ -110,7 +110,8 @@ def _padded_tokens(packed) -> tuple[list, dict]:
 
 def _question_context_warmup(tokenizer, max_seq_length: int) -> tuple[dict, np.ndarray, np.ndarray]:
     """(tokens, questions, contexts) of the warmup questions about the warmup contexts."""
-    _, tokens = _padded_tokens([pack_ids(tokenizer.encode(q), tokenizer.encode(c), max_seq_length)
+    _, tokens = _padded_tokens([pack_ids(tokenizer.encode(q), tokenizer.encode(c), max_seq_length,
+                                         tokenizer)
                                 for q, c in zip(WARMUP_QUESTIONS, WARMUP_CONTEXTS)])
     return (tokens, np.array([q.encode() for q in WARMUP_QUESTIONS], dtype=object),
             np.array([c.encode() for c in WARMUP_CONTEXTS], dtype=object))
@@ -209,7 +210,9 @@ class AlbertServingModule(tf.Module):
     Args:
         model: `AlbertPretrainer`, `AlbertClassifier` or `AlbertBackbone` (not under a strategy).
         kind: "pretrainer", "classifier" or "backbone".
-        spm_model_proto: bytes of the SentencePiece model.
+        spm_model_proto: the vocabulary: a Python tokenizer (`Tokenizer`, SentencePiece, or
+            `WordPieceTokenizer`; `albert_tf.tokenization.make_tokenizer`), or the bytes of a
+            SentencePiece model. Its special ids ([CLS], [SEP], [MASK]) are the packing's.
         do_lower_case: the tokenizer's lowercasing (released models: True).
         max_seq_length: longest packed sequence for text inputs.
         top_k: fill-mask candidates per [MASK] (pretrainer).
@@ -243,8 +246,8 @@ class AlbertServingModule(tf.Module):
         set_remove_padding(model, remove_padding)
         self.model_variables = [_tf_variable(v) for v in model.weights]
         self.kind = kind
-        self.tokenizer = InGraphTokenizer(spm_model_proto, do_lower_case)
-        self.sentencepiece = self.tokenizer.sentencepiece  # tracked: the model resource
+        self.tokenizer = in_graph_tokenizer(spm_model_proto, do_lower_case)
+        self.sentencepiece = self.tokenizer.trackable  # tracked: the vocabulary's resource
         self.max_seq_length = int(max_seq_length)
         self.top_k = int(min(top_k, config.vocab_size))
         self.text_pair = bool(text_pair)
@@ -270,7 +273,8 @@ class AlbertServingModule(tf.Module):
         """{signature: {input name: numpy array}} of small real requests, one per signature."""
         texts = np.array([t.encode() for t in WARMUP_TEXTS], dtype=object)
         rows, tokens = _padded_tokens([pack_ids(tokenizer.encode_with_masks(t), None,
-                                                self.max_seq_length) for t in WARMUP_TEXTS])
+                                                self.max_seq_length, tokenizer)
+                                       for t in WARMUP_TEXTS])
         examples = np.array([example_of(r) for r in rows], dtype=object)
         out = {"serve_text_pair": {"text": texts, "text_b": texts[::-1].copy()},
                "serve_tokens": tokens, "serve_examples": {"examples": examples}}
@@ -307,7 +311,7 @@ class AlbertServingModule(tf.Module):
     def _fill_mask(self, input_ids, mlm_logits_fn):
         positions = tf.ragged.boolean_mask(
             tf.broadcast_to(tf.range(tf.shape(input_ids)[1]), tf.shape(input_ids)),
-            tf.equal(input_ids, MASK_ID))
+            tf.equal(input_ids, self.tokenizer.mask_id))
         positions = positions.to_tensor(-1)  # [batch, M]
         valid = positions >= 0
         logits = mlm_logits_fn(tf.maximum(positions, 0))  # [batch, M, V]
@@ -388,7 +392,8 @@ class AlbertServingModule(tf.Module):
         return ids_a, ids_b
 
     def tokens_from_text(self, text, text_b=None, encode=None):
-        return pack_in_graph(*self._encode(text, text_b, encode), self.max_seq_length)
+        return pack_in_graph(*self._encode(text, text_b, encode), self.max_seq_length,
+                             special=self.tokenizer)
 
     def text_outputs(self, outputs, text, text_b=None, encode=None) -> dict:
         """`outputs` (token features -> outputs) of the packed text, and what packing did:
@@ -396,7 +401,8 @@ class AlbertServingModule(tf.Module):
         `truncated` (num_tokens > max_seq_length: the model saw a cut text) and
         `max_seq_length` [batch] (the limit, so any answer tells a client the model's)."""
         ids_a, ids_b = self._encode(text, text_b, encode)
-        out = dict(outputs(pack_in_graph(ids_a, ids_b, self.max_seq_length)))
+        out = dict(outputs(pack_in_graph(ids_a, ids_b, self.max_seq_length,
+                                         special=self.tokenizer)))
         num = tf.cast(packed_length(ids_a.row_lengths(),
                                     None if ids_b is None else ids_b.row_lengths()), tf.int32)
         out.update(num_tokens=num, truncated=num > self.max_seq_length,
@@ -760,7 +766,7 @@ class MultipleChoiceServingModule(AlbertServingModule):
                                 tf.repeat(tf.range(tf.shape(article)[0]), choices))
         context = keep_first(article_ids, tf.maximum(
             self.max_seq_length - 3 - qa.row_lengths(), 0))
-        features = join_in_graph(context, qa)
+        features = join_in_graph(context, qa, special=self.tokenizer)
         shape = tf.stack([tf.shape(article)[0], choices, -1])
         return {name: tf.reshape(features[name], shape) for name in F.BACKBONE_INPUTS}
 
@@ -789,6 +795,10 @@ def serving_module(model, kind, spm_model_proto, do_lower_case=True, max_seq_len
     multiple_choice: max_qa_length), `kwargs` the text models' (top_k, text_pair,
     hidden_states, labels); `remove_padding` as `AlbertServingModule`."""
     options = dict(options or {})
+    if kind == "span" and getattr(spm_model_proto, "kind", "sentencepiece") != "sentencepiece":
+        raise ValueError("a SQuAD span model exports with a SentencePiece model (the official "
+                         "SQuAD code aligns answers on SentencePiece pieces); a WordPiece "
+                         "vocabulary serves the other kinds.")
     task_module = TASK_SERVING_MODULES.get(kind)
     if task_module is not None:  # their signatures take the task's inputs, not free text
         labels = {"labels": kwargs.get("labels")} if task_module.NAMED_LABELS else {}

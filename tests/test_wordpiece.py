@@ -324,3 +324,60 @@ def test_fine_tuning_features_are_the_official_tokens(official, vocab_file):
                   "[SEP]"]
         assert row[:len(tokens)].tolist() == judge.convert_tokens_to_ids(tokens)
     assert not cut
+
+
+# ---------------------------------------------------------------------------------------------
+# Serving: a SavedModel on raw text with a WordPiece vocabulary.
+SERVED = ["今天[MASK]情很好。", "The capital of France is [MASK].", "Mixed北京Beijing混合text和中文。",
+          "Café naïve résumé 😀 " + "a" * 250, "[MASK][MASK] 2019年12月30日"]
+SERVED_B = ["天气很好", "", "English and 中文 together, with punctuation!", "ไทย", "b"]
+
+
+@pytest.mark.slow
+def test_saved_model_on_raw_text_equals_the_python_path(tmp_path, vocab_file):
+    """A pretrainer exported with --vocab_file alone: serving_default and serve_text_pair pack
+    the Python tokenizer's ids ([CLS] 101, [SEP] 102, [MASK] 103 found as the masks), and answer
+    as the Keras model does on them (pooled output and fill-mask top 3 within 1e-5, the pieces
+    of the vocabulary); the export record names the vocabulary."""
+    import tensorflow_text  # noqa: F401 - the ops of the SavedModel
+
+    from albert_tf.packing import pack_ids, pad_features
+    from albert_tf.pretrainer import AlbertPretrainer
+    from conftest import randomize, tiny_config
+    from export.saved_model import export_saved_model
+
+    tok = make_tokenizer(vocab_file=vocab_file)
+    model = AlbertPretrainer(tiny_config(vocab_size=tok.vocab_size))
+    randomize(model, 3)
+    path = export_saved_model(model, str(tmp_path / "exports" / "zh"), None, max_seq_length=24,
+                              top_k=3, vocab_file=vocab_file)
+    record = json.load(open(os.path.join(path, "assets.extra", "albert_export.json")))
+    assert record["vocab_file"] == "vocab.txt" and "sentencepiece_model" not in record
+    loaded = tf.saved_model.load(path)
+    for texts_b in (None, SERVED_B):
+        packed = [pack_ids(tok.encode_with_masks(a), None if texts_b is None else
+                           tok.encode_with_masks(texts_b[i]), 24, tok)
+                  for i, a in enumerate(SERVED)]
+        length = max(len(ids) for ids, _ in packed)
+        rows = [pad_features(ids, seg, length) for ids, seg in packed]
+        tokens = {k: np.array([r[k] for r in rows], np.int32)
+                  for k in ("input_ids", "input_mask", "segment_ids")}
+        if texts_b is None:
+            got = loaded.signatures["serving_default"](text=tf.constant(SERVED))
+        else:
+            got = loaded.signatures["serve_text_pair"](text=tf.constant(SERVED),
+                                                       text_b=tf.constant(texts_b))
+        for name, value in tokens.items():
+            np.testing.assert_array_equal(got[name].numpy(), value, err_msg=name)
+        ids = tokens["input_ids"]
+        assert (ids[:, 0] == 101).all() and (ids == 103).sum() == 4
+        positions = got["mask_positions"].numpy()
+        out = model({**tokens, "masked_lm_positions": np.maximum(positions, 0)}, training=False)
+        np.testing.assert_allclose(got["pooled_output"].numpy(), out["pooled_output"].numpy(),
+                                   atol=1e-5, rtol=0)
+        probs = tf.nn.softmax(out["mlm_logits"], -1).numpy()
+        for row, col in zip(*np.nonzero(positions >= 0)):
+            best = np.argsort(-probs[row, col])[:3]
+            np.testing.assert_array_equal(got["fill_mask_ids"].numpy()[row, col], best)
+            assert [p.decode() for p in got["fill_mask_pieces"].numpy()[row, col]] == \
+                tok.ids_to_pieces(best)
