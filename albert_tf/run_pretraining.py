@@ -37,7 +37,8 @@ def define_flags():
     official defaults, and ours."""
     albert_flags.define(albert_flags.MODEL, albert_flags.RUN, albert_flags.EVAL,
                         albert_flags.CLUSTER, albert_flags.PERFORMANCE, "input_file",
-                        "max_predictions_per_seq", "spm_model_file", do_train=True,
+                        "max_predictions_per_seq", "spm_model_file", "vocab_file",
+                        do_train=True,
                         train_batch_size=4096, eval_batch_size=64, optimizer="lamb",
                         learning_rate=0.00176, save_checkpoints_steps=5000)
     flags.DEFINE_float("poly_power", 1.0, "Power of the polynomial decay.")
@@ -70,13 +71,14 @@ def run():
     exporter = None
     if FLAGS.export_dir:
         exporter = make_exporter(FLAGS.export_dir, FLAGS.output_dir, FLAGS.spm_model_file,
-                                 FLAGS.export_max_seq_length or FLAGS.max_seq_length)
+                                 FLAGS.export_max_seq_length or FLAGS.max_seq_length,
+                                 vocab_file=FLAGS.vocab_file)
     run = PretrainingRun(cfg, the_strategy)  # copies the data's SentencePiece model
-    if exporter is not None and not (FLAGS.spm_model_file or glob.glob(
+    if exporter is not None and not (FLAGS.spm_model_file or FLAGS.vocab_file or glob.glob(
             os.path.join(FLAGS.output_dir, "*.model"))):
         raise ValueError(f"--export_dir needs a SentencePiece model: the data's sidecars "
                          f"name none and {FLAGS.output_dir} holds none; pass "
-                         "--spm_model_file.")
+                         "--spm_model_file (or --vocab_file, a WordPiece vocabulary).")
     summary = run.run(exporter=exporter)
     if "eval" in summary:
         print("eval: " + format_metrics(summary["eval"]))

@@ -381,3 +381,52 @@ def test_saved_model_on_raw_text_equals_the_python_path(tmp_path, vocab_file):
             np.testing.assert_array_equal(got["fill_mask_ids"].numpy()[row, col], best)
             assert [p.decode() for p in got["fill_mask_pieces"].numpy()[row, col]] == \
                 tok.ids_to_pieces(best)
+
+
+@pytest.mark.slow
+def test_run_classifier_with_a_wordpiece_vocabulary(tmp_path, vocab_file):
+    """`run_classifier --vocab_file` (no --spm_model_file) on Chinese sentence pairs: it
+    fine-tunes and evaluates, keeps the vocabulary beside its checkpoints, and its --export_dir
+    SavedModel packs a raw pair as the Python tokenizer does ([CLS] 101, [SEP] 102)."""
+    import tensorflow_text  # noqa: F401 - the ops of the SavedModel
+
+    from albert_tf import AlbertConfig
+    from albert_tf.packing import pack_ids
+
+    tok = make_tokenizer(vocab_file=vocab_file)
+    data = tmp_path / "RTE"
+    data.mkdir()
+    lines = [s for s in SENTENCES if s.strip() and len(s) < 120 and not set(s) & set("\t\r\n")]
+    for split, n in (("train", 24), ("dev", 8)):
+        rows = [f"{i}\t{lines[i % len(lines)]}\t{lines[(i * 7 + 3) % len(lines)]}\t"
+                f"{('entailment', 'not_entailment')[i % 2]}" for i in range(n)]
+        (data / f"{split}.tsv").write_text("index\tsentence1\tsentence2\tlabel\n"
+                                           + "\n".join(rows) + "\n", encoding="utf-8")
+    AlbertConfig(vocab_size=tok.vocab_size, embedding_size=16, hidden_size=32,
+                 num_hidden_layers=2, num_attention_heads=4, intermediate_size=40,
+                 max_position_embeddings=64, hidden_act="relu").to_json_file(
+                     tmp_path / "albert_config.json")
+    out = tmp_path / "run"
+    args = ["--task_name", "RTE", "--data_dir", str(data), "--albert_config_file",
+            str(tmp_path / "albert_config.json"), "--vocab_file", vocab_file, "--output_dir",
+            str(out), "--do_train", "--do_eval", "--max_seq_length", "32",
+            "--train_batch_size", "8", "--eval_batch_size", "8", "--train_step", "2",
+            "--warmup_step", "1", "--save_checkpoints_steps", "2", "--export_dir",
+            str(tmp_path / "exports" / "rte")]
+    proc = subprocess.run([sys.executable, "-m", "albert_tf.run_classifier", *args], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.load(open(out / "eval_results.json"))["examples"] == 8
+    assert (out / "vocab.txt").read_bytes() == open(vocab_file, "rb").read()
+    loaded = tf.saved_model.load(str(tmp_path / "exports" / "rte" / "1"))
+    got = loaded.signatures["serve_text_pair"](text=tf.constant([lines[1]]),
+                                               text_b=tf.constant([lines[8]]))
+    ids, _ = pack_ids(tok.encode(lines[1]), tok.encode(lines[8]), 32, tok)
+    assert got["input_ids"].numpy()[0].tolist() == ids and ids[0] == 101
+    proc = subprocess.run([sys.executable, "-m", "albert_tf.run_classifier",
+                           *[a for a in args if a not in ("--vocab_file", vocab_file)]],
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode != 0
+    assert "--spm_model_file or --vocab_file is required." in proc.stderr
