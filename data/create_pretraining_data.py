@@ -66,7 +66,8 @@ flags.DEFINE_bool("favor_shorter_ngram", True, "P(n) proportional to 1/n (else r
 flags.DEFINE_bool("do_whole_word_mask", True, "Mask whole words (pieces of a word together).")
 flags.DEFINE_integer("dupe_factor", 40, "Passes over the corpus, each with different masks.")
 flags.DEFINE_float("short_seq_prob", 0.1,
-                   "Probability of a shorter target length (drawn per chunk).")
+                   "Probability of a shorter target length, drawn once per document and pass "
+                   "(as the official script: every chunk of that document then aims at it).")
 flags.DEFINE_bool("random_next_sentence", False,
                   "Negatives from random documents (NSP) instead of swapped segments (SOP). The "
                   "official help text says the opposite of what its code does; this follows "
@@ -78,6 +79,13 @@ flags.DEFINE_bool("sentence_order_pairs_only", False,
                   "another document. The sentence-order labels are then balanced and cannot "
                   "be told by topic (the official algorithm completes one-sentence chunks from "
                   "a random document, always label 1).")
+flags.DEFINE_string("input_file_mode", "r",
+                    "Official flag: the mode the official script opens inputs with "
+                    "(tf.gfile.GFile). Only 'r' (the default): inputs are read as UTF-8 text.")
+flags.DEFINE_bool("do_permutation", False,
+                  "Official flag of an unfinished experiment (extra permuted-token targets, "
+                  "twice max_predictions_per_seq values per example, which no ALBERT training "
+                  "reads). Only false (the default) is accepted.")
 flags.DEFINE_integer("num_workers", 1, "Worker processes.")
 flags.DEFINE_integer("tokens_per_unit", 1_000_000,
                      "Tokens per work unit (part of what determines the output; num_workers "
@@ -103,6 +111,29 @@ def _check_vocab_file(vocab_file, spm_model_file):
                          "omit --vocab_file.")
 
 
+def _unsupported_official_value():
+    """Why an official flag has a value this generator does not run (None when none has)."""
+    if FLAGS.input_file_mode != "r":
+        return (
+            f"--input_file_mode={FLAGS.input_file_mode!r}: only 'r' (the default) is supported: "
+            "inputs are read as UTF-8 text, a line that is not UTF-8 being an error that names "
+            "it, as the official script's 'r' fails on it. The official script passes the mode "
+            "to tf.gfile.GFile: with 'rb' its SentencePiece path fails on the first line "
+            "(TypeError in preprocess_text, bytes where text is expected) and its WordPiece path "
+            "drops the bytes that are not UTF-8; to do that, clean the file first (e.g. iconv -c "
+            "-f UTF-8 -t UTF-8).")
+    if FLAGS.do_permutation:
+        return (
+            "--do_permutation is not supported. In the official script it is an unfinished "
+            "experiment: after masking it picks up to as many positions again (n-grams not "
+            "masked), shuffles their tokens among them and appends them as masked-LM targets, "
+            "so masked_lm_positions, masked_lm_ids and masked_lm_weights hold twice "
+            "max_predictions_per_seq values, which neither the official run_pretraining.py "
+            "nor albert_tf.run_pretraining reads at the same --max_predictions_per_seq, and no "
+            "ALBERT recipe uses it. Leave it false (the default).")
+    return None
+
+
 def main(argv):
     pipeline_args = argv[1:]
     if pipeline_args and not FLAGS.runner:
@@ -121,6 +152,10 @@ def main(argv):
     if not (FLAGS.spm_model_file or FLAGS.vocab_file):
         raise app.UsageError("--spm_model_file (a SentencePiece model) or --vocab_file alone (a "
                              "WordPiece vocabulary) is required.")
+    unsupported = _unsupported_official_value()
+    if unsupported:
+        print(f"error: {unsupported}", file=sys.stderr)
+        return 1
     if FLAGS.random_seed < 0:
         raise app.UsageError(f"--random_seed={FLAGS.random_seed}: data generation needs a seed "
                              ">= 0 (it names the run, and a killed run resumes when rerun with "

@@ -50,7 +50,7 @@ from data.token_cache import TokenStore, is_tokenized, tokenize_file
 
 REDUCE_STREAM = 0x5EED  # separates the reducers' random streams from the units'
 STRUCTURE_STREAM = 0xC4E7  # each document's chunking, per pass (`document_plan`)
-FORMAT_VERSION = 2  # 2: per-document chunking streams (the Beam pipeline's keyed join)
+FORMAT_VERSION = 3  # 2: per-document chunking streams (Beam keyed join); 3: one target per document
 STATS = ("examples", "masked_positions", "sentence_order_label_1", "random_document",
           "short_target")
 

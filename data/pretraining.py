@@ -4,30 +4,28 @@ Pure functions of their inputs and an explicit `numpy.random.Generator`; no glob
 no flags. The algorithm is the official `create_pretraining_data.py` (google-research/albert)
 working on token ids, with these deliberate differences:
 
-1. Every draw comes from the generators passed in: the chunking's (target lengths, `a_end`, the
+1. Every draw comes from the generators passed in: the chunking's (target length, `a_end`, the
    coins, which other document and from which sentence: `plan_document`) from one, truncation
    and masking (`instances_of_plan`) from another, so which segments of other documents a pass
    reads is known before any is read. The official script draws all from one generator, and the
    n-gram length from numpy's global, unseeded one, so its output is not reproducible.
-2. The target length (`max_seq_length - 3`, or with probability `short_seq_prob` a uniform
-   integer in [2, max_num_tokens]) is drawn per chunk, as the BERT paper describes. The official
-   script draws it once per document, so a whole document (a whole book) is either all short
-   sequences or none.
-3. The "skip a start whose first word is already covered" check works. In the official script it
+2. The "skip a start whose first word is already covered" check works. In the official script it
    is a no-op (`continue` inside an inner loop); the later overlap check rejects such n-grams
    anyway, so only the number of random draws differs, not the distribution.
-4. A continuation piece right after [CLS]/[SEP] (possible after front truncation) starts a new
+3. A continuation piece right after [CLS]/[SEP] (possible after front truncation) starts a new
    word; the official script joins it to the last word of the previous segment, across [SEP].
-5. The 10% random replacement draws from ordinary pieces only (`Vocabulary.replacement_ids`:
+4. The 10% random replacement draws from ordinary pieces only (`Vocabulary.replacement_ids`:
    not pad, unknown or control; of a WordPiece vocabulary, no reserved "[...]" token); the
    official script can draw [CLS], [SEP], [MASK] or pad.
-6. `random_next_sentence=True` selects random-document negatives (NSP-style), which is what the
+5. `random_next_sentence=True` selects random-document negatives (NSP-style), which is what the
    official code does; its help text says the opposite.
 
-Everything else follows the official algorithm step by step (REFERENCE section 4): chunking
-sentences up to the target, `a_end` uniform in [1, n-1], swap with probability 1/2 (label 1),
-one-sentence chunks completed from a random other document (label 1, unused sentences put back),
-truncation of the longer segment from the front or back with probability 1/2, whole-word n-grams
+Everything else follows the official algorithm step by step (REFERENCE section 4): one target
+length per document and pass (`max_seq_length - 3`, or with probability `short_seq_prob` a
+uniform integer in [2, max_seq_length - 3]), chunking sentences up to it, `a_end` uniform in
+[1, n-1], swap with probability 1/2 (label 1), one-sentence chunks completed from a random other
+document (label 1, unused sentences put back), truncation of the longer segment from the front
+or back with probability 1/2, whole-word n-grams
 with P(n) proportional to 1/n falling back to shorter n-grams within the budget
 `min(max_predictions_per_seq, max(1, round(masked_lm_prob * len(tokens))))`, and 80/10/10.
 """
@@ -119,7 +117,7 @@ class Instance:
     next_sentence_label: int       # 1: segments swapped (or B from another document)
     # Diagnostics.
     random_document: bool = False  # B came from another document
-    short_target: bool = False     # the chunk's target length was drawn short
+    short_target: bool = False     # the document's target length (this pass) was short
     masked_unit_lengths: tuple = ()  # words per accepted n-gram, in acceptance order
     num_to_predict: int = 0
 
@@ -170,7 +168,7 @@ def truncate_seq_pair(tokens_a: list, tokens_b: list, max_num_tokens: int, rng) 
 def word_spans(tokens: np.ndarray, vocab: Vocabulary, whole_word: bool) -> list[list[int]]:
     """Candidate masking units: lists of token positions forming whole words ([CLS]/[SEP]
     excluded). A piece that does not start a word continues the previous word, unless it
-    follows a special token (difference 4 in the module docstring)."""
+    follows a special token (difference 3 in the module docstring)."""
     words = []
     previous_special = True
     start_mask = vocab.start_piece_mask
@@ -211,7 +209,7 @@ def create_masked_lm_predictions(tokens: np.ndarray, params: GenerationParams,
         if len(masked) >= num_to_predict:
             break
         if covered[words[start][0]]:
-            continue  # its first word is already masked (difference 3)
+            continue  # its first word is already masked (difference 2)
         # P(n) proportional to 1/n over n = 1..ngram; the n-gram is cut at the sequence end.
         n = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right")) + 1
         n = min(n, ngram)
@@ -255,7 +253,7 @@ class Chunk:
     a: tuple                # sentence indexes of segment A (before the swap)
     b: tuple = ()           # sentence indexes of segment B (own document)
     swapped: bool = False   # label 1 by the swap (B written first)
-    short: bool = False     # the chunk's target length was drawn short
+    short: bool = False     # the document's target length (this pass) was short
     other: int = -1         # B from this other document (label 1), from sentence `start` on,
     start: int = 0          # until it holds at least `target_b` tokens (`random_segment`)
     target_b: int = 0
@@ -279,8 +277,9 @@ def random_segment(store: Documents, doc: int, start: int, target_b: int) -> lis
 
 def plan_document(store: Documents, doc_index: int, params: GenerationParams,
                   rng) -> list[Chunk]:
-    """The chunking of one document (one pass): every structural draw - target lengths, `a_end`,
-    swap and random-document coins, which other document and from which sentence. It reads only
+    """The chunking of one document (one pass): every structural draw - the target length (one
+    for the whole document, as the official script draws it), `a_end`, swap and random-document
+    coins, which other document and from which sentence. It reads only
     this document's sentence lengths, `len(store)` and the other document's sentence count, never
     another document's tokens, so the segments a pass needs from other documents are known before
     any of them is read (the Beam pipeline fetches them with a keyed join).
@@ -292,13 +291,11 @@ def plan_document(store: Documents, doc_index: int, params: GenerationParams,
     num_sentences = store.num_sentences(doc_index)
     max_num_tokens = params.max_num_tokens
     pairs_only = params.sentence_order_pairs_only
-
-    def draw_target():
-        if rng.random() < params.short_seq_prob:
-            return int(rng.integers(2, max_num_tokens + 1)), True
-        return max_num_tokens, False
-
-    target, short = draw_target()
+    # One target for the whole document (this pass), as the official script draws it: with
+    # probability short_seq_prob every chunk of the document aims at the same short length.
+    target, short = max_num_tokens, False
+    if rng.random() < params.short_seq_prob:
+        target, short = int(rng.integers(2, max_num_tokens + 1)), True
     chunks = []
     chunk, lengths, length, i = [], [], 0, 0
     while i < num_sentences:
@@ -324,7 +321,6 @@ def plan_document(store: Documents, doc_index: int, params: GenerationParams,
                 swapped = not params.random_next_sentence and bool(rng.random() < 0.5)
                 chunks.append(Chunk(a, tuple(chunk[a_end:]), swapped, short))
             chunk, lengths, length = [], [], 0
-            target, short = draw_target()  # per chunk (difference 2)
         i += 1
     return chunks
 

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import tensorflow as tf
 from albert_tf import features as F
 from albert_tf.input_pipeline import parse_fn
 from albert_tf.tokenization import CLS_ID, MASK_ID, PAD_ID, SEP_ID, Tokenizer, file_sha256
-from conftest import GENERATION_KW, ROOT
+from conftest import GENERATION_KW, ROOT, SHARED_DIR
 from data.generator import generate, make_job
 from data.text_io import InputError
 from data.token_cache import TokenStore, tokenize_file
@@ -256,16 +257,26 @@ def test_existing_files_are_never_overwritten(generated_data, prepared_corpus, s
     assert _bytes(generated_data["files"]) == before
 
 
+OFFICIAL_SCRIPT = os.path.join(SHARED_DIR, "official_albert", "albert",
+                               "create_pretraining_data.py")
+
+
 @pytest.mark.slow
 def test_command_line_with_official_flags(prepared_corpus, sample_vocab, tmp_path):
+    """Every flag the official script defines is one of ours (plus --num_workers here)."""
     vocab_file = sample_vocab[: -len(".model")] + ".vocab"
-    run = _cli(["--input_file", prepared_corpus["wiki"], "--output_file",
+    official = ["--input_file", prepared_corpus["wiki"], "--output_file",
                 f"{tmp_path}/x.tfrecord,{tmp_path}/y.tfrecord", "--spm_model_file",
-                sample_vocab, "--vocab_file", vocab_file, "--do_lower_case", "--max_seq_length",
-                "32", "--max_predictions_per_seq", "5", "--masked_lm_prob", "0.15", "--ngram",
-                "2", "--favor_shorter_ngram=false", "--do_whole_word_mask", "--dupe_factor", "1",
-                "--short_seq_prob", "0.2", "--random_next_sentence=false", "--random_seed", "1",
-                "--num_workers", "2"])
+                sample_vocab, "--vocab_file", vocab_file, "--input_file_mode", "r",
+                "--do_lower_case", "--max_seq_length", "32", "--max_predictions_per_seq", "5",
+                "--masked_lm_prob", "0.15", "--ngram", "2", "--favor_shorter_ngram=false",
+                "--do_whole_word_mask", "--do_permutation=false", "--dupe_factor", "1",
+                "--short_seq_prob", "0.2", "--random_next_sentence=false", "--random_seed", "1"]
+    with open(OFFICIAL_SCRIPT, encoding="utf-8") as f:
+        defined = set(re.findall(r'DEFINE_\w+\(\s*"(\w+)"', f.read()))
+    given = {a[2:].split("=")[0].removeprefix("no") for a in official if a.startswith("--")}
+    assert len(defined) == 17 and defined == given
+    run = _cli(official + ["--num_workers", "2"])
     out, err = run.communicate(timeout=600)
     assert run.returncode == 0, err
     assert "wrote" in out and "[examples]" in err  # summary and progress line with examples/s
@@ -276,3 +287,12 @@ def test_command_line_with_official_flags(prepared_corpus, sample_vocab, tmp_pat
                 "--spm_model_file", sample_vocab, "--vocab_file", prepared_corpus["wiki"]])
     out, err = bad.communicate(timeout=600)
     assert bad.returncode == 1 and "does not list the pieces of --spm_model_file" in err
+    # The official flags' other values this generator does not run: refused with the reason,
+    # before anything is written.
+    for flag, reason in (("--input_file_mode=rb", "only 'r' (the default) is supported"),
+                         ("--do_permutation", "--do_permutation is not supported")):
+        bad = _cli(["--input_file", prepared_corpus["wiki"], "--output_file",
+                    f"{tmp_path}/refused/d", "--spm_model_file", sample_vocab, flag])
+        out, err = bad.communicate(timeout=600)
+        assert bad.returncode == 1 and reason in err and "Traceback" not in err, err
+        assert not (tmp_path / "refused").exists()

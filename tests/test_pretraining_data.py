@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from albert_tf.tokenization import CLS_ID, MASK_ID, PAD_ID, SEP_ID, Tokenizer
-from data.pretraining import (GenerationParams, Vocabulary, create_instances_from_document,
-                              truncate_seq_pair)
+from data.pretraining import (GenerationParams, ListDocuments, Vocabulary,
+                              create_instances_from_document, plan_document, truncate_seq_pair)
 from data.token_cache import TokenStore, tokenize_file
 
 SIGMAS = 4.0
@@ -102,15 +102,40 @@ def test_sentence_order_label_rate(instances):
     assert all(i.next_sentence_label == 1 for i in insts if i.random_document)
 
 
-def test_short_sequence_rate(instances):
+def test_full_targets_fill_the_sequence(instances):
     params, insts = instances
     short = np.array([i.short_target for i in insts])
-    _within(short.mean(), params.short_seq_prob, len(insts), "short target")
     lengths = np.array([len(i.input_ids) for i in insts])
-    # Full-target chunks fill the sequence; short targets are uniform in [2, 125], and a chunk
-    # overshoots its target by at most one sentence, so short examples are much shorter.
+    # A chunk of a full target reaches max_seq_length - 3 tokens (truncated to it) unless it is
+    # a document's last.
     assert np.median(lengths[~short]) == params.max_seq_length
-    assert np.median(lengths[short]) < 100 and (lengths[short] < params.max_seq_length).mean() > 0.8
+
+
+def test_short_target_is_drawn_once_per_document_and_pass():
+    """The official draw (REFERENCE section 4, step 1): one target per document and pass, short
+    with probability short_seq_prob, and every chunk of the document closes at it: each chunk
+    but the document's last reaches it, and none had reached it a sentence earlier. (A draw per
+    chunk, as this project made before, fails both.)"""
+    rng = np.random.default_rng(3)
+    documents = [[rng.integers(5, 100, size=n) for n in rng.integers(5, 40, size=25)]
+                 for _ in range(3000)]
+    store = ListDocuments(documents)
+    params = GenerationParams(max_seq_length=128, max_predictions_per_seq=20)
+    short_documents = mixed_targets = 0
+    for d in range(len(store)):
+        chunks = plan_document(store, d, params, np.random.default_rng([5, d]))
+        assert len({c.short for c in chunks}) == 1
+        short_documents += chunks[0].short
+        sizes = [len(s) for s in documents[d]]
+        reached, before = [], []
+        for c in chunks:
+            own = list(c.a) + list(c.b)
+            if own[-1] < len(sizes) - 1:  # not the document's last chunk
+                reached.append(sum(sizes[j] for j in own))
+                before.append(reached[-1] - sizes[own[-1]])
+        mixed_targets += bool(reached) and max(before) >= min(reached)
+    assert mixed_targets == 0  # one target t with max(before) < t <= min(reached)
+    _within(short_documents / len(store), params.short_seq_prob, len(store), "short documents")
 
 
 def _words(tokens, start_mask):
