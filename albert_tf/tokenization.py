@@ -411,8 +411,6 @@ class InGraphTokenizer:
 
     - characters whose NFKD decomposition differs between Python's Unicode tables and the ICU
       tables inside TensorFlow (only where the two Unicode versions differ);
-    - context-dependent lowercasing: Python lowercases a word-final capital sigma to "ς", the
-      per-character lowering of `tf.strings.lower` gives "σ" (Greek text only);
     - ties between segmentations of equal score (the same pieces in another order, e.g. "000"
       as "0" + "00" or "00" + "0"): tensorflow-text's SentencePiece build and the pip one can
       break them differently.
