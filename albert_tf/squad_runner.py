@@ -44,17 +44,21 @@ from albert_tf.tasks.squad import evaluation as squad_eval
 from albert_tf.flags import FLAGS
 from albert_tf.runner import (command, exporter_from_flags, model_and_tokenizer,
                               model_for_prediction, run_task, training_config, write_json)
-from albert_tf.records import read_cached
+from albert_tf.features import sidecar_path
+from albert_tf.records import read_cached, shard_paths
 from albert_tf.tasks.squad import (SquadTask, SquadV2Task, build_features, features_digest,
                                    predict_answers, predict_answers_v2, write_features)
 from albert_tf.tasks.squad.task import V2_BEAM_OUTPUTS
 
 
 def define_flags(version: int):
-    albert_flags.define(albert_flags.MODEL, albert_flags.VOCAB, albert_flags.RUN, albert_flags.FINETUNING,
-                        albert_flags.CLUSTER, albert_flags.PERFORMANCE,
+    albert_flags.define(albert_flags.MODEL, albert_flags.VOCAB, albert_flags.RUN,
+                        albert_flags.FINETUNING, albert_flags.CLUSTER, albert_flags.PERFORMANCE,
                         albert_flags.SQUAD_DECODING, "train_file", "predict_file",
-                        max_seq_length=384)
+                        max_seq_length=384, notes={"export_dir": (
+                            "SQuAD exports one model to EXPORT_DIR: the one that wrote "
+                            "predictions.json (the best evaluated checkpoint, else the latest), "
+                            "at the null threshold predictions.json was written at.")})
     flags.DEFINE_string("train_feature_file", None, "Training features TFRecord (default: "
                         "OUTPUT_DIR/train.tfrecord).")
     flags.DEFINE_string("predict_feature_file", None, "Prediction features TFRecord (default: "
@@ -96,19 +100,33 @@ def train_steps(num_questions: int) -> int:
     return max(1, int(num_questions / FLAGS.train_batch_size * FLAGS.num_train_epochs))
 
 
+def _written_names(path: str, num_files: int) -> list[str]:
+    """The files a feature file `path` is or would be written as that exist: `path`, its
+    shards (`shard_paths`, of any count) and their sidecars."""
+    root, ext = os.path.splitext(path)
+    digits = "[0-9]" * 5
+    names = {path, *shard_paths(path, num_files),
+             *tf.io.gfile.glob(f"{root}-{digits}-of-{digits}{ext}")}
+    names |= {sidecar_path(name) for name in names}
+    return sorted(name for name in names if tf.io.gfile.exists(name))
+
+
 def _feature_file(flag: str, default_name: str, digest: str, num_files: int = 1):
     """(path, sidecar or None) of a feature file, as the official runners treat
     --train_feature_file / --predict_feature_file: a file there made from the same inputs and
     flags (its sidecar's digest) is reused (sidecar returned); none: it is written (None). A
-    file named by the flag that was made from other inputs or flags (or not by us) is an
-    error, never read as if it matched, never overwritten."""
+    file named by the flag that was made from other inputs or flags (or not by us), or a file
+    at one of the shard or sidecar names it would be written as, is an error: never read as if
+    it matched, never overwritten."""
     path = FLAGS[flag].value or os.path.join(FLAGS.output_dir, default_name)
     cached = read_cached(path, digest, num_files)
-    if cached is None and FLAGS[flag].value and tf.io.gfile.exists(path):
+    existing = _written_names(path, num_files) if cached is None and FLAGS[flag].value else []
+    if existing:
         raise ValueError(
-            f"--{flag}={path} exists and was not made from this run's inputs and flags (the "
-            "SQuAD file, the vocabulary, --max_seq_length, --doc_stride, --max_query_length, "
-            "the seed): remove it to have it written again, or name another file.")
+            f"--{flag}={path}: {existing[0]} exists and was not made from this run's inputs "
+            "and flags (the SQuAD file, the vocabulary, --max_seq_length, --doc_stride, "
+            "--max_query_length, the seed): remove it to have the features written again, or "
+            "name another file.")
     return path, cached
 
 
@@ -300,4 +318,5 @@ def check_flags(version: int):
 def cli(version: int):
     """`run_squad_v1` (version 1) and `run_squad_v2` (version 2)."""
     command(functools.partial(run, version), functools.partial(define_flags, version),
-            required=("albert_config_file", "spm_model_file", "output_dir"), check=functools.partial(check_flags, version))
+            required=("albert_config_file", "spm_model_file", "output_dir"),
+            check=functools.partial(check_flags, version))

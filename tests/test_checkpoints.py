@@ -22,8 +22,11 @@ import tensorflow as tf
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from albert_tf import AlbertClassifier, AlbertPretrainer, load_pretrained  # noqa: E402
+from albert_tf import (AlbertClassifier, AlbertConfig, AlbertPretrainer,  # noqa: E402
+                       load_pretrained)
 from albert_tf.checkpoints import CheckpointMismatchError, model_weights  # noqa: E402
+from albert_tf.checkpoints.conversion import read_training_checkpoint  # noqa: E402
+from albert_tf.train_lib import PretrainingConfig, PretrainingRun  # noqa: E402
 from albert_tf.checkpoints import (CheckpointError, TF1Checkpoint, config_from_hf,  # noqa: E402
                                    convert, write_tf1_checkpoint)
 from conftest import random_batch, tiny_config  # noqa: E402
@@ -545,3 +548,34 @@ def test_init_from_group0(tmp_path):
     initialize_from_checkpoint(fresh, prefix, init_from_group0=True)
     for a, b in zip(model_weights(two), model_weights(fresh)):
         np.testing.assert_array_equal(a.variable.numpy(), b.variable.numpy())
+
+
+@pytest.mark.slow
+def test_convert_reads_a_training_run_directory(tmp_path, generated_data):
+    """`convert --source albert_tf` on a training loop's --output_dir (or one of its
+    checkpoints) converts the model the run trained, every weight equal; `--source tf1` on it
+    names the source to use instead of failing on every weight name."""
+    config = AlbertConfig(vocab_size=8000, embedding_size=16, hidden_size=32,
+                          num_hidden_layers=2, num_attention_heads=4, intermediate_size=40,
+                          max_position_embeddings=64)
+    run = str(tmp_path / "run")
+    PretrainingRun(PretrainingConfig(
+        albert_config=config, input_file=generated_data["files"][0], output_dir=run,
+        max_seq_length=64, max_predictions_per_seq=10, train_batch_size=8, num_train_steps=2,
+        num_warmup_steps=1, learning_rate=1e-2, save_checkpoints_steps=1, seed=3,
+        verbose=False)).run()
+    trained, _ = read_training_checkpoint(run)
+    for source in (run, os.path.join(run, "ckpt-1")):
+        out = str(tmp_path / f"ours{source.endswith('ckpt-1')}")
+        summary = convert("albert_tf", source, out)
+        assert summary["model"] == "pretrainer"
+        reference = trained if source == run else read_training_checkpoint(run, source)[0]
+        converted = load_pretrained(out)
+        assert len(converted.weights) == len(reference.weights) > 20
+        for a, b in zip(reference.weights, converted.weights):
+            np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    first, last = read_training_checkpoint(run, os.path.join(run, "ckpt-1"))[0], trained
+    assert any(np.abs(a.numpy() - b.numpy()).max() > 1e-4
+               for a, b in zip(first.weights, last.weights))  # two different checkpoints
+    with pytest.raises(CheckpointError, match="convert it with --source albert_tf"):
+        convert("tf1", run, str(tmp_path / "tf1"))

@@ -483,6 +483,19 @@ def test_run_squad_v2_command_line_null_odds_and_best_threshold(tmp_path, sample
     assert at["at_null_score_diff_threshold"]["f1"] == pytest.approx(
         S.evaluate_v2(dataset, again, odds, 1.0)["f1"], abs=1e-9)
     assert at["f1"] == pytest.approx(results["f1"], abs=1e-9)  # the headline is the official
+    # A file at a shard name the named --train_feature_file would be written as is someone
+    # else's: refused, untouched.
+    (tmp_path / "ff").mkdir()
+    stray = tmp_path / "ff" / "feat-00003-of-00008.tfrecord"
+    stray.write_text("not ours")
+    proc = subprocess.run([sys.executable, "-m", "albert_tf.run_squad_v2", *args, "--do_train",
+                           "--train_file", str(tmp_path / "slice.json"), "--train_feature_file",
+                           str(tmp_path / "ff" / "feat.tfrecord")], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode != 0 and stray.read_text() == "not ours"
+    assert f"{stray} exists and was not made from this run's inputs" in proc.stderr, \
+        proc.stderr[-2000:]
 
 
 def test_answer_class_model_beam_is_its_conditioned_end_and_masks_the_question():

@@ -183,8 +183,23 @@ def is_training_output_dir(path: str) -> bool:
         or os.path.exists(os.path.join(path, "best", "ckpt-best.index")))
 
 
+def _training_run(path: str) -> tuple[str, str] | None:
+    """(run directory, checkpoint) when `path` is a training loop's --output_dir (its best
+    evaluated checkpoint, else its latest: the one its runners export) or one checkpoint of
+    one (`RUN/ckpt-N`, `RUN/best/ckpt-best`); else None."""
+    if os.path.isdir(path) and is_training_output_dir(path):
+        best = os.path.exists(os.path.join(path, "best", "ckpt-best.index"))
+        return path, "best" if best else "latest"
+    return split_run_checkpoint(path)
+
+
 def _load_source(source: str, input_path: str, albert_config_file: str | None, kind: str):
     """(model with weights, SentencePiece model path or None, source record)."""
+    run = _training_run(input_path)
+    if run is not None and source != "albert_tf":
+        raise CheckpointError(f"{input_path} is a training run's --output_dir (or one of its "
+                              f"checkpoints), not a {source} checkpoint: convert it with "
+                              "--source albert_tf.")
     if source == "tf1":
         checkpoint = TF1Checkpoint(input_path)
         directory = os.path.dirname(checkpoint.prefix)
@@ -213,6 +228,12 @@ def _load_source(source: str, input_path: str, albert_config_file: str | None, k
         report = load_hf_state_dict(model, state, weights_file)
         spm = find_sentencepiece(input_path)
         record = {"type": "hf", "path": weights_file}
+    elif source == "albert_tf" and run is not None:  # the model the run trains
+        model, prefix = read_training_checkpoint(*run)
+        model = model.backbone if kind == "backbone" and hasattr(model, "backbone") else model
+        report = {"assigned": [w.official_name for w in model_weights(model)], "skipped": {}}
+        spm = find_sentencepiece(run[0])
+        record = {"type": "albert_tf_run", "path": os.path.abspath(prefix)}
     elif source == "albert_tf":
         model = load_pretrained(input_path, backbone_only=(kind == "backbone"))
         report = {"assigned": [w.official_name for w in model_weights(model)], "skipped": {}}
