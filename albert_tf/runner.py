@@ -255,7 +255,8 @@ def run_task(task, cfg, exporter=None, predict=False) -> tuple[object, dict]:
     task and the step) and prints the metrics. Then, for `predict` or an `exporter`, the model
     of `model_for_prediction` (the best evaluated checkpoint where evaluation kept one), which
     the exporter writes (on the chief) and which is returned with the run's summary; the
-    model is None without `predict` or an exporter, or when training stopped early."""
+    model is None without `predict` or an exporter, or when training stopped early. The
+    summary's `predicted_by` is (which, step) of that model."""
     run, summary = None, {}
     if cfg is not None:
         run = TrainingRun(task, cfg, strategy())
@@ -272,6 +273,7 @@ def run_task(task, cfg, exporter=None, predict=False) -> tuple[object, dict]:
                                      and summary.get("status") != "completed"):
         return None, summary
     model, which, step = model_for_prediction(task, run)
+    summary["predicted_by"] = (which, step)
     if exporter is not None and (run is None or run.is_chief):
         summary["exports"] = {which: exporter(model, which, step)}
     return model, summary

@@ -32,7 +32,6 @@ The flags are `albert_tf.flags`' groups with SQuAD's defaults; the run is `alber
 from __future__ import annotations
 
 import functools
-import json
 import os
 
 import tensorflow as tf
@@ -133,8 +132,8 @@ def _feature_file(flag: str, default_name: str, digest: str, num_files: int = 1)
 def train(task, tokenizer, config, version, threshold, evaluation=None):
     """Features of --train_file (reused when the feature file was made from the same inputs),
     then the run; with `evaluation` (predict_path, predict features) every saved checkpoint is
-    evaluated on them and the best by F1 kept, as the official runners do. Returns the model
-    that predicts (the best checkpoint's)."""
+    evaluated on them and the best by F1 kept, as the official runners do. Returns (model, which,
+    step) of the model that predicts (the best checkpoint's; `runner.model_for_prediction`)."""
     digest = _digest(FLAGS.train_file, tokenizer, True)
     path, cached = _feature_file("train_feature_file", "train.tfrecord", digest,
                                  FLAGS.num_train_files)
@@ -155,26 +154,20 @@ def train(task, tokenizer, config, version, threshold, evaluation=None):
                          "eval_batch_size": FLAGS.predict_batch_size, "max_eval_steps": batches}
     cfg = training_config(config, input_file=",".join(cached["files"]), num_train_steps=steps,
                           num_warmup_steps=int(steps * FLAGS.warmup_proportion), **eval_settings)
-    return run_task(task, cfg, None, predict=FLAGS.do_predict or bool(FLAGS.export_dir))[0]
+    model, summary = run_task(task, cfg, None,
+                              predict=FLAGS.do_predict or bool(FLAGS.export_dir))
+    return (model, *summary.get("predicted_by", (None, None)))
 
 
-def export(task, model, version, threshold):
-    """--export_dir: `model` (the one that predicted) as a SavedModel answering raw questions
-    with this run's stride, lengths and the null threshold predictions.json was written at, so
-    the export answers as predictions.json does."""
+def export(task, model, version, threshold, which, step):
+    """--export_dir: `model` (the one that predicted: `which`, `step`) as a SavedModel
+    answering raw questions with this run's stride, lengths and the null threshold
+    predictions.json was written at, so the export answers as predictions.json does."""
     options = {"doc_stride": FLAGS.doc_stride, "max_query_length": FLAGS.max_query_length,
                "max_answer_length": FLAGS.max_answer_length,
                "null_score_diff_threshold": threshold}
     if not isinstance(task, SquadV2Task):
         options["n_best_size"] = FLAGS.n_best_size
-    which, step = "latest", None
-    best = os.path.join(FLAGS.output_dir, "best", "best_eval.json")
-    latest = tf.train.latest_checkpoint(FLAGS.output_dir)
-    if tf.io.gfile.exists(best):
-        with tf.io.gfile.GFile(best) as f:
-            which, step = "best", int(json.load(f)["global_step"])
-    elif latest and latest.rsplit("-", 1)[-1].isdigit():
-        step = int(latest.rsplit("-", 1)[-1])
     exporter_from_flags(f"run_squad_v{version}", options=options)(model, which, step)
 
 
@@ -199,11 +192,12 @@ def prediction_features(task, tokenizer):
     return dataset, features, contexts, path, labelled
 
 
-def predict(task, model, prepared, version, threshold):
+def predict(task, model, prepared, version, threshold, best_step=None):
     """predictions.json (null_odds.json for v2) of --predict_file with `model` (the best
     checkpoint's where the run evaluated); eval_results.json with the official runner's
-    scores where the file has answers (v2: `squad_eval.official_v2`). Returns the null
-    threshold predictions.json was written at (v1: None)."""
+    scores where the file has answers (v2: `squad_eval.official_v2`), with `best_step`, the
+    step of the best evaluated checkpoint that `model` is. Returns the null threshold
+    predictions.json was written at (v1: None)."""
     out = FLAGS.output_dir
     dataset, features, contexts, path, labelled = prepared
     if isinstance(task, SquadV2Task):
@@ -236,6 +230,8 @@ def predict(task, model, prepared, version, threshold):
     if version == 2:
         write_json(os.path.join(out, "null_odds.json"), null_odds)
     if labelled:
+        if best_step is not None:
+            results["global_step"] = best_step
         _report(results, len(questions), len(features), version)
     if version == 2 and labelled and not FLAGS["null_score_diff_threshold"].present:
         return results["null_score_diff_threshold"]
@@ -243,12 +239,7 @@ def predict(task, model, prepared, version, threshold):
 
 
 def _report(results, questions, features, version):
-    """eval_results.json (with the best checkpoint's step where the run kept one) and the
-    headline line."""
-    best = os.path.join(FLAGS.output_dir, "best", "best_eval.json")
-    if tf.io.gfile.exists(best):
-        with tf.io.gfile.GFile(best) as f:
-            results["global_step"] = int(json.load(f)["global_step"])
+    """eval_results.json and the headline line."""
     results = dict(results, questions=questions, features=features)
     write_json(os.path.join(FLAGS.output_dir, "eval_results.json"), results)
     where = f" (best checkpoint: step {results['global_step']})" if "global_step" in results \
@@ -284,13 +275,16 @@ def run(version: int):
         if prepared is not None and prepared[4]:  # labelled: every checkpoint evaluated
             task.evaluation = prepared[:3]
             evaluation = (prepared[3], -(-len(prepared[1]) // FLAGS.predict_batch_size))
-        model = train(task, tokenizer, config, version, threshold, evaluation)
+        model, which, step = train(task, tokenizer, config, version, threshold, evaluation)
+    elif FLAGS.do_predict or FLAGS.export_dir:
+        model, which, step = model_for_prediction(task)
     else:
-        model = model_for_prediction(task)[0] if FLAGS.do_predict or FLAGS.export_dir else None
+        model = which = step = None
     if FLAGS.do_predict and model is not None:
-        threshold = predict(task, model, prepared, version, threshold)
+        threshold = predict(task, model, prepared, version, threshold,
+                            step if which == "best" else None)
     if FLAGS.export_dir and model is not None and tf_config_worker()[1]:  # the chief exports
-        export(task, model, version, threshold)
+        export(task, model, version, threshold, which, step)
 
 
 # The official v2 flags of the answer-class head: refused with the null-score head, never
