@@ -17,8 +17,8 @@ Labels, in the official `run_classifier.py` order (the label id is the index):
     sts-b                          regression (a float score, 0-5)
 
 Metrics (`glue_metrics`): accuracy for every classification task; F1 of class "1" for MRPC and
-QQP; Matthews correlation for CoLA; Pearson and Spearman correlation (ties ranked by their mean
-rank) for STS-B.
+QQP; Matthews correlation for CoLA (scikit-learn); Pearson and Spearman correlation (SciPy; ties
+ranked by their mean rank) for STS-B, 0.0 where a side is constant (SciPy's nan).
 
 Task names are the official processors' (`cola`, `mnli`, `mismnli`, `mrpc`, `qnli`, `qqp`, `rte`,
 `sst-2`, `sts-b`, `wnli`; `mismnli` trains on MNLI's train file and is scored on
@@ -32,9 +32,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 
 import numpy as np
 from absl import logging
+from scipy import stats
+from sklearn import metrics as sklearn_metrics
 
 BOM = b"\xef\xbb\xbf"
 
@@ -247,49 +250,44 @@ def accuracy(predictions, labels) -> float:
 
 
 def f1_positive(predictions, labels, positive=1) -> float:
-    """F1 of the positive class (MRPC, QQP); 0 when there is no true positive."""
-    predictions, labels = np.asarray(predictions), np.asarray(labels)
-    tp = float(np.sum((predictions == positive) & (labels == positive)))
-    fp = float(np.sum((predictions == positive) & (labels != positive)))
-    fn = float(np.sum((predictions != positive) & (labels == positive)))
-    return 0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn)
+    """F1 of the positive class (MRPC, QQP); 0 when there is no true positive (scikit-learn's
+    `f1_score`, its zero division made 0 without a warning)."""
+    return float(sklearn_metrics.f1_score(np.asarray(labels), np.asarray(predictions),
+                                          labels=[positive], average="micro",
+                                          zero_division=0.0))
 
 
 def matthews_corrcoef(predictions, labels) -> float:
-    """Binary Matthews correlation (CoLA); 0 when a row or column of the confusion matrix is
-    empty (the convention of scikit-learn, which GLUE uses)."""
-    predictions, labels = np.asarray(predictions), np.asarray(labels)
-    tp = float(np.sum((predictions == 1) & (labels == 1)))
-    tn = float(np.sum((predictions == 0) & (labels == 0)))
-    fp = float(np.sum((predictions == 1) & (labels == 0)))
-    fn = float(np.sum((predictions == 0) & (labels == 1)))
-    denominator = np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
-    return 0.0 if denominator == 0 else float((tp * tn - fp * fn) / denominator)
+    """Binary Matthews correlation (CoLA), scikit-learn's, which GLUE uses: 0 when a row or
+    column of the confusion matrix is empty (constant predictions or labels)."""
+    with warnings.catch_warnings():  # one class in both: 0.0, as every degenerate case
+        warnings.filterwarnings("ignore", "A single label was found", UserWarning)
+        return float(sklearn_metrics.matthews_corrcoef(np.asarray(labels),
+                                                       np.asarray(predictions)))
+
+
+def _degenerate(x, y) -> bool:
+    """Fewer than two pairs or a constant side: no correlation is defined (SciPy returns nan
+    with a warning); GLUE's score for it here is 0.0, as the hand-written metric was."""
+    return len(x) < 2 or np.all(x == x[0]) or np.all(y == y[0])
 
 
 def pearson(x, y) -> float:
+    """Pearson correlation (STS-B; SciPy's `pearsonr`); 0.0 for a constant side (`_degenerate`)."""
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-    x, y = x - x.mean(), y - y.mean()
-    denominator = np.sqrt(np.sum(x * x) * np.sum(y * y))
-    return 0.0 if denominator == 0 else float(np.sum(x * y) / denominator)
+    return 0.0 if _degenerate(x, y) else float(stats.pearsonr(x, y).statistic)
 
 
 def rank_average(values) -> np.ndarray:
-    """1-based ranks, tied values sharing the mean of their ranks."""
-    values = np.asarray(values)
-    order = np.argsort(values, kind="mergesort")
-    ranks = np.empty(len(values), np.float64)
-    sorted_values = values[order]
-    start = 0
-    for end in range(1, len(values) + 1):
-        if end == len(values) or sorted_values[end] != sorted_values[start]:
-            ranks[order[start:end]] = (start + 1 + end) / 2.0
-            start = end
-    return ranks
+    """1-based ranks, tied values sharing the mean of their ranks (SciPy's `rankdata`)."""
+    return stats.rankdata(np.asarray(values), method="average").astype(np.float64)
 
 
 def spearman(x, y) -> float:
-    return pearson(rank_average(x), rank_average(y))
+    """Spearman correlation, ties ranked by their mean rank (SciPy's `spearmanr`); 0.0 for a
+    constant side (`_degenerate`)."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    return 0.0 if _degenerate(x, y) else float(stats.spearmanr(x, y).statistic)
 
 
 def glue_metrics(task: GlueTask | str, predictions, labels) -> dict:
