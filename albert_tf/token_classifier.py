@@ -1,0 +1,111 @@
+"""`AlbertTokenClassifier`: the backbone plus a tagging head on every position (named entities,
+part of speech)."""
+
+from __future__ import annotations
+
+import keras
+
+from albert_tf.backbone import AlbertBackbone, _as_config
+from albert_tf.layers.common import truncated_normal
+from albert_tf.registry import RegisteredModel, register
+from albert_tf.weight_names import NamedWeight
+
+HEAD_PREFIX = "cls/tagging/"
+
+
+@register
+@keras.saving.register_keras_serializable(package="albert_tf")
+class AlbertTokenClassifier(RegisteredModel, keras.Model):
+    """ALBERT for token classification (Hugging Face `AlbertForTokenClassification`): dropout
+    on the sequence output, then a dense layer to `num_labels` logits at every position.
+
+    Official-style names of the head (the official ALBERT code has no tagging head):
+    `cls/tagging/output_weights` [num_labels, H] and `cls/tagging/output_bias` [num_labels];
+    Hugging Face: `classifier.weight`, `classifier.bias` (dropout `classifier_dropout_prob`).
+    Hugging Face's model has no pooler; ours keeps the backbone's (never read by the logits).
+
+    Args:
+        backbone_or_config: a built `AlbertBackbone` (shared, not copied), or an
+            `AlbertConfig` (or a dict of its keys) to build one from.
+        num_labels: number of tags.
+        dropout_rate: dropout on the sequence output (0.1, as `classifier_dropout_prob`).
+        dtype: optional dtype policy name; the logits are float32.
+
+    Inputs: the backbone's `input_ids`, `input_mask`, `segment_ids` [batch, seq].
+    Outputs (dict): the backbone's outputs and `logits` [batch, seq, num_labels] (float32).
+
+    Example:
+        >>> model = AlbertTokenClassifier(config, num_labels=13)
+        >>> model(features)["logits"].shape   # [batch, seq, 13]
+    """
+
+    # The registry contract (`albert_tf.registry`).
+    albert_kind = "token_classifier"
+    official_head_prefixes = (HEAD_PREFIX,)
+    hf_architecture = "AlbertForTokenClassification"
+    hf_head_prefixes = ("classifier.",)
+    serving_module = "export.serving_tagging.TaggingServingModule"
+    has_tflite = False
+
+    @classmethod
+    def for_checkpoint(cls, config, num_labels=None, dtype=None):
+        if num_labels is None:
+            raise ValueError("A token classifier checkpoint needs its number of labels "
+                             "(num_labels); none was stored with it.")
+        return cls(config, num_labels, dtype=dtype)
+
+    def __init__(self, backbone_or_config, num_labels, dropout_rate=0.1, dtype=None,
+                 **kwargs):
+        if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
+            raise ValueError(f"`num_labels` must be a positive integer. Received: {num_labels!r}")
+        if isinstance(backbone_or_config, AlbertBackbone):
+            backbone = backbone_or_config
+            if not backbone.built:
+                raise ValueError("`backbone_or_config` must be a built AlbertBackbone.")
+        else:
+            backbone = AlbertBackbone(_as_config(backbone_or_config), dtype=dtype, name="albert")
+        config = backbone.config
+        inputs = dict(backbone.input)
+        outputs = dict(backbone(inputs))
+        dropout = keras.layers.Dropout(dropout_rate, dtype=dtype, name="classifier_dropout")
+        head = keras.layers.Dense(
+            num_labels, kernel_initializer=truncated_normal(config.initializer_range),
+            dtype="float32", name="classifier")
+        outputs["logits"] = head(dropout(outputs["sequence_output"]))
+        kwargs.setdefault("name", "albert_token_classifier")
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
+
+        self.config = config
+        self.num_labels = num_labels
+        self.dropout_rate = dropout_rate
+        self._dtype_arg = dtype
+        self.backbone = backbone
+        self.classifier_head = head
+
+    def official_weights(self) -> list:
+        """[NamedWeight]: the backbone's official names and the head's,
+        `cls/tagging/output_weights` [num_labels, H] (our kernel transposed) and
+        `cls/tagging/output_bias`."""
+        head = self.classifier_head
+        return self.backbone.official_weights() + [
+            NamedWeight(HEAD_PREFIX + "output_weights", head.kernel, transposed=True),
+            NamedWeight(HEAD_PREFIX + "output_bias", head.bias)]
+
+    def hf_config(self, labels=None) -> dict:
+        """`id2label` / `label2id` of Hugging Face's `config.json` (names default to
+        "LABEL_i", as Hugging Face's own)."""
+        names = list(labels) if labels else [f"LABEL_{i}" for i in range(self.num_labels)]
+        if len(names) != self.num_labels:
+            raise ValueError(f"{len(names)} label names for {self.num_labels} labels.")
+        return {"id2label": {str(i): name for i, name in enumerate(names)},
+                "label2id": {name: i for i, name in enumerate(names)},
+                "classifier_dropout_prob": self.dropout_rate}
+
+    def get_config(self):
+        return {"backbone_or_config": self.config.to_dict(), "num_labels": self.num_labels,
+                "dropout_rate": self.dropout_rate, "dtype": self._dtype_arg,
+                "name": self.name, "trainable": self.trainable}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
