@@ -8,6 +8,7 @@ from albert_tf import features
 from albert_tf.config import AlbertConfig
 from albert_tf.layers import AlbertAttention, AlbertEmbedding, AlbertEncoder
 from albert_tf.layers.common import truncated_normal
+from albert_tf.registry import RegisteredModel, register
 from albert_tf.weight_names import backbone_weights
 
 LAYER_NORM_EPSILON = 1e-12  # official value everywhere, the MLM head included
@@ -20,6 +21,16 @@ def _as_config(config) -> AlbertConfig:
         return AlbertConfig.from_dict(config)
     raise TypeError(f"`config` must be an AlbertConfig or a dict of its keys. "
                     f"Received: {type(config).__name__}")
+
+
+def built_backbone(backbone_or_config, dtype=None):
+    """(backbone, config) for a head's constructor: a built `AlbertBackbone` is used as it is
+    (its weights are shared with the head); an `AlbertConfig` (or a dict of its keys) builds a
+    new one named `albert`, the name its official weights are read under."""
+    if isinstance(backbone_or_config, AlbertBackbone):
+        return backbone_or_config, backbone_or_config.config
+    config = _as_config(backbone_or_config)
+    return AlbertBackbone(config, dtype=dtype, name="albert"), config
 
 
 class AlbertConfigSerialization:
@@ -70,8 +81,9 @@ def set_use_einsum(model, enabled: bool) -> None:
             layer.use_einsum = bool(enabled)
 
 
+@register
 @keras.saving.register_keras_serializable(package="albert_tf")
-class AlbertBackbone(AlbertConfigSerialization, keras.Model):
+class AlbertBackbone(RegisteredModel, AlbertConfigSerialization, keras.Model):
     """ALBERT encoder (arXiv 1909.11942): factorized embedding, shared post-LN blocks, pooler.
 
     Args:
@@ -97,7 +109,19 @@ class AlbertBackbone(AlbertConfigSerialization, keras.Model):
         (TensorShape([1, 5, 12]), 3)
     """
 
-    albert_kind = "backbone"  # what the model is: checkpoints, serving and export ask it
+    # The registry contract (`albert_tf.registry`): what checkpoints, serving and export ask.
+    albert_kind = "backbone"
+    hf_architecture = "AlbertModel"
+    serving_module = "export.serving.AlbertServingModule"
+    has_tflite = True
+
+    @classmethod
+    def for_checkpoint(cls, config, num_labels=None, dtype=None):
+        return cls(config, dtype=dtype)
+
+    def hf_extra_state(self, state: dict) -> dict:
+        """HF's `AlbertModel` keys carry no `albert.` prefix."""
+        return {k[len("albert."):]: v for k, v in state.items()}
 
     def __init__(self, config, dtype=None, **kwargs):
         config = _as_config(config)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import keras
 
-from albert_tf.backbone import AlbertBackbone, AlbertConfigSerialization, _as_config
+from albert_tf.backbone import AlbertConfigSerialization, built_backbone
 from albert_tf.layers.common import truncated_normal
+from albert_tf.registry import RegisteredModel, register
 from albert_tf.weight_names import NamedWeight
 
 
+@register
 @keras.saving.register_keras_serializable(package="albert_tf")
-class AlbertClassifier(AlbertConfigSerialization, keras.Model):
+class AlbertClassifier(RegisteredModel, AlbertConfigSerialization, keras.Model):
     """ALBERT for sequence classification or regression (official `run_classifier.py` head):
     dropout on the pooled output, then a dense layer to `num_labels` logits.
 
@@ -19,7 +21,8 @@ class AlbertClassifier(AlbertConfigSerialization, keras.Model):
     `classifier.bias`. `num_labels=1` is the regression head (STS-B).
 
     Args:
-        config: an `AlbertConfig` (or a dict of its keys).
+        config: a built `AlbertBackbone` (the head shares it), or an `AlbertConfig` (or a dict
+            of its keys) to build a new one.
         num_labels: number of classes (1 for regression).
         dropout_rate: dropout on the pooled output (official: 0.1 while fine-tuning).
         dtype: optional dtype policy name; the logits are float32.
@@ -28,13 +31,24 @@ class AlbertClassifier(AlbertConfigSerialization, keras.Model):
     Outputs (dict): the backbone's outputs and `logits` [batch, num_labels].
     """
 
-    albert_kind = "classifier"  # what the model is: checkpoints, serving and export ask it
+    # The registry contract (`albert_tf.registry`): what checkpoints, serving and export ask.
+    albert_kind = "classifier"
+    official_head_prefixes = ("output_weights", "output_bias")
+    hf_architecture = "AlbertForSequenceClassification"
+    hf_head_prefixes = ("classifier.",)
+    serving_module = "export.serving.ClassifierServingModule"
+    has_tflite = True
+
+    @classmethod
+    def for_checkpoint(cls, config, num_labels=None, dtype=None):
+        if not num_labels:
+            raise ValueError("A classifier needs `num_labels`.")
+        return cls(config, num_labels=num_labels, dtype=dtype)
 
     def __init__(self, config, num_labels, dropout_rate=0.1, dtype=None, **kwargs):
-        config = _as_config(config)
         if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
             raise ValueError(f"`num_labels` must be a positive integer. Received: {num_labels!r}")
-        backbone = AlbertBackbone(config, dtype=dtype, name="albert")
+        backbone, config = built_backbone(config, dtype)
         inputs = dict(backbone.input)
         outputs = dict(backbone(inputs))
         dropout = keras.layers.Dropout(dropout_rate, dtype=dtype, name="classifier_dropout")
@@ -59,6 +73,17 @@ class AlbertClassifier(AlbertConfigSerialization, keras.Model):
         return self.backbone.official_weights() + [
             NamedWeight("output_weights", head.kernel, transposed=True),
             NamedWeight("output_bias", head.bias)]
+
+    def hf_config(self, labels=None) -> dict:
+        """`id2label`/`label2id` (default names `LABEL_i`); one label is HF's regression."""
+        names = list(labels) if labels else [f"LABEL_{i}" for i in range(self.num_labels)]
+        if len(names) != self.num_labels:
+            raise ValueError(f"{len(names)} label names for {self.num_labels} labels.")
+        values = {"id2label": {str(i): name for i, name in enumerate(names)},
+                  "label2id": {name: i for i, name in enumerate(names)}}
+        if self.num_labels == 1:
+            values["problem_type"] = "regression"
+        return values
 
     def get_config(self):
         config = super().get_config()

@@ -25,7 +25,7 @@ import sys
 from absl import flags  # noqa: E402
 
 from albert_tf import flags as albert_flags  # noqa: E402
-from albert_tf.checkpoints import CheckpointError, convert  # noqa: E402
+from albert_tf.checkpoints import MODEL_KINDS, CheckpointError, convert  # noqa: E402
 from albert_tf.cli import run_command  # noqa: E402
 from albert_tf.flags import FLAGS  # noqa: E402
 
@@ -49,9 +49,10 @@ def define_flags():
                       "(config.json, model.safetensors, spiece.model, tokenizer_config.json) "
                       "for AlbertModel / AlbertForPreTraining / "
                       "AlbertForSequenceClassification.from_pretrained.")
-    flags.DEFINE_enum("model", "auto", ["auto", "pretrainer", "classifier", "backbone"],
-                      "Model to build. auto: from the heads present in the checkpoint. backbone "
-                      "drops the heads (reported as skipped).")
+    flags.DEFINE_enum("model", "auto", ["auto", *MODEL_KINDS],
+                      "Model to build (a registered kind). auto: from the checkpoint (Hugging "
+                      "Face: its architectures; otherwise the heads present). backbone drops "
+                      "the heads (reported as skipped).")
     flags.mark_flags_as_required(["source", "input", "output"])
 
 

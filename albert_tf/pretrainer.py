@@ -5,19 +5,21 @@ from __future__ import annotations
 import keras
 
 from albert_tf import features
-from albert_tf.backbone import (LAYER_NORM_EPSILON, AlbertBackbone, AlbertConfigSerialization,
-                                _as_config)
+from albert_tf.backbone import LAYER_NORM_EPSILON, AlbertConfigSerialization, built_backbone
 from albert_tf.layers import AlbertMaskedLMHead
 from albert_tf.layers.common import truncated_normal
+from albert_tf.registry import RegisteredModel, register
 from albert_tf.weight_names import NamedWeight, dense_weights, layer_norm_weights
 
 
+@register
 @keras.saving.register_keras_serializable(package="albert_tf")
-class AlbertPretrainer(AlbertConfigSerialization, keras.Model):
+class AlbertPretrainer(RegisteredModel, AlbertConfigSerialization, keras.Model):
     """ALBERT with its pretraining heads: masked LM (tied decoder) and sentence-order prediction.
 
     Args:
-        config: an `AlbertConfig` (or a dict of its keys).
+        config: a built `AlbertBackbone` (the heads share it), or an `AlbertConfig` (or a dict
+            of its keys) to build a new one.
         dtype: optional dtype policy name for every layer; None uses the global policy. Logits
             are returned in float32.
 
@@ -30,11 +32,26 @@ class AlbertPretrainer(AlbertConfigSerialization, keras.Model):
     The backbone is `self.backbone`, reachable alone for fine-tuning and export.
     """
 
-    albert_kind = "pretrainer"  # what the model is: checkpoints, serving and export ask it
+    # The registry contract (`albert_tf.registry`): what checkpoints, serving and export ask.
+    albert_kind = "pretrainer"
+    official_head_prefixes = ("cls/predictions/", "cls/seq_relationship/")
+    hf_architecture = "AlbertForPreTraining"
+    hf_head_prefixes = ("predictions.", "sop_classifier.")
+    serving_module = "export.serving.PretrainerServingModule"
+    has_tflite = True
+
+    @classmethod
+    def for_checkpoint(cls, config, num_labels=None, dtype=None):
+        return cls(config, dtype=dtype)
+
+    def hf_extra_state(self, state: dict) -> dict:
+        """HF also saves the MLM decoder, tied to the word embeddings and the output bias."""
+        return {**state, "predictions.decoder.weight": state[
+                    "albert.embeddings.word_embeddings.weight"],
+                "predictions.decoder.bias": state["predictions.bias"]}
 
     def __init__(self, config, dtype=None, **kwargs):
-        config = _as_config(config)
-        backbone = AlbertBackbone(config, dtype=dtype, name="albert")
+        backbone, config = built_backbone(config, dtype)
         inputs = dict(backbone.input)
         inputs[features.MASKED_LM_POSITIONS] = keras.Input(
             shape=(None,), dtype="int32", name=features.MASKED_LM_POSITIONS)

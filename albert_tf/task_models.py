@@ -1,6 +1,7 @@
-"""The task models built on the backbone that are not classes of their own: SQuAD's span model
-and RACE's multiple-choice model. The model layer only (no task, data or checkpoint code), so
-that checkpoints, serving and the tasks can all import them."""
+"""The task heads on the backbone: SQuAD's span model (v1, null-score v2), the official SQuAD 2.0
+answer-class model and RACE's multiple-choice model, each a registered class
+(`albert_tf.registry`). The model layer only (no task, data or checkpoint code), so that
+checkpoints, serving and the tasks can all import them."""
 
 from __future__ import annotations
 
@@ -8,72 +9,107 @@ import keras
 import tensorflow as tf
 
 from albert_tf import features as F
-from albert_tf.backbone import AlbertBackbone
+from albert_tf.backbone import built_backbone
 from albert_tf.classifier import AlbertClassifier
 from albert_tf.layers.common import truncated_normal
+from albert_tf.registry import RegisteredModel, register
 from albert_tf.weight_names import NamedWeight
 
 NUM_CHOICES = 4
 
 
-def span_model(config, dtype=None):
-    """`AlbertBackbone` + a dense layer of 2 on every position (official `cls/squad` head):
-    outputs `start_logits`, `end_logits` [batch, seq] (float32) and the backbone's."""
-    backbone = AlbertBackbone(config, dtype=dtype, name="albert")
-    inputs = dict(backbone.input)
-    outputs = dict(backbone(inputs))
-    logits = keras.layers.Dense(2, kernel_initializer=truncated_normal(config.initializer_range),
-                                dtype="float32", name="squad")(outputs["sequence_output"])
-    outputs["start_logits"] = keras.ops.take(logits, 0, axis=-1)
-    outputs["end_logits"] = keras.ops.take(logits, 1, axis=-1)
-    model = keras.Model(inputs=inputs, outputs=outputs, name="albert_squad")
-    model.backbone = backbone
-    model.config = config
-    model.albert_kind = "span"
+@register
+class AlbertSpanModel(RegisteredModel, keras.Model):
+    """ALBERT for SQuAD v1 and BERT-style (null-score) v2: a dense layer of 2 on every position
+    of the backbone's sequence output (official `cls/squad` head). Outputs `start_logits`,
+    `end_logits` [batch, seq] (float32) and the backbone's.
+
+    Args:
+        config: a built `AlbertBackbone` (the head shares it), or an `AlbertConfig` to build one.
+        dtype: optional dtype policy name; the logits are float32.
+    """
+
+    albert_kind = "span"
+    official_head_prefixes = ("cls/squad/",)
+    serving_module = "export.serving.SpanServingModule"
     # The official v1 / null-score softmax covers every position, padding included: the
     # encoder must compute the padded positions (`set_remove_padding` keeps them).
-    model.reads_padding = True
-    # official `cls/squad/output_weights` [2, H] and `cls/squad/output_bias` [2]
-    model.official_weights = lambda: backbone.official_weights() + [
-        NamedWeight("cls/squad/output_weights", model.get_layer("squad").kernel, transposed=True),
-        NamedWeight("cls/squad/output_bias", model.get_layer("squad").bias)]
-    return model
+    reads_padding = True
+
+    @classmethod
+    def for_checkpoint(cls, config, num_labels=None, dtype=None):
+        return cls(config, dtype=dtype)
+
+    def __init__(self, config, dtype=None, **kwargs):
+        backbone, config = built_backbone(config, dtype)
+        inputs = dict(backbone.input)
+        outputs = dict(backbone(inputs))
+        head = keras.layers.Dense(2, kernel_initializer=truncated_normal(config.initializer_range),
+                                  dtype="float32", name="squad")
+        logits = head(outputs["sequence_output"])
+        outputs["start_logits"] = keras.ops.take(logits, 0, axis=-1)
+        outputs["end_logits"] = keras.ops.take(logits, 1, axis=-1)
+        super().__init__(inputs=inputs, outputs=outputs, name=kwargs.pop("name", "albert_squad"),
+                         **kwargs)
+        self.backbone = backbone
+        self.config = config
+        self.span_head = head
+
+    def official_weights(self):
+        """The backbone's names and official `cls/squad/output_weights` [2, H], `output_bias`."""
+        return self.backbone.official_weights() + [
+            NamedWeight("cls/squad/output_weights", self.span_head.kernel, transposed=True),
+            NamedWeight("cls/squad/output_bias", self.span_head.bias)]
 
 
-def multiple_choice_model(config, num_choices: int = NUM_CHOICES, dropout_rate: float = 0.1,
-                          dtype=None):
-    """`AlbertClassifier` with one logit applied to each of the `num_choices` sequences:
-    inputs [batch, num_choices, seq]; outputs `logits` [batch, num_choices] (float32).
-    `model.backbone` and `model.classifier` are the shared parts."""
-    class Regroup(keras.layers.Layer):
-        """[..., n] -> [-1, n] (choices into the batch and back)."""
+class _Regroup(keras.layers.Layer):
+    """[..., n] -> [-1, n] (choices into the batch and back)."""
 
-        def __init__(self, n=None, **kwargs):
-            super().__init__(**kwargs)
-            self.n = n
+    def __init__(self, n=None, **kwargs):
+        super().__init__(**kwargs)
+        self.n = n
 
-        def call(self, x):
-            return tf.reshape(x, [-1, self.n if self.n else tf.shape(x)[-1]])
+    def call(self, x):
+        return tf.reshape(x, [-1, self.n if self.n else tf.shape(x)[-1]])
 
-        def compute_output_shape(self, shape):
-            return (None, self.n or shape[-1])
+    def compute_output_shape(self, shape):
+        return (None, self.n or shape[-1])
 
-    classifier = AlbertClassifier(config, 1, dropout_rate=dropout_rate, dtype=dtype,
-                                  name="albert_classifier")
-    inputs = {name: keras.Input((num_choices, None), dtype="int32", name=name)
-              for name in F.BACKBONE_INPUTS}
-    flat = {name: Regroup(name=f"{name}_choices")(t) for name, t in inputs.items()}
-    logits = classifier(flat)["logits"]
-    outputs = {"logits": Regroup(num_choices, dtype="float32", name="choices")(logits)}
-    model = keras.Model(inputs=inputs, outputs=outputs, name="albert_multiple_choice")
-    model.backbone = classifier.backbone
-    model.classifier = classifier
-    model.config = config
-    model.albert_kind = "multiple_choice"
-    # its one-logit classifier's (official RACE `output_weights` [1, H], `output_bias` [1])
-    model.official_weights = classifier.official_weights
-    model.num_labels = num_choices
-    return model
+
+@register
+class AlbertMultipleChoice(RegisteredModel, keras.Model):
+    """ALBERT for multiple choice (official RACE head): `AlbertClassifier` with one logit applied
+    to each of the `num_choices` sequences. Inputs [batch, num_choices, seq]; outputs `logits`
+    [batch, num_choices] (float32). `backbone` and `classifier` are the shared parts; the
+    official names are its one-logit classifier's (`output_weights` [1, H], `output_bias`)."""
+
+    albert_kind = "multiple_choice"
+    official_head_prefixes = ("output_weights", "output_bias")
+    serving_module = "export.serving.MultipleChoiceServingModule"
+
+    @classmethod
+    def for_checkpoint(cls, config, num_labels=None, dtype=None):
+        return cls(config, num_labels or NUM_CHOICES, dtype=dtype)
+
+    def __init__(self, config, num_choices: int = NUM_CHOICES, dropout_rate: float = 0.1,
+                 dtype=None, **kwargs):
+        backbone, config = built_backbone(config, dtype)
+        classifier = AlbertClassifier(backbone, 1, dropout_rate=dropout_rate, dtype=dtype,
+                                      name="albert_classifier")
+        inputs = {name: keras.Input((num_choices, None), dtype="int32", name=name)
+                  for name in F.BACKBONE_INPUTS}
+        flat = {name: _Regroup(name=f"{name}_choices")(t) for name, t in inputs.items()}
+        logits = classifier(flat)["logits"]
+        outputs = {"logits": _Regroup(num_choices, dtype="float32", name="choices")(logits)}
+        super().__init__(inputs=inputs, outputs=outputs,
+                         name=kwargs.pop("name", "albert_multiple_choice"), **kwargs)
+        self.backbone = backbone
+        self.classifier = classifier
+        self.config = config
+        self.num_labels = num_choices
+
+    def official_weights(self):
+        return self.classifier.official_weights()
 
 
 def context_mask(input_ids, input_mask, segment_ids):
@@ -87,7 +123,8 @@ def context_mask(input_ids, input_mask, segment_ids):
     return tf.cast(context | cls, tf.float32)
 
 
-class AlbertSquadV2(keras.Model):
+@register
+class AlbertSquadV2(RegisteredModel, keras.Model):
     """The official ALBERT SQuAD 2.0 model (google-research/albert `squad_utils.create_v2_model`)
     on `AlbertBackbone`: start log-probabilities over the window's context (and [CLS]); end
     log-probabilities conditioned on the start (a dense tanh layer and LayerNorm over
@@ -101,16 +138,23 @@ class AlbertSquadV2(keras.Model):
     end_n_top] (the end_n_top ends of each top start), and `cls_logits`."""
 
     albert_kind = "squad_v2"
+    official_head_prefixes = ("start_logits/", "end_logits/", "answer_class/")
+    serving_module = "export.serving.SquadV2ServingModule"
     SETTINGS = ("start_n_top", "end_n_top")  # carried to a copy of the model (`host_copy`)
+
+    @classmethod
+    def for_checkpoint(cls, config, num_labels=None, dtype=None):
+        return cls(config, dtype=dtype)
 
     def __init__(self, config, start_n_top: int = 5, end_n_top: int = 5,
                  dropout_prob: float = 0.1, dtype=None, **kwargs):
         super().__init__(name=kwargs.pop("name", "albert_squad_v2"), **kwargs)
+        backbone, config = built_backbone(config, dtype)
         self.config = config
         self.start_n_top, self.end_n_top = int(start_n_top), int(end_n_top)
         init = truncated_normal(config.initializer_range)
         hidden = config.hidden_size
-        self.backbone = AlbertBackbone(config, dtype=dtype, name="albert")
+        self.backbone = backbone
         dense = lambda units, name, **kw: keras.layers.Dense(  # noqa: E731
             units, kernel_initializer=init, dtype="float32", name=name, **kw)
         self.start_dense = dense(1, "start_logits")

@@ -27,11 +27,12 @@ import sys
 from absl import flags  # noqa: E402
 
 from albert_tf import flags as albert_flags  # noqa: E402
-from albert_tf.checkpoints import CheckpointError, model_kind  # noqa: E402
+from albert_tf.checkpoints import CheckpointError  # noqa: E402
 from albert_tf.cli import run_command  # noqa: E402
 from albert_tf.flags import FLAGS  # noqa: E402
 from export.ops_check import UnsupportedOpError  # noqa: E402
 from export.saved_model import ExportError, export_saved_model, load_for_export  # noqa: E402
+from export.serving import serving_module_class  # noqa: E402
 
 
 def define_flags():
@@ -61,13 +62,8 @@ def main(argv):
         model, spm, source = load_for_export(FLAGS.model_dir, FLAGS.checkpoint,
                                              FLAGS.spm_model_file, FLAGS.vocab_file)
         max_seq_length = FLAGS.max_seq_length or min(512, model.config.max_position_embeddings)
-        options = {"span": {"doc_stride": FLAGS.doc_stride,
-                            "max_query_length": FLAGS.max_query_length,
-                            "n_best_size": FLAGS.n_best_size,
-                            "max_answer_length": FLAGS.max_answer_length,
-                            "null_score_diff_threshold": FLAGS.null_score_diff_threshold},
-                   "multiple_choice": {"max_qa_length": FLAGS.max_qa_length}}.get(
-                       model_kind(model))
+        options = {name: getattr(FLAGS, name)
+                   for name in serving_module_class(model).EXPORT_FLAGS} or None
         path = export_saved_model(
             model, FLAGS.export_dir, spm, version=FLAGS.version, max_seq_length=max_seq_length,
             top_k=FLAGS.top_k, text_pair=FLAGS.text_pair, hidden_states=FLAGS.hidden_states,

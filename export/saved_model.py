@@ -455,7 +455,7 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
         allowed = load_allowed_ops(allowed_ops) if allowed_ops else load_allowed_ops()
         tokenizer = _tokenizer_of(model, spm_model_file, vocab_file, do_lower_case)
         try:
-            module = serving_module(host_copy(model), kind, tokenizer,
+            module = serving_module(host_copy(model), tokenizer,
                                     do_lower_case=do_lower_case, max_seq_length=max_seq_length,
                                     options=options, labels=labels,
                                     remove_padding=remove_padding, top_k=top_k,

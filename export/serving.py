@@ -64,11 +64,14 @@ a span model's logits there) are 0 or computed from 0, never read by the model's
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.backbone import set_remove_padding
+from albert_tf.models import backbone_of, class_of
 from albert_tf.records import example_of
 from albert_tf.packing import (join_in_graph, keep_first, keep_last, pack_ids, pack_in_graph,
                                packed_length, pad_features)
@@ -207,9 +210,12 @@ def _token_checks(config, ids, mask, segments, subject="row"):
 class AlbertServingModule(tf.Module):
     """Wraps a plain (host, float32) ALBERT model and its tokenizer for `tf.saved_model.save`.
 
+    This class serves a bare `AlbertBackbone`; each registered model class names its own
+    serving module (`serving_module` in `albert_tf.registry`), a subclass that adds its head's
+    outputs, signatures and warmup requests.
+
     Args:
-        model: `AlbertPretrainer`, `AlbertClassifier` or `AlbertBackbone` (not under a strategy).
-        kind: "pretrainer", "classifier" or "backbone".
+        model: a registered ALBERT model (host, float32; not under a strategy).
         spm_model_proto: the vocabulary: a Python tokenizer (`Tokenizer`, SentencePiece, or
             `WordPieceTokenizer`; `albert_tf.tokenization.make_tokenizer`), or the bytes of a
             SentencePiece model. Its special ids ([CLS], [SEP], [MASK]) are the packing's.
@@ -227,9 +233,17 @@ class AlbertServingModule(tf.Module):
     """
 
     OPTIONS: tuple = ()  # the task's settings the module keeps (the export record lists them)
+    # the options `python -m export.export_saved_model` passes from its flags of these names
+    EXPORT_FLAGS: tuple = ()
     NAMED_LABELS = True  # its outputs can carry class names (`labels`)
+    SERVES_THRESHOLD = False  # a decision threshold is served with its answers (classifiers)
+    SENTENCEPIECE_ONLY = False  # its text path needs a SentencePiece vocabulary
+    TEXT_MODULE = True  # takes free text (`text`, `text_b`) and the module's keyword options
+    FILL_MASK = False  # answers [MASK]s (a TFLite export's held-out requests mask a word)
+    # (compared float output, answer output) of a quantized TFLite file against float32
+    QUALITY_OUTPUTS = ("pooled_output", None)
 
-    def __init__(self, model, kind, spm_model_proto, do_lower_case=True, max_seq_length=512,
+    def __init__(self, model, spm_model_proto, do_lower_case=True, max_seq_length=512,
                  top_k=5, text_pair=False, hidden_states=False, labels=None,
                  remove_padding=True, threshold=None):
         super().__init__(name="albert_serving")
@@ -245,7 +259,7 @@ class AlbertServingModule(tf.Module):
         self._model = _Untracked(model)
         set_remove_padding(model, remove_padding)
         self.model_variables = [_tf_variable(v) for v in model.weights]
-        self.kind = kind
+        self.kind = kind = model.albert_kind  # for messages and the export record
         self.tokenizer = in_graph_tokenizer(spm_model_proto, do_lower_case)
         self.sentencepiece = self.tokenizer.trackable  # tracked: the vocabulary's resource
         self.max_seq_length = int(max_seq_length)
@@ -260,7 +274,7 @@ class AlbertServingModule(tf.Module):
             raise ValueError(f"{len(labels)} label names given for {self.num_labels} labels.")
         self.labels = list(labels) if labels is not None else (
             [str(i) for i in range(self.num_labels)] if self.num_labels else None)
-        if threshold is not None and kind != "classifier":
+        if threshold is not None and not self.SERVES_THRESHOLD:
             raise ValueError(f"a threshold is served by classifiers, not a {kind}.")
         self.threshold = None if threshold is None else float(threshold)
         self._config = config
@@ -279,12 +293,12 @@ class AlbertServingModule(tf.Module):
         out = {"serve_text_pair": {"text": texts, "text_b": texts[::-1].copy()},
                "serve_tokens": tokens, "serve_examples": {"examples": examples}}
         out["serving_default"] = out["serve_text_pair"] if self.text_pair else {"text": texts}
-        if self.kind == "pretrainer":
-            out["fill_mask"] = {"text": texts}
-        if self.kind == "classifier":
-            out["regress" if self.num_labels == 1 else "classify"] = {"inputs": examples}
-            out[OFFICIAL_SIGNATURE] = {OFFICIAL_INPUT: examples}
+        out.update(self.head_warmup(texts, examples))
         return out
+
+    def head_warmup(self, texts, examples) -> dict:
+        """Warmup requests of the head's own signatures (none for a backbone)."""
+        return {}
 
     def _check_tokens(self, features, subject="row"):
         """Clear errors for token inputs the model cannot take (instead of a gather error or a
@@ -330,53 +344,18 @@ class AlbertServingModule(tf.Module):
         """The signature outputs of int32 token features (see module docstring)."""
         features = self._check_tokens(features)
         inputs = {name: features[name] for name in F.BACKBONE_INPUTS}
+        backbone_out = backbone_of(self._model.value)(inputs, training=False)
         out = dict(inputs)
-        if self.kind == "pretrainer":
-            backbone_out = self._model.value.backbone(inputs, training=False)
-            model = self._model.value
-
-            def mlm_logits(positions):
-                return model.mlm_head(backbone_out["sequence_output"], positions,
-                                      training=False)
-
-            out.update(self._fill_mask(inputs[F.INPUT_IDS], mlm_logits))
-        elif self.kind == "classifier":
-            backbone_out = self._model.value.backbone(inputs, training=False)
-            logits = tf.cast(self._model.value.classifier_head(backbone_out["pooled_output"]),
-                             tf.float32)
-            out["logits"] = logits
-            if self.num_labels == 1:
-                out["score"] = logits[:, 0]
-            else:
-                out["probabilities"] = tf.nn.softmax(logits, axis=-1)
-                out["label"] = tf.argmax(logits, axis=-1, output_type=tf.int32)
-            if self.threshold is not None:
-                out["threshold"] = tf.fill(tf.shape(logits)[:1], self.threshold)
-        else:
-            backbone_out = self._model.value(inputs, training=False)
-        if self.kind != "classifier":
-            out["pooled_output"] = backbone_out["pooled_output"]
-            out["sequence_output"] = backbone_out["sequence_output"]
+        out.update(self.head_outputs(inputs, backbone_out))
         if self.hidden_states:
             for i, h in enumerate(backbone_out["hidden_states"]):
                 out[f"hidden_state_{i}"] = h
         return out
 
-    def official_outputs(self, outputs):
-        """The official classifier export's outputs from a classifier's `outputs`: softmax
-        `probabilities` [batch, C] and their argmax `predictions` (int32); for one output
-        (STS-B) `probabilities` is the logits [batch, 1] and `predictions` [batch] their values,
-        as official `create_model`; with a threshold, `threshold` (a scalar, as the official
-        `_add_threshold_to_model_fn` adds it)."""
-        if self.num_labels == 1:
-            out = {"probabilities": outputs["logits"], "predictions": outputs["score"]}
-        else:
-            out = {"probabilities": outputs["probabilities"],
-                   "predictions": tf.argmax(outputs["probabilities"], axis=-1,
-                                            output_type=tf.int32)}
-        if self.threshold is not None:
-            out["threshold"] = tf.constant(self.threshold, tf.float32)
-        return out
+    def head_outputs(self, inputs, backbone_out) -> dict:
+        """The head's outputs from the backbone's (a backbone: its pooled and sequence output)."""
+        return {"pooled_output": backbone_out["pooled_output"],
+                "sequence_output": backbone_out["sequence_output"]}
 
     # -----------------------------------------------------------------------------------------
     def _encode(self, text, text_b=None, encode=None):
@@ -508,23 +487,93 @@ class AlbertServingModule(tf.Module):
             examples, encode))).get_concrete_function(_string_spec(EXAMPLES))
         signatures = {"serving_default": pair if self.text_pair else text,
                       "serve_text_pair": pair, "serve_tokens": body, "serve_examples": examples}
-        if self.kind == "pretrainer":  # only the fill-mask outputs (REST returns every output)
-            fn = self._function(lambda text_in: {k: v for k, v in text(text_in).items()
-                                                 if k in FILL_MASK_OUTPUTS})
-            signatures["fill_mask"] = fn.get_concrete_function(_string_spec(TEXT))
-        if self.kind == "classifier":
-            if self.num_labels == 1:
-                fn = self._function(lambda inputs: {"outputs": examples(inputs)["score"]})
-                signatures["regress"] = fn.get_concrete_function(_string_spec("inputs"))
-            else:
-                fn = self._function(lambda inputs: {
-                    "classes": tf.tile(tf.constant([self.labels], tf.string),
-                                       [tf.shape(inputs)[0], 1]),
-                    "scores": examples(inputs)["probabilities"]})
-                signatures["classify"] = fn.get_concrete_function(_string_spec("inputs"))
-            fn = self._function(lambda input: self.official_outputs(examples(input)))
-            signatures[OFFICIAL_SIGNATURE] = fn.get_concrete_function(
-                _string_spec(OFFICIAL_INPUT))
+        signatures.update(self.head_signatures(text, examples))
+        return signatures
+
+    def head_signatures(self, text, examples) -> dict:
+        """The head's own signatures, from the traced `text` and `examples` functions."""
+        return {}
+
+
+class PretrainerServingModule(AlbertServingModule):
+    """An `AlbertPretrainer`: the backbone's outputs, fill-mask for each [MASK], and the
+    `fill_mask` signature."""
+
+    FILL_MASK = True
+    QUALITY_OUTPUTS = ("fill_mask_probabilities", "fill_mask_ids")
+
+    def head_warmup(self, texts, examples) -> dict:
+        return {"fill_mask": {"text": texts}}
+
+    def head_outputs(self, inputs, backbone_out) -> dict:
+        model = self._model.value
+
+        def mlm_logits(positions):
+            return model.mlm_head(backbone_out["sequence_output"], positions, training=False)
+
+        return {**self._fill_mask(inputs[F.INPUT_IDS], mlm_logits),
+                **super().head_outputs(inputs, backbone_out)}
+
+    def head_signatures(self, text, examples) -> dict:
+        # only the fill-mask outputs (REST returns every output)
+        fn = self._function(lambda text_in: {k: v for k, v in text(text_in).items()
+                                             if k in FILL_MASK_OUTPUTS})
+        return {"fill_mask": fn.get_concrete_function(_string_spec(TEXT))}
+
+
+class ClassifierServingModule(AlbertServingModule):
+    """An `AlbertClassifier`: logits, probabilities and label (regression: score), TF
+    Serving's `classify` / `regress` and the official `official_serving_default`."""
+
+    SERVES_THRESHOLD = True
+    QUALITY_OUTPUTS = ("probabilities", "label")
+
+    def head_warmup(self, texts, examples) -> dict:
+        return {"regress" if self.num_labels == 1 else "classify": {"inputs": examples},
+                OFFICIAL_SIGNATURE: {OFFICIAL_INPUT: examples}}
+
+    def head_outputs(self, inputs, backbone_out) -> dict:
+        logits = tf.cast(self._model.value.classifier_head(backbone_out["pooled_output"]),
+                         tf.float32)
+        out = {"logits": logits}
+        if self.num_labels == 1:
+            out["score"] = logits[:, 0]
+        else:
+            out["probabilities"] = tf.nn.softmax(logits, axis=-1)
+            out["label"] = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        if self.threshold is not None:
+            out["threshold"] = tf.fill(tf.shape(logits)[:1], self.threshold)
+        return out
+
+    def official_outputs(self, outputs):
+        """The official classifier export's outputs from a classifier's `outputs`: softmax
+        `probabilities` [batch, C] and their argmax `predictions` (int32); for one output
+        (STS-B) `probabilities` is the logits [batch, 1] and `predictions` [batch] their values,
+        as official `create_model`; with a threshold, `threshold` (a scalar, as the official
+        `_add_threshold_to_model_fn` adds it)."""
+        if self.num_labels == 1:
+            out = {"probabilities": outputs["logits"], "predictions": outputs["score"]}
+        else:
+            out = {"probabilities": outputs["probabilities"],
+                   "predictions": tf.argmax(outputs["probabilities"], axis=-1,
+                                            output_type=tf.int32)}
+        if self.threshold is not None:
+            out["threshold"] = tf.constant(self.threshold, tf.float32)
+        return out
+
+    def head_signatures(self, text, examples) -> dict:
+        signatures = {}
+        if self.num_labels == 1:
+            fn = self._function(lambda inputs: {"outputs": examples(inputs)["score"]})
+            signatures["regress"] = fn.get_concrete_function(_string_spec("inputs"))
+        else:
+            fn = self._function(lambda inputs: {
+                "classes": tf.tile(tf.constant([self.labels], tf.string),
+                                   [tf.shape(inputs)[0], 1]),
+                "scores": examples(inputs)["probabilities"]})
+            signatures["classify"] = fn.get_concrete_function(_string_spec("inputs"))
+        fn = self._function(lambda input: self.official_outputs(examples(input)))
+        signatures[OFFICIAL_SIGNATURE] = fn.get_concrete_function(_string_spec(OFFICIAL_INPUT))
         return signatures
 
 
@@ -554,12 +603,16 @@ class SpanServingModule(AlbertServingModule):
 
     OPTIONS = ("doc_stride", "max_query_length", "n_best_size", "max_answer_length",
                "null_score_diff_threshold")
+    EXPORT_FLAGS = OPTIONS
     NAMED_LABELS = False  # its answers are spans of the context
+    # The official SQuAD code aligns answers on SentencePiece pieces.
+    SENTENCEPIECE_ONLY = True
+    TEXT_MODULE = False
 
     def __init__(self, model, spm_model_proto, do_lower_case=True, max_seq_length=384,
                  doc_stride=128, max_query_length=64, n_best_size=20, max_answer_length=30,
                  null_score_diff_threshold=None, remove_padding=True):
-        super().__init__(model, "span", spm_model_proto, do_lower_case=do_lower_case,
+        super().__init__(model, spm_model_proto, do_lower_case=do_lower_case,
                          max_seq_length=max_seq_length, remove_padding=remove_padding)
         if not 1 <= max_query_length <= max_seq_length - 4:
             raise ValueError(f"max_query_length={max_query_length} must be between 1 and "
@@ -657,6 +710,7 @@ class SquadV2ServingModule(SpanServingModule):
 
     OPTIONS = ("doc_stride", "max_query_length", "max_answer_length",
                "null_score_diff_threshold", "start_n_top", "end_n_top")
+    EXPORT_FLAGS = ()  # the module's defaults and the model's beam (the record keeps them)
 
     def __init__(self, model, spm_model_proto, do_lower_case=True, max_seq_length=384,
                  doc_stride=128, max_query_length=64, max_answer_length=30,
@@ -669,7 +723,6 @@ class SquadV2ServingModule(SpanServingModule):
         super().__init__(model, spm_model_proto, do_lower_case, max_seq_length, doc_stride,
                          max_query_length, 1, max_answer_length, null_score_diff_threshold,
                          remove_padding)
-        self.kind = "squad_v2"
         self.start_n_top, self.end_n_top = model.start_n_top, model.end_n_top
 
     def logits_from_tokens(self, features):
@@ -700,10 +753,12 @@ class MultipleChoiceServingModule(AlbertServingModule):
     """
 
     OPTIONS = ("max_qa_length",)
+    EXPORT_FLAGS = OPTIONS
+    TEXT_MODULE = False
 
     def __init__(self, model, spm_model_proto, do_lower_case=True, max_seq_length=512,
                  max_qa_length=128, labels=None, remove_padding=True):
-        super().__init__(model, "multiple_choice", spm_model_proto, do_lower_case=do_lower_case,
+        super().__init__(model, spm_model_proto, do_lower_case=do_lower_case,
                          max_seq_length=max_seq_length,
                          labels=labels or list(LABELS[:model.num_labels]),
                          remove_padding=remove_padding)
@@ -783,33 +838,39 @@ class MultipleChoiceServingModule(AlbertServingModule):
         }
 
 
-# The model kinds with a serving module of their own (the others share AlbertServingModule).
-TASK_SERVING_MODULES = {"span": SpanServingModule, "squad_v2": SquadV2ServingModule,
-                        "multiple_choice": MultipleChoiceServingModule}
+def serving_module_class(model) -> type:
+    """The serving module class the model's registered class names (`serving_module`)."""
+    path = class_of(model).serving_module
+    if path is None:
+        raise ValueError(f"a {model.albert_kind} model has no serving module: it is not "
+                         "exported as a SavedModel.")
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
 
 
-def serving_module(model, kind, spm_model_proto, do_lower_case=True, max_seq_length=512,
+def serving_module(model, spm_model_proto, do_lower_case=True, max_seq_length=512,
                    options=None, remove_padding=True, **kwargs):
-    """The serving module of a model of any kind; `options` are the task's settings (span:
+    """The serving module of any registered model; `options` are the task's settings (span:
     doc_stride, max_query_length, n_best_size, max_answer_length, null_score_diff_threshold;
     multiple_choice: max_qa_length), `kwargs` the text models' (top_k, text_pair,
     hidden_states, labels); `remove_padding` as `AlbertServingModule`."""
     options = dict(options or {})
-    if kind == "span" and getattr(spm_model_proto, "kind", "sentencepiece") != "sentencepiece":
-        raise ValueError("a SQuAD span model exports with a SentencePiece model (the official "
+    module = serving_module_class(model)
+    kind = model.albert_kind
+    if module.SENTENCEPIECE_ONLY and getattr(spm_model_proto, "kind",
+                                             "sentencepiece") != "sentencepiece":
+        raise ValueError(f"a {kind} model exports with a SentencePiece model (the official "
                          "SQuAD code aligns answers on SentencePiece pieces); a WordPiece "
                          "vocabulary serves the other kinds.")
-    task_module = TASK_SERVING_MODULES.get(kind)
-    if task_module is not None:  # their signatures take the task's inputs, not free text
-        labels = {"labels": kwargs.get("labels")} if task_module.NAMED_LABELS else {}
-        return task_module(model, spm_model_proto, do_lower_case, max_seq_length,
-                           remove_padding=remove_padding, **labels, **options)
+    if not module.TEXT_MODULE:  # their signatures take the task's inputs, not free text
+        labels = {"labels": kwargs.get("labels")} if module.NAMED_LABELS else {}
+        return module(model, spm_model_proto, do_lower_case, max_seq_length,
+                      remove_padding=remove_padding, **labels, **options)
     if options:
         raise ValueError(f"Options {sorted(options)} are for span and multiple-choice models, "
                          f"not a {kind}.")
-    return AlbertServingModule(model, kind, spm_model_proto, do_lower_case=do_lower_case,
-                               max_seq_length=max_seq_length, remove_padding=remove_padding,
-                               **kwargs)
+    return module(model, spm_model_proto, do_lower_case=do_lower_case,
+                  max_seq_length=max_seq_length, remove_padding=remove_padding, **kwargs)
 
 
 def signature_method_names(signatures) -> dict:

@@ -51,14 +51,14 @@ from albert_tf.packing import pack_ids, pack_row_in_graph, packed_length
 from albert_tf.ownership import OutputLock, current_umask
 from albert_tf.paths import HELD_OUT_TEXT, SAMPLE_DATA_DIR
 from albert_tf.tokenization import MASK_ID, Tokenizer
-from export.serving import AlbertServingModule
+from export.serving import serving_module_class
 from albert_tf.checkpoints import model_kind
+from albert_tf.models import class_of, registered_classes
 from export.saved_model import host_copy
 
 QUANTIZATIONS = ("none", "float16", "dynamic_int8")
 INPUTS = ("text", "tokens")
 SIGNATURE = "serving_default"
-KINDS = ("pretrainer", "classifier", "backbone")
 CHECK_TEXTS = ("ALBERT shares one transformer block across all of its layers.",
                "The capital of France is [MASK].",
                "A touching, funny and beautifully acted film.",
@@ -69,12 +69,13 @@ class TFLiteExportError(ValueError):
     """A model cannot be exported to TensorFlow Lite as asked; the message names the fix."""
 
 
-class TFLiteModule(AlbertServingModule):
-    """`AlbertServingModule`'s outputs for one example, with ops TensorFlow Lite runs."""
+class TFLiteModule:
+    """Mixed before a model's serving module class (`tflite_module`): its outputs for one
+    example, with ops TensorFlow Lite runs."""
 
-    def __init__(self, model, kind, tokenizer: Tokenizer, max_seq_length=512, top_k=5,
+    def __init__(self, model, tokenizer: Tokenizer, max_seq_length=512, top_k=5,
                  text_pair=False, labels=None):
-        super().__init__(model, kind, tokenizer.model_proto, tokenizer.do_lower_case,
+        super().__init__(model, tokenizer.model_proto, tokenizer.do_lower_case,
                          max_seq_length=max_seq_length, top_k=top_k, text_pair=text_pair,
                          labels=labels, remove_padding=False)  # one example: no padding
         self.sentencepiece = None  # the SavedModel tokenizer's resource is not part of this graph
@@ -104,7 +105,7 @@ class TFLiteModule(AlbertServingModule):
                     valid_k, ids, tf.shape(self._pieces)[0] - 1)),
                 "fill_mask_probabilities": tf.where(valid_k, probabilities, 0.0)}
 
-    def tokens_from_text(self, text, text_b=None):
+    def tokens_from_text(self, text, text_b=None):  # noqa: D102 - one row, no batch
         ids_b = None if text_b is None else self.tokenizer.encode_one(text_b)
         return pack_row_in_graph(self.tokenizer.encode_one(text), ids_b, self.max_seq_length)
 
@@ -222,7 +223,7 @@ def held_out_requests(module, inputs: str, tokenizer, count: int) -> list[dict]:
         for line in f:
             words = line.split()
             if len(words) >= 8 and not line.lstrip().startswith("="):
-                if module.kind == "pretrainer":
+                if module.FILL_MASK:
                     words[2] = "[MASK]"
                 texts.append(" ".join(words))
             if len(texts) == count + 1:
@@ -242,16 +243,18 @@ def held_out_requests(module, inputs: str, tokenizer, count: int) -> list[dict]:
 
 
 # What a quantized file is judged by: (float output compared, the answer that must agree).
-QUALITY_OUTPUTS = {"classifier": ("probabilities", "label"),
-                   "pretrainer": ("fill_mask_probabilities", "fill_mask_ids"),
-                   "backbone": ("pooled_output", None)}
+def tflite_module(model, tokenizer: Tokenizer, **kwargs):
+    """`TFLiteModule` mixed before the model's own serving module class."""
+    base = serving_module_class(model)
+    cls = type(f"TFLite{base.__name__}", (TFLiteModule, base), {})
+    return cls(model, tokenizer, **kwargs)
 
 
-def measure_quality(function, runner, requests, kind: str, regression: bool) -> dict:
+def measure_quality(function, runner, requests, quality_outputs, regression: bool) -> dict:
     """The quantized file against the float32 TensorFlow graph on `requests`: `texts`,
     `max_abs_difference` of the compared float output, and `agreement` (share of requests
     whose answer, the label or the top fill-mask piece, is float32's; None for a backbone)."""
-    compared, answer = QUALITY_OUTPUTS[kind]
+    compared, answer = quality_outputs
     if regression:
         compared, answer = "score", None
     worst, agree = 0.0, []
@@ -298,11 +301,11 @@ def export_tflite(model, output: str, spm_model_file: str, quantize: str = "none
 
     output = _checked_output(output, quantize, inputs)
     kind = model_kind(model)
-    tokenizer = _checked_model(model, kind, spm_model_file, do_lower_case, max_seq_length)
+    tokenizer = _checked_model(model, spm_model_file, do_lower_case, max_seq_length)
     if max_seq_length is None:
         max_seq_length = min(512, model.config.max_position_embeddings)
-    module = TFLiteModule(host_copy(model), kind, tokenizer, max_seq_length=max_seq_length,
-                          top_k=top_k, text_pair=text_pair, labels=labels)
+    module = tflite_module(host_copy(model), tokenizer, max_seq_length=max_seq_length,
+                           top_k=top_k, text_pair=text_pair, labels=labels)
     function = module.function(inputs)
     content = _converter(function, module, quantize).convert()
     runner = interpreter(content).get_signature_runner(SIGNATURE)
@@ -311,7 +314,8 @@ def export_tflite(model, output: str, spm_model_file: str, quantize: str = "none
     quality = None
     if quantize != "none":
         quality = measure_quality(function, runner, held_out_requests(
-            module, inputs, tokenizer, check_texts), kind, getattr(model, "num_labels", 0) == 1)
+            module, inputs, tokenizer, check_texts), module.QUALITY_OUTPUTS,
+            getattr(model, "num_labels", 0) == 1)
         if quality["agreement"] is not None and quality["agreement"] < min_agreement:
             raise TFLiteExportError(
                 f"The {quantize} file answers as float32 on only {quality['agreement']:.1%} of "
@@ -323,7 +327,7 @@ def export_tflite(model, output: str, spm_model_file: str, quantize: str = "none
     record = {
         "model": kind, "signature": SIGNATURE, "inputs": inputs, "quantize": quantize,
         "input_names": sorted(details[0]), "output_names": sorted(details[1]),
-        "max_seq_length": max_seq_length, "top_k": module.top_k if kind == "pretrainer" else None,
+        "max_seq_length": max_seq_length, "top_k": module.top_k if module.FILL_MASK else None,
         "text_pair": bool(text_pair), "labels": module.labels, "do_lower_case": do_lower_case,
         "config": model.config.to_dict(), "size_bytes": len(content),
         "custom_ops": ["TFText>FastSentencepieceTokenize"] if inputs == "text" else [],
@@ -352,15 +356,16 @@ def _checked_output(output, quantize: str, inputs: str) -> str:
     return output
 
 
-def _checked_model(model, kind: str, spm_model_file: str, do_lower_case: bool,
+def _checked_model(model, spm_model_file: str, do_lower_case: bool,
                    max_seq_length: int | None) -> Tokenizer:
     """The tokenizer of `spm_model_file`, after checking that the model has an on-device
     export and fits the vocabulary and the sequence length."""
-    if kind not in KINDS:
+    if not class_of(model).has_tflite:
+        have = ", ".join(c.albert_kind for c in registered_classes() if c.has_tflite)
         raise TFLiteExportError(
-            f"A {kind} model has no TensorFlow Lite export (its text pipeline needs windows, "
-            "options or spans the on-device graph does not have); export a SavedModel with "
-            "python -m export.export_saved_model.")
+            f"A {model_kind(model)} model has no TensorFlow Lite export (its text pipeline "
+            "needs windows, options or spans the on-device graph does not have; TFLite "
+            f"exports: {have}); export a SavedModel with python -m export.export_saved_model.")
     if max_seq_length is not None and max_seq_length > model.config.max_position_embeddings:
         raise TFLiteExportError(f"--max_seq_length={max_seq_length} exceeds the model's "
                                 f"max_position_embeddings={model.config.max_position_embeddings}.")

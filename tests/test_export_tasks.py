@@ -14,7 +14,7 @@ import tensorflow_text  # noqa: F401 - registers the SentencePiece ops the Saved
 from albert_tf.tasks import race
 from albert_tf.tasks.squad import evaluation as S
 from albert_tf.tasks.squad import (align_context, align_context_in_graph, predict_answers,
-                             question_features, span_model)
+                             question_features, AlbertSpanModel)
 from albert_tf.tokenization import Tokenizer
 from conftest import SHARED_DIR, export_config
 from export.saved_model import WARMUP_FILE, ExportError, export_saved_model
@@ -56,7 +56,7 @@ def squad_export(tmp_path_factory, sample_vocab):
     """A span model with random weights exported with the median null odds of 60 real SQuAD 2.0
     dev questions as its threshold (so some questions are answered and some are not)."""
     tokenizer = Tokenizer(sample_vocab)
-    model = span_model(export_config())
+    model = AlbertSpanModel(export_config())
     spread(model, seed=11)
     questions = S.questions(S.load_dataset(SQUAD_V2))[:60]
     _, null_odds, *_ = _python_prediction(model, tokenizer, questions, None)
@@ -161,7 +161,7 @@ def test_squad_export_bad_and_unusual_input(squad_export):
 
 
 def test_squad_export_refuses_options_that_cannot_work(sample_vocab, tmp_path):
-    model = span_model(export_config())
+    model = AlbertSpanModel(export_config())
     with pytest.raises(ExportError, match="max_query_length=45 must be between 1 and"):
         export_saved_model(model, str(tmp_path / "squad"), sample_vocab, max_seq_length=48,
                            options={"max_query_length": 45})
@@ -183,7 +183,7 @@ RACE_EXAMPLES = [
 
 @pytest.fixture(scope="module")
 def race_export(tmp_path_factory, sample_vocab):
-    model = race.multiple_choice_model(export_config())
+    model = race.AlbertMultipleChoice(export_config())
     spread(model, seed=5)
     path = export_saved_model(model, str(tmp_path_factory.mktemp("exports") / "race"),
                               sample_vocab, max_seq_length=RACE_SEQ,

@@ -18,7 +18,7 @@ from albert_tf import AlbertBackbone, AlbertClassifier, AlbertPretrainer  # noqa
 from albert_tf.checkpoints import CheckpointError, convert, save_albert_tf  # noqa: E402
 from albert_tf.checkpoints.hf import write_hf_folder  # noqa: E402
 from albert_tf.packing import pack_ids, pad_features  # noqa: E402
-from albert_tf.task_models import span_model  # noqa: E402
+from albert_tf.task_models import AlbertSpanModel  # noqa: E402
 from albert_tf.tokenization import MASK_ID, Tokenizer  # noqa: E402
 from conftest import WIKITEXT, assert_spread, randomize, tiny_config  # noqa: E402
 from data.text_io import expand_input_patterns, read_text_lines  # noqa: E402
@@ -165,7 +165,7 @@ def test_what_transformers_cannot_build_is_refused(tmp_path, sample_vocab):
         (AlbertBackbone(_config(sharing="attention")), r"sharing='attention' cannot be written"),
         (AlbertBackbone(_config(num_hidden_groups=5, sharing="all")),
          r"inner_group_num=2 exceeds num_hidden_layers / num_hidden_groups = 1"),
-        (span_model(_config()), r"a span model has no Hugging Face class"),
+        (AlbertSpanModel(_config()), r"a span model has no Hugging Face class"),
     ]
     for model, message in cases:
         with pytest.raises(CheckpointError, match=message):

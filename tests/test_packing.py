@@ -10,7 +10,7 @@ from albert_tf.packing import (pack_ids, pack_in_graph, pack_row_in_graph, packe
 from albert_tf.tasks import classification, glue
 from albert_tf.tokenization import CLS_ID, SEP_ID, Tokenizer
 from conftest import tiny_config
-from export.serving import AlbertServingModule
+from export.serving import ClassifierServingModule
 
 
 def official_truncate(len_a, len_b, budget):
@@ -117,8 +117,8 @@ def test_glue_and_raw_text_serving_pack_an_empty_text_b_as_one_segment(sample_vo
         assert f["segment_ids"] == [0] * 16
         assert f["input_mask"] == [1] * len(single) + [0] * (16 - len(single))
     config = tiny_config(vocab_size=tok.vocab_size)
-    module = AlbertServingModule(AlbertClassifier(config, num_labels=2), "classifier",
-                                 tok.model_proto, max_seq_length=16, text_pair=True)
+    module = ClassifierServingModule(AlbertClassifier(config, num_labels=2),
+                                     tok.model_proto, max_seq_length=16, text_pair=True)
     texts = tf.constant([e.text_a for e in examples])
     texts_b = tf.constant([e.text_b for e in examples])
     got = module.tokens_from_text(texts, texts_b)

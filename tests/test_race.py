@@ -201,7 +201,7 @@ def test_multiple_choice_logits_are_the_classifier_on_each_option():
     """The [batch, 4, seq] model equals the one-logit classifier run on each (passage, option)
     sequence alone."""
     config = AlbertConfig(**TINY)
-    model = race.multiple_choice_model(config, dropout_rate=0.1)
+    model = race.AlbertMultipleChoice(config, dropout_rate=0.1)
     rng = np.random.default_rng(0)
     batch, seq = 3, 12
     ids = rng.integers(5, 8000, (batch, 4, seq)).astype(np.int32)
@@ -295,7 +295,7 @@ def test_run_race_command_line(tmp_path, squad_paragraphs, sample_vocab):
         article=tf.constant([e.article for e in test]),
         question=tf.constant([e.question for e in test]),
         options=tf.constant([list(e.options) for e in test]))
-    model = race.multiple_choice_model(AlbertConfig(**TINY))
+    model = race.AlbertMultipleChoice(AlbertConfig(**TINY))
     tf.train.Checkpoint(model=model).read(str(out / "best" / "ckpt-best")).expect_partial()
     tokenizer = Tokenizer(sample_vocab)
     rows = [race.example_features(e, tokenizer, 64, 24)[0] for e in test]

@@ -18,7 +18,7 @@ from albert_tf.backbone import set_remove_padding
 from albert_tf.packing import pack_ids, pad_features
 from albert_tf.records import encode_example
 from albert_tf.tasks import race
-from albert_tf.tasks.squad import span_model
+from albert_tf.tasks.squad import AlbertSpanModel
 from albert_tf.tokenization import Tokenizer
 from conftest import EXPORT_MAX_SEQ as MAX_SEQ, export_config, randomize
 from export.saved_model import export_saved_model, host_copy
@@ -126,9 +126,9 @@ def task_exports(tmp_path_factory, sample_vocab):
     """{"squad": (model, loaded), "race": (model, loaded)}: a SQuAD span model and a RACE model
     with random weights, exported."""
     base = tmp_path_factory.mktemp("task_exports")
-    squad = span_model(export_config())
+    squad = AlbertSpanModel(export_config())
     randomize(squad, seed=11)
-    multiple_choice = race.multiple_choice_model(export_config())
+    multiple_choice = race.AlbertMultipleChoice(export_config())
     randomize(multiple_choice, seed=5)
     paths = {
         "squad": export_saved_model(squad, str(base / "squad"), sample_vocab,

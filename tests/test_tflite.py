@@ -270,10 +270,10 @@ def test_refusals_name_the_fix(exported, sample_vocab, tmp_path):
 
     with pytest.raises(TFLiteExportError, match="8000 pieces but the model's vocab_size is 97"):
         export_tflite(AlbertClassifier(tiny_config(), num_labels=2), path, sample_vocab)
-    from albert_tf.tasks.squad import span_model
+    from albert_tf.tasks.squad import AlbertSpanModel
 
     with pytest.raises(TFLiteExportError, match="span model has no TensorFlow Lite export"):
-        export_tflite(span_model(tiny_config(vocab_size=8000)), path, sample_vocab)
+        export_tflite(AlbertSpanModel(tiny_config(vocab_size=8000)), path, sample_vocab)
     open(path, "wb").close()
     with pytest.raises(TFLiteExportError, match="exists; choose another --output"):
         export_tflite(model, path, sample_vocab)

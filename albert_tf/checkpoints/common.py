@@ -1,4 +1,4 @@
-"""What every checkpoint format shares: the errors, building a model by kind, and
+"""What every checkpoint format shares: the errors, building a model by kind (the registry), and
 `assign_strict`, the one strict assignment every foreign source (TF1, Hugging Face,
 `--init_checkpoint`) goes through: an unmapped entry, an unfilled weight or a shape mismatch is
 an error that names them, and nothing is assigned."""
@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from albert_tf.backbone import AlbertBackbone
+from albert_tf import models
 from albert_tf.checkpoints.names import block_counts, explain_shape_mismatch, model_weights
-from albert_tf.classifier import AlbertClassifier
 from albert_tf.config import AlbertConfig
-from albert_tf.pretrainer import AlbertPretrainer
-from albert_tf.task_models import NUM_CHOICES, AlbertSquadV2, multiple_choice_model, span_model
+
 
 class CheckpointError(ValueError):
     """A checkpoint cannot be found, read or used; the message names the file and the fix."""
@@ -22,32 +20,17 @@ class CheckpointMismatchError(ValueError):
     """A checkpoint does not fit the model: names or shapes disagree. Nothing was assigned."""
 
 
-def _classifier(config, num_labels, dtype):
-    if not num_labels:
-        raise CheckpointError("A classifier needs `num_labels`.")
-    return AlbertClassifier(config, num_labels=num_labels, dtype=dtype)
-
-
-# The registry of model kinds: a saved kind (`albert_tf.json`, an export record) -> how to build
-# it. Every model says its own kind (`model.albert_kind`), so nothing else switches on it.
-MODEL_BUILDERS = {
-    "pretrainer": lambda config, num_labels, dtype: AlbertPretrainer(config, dtype=dtype),
-    "classifier": _classifier,
-    "backbone": lambda config, num_labels, dtype: AlbertBackbone(config, dtype=dtype),
-    "span": lambda config, num_labels, dtype: span_model(config, dtype=dtype),
-    "squad_v2": lambda config, num_labels, dtype: AlbertSquadV2(config, dtype=dtype),
-    "multiple_choice": lambda config, num_labels, dtype: multiple_choice_model(
-        config, num_labels or NUM_CHOICES, dtype=dtype),
-}
-MODEL_KINDS = tuple(MODEL_BUILDERS)
+# The saved kinds: every class registered in `albert_tf.registry` (`albert_tf.models`).
+MODEL_KINDS = models.kinds()
 
 
 def build_model(kind: str, config: AlbertConfig, num_labels: int | None = None, dtype=None):
-    """An `AlbertPretrainer`, `AlbertClassifier`, `AlbertBackbone`, SQuAD span model or
-    multiple-choice model (`num_labels` choices, default 4), built (weights exist)."""
-    if kind not in MODEL_BUILDERS:
-        raise CheckpointError(f"Unknown model kind {kind!r}; choose one of {MODEL_KINDS}.")
-    return MODEL_BUILDERS[kind](config, num_labels, dtype)
+    """The registered model of `kind` built for reading a checkpoint of it (weights exist);
+    `num_labels` is a classifier's labels or a multiple-choice model's choices."""
+    try:
+        return models.build_model(kind, config, num_labels, dtype=dtype)
+    except ValueError as e:  # an unknown kind, a classifier without labels
+        raise CheckpointError(str(e)) from None
 
 
 def kind_from_heads(has_mlm: bool, has_sop: bool, num_labels: int | None, source: str) -> str:

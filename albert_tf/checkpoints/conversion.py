@@ -11,8 +11,8 @@ import shutil
 import numpy as np
 
 from albert_tf.checkpoints.common import MODEL_KINDS, CheckpointError, assign_strict, build_model
-from albert_tf.checkpoints.hf import (HF_FILES, hf_kind, load_hf_state_dict, read_hf_folder,
-                                      write_hf_folder)
+from albert_tf.checkpoints.hf import (HF_FILES, hf_architectures, hf_kind, load_hf_state_dict,
+                                      read_hf_folder, write_hf_folder)
 from albert_tf.checkpoints.names import model_kind, model_weights
 from albert_tf.checkpoints.ours import (CONFIG_FILE, FORMAT_FILE, TF1_FILES, check_replaceable,
                                         find_sentencepiece, load_pretrained, save_albert_tf)
@@ -20,6 +20,7 @@ from albert_tf.checkpoints.tf1 import (TF1Checkpoint, key_of_with_group0_fallbac
                                        load_tf1_checkpoint, official_config,
                                        write_tf1_checkpoint)
 from albert_tf.config import AlbertConfig
+from albert_tf.models import as_kind, is_backbone_kind
 
 
 def initialize_from_checkpoint(model, path: str, init_from_group0: bool = False) -> dict:
@@ -221,7 +222,7 @@ def _load_source(source: str, input_path: str, albert_config_file: str | None, k
         config, state, weights_file = read_hf_folder(input_path)
         if albert_config_file:
             config = AlbertConfig.from_json_file(albert_config_file)
-        kind = hf_kind(state) if kind == "auto" else kind
+        kind = hf_kind(state, hf_architectures(input_path)) if kind == "auto" else kind
         num_labels = np.shape(state["classifier.weight"])[0] if "classifier.weight" in state \
             else None
         model = build_model(kind, config, num_labels)
@@ -230,12 +231,12 @@ def _load_source(source: str, input_path: str, albert_config_file: str | None, k
         record = {"type": "hf", "path": weights_file}
     elif source == "albert_tf" and run is not None:  # the model the run trains
         model, prefix = read_training_checkpoint(*run)
-        model = model.backbone if kind == "backbone" and hasattr(model, "backbone") else model
+        model = model if kind == "auto" else as_kind(model, kind)
         report = {"assigned": [w.official_name for w in model_weights(model)], "skipped": {}}
         spm = find_sentencepiece(run[0])
         record = {"type": "albert_tf_run", "path": os.path.abspath(prefix)}
     elif source == "albert_tf":
-        model = load_pretrained(input_path, backbone_only=(kind == "backbone"))
+        model = load_pretrained(input_path, backbone_only=kind != "auto" and is_backbone_kind(kind))
         report = {"assigned": [w.official_name for w in model_weights(model)], "skipped": {}}
         spm = None if input_path.endswith(".keras") else find_sentencepiece(input_path)
         record = {"type": "albert_tf", "path": os.path.abspath(input_path)}

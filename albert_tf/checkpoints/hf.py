@@ -13,9 +13,10 @@ from typing import Mapping
 
 import numpy as np
 
+from albert_tf import models
 from albert_tf.checkpoints.common import (CheckpointError, CheckpointMismatchError,
                                           assign_strict, kind_from_heads, to_numpy)
-from albert_tf.checkpoints.names import (HF_DERIVED_KEYS, HF_HEAD_PREFIXES, model_kind,
+from albert_tf.checkpoints.names import (HF_DERIVED_KEYS, model_kind,
                                          model_weights, official_to_hf)
 from albert_tf.checkpoints.tf1 import official_config
 from albert_tf.config import AlbertConfig
@@ -109,7 +110,23 @@ def read_hf_folder(path: str) -> tuple[AlbertConfig, dict, str]:
                           "pytorch_model.bin.")
 
 
-def hf_kind(state_dict) -> str:
+def hf_architectures(path: str) -> list:
+    """The `architectures` entry of a Hugging Face folder's `config.json` (empty if none)."""
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            names = json.load(f).get("architectures") or []
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [n for n in names if isinstance(n, str)]
+
+
+def hf_kind(state_dict, architectures=()) -> str:
+    """The kind of a Hugging Face state dict: the registered kind of its `architectures` (a
+    token classifier and a sequence classifier have the same keys), else from its heads."""
+    for architecture in architectures:
+        kind = models.kind_of_hf_architecture(architecture)
+        if kind is not None:
+            return kind
     keys = list(state_dict)
     num_labels = (np.shape(state_dict["classifier.weight"])[0]
                   if "classifier.weight" in state_dict else None)
@@ -152,6 +169,7 @@ def load_hf_state_dict(model, state_dict: Mapping[str, object], source="state_di
 
     derived = {k if prefixed else k.replace("albert.", "", 1) for k in HF_DERIVED_KEYS}
     kind = model_kind(model)
+    other_heads = models.other_heads_hf_prefixes(model)
     projection = ("albert." if prefixed else "") + "encoder.embedding_hidden_mapping_in."
     identity = _identity_projection(state_dict, projection, source) \
         if model.config.embedding_size == model.config.hidden_size else False
@@ -161,10 +179,9 @@ def load_hf_state_dict(model, state_dict: Mapping[str, object], source="state_di
             return "derived (buffer or tied copy)"
         if identity and key.startswith(projection):
             return "identity E -> H projection (E = H: the model has none)"
-        if kind != "pretrainer" and key.startswith(HF_HEAD_PREFIXES):
-            return f"pretraining head, not part of a {kind}"
-        if kind == "backbone" and key.startswith("classifier."):
-            return "classifier head, not part of a backbone"
+        for head, prefixes in other_heads.items():
+            if key.startswith(prefixes):
+                return f"{head} head, not part of a {kind}"
         return None
 
     return assign_strict(model, state_dict.keys(), lambda k: state_dict[k], key_of, skip_reason,
@@ -174,9 +191,6 @@ def load_hf_state_dict(model, state_dict: Mapping[str, object], source="state_di
 # ---------------------------------------------------------------------------------------------
 # Writing a `save_pretrained` folder.
 HF_FILES = ("config.json", "model.safetensors", "spiece.model", "tokenizer_config.json")
-# The Hugging Face class of each model kind it has (our SQuAD and RACE heads have no mapping).
-HF_ARCHITECTURES = {"backbone": "AlbertModel", "pretrainer": "AlbertForPreTraining",
-                    "classifier": "AlbertForSequenceClassification"}
 # Our activation -> HF's name for the same function (ours "gelu" is the tanh approximation).
 _ACTIVATIONS_TO_HF = {"gelu": "gelu_new", "relu": "relu", "tanh": "tanh", "linear": "linear"}
 # AlbertTokenizer's special tokens, the pieces of the official SentencePiece vocabularies.
@@ -189,11 +203,14 @@ def hf_config_dict(model, labels=None) -> dict:
     """The Hugging Face `config.json` of `model` (a backbone, pretrainer or classifier), under
     which `from_pretrained` builds exactly its model; refuses what HF cannot build as ours."""
     kind = model_kind(model)
-    if kind not in HF_ARCHITECTURES:
+    architecture = models.class_of(model).hf_architecture
+    if architecture is None:
+        written = ", ".join(c.hf_architecture for c in models.registered_classes()
+                            if c.hf_architecture)
         raise CheckpointError(
             f"a {kind} model has no Hugging Face class this converter maps its head to (it "
-            "writes AlbertModel, AlbertForPreTraining and AlbertForSequenceClassification); "
-            "write its backbone (--model backbone) or keep it in our format.")
+            f"writes {written}); write its backbone (--model backbone) or keep it in our "
+            "format.")
     config = official_config(model.config)  # refuses attention-only / FFN-only sharing
     if config.hidden_act not in _ACTIVATIONS_TO_HF:
         raise CheckpointError(f"hidden_act {config.hidden_act!r} has no Hugging Face name.")
@@ -203,20 +220,16 @@ def hf_config_dict(model, labels=None) -> dict:
             f"inner_group_num={config.inner_group_num} exceeds num_hidden_layers / "
             f"num_hidden_groups = {per_group}: Hugging Face's AlbertTransformer cannot run that "
             "model (IndexError in its head-mask slicing). Keep it in our format.")
-    values = {"architectures": [HF_ARCHITECTURES[kind]], "model_type": "albert",
+    values = {"architectures": [architecture], "model_type": "albert",
               **{k: getattr(config, k) for k in _HF_KEYS},
               "hidden_act": _ACTIVATIONS_TO_HF[config.hidden_act], "layer_norm_eps": 1e-12,
               "position_embedding_type": "absolute", "classifier_dropout_prob": float(
                   getattr(model, "dropout_rate", 0.1)),
               "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3, "torch_dtype": "float32"}
-    if kind == "classifier":
-        names = list(labels) if labels else [f"LABEL_{i}" for i in range(model.num_labels)]
-        if len(names) != model.num_labels:
-            raise CheckpointError(f"{len(names)} label names for {model.num_labels} labels.")
-        values["id2label"] = {str(i): name for i, name in enumerate(names)}
-        values["label2id"] = {name: i for i, name in enumerate(names)}
-        if model.num_labels == 1:
-            values["problem_type"] = "regression"
+    try:
+        values.update(model.hf_config(labels))  # the head's own entries (labels)
+    except ValueError as e:
+        raise CheckpointError(str(e)) from None
     return values
 
 
@@ -240,12 +253,7 @@ def hf_state_dict(model) -> dict:
                                                                            dtype=np.float32)
         state["albert.encoder.embedding_hidden_mapping_in.bias"] = np.zeros(cfg.hidden_size,
                                                                            np.float32)
-    if kind == "pretrainer":
-        state["predictions.decoder.weight"] = state["albert.embeddings.word_embeddings.weight"]
-        state["predictions.decoder.bias"] = state["predictions.bias"]
-    if kind == "backbone":
-        state = {k[len("albert."):]: v for k, v in state.items()}
-    return state
+    return model.hf_extra_state(state)  # tied copies, AlbertModel's unprefixed keys
 
 
 def _check_special_pieces(sentencepiece_model: str) -> None:

@@ -28,7 +28,7 @@ import re
 from albert_tf.weight_names import NamedWeight  # noqa: F401 - part of this module's contract
 
 def model_kind(model) -> str:
-    """"pretrainer", "classifier", "backbone", "span" (SQuAD) or "multiple_choice" (RACE): what
+    """The registered kind (`albert_tf.models.kinds()`: "pretrainer", "classifier", ...) that
     the model says it is (`albert_kind`, set by every model class and task model)."""
     kind = getattr(model, "albert_kind", None)
     if kind is None:

@@ -22,6 +22,7 @@ import tempfile
 from albert_tf.checkpoints.common import CheckpointError, build_model
 from albert_tf.checkpoints.names import model_kind
 from albert_tf.config import AlbertConfig
+from albert_tf.models import backbone_of
 
 FORMAT_FILE = "albert_tf.json"
 WEIGHTS_FILE = "model.weights.h5"
@@ -130,5 +131,5 @@ def load_pretrained(path: str, backbone_only: bool = False, dtype=None):
         model = build_model(record["model"], config, record.get("num_labels"), dtype=dtype)
         model.load_weights(os.path.join(path, WEIGHTS_FILE))
     if backbone_only:
-        return model if model_kind(model) == "backbone" else model.backbone
+        return backbone_of(model)
     return model

@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 
+from albert_tf import models
 from albert_tf.checkpoints.common import CheckpointError, assign_strict, kind_from_heads
 from albert_tf.checkpoints.names import model_kind, model_weights
 from albert_tf.config import AlbertConfig
@@ -121,14 +122,15 @@ def load_tf1_checkpoint(model, checkpoint: TF1Checkpoint | str,
         checkpoint = TF1Checkpoint(checkpoint)
     kind = model_kind(model)
     key_of = key_of_with_group0_fallback(checkpoint.names, init_from_group0)
+    other_heads = tuple(p for names in models.other_heads_official_names(model).values()
+                        for p in names)
 
     def skip_reason(name):
         reason = _tf1_skip_reason(name)
         if reason:
             return reason
-        if kind == "backbone" and (name.startswith("cls/") or name in ("output_weights",
-                                                                       "output_bias")):
-            return "head, not part of a backbone"
+        if name.startswith(other_heads):
+            return f"head, not part of a {kind}"
         return None
 
     return assign_strict(model, checkpoint.names, checkpoint.read, key_of, skip_reason,

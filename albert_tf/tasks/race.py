@@ -34,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F
-from albert_tf.task_models import NUM_CHOICES, multiple_choice_model  # noqa: F401
+from albert_tf.task_models import NUM_CHOICES, AlbertMultipleChoice  # noqa: F401
 from albert_tf.tasks.base import LabelledTask
 from albert_tf.records import files_for, read_cached, to_example, write_records
 from albert_tf.tokenization import FEATURES_REVISION
@@ -265,7 +265,7 @@ class RaceTask(LabelledTask):
         self.dropout_rate = dropout_rate
 
     def build_model(self, dtype=None):
-        return multiple_choice_model(self.albert_config, NUM_CHOICES, self.dropout_rate, dtype)
+        return AlbertMultipleChoice(self.albert_config, NUM_CHOICES, self.dropout_rate, dtype)
 
     def schema(self):
         return race_schema(self.max_seq_length)

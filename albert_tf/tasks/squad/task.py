@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 from albert_tf.tasks.squad import evaluation as squad_eval
-from albert_tf.task_models import AlbertSquadV2, span_model
+from albert_tf.task_models import AlbertSpanModel, AlbertSquadV2
 from albert_tf.tasks.base import Task
 from albert_tf.checkpoints import initialize_backbone
 from albert_tf.tasks.squad.decoding import predict_answers, predict_answers_v2
@@ -69,7 +69,7 @@ class SquadTask(Task):
         self.last_predictions = None
 
     def build_model(self, dtype=None):
-        return span_model(self.albert_config, dtype)
+        return AlbertSpanModel(self.albert_config, dtype)
 
     def schema(self):
         return squad_schema(self.max_seq_length)
