@@ -115,10 +115,6 @@ class AlbertBackbone(RegisteredModel, AlbertConfigSerialization, keras.Model):
     serving_module = "export.serving.AlbertServingModule"
     has_tflite = True
 
-    @classmethod
-    def for_checkpoint(cls, config, num_labels=None, dtype=None):
-        return cls(config, dtype=dtype)
-
     def hf_extra_state(self, state: dict) -> dict:
         """HF's `AlbertModel` keys carry no `albert.` prefix."""
         return {k[len("albert."):]: v for k, v in state.items()}

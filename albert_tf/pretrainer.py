@@ -40,10 +40,6 @@ class AlbertPretrainer(RegisteredModel, AlbertConfigSerialization, keras.Model):
     serving_module = "export.serving.PretrainerServingModule"
     has_tflite = True
 
-    @classmethod
-    def for_checkpoint(cls, config, num_labels=None, dtype=None):
-        return cls(config, dtype=dtype)
-
     def hf_extra_state(self, state: dict) -> dict:
         """HF also saves the MLM decoder, tied to the word embeddings and the output bias."""
         return {**state, "predictions.decoder.weight": state[

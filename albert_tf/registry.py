@@ -7,7 +7,8 @@ everything the rest of the code base would otherwise ask with `if kind == ...`:
     albert_kind            the saved name ("classifier", "span", ...)
     for_checkpoint(config, num_labels=None, dtype=None)
                            classmethod: the model built (weights exist) for reading a checkpoint
-                           of this kind; `num_labels` is the stored label/choice count
+                           of this kind; `num_labels` is the stored label/choice count (the
+                           default builds `cls(config, dtype=dtype)`)
     official_weights()     [NamedWeight]: every variable with its official TF1 name
     official_head_prefixes names (or name prefixes) of this head's entries in an official
                            checkpoint; a backbone skips every registered head's entries
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 _KINDS: dict[str, type] = {}
 
-_REQUIRED = ("albert_kind", "for_checkpoint", "official_weights")
+_REQUIRED = ("albert_kind", "official_weights")
 
 
 class RegisteredModel:
@@ -41,6 +42,11 @@ class RegisteredModel:
     hf_head_prefixes: tuple = ()
     serving_module: str | None = None
     has_tflite: bool = False
+
+    @classmethod
+    def for_checkpoint(cls, config, num_labels=None, dtype=None):
+        """The model built for reading a checkpoint of this kind (heads without labels)."""
+        return cls(config, dtype=dtype)
 
     def hf_config(self, labels=None) -> dict:
         """Extra entries of this model's Hugging Face `config.json` (none by default)."""

@@ -36,10 +36,6 @@ class AlbertSpanModel(RegisteredModel, keras.Model):
     # encoder must compute the padded positions (`set_remove_padding` keeps them).
     reads_padding = True
 
-    @classmethod
-    def for_checkpoint(cls, config, num_labels=None, dtype=None):
-        return cls(config, dtype=dtype)
-
     def __init__(self, config, dtype=None, **kwargs):
         backbone, config = built_backbone(config, dtype)
         inputs = dict(backbone.input)
@@ -141,10 +137,6 @@ class AlbertSquadV2(RegisteredModel, keras.Model):
     official_head_prefixes = ("start_logits/", "end_logits/", "answer_class/")
     serving_module = "export.serving.SquadV2ServingModule"
     SETTINGS = ("start_n_top", "end_n_top")  # carried to a copy of the model (`host_copy`)
-
-    @classmethod
-    def for_checkpoint(cls, config, num_labels=None, dtype=None):
-        return cls(config, dtype=dtype)
 
     def __init__(self, config, start_n_top: int = 5, end_n_top: int = 5,
                  dropout_prob: float = 0.1, dtype=None, **kwargs):

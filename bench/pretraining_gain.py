@@ -102,18 +102,10 @@ def squad_split(out):
     return paths
 
 
-def main(argv):
-    del argv
-    out = os.path.abspath(FLAGS.out)
-    os.makedirs(out, exist_ok=True)
-    log = os.path.join(out, "log.txt")
+def _pretrain(out: str, log: str, seconds: dict) -> tuple[str, str]:
+    """Corpus, vocabulary, records and pretraining (each skipped when done): (vocab prefix,
+    pretraining output dir)."""
     py = "python -m"
-    seconds = {}
-    global TIMINGS_FILE
-    TIMINGS_FILE = os.path.join(out, "timings.json")
-    if os.path.exists(TIMINGS_FILE):
-        with open(TIMINGS_FILE) as f:
-            TIMINGS.update(json.load(f))
     corpus = os.path.join(out, "corpus")
     sample = os.path.join(ROOT, "albert_tf", "sample_data", "pretrain_text")
     seconds["corpus"] = run([*py.split(), "data.prepare_corpus", "--input_file",
@@ -146,41 +138,36 @@ def main(argv):
          "--num_warmup_steps", str(FLAGS.pretrain_steps // 10), "--save_checkpoints_steps",
          "1000", "--iterations_per_loop", "100"], log,
         lambda: _finished(pretrained, FLAGS.pretrain_steps))
-    results = {"tasks": {}, "seconds": seconds}
-    for task in FLAGS.tasks:
-        row = results["tasks"][task] = {}
-        for init in ("pretrained", "random"):
-            task_out = os.path.join(out, "finetune", f"{task}_{init}")
-            init_flags = ["--init_checkpoint", pretrained] if init == "pretrained" else []
-            if task == "squad":
-                paths = squad_split(out)
-                cmd = [*py.split(), "albert_tf.run_squad_v1", "--train_file", paths["train"],
-                       "--predict_file", paths["dev"], "--albert_config_file",
-                       FLAGS.albert_config, "--spm_model_file", vocab + ".model",
-                       "--output_dir", task_out, *init_flags, "--do_train", "--do_predict",
-                       "--max_seq_length", "192", "--doc_stride", "96",
-                       "--max_query_length", "32", "--train_batch_size", "32",
-                       "--learning_rate", "2e-4", "--num_train_epochs", "2",
-                       "--iterations_per_loop", "100", "--save_checkpoints_steps", "100000",
-                       "--predict_batch_size", "64"]
-            else:
-                directory, seq, batch, steps, warmup, lr = GLUE[task]
-                cmd = [*py.split(), "albert_tf.run_classifier", "--task_name", task,
-                       "--data_dir", os.path.join(FLAGS.glue_dir, directory),
-                       "--albert_config_file", FLAGS.albert_config, "--spm_model_file",
-                       vocab + ".model", "--output_dir", task_out, *init_flags, "--do_train",
-                       "--do_eval", "--max_seq_length", str(seq), "--train_batch_size",
-                       str(batch), "--eval_batch_size", "64", "--learning_rate", str(lr),
-                       "--train_step", str(steps), "--warmup_step", str(warmup),
-                       "--save_checkpoints_steps", str(steps), "--iterations_per_loop",
-                       "100"]
-            seconds[f"{task}_{init}"] = run(cmd, log,
-                                            os.path.join(task_out, "eval_results.json"))
-            row[init] = json.load(open(os.path.join(task_out, "eval_results.json")))
-        if task != "squad":
-            row["baseline"] = majority_baseline(task, FLAGS.glue_dir)
-    with open(os.path.join(out, "results.json"), "w") as f:
-        json.dump(results, f, indent=2)
+    return vocab, pretrained
+
+
+def _finetune_command(task: str, out: str, task_out: str, vocab: str, init_flags: list) -> list:
+    """The fine-tuning command of `task` (SQuAD v1.1 on held-out articles, or a GLUE task)."""
+    if task == "squad":
+        paths = squad_split(out)
+        return ["python", "-m", "albert_tf.run_squad_v1", "--train_file", paths["train"],
+                "--predict_file", paths["dev"], "--albert_config_file",
+                FLAGS.albert_config, "--spm_model_file", vocab + ".model",
+                "--output_dir", task_out, *init_flags, "--do_train", "--do_predict",
+                "--max_seq_length", "192", "--doc_stride", "96",
+                "--max_query_length", "32", "--train_batch_size", "32",
+                "--learning_rate", "2e-4", "--num_train_epochs", "2",
+                "--iterations_per_loop", "100", "--save_checkpoints_steps", "100000",
+                "--predict_batch_size", "64"]
+    directory, seq, batch, steps, warmup, lr = GLUE[task]
+    return ["python", "-m", "albert_tf.run_classifier", "--task_name", task,
+            "--data_dir", os.path.join(FLAGS.glue_dir, directory),
+            "--albert_config_file", FLAGS.albert_config, "--spm_model_file",
+            vocab + ".model", "--output_dir", task_out, *init_flags, "--do_train",
+            "--do_eval", "--max_seq_length", str(seq), "--train_batch_size",
+            str(batch), "--eval_batch_size", "64", "--learning_rate", str(lr),
+            "--train_step", str(steps), "--warmup_step", str(warmup),
+            "--save_checkpoints_steps", str(steps), "--iterations_per_loop",
+            "100"]
+
+
+def _table(results: dict) -> list[str]:
+    """The Markdown table: each task's metric, baseline, random init and pretrained."""
     lines = ["| task (dev) | metric | baseline | random init | pretrained (ours) |",
              "|---|---|---|---|---|"]
     for task, row in results["tasks"].items():
@@ -197,9 +184,39 @@ def main(argv):
             lines.append(f"| {task} ({row['random'].get('examples', '?')} examples) | {metric} "
                          f"| {base:.4f} | {row['random'][metric]:.4f} | "
                          f"{row['pretrained'][metric]:.4f} |")
-    report = ["# What pretraining buys", "", *lines, "", "Seconds per step (0: run before timings were kept): " + ", ".join(
-        f"{k} {v:.0f}" for k, v in seconds.items()), "", "Commands:", "", "```",
-        *COMMANDS, "```"]
+    return lines
+
+
+def main(argv):
+    del argv
+    out = os.path.abspath(FLAGS.out)
+    os.makedirs(out, exist_ok=True)
+    log = os.path.join(out, "log.txt")
+    seconds = {}
+    global TIMINGS_FILE
+    TIMINGS_FILE = os.path.join(out, "timings.json")
+    if os.path.exists(TIMINGS_FILE):
+        with open(TIMINGS_FILE) as f:
+            TIMINGS.update(json.load(f))
+    vocab, pretrained = _pretrain(out, log, seconds)
+    results = {"tasks": {}, "seconds": seconds}
+    for task in FLAGS.tasks:
+        row = results["tasks"][task] = {}
+        for init in ("pretrained", "random"):
+            task_out = os.path.join(out, "finetune", f"{task}_{init}")
+            init_flags = ["--init_checkpoint", pretrained] if init == "pretrained" else []
+            cmd = _finetune_command(task, out, task_out, vocab, init_flags)
+            seconds[f"{task}_{init}"] = run(cmd, log,
+                                            os.path.join(task_out, "eval_results.json"))
+            row[init] = json.load(open(os.path.join(task_out, "eval_results.json")))
+        if task != "squad":
+            row["baseline"] = majority_baseline(task, FLAGS.glue_dir)
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    lines = _table(results)
+    report = ["# What pretraining buys", "", *lines, "", "Seconds per step (0: run before "
+              "timings were kept): " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()),
+              "", "Commands:", "", "```", *COMMANDS, "```"]
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write("\n".join(report) + "\n")
     print("\n".join(lines))

@@ -114,8 +114,17 @@ def main(argv):
             "label_agreement": float((probabilities.argmax(1) == reference.argmax(1)).mean()),
             "max_abs_probability_difference": float(np.abs(probabilities - reference).max()),
             "accuracy": float((probabilities.argmax(1) == gold).mean())}
+    _print_table(results, source, len(texts))
+    if FLAGS.output:
+        with open(FLAGS.output, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=2)
+    return 0
+
+
+def _print_table(results: dict, source: str, count: int) -> None:
+    """The Markdown table of the SavedModel and each TFLite mode."""
     sm = results["saved_model"]
-    print(f"\n{source}: {len(texts)} SST-2 dev sentences, one per call")
+    print(f"\n{source}: {count} SST-2 dev sentences, one per call")
     print("| file | size (MB) | p50 ms | p99 ms | label agreement | max abs dp | accuracy |")
     print("|---|---|---|---|---|---|---|")
     print(f"| SavedModel (TF, Python) | {sm['size_bytes'] / 1e6:.2f} | {sm['p50_ms']:.2f} | "
@@ -124,10 +133,6 @@ def main(argv):
         print(f"| TFLite {mode} | {r['size_bytes'] / 1e6:.2f} | {r['p50_ms']:.2f} | "
               f"{r['p99_ms']:.2f} | {r['label_agreement']:.4f} | "
               f"{r['max_abs_probability_difference']:.2e} | {r['accuracy']:.4f} |")
-    if FLAGS.output:
-        with open(FLAGS.output, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=2)
-    return 0
 
 
 if __name__ == "__main__":
