@@ -1,0 +1,380 @@
+"""Token classification end to end: `AlbertTokenClassifier` against Hugging Face's
+`AlbertForTokenClassification`, the word/piece alignment of `TaggingPreprocessor` (Python and
+in-graph), the entity metric against seqeval, the CoNLL readers and their errors, and
+`python -m albert_tf.run_tagging` train/eval/predict/export with the export answering the same
+tags as --do_predict (in Python and through the C++ loader)."""
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from albert_tf import features as F
+from albert_tf.backbone import AlbertBackbone
+from albert_tf.tasks import conll
+from albert_tf.tasks.entity_metrics import entity_scores, get_entities, is_bio, token_accuracy
+from albert_tf.tasks.tagging import IGNORE, TaggingPreprocessor, TaggingTask, sentences_of_windows
+from albert_tf.token_classifier import AlbertTokenClassifier
+from conftest import ROOT, assert_spread, random_batch, tiny_config
+
+SAMPLE = os.path.join(ROOT, "albert_tf", "sample_data", "tagging")
+WNUT_TRAIN = os.path.join(SAMPLE, "wnut17", "train.conll")
+WNUT_DEV = os.path.join(SAMPLE, "wnut17", "dev.conll")
+EWT_TRAIN = os.path.join(SAMPLE, "ud_english_ewt", "train.conllu")
+TOLERANCE = 1e-5
+
+
+# ---------------------------------------------------------------------------------------------
+# The model.
+@pytest.mark.slow
+def test_token_classifier_matches_hf_albert_for_token_classification():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from albert_tf.checkpoints.names import official_to_hf
+    from hf_helpers import hf_config, max_diff, randomize_torch, torch_inputs
+
+    cfg = tiny_config(initializer_range=0.2)  # all-shared, G = 2, inner = 2
+    hf = transformers.AlbertForTokenClassification(hf_config(cfg, num_labels=7)).eval()
+    randomize_torch(hf, seed=3)
+    state = {k: v.numpy() for k, v in hf.state_dict().items()}
+    ours = AlbertTokenClassifier(cfg, 7)
+    used = set()
+    for named in ours.official_weights():
+        if named.official_name.startswith("bert/pooler/"):
+            continue  # HF's token classifier has no pooler; ours is never read by the logits
+        if named.official_name.startswith("cls/tagging/"):  # [num_labels, H] as HF's Linear
+            key = "classifier." + {"output_weights": "weight", "output_bias": "bias"}[
+                named.official_name.rsplit("/", 1)[1]]
+            value = state[key]
+        else:
+            key, transpose = official_to_hf(named.official_name)
+            value = state[key].T if transpose else state[key]
+        named.variable.assign(named.from_official(value))
+        used.add(key)
+    assert used == set(state) - {"albert.embeddings.position_ids"}
+    batch = random_batch(cfg, batch=3, seq=11)
+    with torch.no_grad():
+        ref = hf(**torch_inputs(batch)).logits.numpy()
+    out = ours({k: tf.constant(batch[k]) for k in F.BACKBONE_INPUTS})["logits"].numpy()
+    assert out.shape == (3, 11, 7) and out.dtype == np.float32
+    assert_spread(ref[0, 1:4], ref[1, 1:4], TOLERANCE)
+    real = batch["input_mask"] > 0  # HF computes padded positions too; compare every one
+    assert max_diff(out[real], ref[real]) <= TOLERANCE
+    assert max_diff(out, ref) <= TOLERANCE
+
+
+def test_token_classifier_registry_contract_and_shared_backbone():
+    from albert_tf.checkpoints.names import model_weights
+    from albert_tf.models import build_model, model_class
+
+    cfg = tiny_config()
+    assert model_class("token_classifier") is AlbertTokenClassifier
+    built = build_model("token_classifier", cfg, num_labels=5)
+    names = [w.official_name for w in model_weights(built)]  # covers every variable once
+    assert names[-2:] == ["cls/tagging/output_weights", "cls/tagging/output_bias"]
+    assert all(n.startswith(("bert/", *AlbertTokenClassifier.official_head_prefixes))
+               for n in names)
+    assert built.official_weights()[-2].to_official(built.classifier_head.kernel.numpy()).shape \
+        == (5, cfg.hidden_size)
+    with pytest.raises(ValueError, match="num_labels"):
+        AlbertTokenClassifier.for_checkpoint(cfg)
+    backbone = AlbertBackbone(cfg)
+    shared = AlbertTokenClassifier(backbone, 3)
+    assert shared.backbone is backbone and shared.config is cfg
+    assert built.hf_config(["O", "B-x", "I-x", "B-y", "I-y"])["id2label"]["2"] == "I-x"
+    again = AlbertTokenClassifier.from_config(built.get_config())
+    assert again.num_labels == 5 and again.config == cfg
+
+
+# ---------------------------------------------------------------------------------------------
+# Alignment.
+class PieceTokenizer:
+    """A tokenizer whose pieces are known: a word is split into pieces of 3 characters (ids
+    from a table), "∅" has no pieces."""
+
+    pad_id, unk_id, cls_id, sep_id = 0, 1, 2, 3
+
+    def __init__(self):
+        self.table = {}
+
+    def encode(self, word):
+        pieces = [word[i:i + 3] for i in range(0, len(word), 3)] if word != "∅" else []
+        return [self.table.setdefault(p, 10 + len(self.table)) for p in pieces]
+
+
+def test_preprocessor_labels_first_pieces_and_splits_long_sentences():
+    tok = PieceTokenizer()
+    labels = ["O", "B-PER", "I-PER"]
+    words = ["Johannes", "ran", "∅", "Kepler"]  # 3, 1, 0 (-> [UNK]), 2 pieces
+    tags = ["B-PER", "O", "O", "I-PER"]
+    (window,) = TaggingPreprocessor(tok, labels, 16).windows(words, tags)
+    f = window.features
+    assert sum(f[F.INPUT_MASK]) == 2 + 3 + 1 + 1 + 2 and len(f[F.INPUT_IDS]) == 16
+    assert f[F.INPUT_IDS][0] == tok.cls_id and f[F.INPUT_IDS][8] == tok.sep_id
+    assert f[F.INPUT_IDS][5] == tok.unk_id
+    assert window.positions == [1, 4, 5, 6]
+    assert f[F.LABEL_IDS][:10] == [IGNORE, 1, IGNORE, IGNORE, 0, 0, 2, IGNORE, IGNORE, IGNORE]
+    assert sum(v != IGNORE for v in f[F.LABEL_IDS]) == len(words)
+    # B = 3 pieces per window: starts 0, 3, 4, 5 -> windows {0}, {3, 4, 5}
+    windows = TaggingPreprocessor(tok, labels, 5).windows(words, tags)
+    assert [(w.first_word, w.positions, w.index) for w in windows] == [(0, [1], 0),
+                                                                       (1, [1, 2, 3], 1)]
+    assert windows[1].features[F.INPUT_IDS][4] == tok.sep_id  # Kepler's second piece cut
+    assert sum(v != IGNORE for w in windows for v in w.features[F.LABEL_IDS]) == 4
+    pre = TaggingPreprocessor(tok, labels, 5)
+    ids = [np.array(w.features[F.LABEL_IDS]) for w in windows]
+    assert pre.join(windows, [np.maximum(i, 0) for i in ids]) == tags
+
+
+def test_preprocessor_refuses_bad_sentences():
+    pre = TaggingPreprocessor(PieceTokenizer(), ["O", "B-X"], 8)
+    with pytest.raises(ValueError, match="f.conll, line 7: 2 words but 1 tags"):
+        pre.windows(["a", "b"], ["O"], "f.conll, line 7")
+    with pytest.raises(ValueError, match="line 3: an empty sentence"):
+        pre.windows([], [], "f.conll, line 3")
+    with pytest.raises(ValueError, match="tag 'I-X' is not one of the 2 training tags"):
+        pre.windows(["a"], ["I-X"])
+    with pytest.raises(ValueError, match="at least 3"):
+        TaggingPreprocessor(PieceTokenizer(), ["O"], 2)
+
+
+@pytest.mark.slow
+def test_in_graph_windows_equal_python_windows(sample_vocab):
+    import tensorflow_text  # noqa: F401
+
+    from albert_tf.tokenization import Tokenizer, in_graph_tokenizer
+
+    tokenizer = Tokenizer(sample_vocab)
+    sentences, _ = conll.read_tagged_file(WNUT_DEV)
+    sentences = sentences[:40] + [conll.Sentence(["x" * 90, "a"], None, [0, 0], [])]
+    for length in (8, 64):
+        pre = TaggingPreprocessor(tokenizer, ["O"], length)
+        out = pre.windows_in_graph(in_graph_tokenizer(tokenizer),
+                                   tf.constant([" ".join(s.words) for s in sentences]))
+        flat = [w for s in sentences for w in pre.windows(s.words)]
+        assert out["input_ids"].shape[0] == len(flat) > len(sentences)
+        ids, mask = out["input_ids"].numpy(), out["input_mask"].numpy()
+        for k, w in enumerate(flat):
+            n = int(mask[k].sum())
+            assert ids[k, :n].tolist() == w.features[F.INPUT_IDS][:n]
+        assert out["position"].numpy().tolist() == [p for w in flat for p in w.positions]
+        assert out["window"].numpy().tolist() == [k for k, w in enumerate(flat)
+                                                  for _ in w.positions]
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics. Figures from seqeval 1.2.2, installed by hand (it is not a dependency):
+#   pip install --target /tmp/site setuptools_scm
+#   PYTHONPATH=/tmp/site pip install --no-build-isolation --no-deps --target /tmp/site seqeval
+#   PYTHONPATH=/tmp/site python -c "from seqeval.metrics import *; print(precision_score(T, P),
+#       recall_score(T, P), f1_score(T, P), accuracy_score(T, P))"
+TRUE = [["B-PER", "I-PER", "O", "B-LOC"], ["O", "I-ORG", "I-ORG", "B-ORG", "O"],
+        ["B-LOC", "I-PER", "O"], ["O", "O"], ["B-MISC", "I-MISC", "I-MISC"]]
+PREDICTED = [["B-PER", "I-PER", "O", "B-LOC"], ["O", "B-ORG", "I-ORG", "O", "O"],
+             ["B-LOC", "I-LOC", "B-PER"], ["I-MISC", "O"], ["O", "O", "O"]]
+SEQEVAL = {"precision": 0.5, "recall": 0.42857142857142855, "f1": 0.4615384615384615,
+           "accuracy": 0.5294117647058824}
+
+
+def test_entity_scores_equal_seqeval_figures():
+    scores = entity_scores(TRUE, PREDICTED)
+    for name in ("precision", "recall", "f1"):
+        assert scores[name] == pytest.approx(SEQEVAL[name], abs=1e-15)
+    assert token_accuracy(TRUE, PREDICTED) == pytest.approx(SEQEVAL["accuracy"], abs=1e-15)
+    assert (scores["true_entities"], scores["predicted_entities"]) == (7, 6)
+    # conlleval chunking: I- after O starts an entity; a type change ends one
+    assert get_entities(["O", "I-A", "I-A", "I-B", "B-B", "O"]) == [("A", 1, 2), ("B", 3, 3),
+                                                                   ("B", 4, 4)]
+    assert entity_scores([["O"]], [["O"]])["f1"] == 0.0
+    assert is_bio(["O", "B-x", "I-x"]) and not is_bio(["NOUN", "VERB"]) and not is_bio(["O"])
+
+
+def test_entity_scores_equal_live_seqeval():
+    metrics = pytest.importorskip("seqeval.metrics")
+    rng = np.random.default_rng(0)
+    tags = ["O", "B-A", "I-A", "B-B", "I-B", "E-A", "S-B", "I-C"]
+    for _ in range(200):
+        true = [list(rng.choice(tags, rng.integers(1, 9))) for _ in range(rng.integers(1, 5))]
+        pred = [list(rng.choice(tags, len(s))) for s in true]
+        ours = entity_scores(true, pred)
+        with warnings.catch_warnings():  # seqeval warns where a score is undefined (0)
+            warnings.simplefilter("ignore")
+            assert ours["precision"] == pytest.approx(metrics.precision_score(true, pred))
+            assert ours["recall"] == pytest.approx(metrics.recall_score(true, pred))
+            assert ours["f1"] == pytest.approx(metrics.f1_score(true, pred))
+
+
+def test_task_metrics_join_windows_into_sentences():
+    task = TaggingTask(tiny_config(), ["O", "B-A", "I-A"], 6)
+    assert task.best_metric == "entity_f1"
+    # sentence 1 = windows 0, 1 (an entity across the cut); sentence 2 = window 2; 1 padding
+    label = np.array([[0, 1, 0, 0], [2, 0, 0, 0], [0, 1, 2, 0], [0, 0, 0, 0]])
+    labelled = np.array([[0, 1, 1, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 0, 0]], bool)
+    prediction = label.copy()
+    prediction[2, 2] = 0
+    collected = {"label": label, "prediction": prediction, "labelled": labelled,
+                 "window_index": np.array([0, 1, 0, 0]), "real": np.array([1, 1, 1, 0])}
+    assert sentences_of_windows(label, collected["window_index"], labelled)[:2] == [
+        [1, 0, 2, 0], [1, 2]]
+    sums = {"loss_sum": 2.0, "token_count": 6.0, "correct_sum": 5.0, "count": 3.0}
+    metrics = task.metrics(sums, collected)
+    assert metrics["token_accuracy"] == 5 / 6
+    # true: A(0..0) and I-A after O at 2 -> A(2..2), A(5..6); predicted: A, A, A(5..5)
+    assert (metrics["entity_precision"], metrics["entity_recall"]) == (2 / 3, 2 / 3)
+    assert TaggingTask(tiny_config(), ["NOUN", "VERB"], 6).best_metric == "token_accuracy"
+
+
+# ---------------------------------------------------------------------------------------------
+# Files.
+def test_conll_reader_handles_bom_crlf_lone_tabs_and_no_final_newline(tmp_path):
+    path = tmp_path / "a.conll"
+    path.write_bytes("\ufeffEmpire\tB-loc\r\nState\tI-loc\r\n\t\r\nHi\tO\r\nthere\tO".encode())
+    sentences, fmt = conll.read_tagged_file(str(path))
+    assert fmt == "conll" and [s.words for s in sentences] == [["Empire", "State"],
+                                                               ["Hi", "there"]]
+    assert sentences[1].tags == ["O", "O"] and sentences[1].line_numbers == [4, 5]
+    spaced = tmp_path / "b.txt"
+    spaced.write_text("EU NNP B-ORG\nrejects VBZ O\n\n\nGerman JJ B-MISC\n")
+    sentences, _ = conll.read_tagged_file(str(spaced))
+    assert [s.tags for s in sentences] == [["B-ORG", "O"], ["B-MISC"]]
+    words_only = tmp_path / "c.conll"
+    words_only.write_text("Hello\nworld\n")
+    assert conll.read_tagged_file(str(words_only), require_tags=False)[0][0].tags is None
+    with pytest.raises(conll.ConllError, match=r"c.conll, line 1: one column"):
+        conll.read_tagged_file(str(words_only))
+    out = tmp_path / "predictions.conll"
+    conll.write_predictions(str(out), sentences, [["O", "O"], ["B-MISC"]])
+    assert out.read_text() == "EU NNP B-ORG\tO\nrejects VBZ O\tO\n\nGerman JJ B-MISC\tB-MISC\n"
+
+
+def test_conllu_reader_takes_upos_and_skips_ranges_empty_nodes_and_comments():
+    sentences, fmt = conll.read_tagged_file(EWT_TRAIN)
+    assert fmt == "conllu" and len(sentences) == 150
+    text = open(EWT_TRAIN, encoding="utf-8").read()
+    tokens = [line.split("\t") for line in text.splitlines()
+              if line and not line.startswith("#")]
+    words = [t for t in tokens if t[0].isdigit()]
+    assert len(words) < len(tokens)  # the slice holds ranges and an empty node
+    assert sum(len(s.words) for s in sentences) == len(words)
+    assert [t for s in sentences for t in s.tags] == [t[3] for t in words]
+    assert sentences[0].words[:3] == ["From", "the", "AP"]
+
+
+def test_bad_files_name_the_file_and_line(tmp_path):
+    stray = tmp_path / "stray.conll"
+    stray.write_text("a\tO\nb\tO\tX\n")
+    with pytest.raises(conll.ConllError, match=r"stray.conll, line 2: 3 columns where .* 2"):
+        conll.read_tagged_file(str(stray))
+    unknown = tmp_path / "dev.conll"
+    unknown.write_text("a\tO\n\nb\tB-new\n")
+    sentences, _ = conll.read_tagged_file(str(unknown))
+    with pytest.raises(conll.ConllError, match=r"dev.conll, line 3: tag 'B-new' is not one"):
+        conll.check_known_tags(sentences, ["O", "B-x"], str(unknown))
+    with pytest.raises(conll.ConllError, match=r"f, line 4: 2 words but 1 tags"):
+        conll.check_sentences([conll.Sentence(["a", "b"], ["O"], [4, 5], [])], "f")
+    with pytest.raises(conll.ConllError, match="an empty sentence"):
+        conll.check_sentences([conll.Sentence([], [], [], [])], "f")
+    blank = tmp_path / "blank.conll"
+    blank.write_text("\n\t\n")
+    with pytest.raises(conll.ConllError, match="blank.conll holds no sentences"):
+        conll.read_tagged_file(str(blank))
+    bad_u = tmp_path / "x.conllu"
+    bad_u.write_text("1\ta\ta\tDET\t_\t_\t0\troot\t_\t_\n2\tb\tb\n")
+    with pytest.raises(conll.ConllError, match=r"x.conllu, line 2: a CoNLL-U token line"):
+        conll.read_tagged_file(str(bad_u))
+
+
+# ---------------------------------------------------------------------------------------------
+# The command and its export.
+@pytest.fixture(scope="module")
+def tagging_run(tmp_path_factory, sample_vocab):
+    """run_tagging on the WNUT-17 slice from a (random) pretraining checkpoint: train, eval,
+    predict and export. Returns (output dir, export version dir, stdout)."""
+    from albert_tf.pretrainer import AlbertPretrainer
+
+    tmp = tmp_path_factory.mktemp("tagging")
+    config = tiny_config(vocab_size=8000, max_position_embeddings=64, initializer_range=0.2)
+    config.to_json_file(tmp / "albert_config.json")
+    pretrained = tmp / "pretrained"
+    pretrained.mkdir()
+    config.to_json_file(pretrained / "albert_config.json")
+    tf.train.Checkpoint(model=AlbertPretrainer(config)).save(str(pretrained / "ckpt"))
+    out, export = tmp / "run", tmp / "exports" / "wnut"
+    args = ["--train_file", WNUT_TRAIN, "--dev_file", WNUT_DEV, "--test_file", WNUT_DEV,
+            "--albert_config_file", str(tmp / "albert_config.json"),
+            "--spm_model_file", sample_vocab, "--init_checkpoint", str(pretrained),
+            "--output_dir", str(out), "--do_train", "--do_eval", "--do_predict",
+            "--max_seq_length", "24", "--train_batch_size", "16", "--eval_batch_size", "16",
+            "--predict_batch_size", "16", "--train_step", "6", "--warmup_step", "1",
+            "--save_checkpoints_steps", "6", "--iterations_per_loop", "3",
+            "--learning_rate", "1e-3", "--export_dir", str(export)]
+    proc = subprocess.run([sys.executable, "-m", "albert_tf.run_tagging", *args], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, export / "1", proc.stdout
+
+
+@pytest.mark.slow
+def test_run_tagging_trains_evaluates_predicts_and_exports(tagging_run):
+    out, _, stdout = tagging_run
+    assert "train: 300 sentences" in stdout and "dev: 100 sentences" in stdout
+    results = json.load(open(out / "eval_results.json"))
+    assert results["global_step"] == 6 and results["task"] == "tagging"
+    assert {"token_accuracy", "entity_precision", "entity_recall", "entity_f1"} <= set(results)
+    dev, _ = conll.read_tagged_file(WNUT_DEV)
+    lines = open(out / "predictions.conll", encoding="utf-8").read().split("\n\n")
+    assert len(lines) == len(dev)
+    rows = [line.split("\t") for block in lines for line in block.splitlines()]
+    assert len(rows) == sum(len(s.words) for s in dev)
+    assert all(len(r) == 3 for r in rows)  # word, gold tag, predicted tag
+    labels = json.load(open(out / "labels.json"))
+    assert labels[0] == "O" and len(labels) == 13 and {r[2] for r in rows} <= set(labels)
+    test = json.load(open(out / "test_results.json"))
+    assert test["token_accuracy"] == pytest.approx(results["token_accuracy"])
+
+
+def _predicted_tags(out):
+    blocks = open(out / "predictions.conll", encoding="utf-8").read().split("\n\n")
+    return [[line.split("\t")[-1] for line in b.splitlines()] for b in blocks if b.strip()]
+
+
+@pytest.mark.slow
+def test_export_tags_as_do_predict_does(tagging_run):
+    import tensorflow_text  # noqa: F401
+
+    out, version, _ = tagging_run
+    dev, _ = conll.read_tagged_file(WNUT_DEV)
+    served = tf.saved_model.load(str(version)).signatures["serving_default"](
+        text=tf.constant([" ".join(s.words) for s in dev]))
+    counts = served["num_words"].numpy()
+    tags = [[t.decode() for t in row[:n]] for row, n in zip(served["tags"].numpy(), counts)]
+    assert counts.tolist() == [len(s.words) for s in dev]
+    assert served["num_windows"].numpy().max() > 1  # long sentences split in the graph too
+    assert tags == _predicted_tags(out)
+    assert served["words"].numpy()[0, 0].decode() == dev[0].words[0]
+    empty = tf.saved_model.load(str(version)).signatures["serving_default"](
+        text=tf.constant(["", "Hello there"]))
+    assert empty["num_words"].numpy().tolist() == [0, 2]
+    assert empty["tags"].numpy()[0].tolist() == [b"", b""]
+
+
+@pytest.mark.slow
+def test_export_tags_through_the_cpp_loader(tagging_run, serving_loader, tmp_path):
+    from export.cc_loader import run_loader
+
+    out, version, _ = tagging_run
+    binary, info = serving_loader
+    dev, _ = conll.read_tagged_file(WNUT_DEV)
+    inputs = {"text": np.array([" ".join(s.words).encode() for s in dev[:12]], object)}
+    result = run_loader(binary, str(version), info["op_libraries"], "serving_default", inputs,
+                        str(tmp_path))
+    counts = result["outputs"]["num_words"]
+    tags = [[t.decode() if isinstance(t, bytes) else t for t in row[:n]]
+            for row, n in zip(result["outputs"]["tags"], counts)]
+    assert tags == _predicted_tags(out)[:12]
