@@ -30,13 +30,7 @@ def initialize_from_checkpoint(model, path: str, init_from_group0: bool = False)
     `.keras` file, or a pretraining `--output_dir` (`DIR:best` for its best checkpoint). A
     source without one of the model's weights (a backbone without the pretraining heads) is an
     error naming them (`assign_strict`)."""
-    path = os.fspath(path)
-    which = "latest"
-    if path.endswith(":best"):
-        path, which = path[: -len(":best")], "best"
-    one_checkpoint = split_run_checkpoint(path)
-    if one_checkpoint:
-        path, which = one_checkpoint
+    path, which = _path_and_checkpoint(path)
     if path.endswith(".keras") or os.path.exists(os.path.join(path, FORMAT_FILE)):
         source = load_pretrained(path)
     elif os.path.exists(os.path.join(path, "config.json")):
@@ -51,6 +45,19 @@ def initialize_from_checkpoint(model, path: str, init_from_group0: bool = False)
     key_of = key_of_with_group0_fallback(arrays.keys(), init_from_group0)
     return assign_strict(model, arrays.keys(), arrays.__getitem__, key_of,
                          lambda name: None, path)
+
+
+def _path_and_checkpoint(path) -> tuple[str, str]:
+    """(path, checkpoint) of an `--init_checkpoint` value: `DIR:best` is a run's best
+    checkpoint, `RUN/ckpt-N` one checkpoint of a run, anything else "latest" of `path`."""
+    path = os.fspath(path)
+    which = "latest"
+    if path.endswith(":best"):
+        path, which = path[: -len(":best")], "best"
+    one_checkpoint = split_run_checkpoint(path)
+    if one_checkpoint:
+        path, which = one_checkpoint
+    return path, which
 
 
 def _arrays_by_official_name(model) -> dict:
@@ -142,13 +149,7 @@ def initialize_backbone(backbone, path: str, init_from_group0: bool = False) -> 
     Every backbone weight must be found with its shape (or nothing is assigned); returns
     {"assigned": [official names], "skipped": {source entry: reason}, "source": what was
     read}."""
-    path = os.fspath(path)
-    which = "latest"
-    if path.endswith(":best"):
-        path, which = path[: -len(":best")], "best"
-    one_checkpoint = split_run_checkpoint(path)
-    if one_checkpoint:
-        path, which = one_checkpoint
+    path, which = _path_and_checkpoint(path)
     if path.endswith(".keras") or os.path.exists(os.path.join(path, FORMAT_FILE)):
         source = load_pretrained(path)
         what = {"type": "albert_tf", "path": path}
