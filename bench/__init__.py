@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shlex
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,3 +43,25 @@ def sst2_dev_sentences(n: int) -> list[str]:
     with open(path, encoding="utf-8") as f:
         rows = [line.rstrip("\n").split("\t") for line in f][1:]
     return [row[0] for row in rows[:n]]
+
+
+def call_times(fn, warmup: int, repeats: int) -> list[float]:
+    """Seconds each of `repeats` timed calls of `fn` took, after `warmup` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def write_results(output_dir: str, name: str, results, table: str) -> None:
+    """Writes `results` to NAME.json and the markdown `table` to NAME.md in `output_dir`, and
+    prints the table."""
+    with open(os.path.join(output_dir, f"{name}.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    with open(os.path.join(output_dir, f"{name}.md"), "w") as f:
+        f.write(table)
+    print(table)

@@ -27,7 +27,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench import ROOT, write_results  # noqa: E402
+
 SAMPLE = os.path.join(ROOT, "albert_tf", "sample_data", "pretrain_text")
 flags.DEFINE_list("multiples", ["1", "8"], "Corpus sizes, in copies of the bundled corpus.")
 flags.DEFINE_integer("workers", 2, "Beam worker processes (--direct_num_workers).")
@@ -171,12 +172,9 @@ def main(argv):
                         else "-")
                      + f" | {r['corpus_as_side_input_mb']:.1f} |")
     table = "\n".join(lines) + "\n"
-    with open(os.path.join(FLAGS.output_dir, "beam_memory.json"), "w") as f:
-        json.dump({"workers": FLAGS.workers, "dupe_factor": FLAGS.dupe_factor,
-                   "code_dir": code_dir, "rows": rows}, f, indent=2)
-    with open(os.path.join(FLAGS.output_dir, "beam_memory.md"), "w") as f:
-        f.write(table)
-    print(table)
+    write_results(FLAGS.output_dir, "beam_memory", {"workers": FLAGS.workers,
+                                                    "dupe_factor": FLAGS.dupe_factor,
+                                                    "code_dir": code_dir, "rows": rows}, table)
     return 0
 
 

@@ -57,7 +57,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench import ROOT, call_times, write_results  # noqa: E402
+
 flags.DEFINE_string("preset", "albert-base", "Model preset (albert_tf.config.PRESETS).")
 flags.DEFINE_integer("batch_size", 8, "Batch size.")
 flags.DEFINE_integer("seq_length", 128, "Sequence length.")
@@ -90,14 +91,7 @@ from albert_tf.analysis.flops import FORMULA, forward_flops, model_dims  # noqa:
 # ---------------------------------------------------------------------------------------------
 # Children: one measurement each; print "RESULT <json>".
 def _median_time(fn, warmup, repeats):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    times.sort()
+    times = sorted(call_times(fn, warmup, repeats))
     return {"median_s": times[len(times) // 2], "min_s": times[0], "max_s": times[-1],
             "repeats": repeats}
 
@@ -556,13 +550,8 @@ def main(argv):
                "padded_forward_gflop": forward_flops(dims, B, S, P) / 1e9,
                "cpu_count": os.cpu_count(), "cpu_flags": _cpu_flags(), "peaks_gflops": peaks,
                "rows": rows, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
-    with open(os.path.join(FLAGS.output_dir, "compare.json"), "w") as f:
-        json.dump(results, f, indent=2)
-    table = markdown(results)
-    with open(os.path.join(FLAGS.output_dir, "compare.md"), "w") as f:
-        f.write(table)
+    write_results(FLAGS.output_dir, "compare", results, markdown(results))
     chart(results, os.path.join(FLAGS.output_dir, "compare.png"))
-    print(table)
     return 0
 
 

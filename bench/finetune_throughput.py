@@ -25,7 +25,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench import ROOT  # noqa: E402
+
 flags.DEFINE_string("preset", "albert-base", "Model preset.")
 flags.DEFINE_integer("max_seq_length", 128, "max_seq_length of the features.")
 flags.DEFINE_integer("train_batch_size", 16, "Batch size.")

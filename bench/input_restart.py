@@ -26,7 +26,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench import ROOT, call_times  # noqa: E402
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("files", None, "Pretraining TFRecords (default: generated from the sample).")
 flags.DEFINE_integer("max_seq_length", 512, "Of --files (and of the generated data).")
@@ -57,12 +58,7 @@ def _generate(tmp):
 
 
 def _timed(fn):
-    times = []
-    for _ in range(FLAGS.repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(call_times(fn, 0, FLAGS.repeats))
 
 
 def main(argv):

@@ -23,7 +23,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench import ROOT, write_results  # noqa: E402
+
 flags.DEFINE_list("seq_lengths", ["128", "256", "512"], "Sequence lengths (albert-base).")
 flags.DEFINE_list("sizes", ["albert-base", "albert-large", "albert-xlarge", "albert-xxlarge",
                             "bert-base", "bert-large"], "Presets (seq 128).")
@@ -101,11 +102,7 @@ def main(argv):
                      f"{f'{ref[1] / flops:.2f}x' if ref else '-'} | {paper:.2f}x | "
                      f"{row['peak_rss_mb']:.0f} |")
     table = "\n".join(lines) + "\n"
-    with open(os.path.join(FLAGS.output_dir, "scale.json"), "w") as f:
-        json.dump(results, f, indent=2)
-    with open(os.path.join(FLAGS.output_dir, "scale.md"), "w") as f:
-        f.write(table)
-    print(table)
+    write_results(FLAGS.output_dir, "scale", results, table)
     return 0
 
 

@@ -17,14 +17,13 @@ import json
 import os
 import sys
 import tempfile
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from bench import novels_vocab, sst2_dev_sentences  # noqa: E402
+from bench import call_times, novels_vocab, sst2_dev_sentences  # noqa: E402
 
 flags.DEFINE_string("preset", "albert-base", "Model preset.")
 flags.DEFINE_list("kinds", ["pretrainer", "classifier"], "Models to export and time.")
@@ -41,14 +40,7 @@ SENTENCE = "ALBERT shares a single transformer block across all of its layers, [
 
 
 def _time(fn, warmup, repeats):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    times = np.array(times) * 1000
+    times = np.array(call_times(fn, warmup, repeats)) * 1000
     return {"p50_ms": float(np.percentile(times, 50)), "p99_ms": float(np.percentile(times, 99)),
             "mean_ms": float(times.mean()), "repeats": repeats}
 

@@ -32,7 +32,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from bench import ROOT, novels_vocab, sst2_dev_sentences  # noqa: E402
+from bench import ROOT, novels_vocab, sst2_dev_sentences, write_results  # noqa: E402
 
 flags.DEFINE_string("preset", "albert-base", "Model preset.")
 flags.DEFINE_integer("max_seq_length", 128, "max_seq_length of the export.")
@@ -155,12 +155,7 @@ def main(argv):
     path = os.path.join(FLAGS.output_dir, "serving_load.json")
     if FLAGS.append and os.path.exists(path):
         results = _appended(path, results)
-    with open(path, "w") as f:
-        json.dump(results, f, indent=2)
-    table = markdown(results)
-    with open(os.path.join(FLAGS.output_dir, "serving_load.md"), "w") as f:
-        f.write(table)
-    print(table)
+    write_results(FLAGS.output_dir, "serving_load", results, markdown(results))
     return 0
 
 
