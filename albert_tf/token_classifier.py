@@ -101,6 +101,11 @@ class AlbertTokenClassifier(RegisteredModel, keras.Model):
                 "label2id": {name: i for i, name in enumerate(names)},
                 "classifier_dropout_prob": self.dropout_rate}
 
+    def hf_extra_state(self, state: dict) -> dict:
+        """Hugging Face's `AlbertForTokenClassification` has no pooler: its keys are not
+        written (`from_pretrained` would report them as unexpected)."""
+        return {k: v for k, v in state.items() if not k.startswith("albert.pooler.")}
+
     def get_config(self):
         return {"backbone_or_config": self.config.to_dict(), "num_labels": self.num_labels,
                 "dropout_rate": self.dropout_rate, "dtype": self._dtype_arg,
