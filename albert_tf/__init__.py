@@ -17,10 +17,13 @@ _LAZY = {
     "AlbertBackbone": "albert_tf.backbone",
     "AlbertPretrainer": "albert_tf.pretrainer",
     "AlbertClassifier": "albert_tf.classifier",
+    "AlbertTextClassifier": "albert_tf.text_classifier",
+    "AlbertTextPreprocessor": "albert_tf.preprocessing",
     "load_pretrained": "albert_tf.checkpoints",
 }
 
 __all__ = ["AlbertConfig", "AlbertBackbone", "AlbertPretrainer", "AlbertClassifier",
-           "load_pretrained", "PRESETS", "SHARING_MODES"]
+           "AlbertTextClassifier", "AlbertTextPreprocessor", "load_pretrained", "PRESETS",
+           "SHARING_MODES"]
 __version__ = "0.1.0"
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

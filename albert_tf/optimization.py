@@ -196,3 +196,56 @@ def create_optimizer(name: str, learning_rate: float, num_train_steps: int,
                                      poly_power, start_warmup_step)
     return AlbertOptimizer(schedule, weight_decay_rate=weight_decay_rate,
                            layer_adaptation=(name == "lamb"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Keras `fit` (`albert_tf.text_classifier`): the same update, Keras's loop around it.
+@keras.saving.register_keras_serializable(package="albert_tf")
+class OffsetSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """`schedule` started at optimizer step `offset`: lr(step) = schedule(step - offset), so a
+    second `fit` runs its own warmup and decay from where the first one stopped."""
+
+    def __init__(self, schedule, offset=0):
+        self.schedule = schedule
+        self.offset = int(offset)
+
+    def __call__(self, step):
+        return self.schedule(tf.cast(step, tf.int64) - self.offset)
+
+    def get_config(self):
+        return {"schedule": keras.saving.serialize_keras_object(self.schedule),
+                "offset": self.offset}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(keras.saving.deserialize_keras_object(config["schedule"]), config["offset"])
+
+
+@keras.saving.register_keras_serializable(package="albert_tf")
+class KerasFitOptimizer(AlbertOptimizer):
+    """`AlbertOptimizer` for Keras's `fit`, which (unlike our loop) hands each replica's own
+    gradient to the optimizer: sums them over the replicas (Keras's all-reduce, which
+    `AlbertOptimizer` skips because the loop has done it), then clips the sum to global norm
+    `clip_norm` as the loop does, so a step under a strategy equals the one-device step on the
+    global batch. Keras's `global_clipnorm` would clip each replica's share before the sum."""
+
+    def __init__(self, learning_rate=5e-5, clip_norm=1.0, **kwargs):
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        self.clip_norm = clip_norm
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        summed = [(None if g is None else tf.convert_to_tensor(g), v)  # embeddings: sparse
+                  for g, v in super(AlbertOptimizer, self)._all_reduce_sum_gradients(
+                      grads_and_vars)]
+        if not self.clip_norm:
+            return summed
+        present = [i for i, (g, _) in enumerate(summed) if g is not None]
+        clipped, _ = tf.clip_by_global_norm([summed[i][0] for i in present], self.clip_norm)
+        for i, g in zip(present, clipped):
+            summed[i] = (g, summed[i][1])
+        return summed
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(clip_norm=self.clip_norm)
+        return config

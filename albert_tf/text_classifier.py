@@ -1,0 +1,366 @@
+"""`AlbertTextClassifier`: ALBERT sequence classification as a Keras task model that fits,
+evaluates and predicts on raw text (one segment or pairs), and exports the SavedModel the
+commands write.
+
+    clf = AlbertTextClassifier.from_checkpoint(CKPT, spm_model_file=SPM, num_classes=2,
+                                               sequence_length=128)
+    clf.compile()                      # the official fine-tuning optimizer and schedule
+    clf.fit(x=texts, y=labels, batch_size=32, epochs=3, validation_data=(dev_x, dev_y))
+    probs = clf.predict(["a gripping film", "dull and flat"])   # [2, num_classes]
+    clf.export(EXPORT_BASE)            # BASE/NAME/<version>, as --export_dir writes
+
+The model is the `AlbertClassifier` of `run_classifier` (backbone, dropout, dense head) with
+its logits as the one output, so Keras losses and metrics apply; the text goes through an
+`AlbertTextPreprocessor` inside `tf.data` (tokenized and packed as `run_classifier`'s
+features), so the model itself sees token ids, as under any `tf.distribute` strategy.
+
+Pieces shared with the commands, never copied: the checkpoint readers
+(`albert_tf.checkpoints.initialize_from_checkpoint` / `initialize_backbone`, as
+`--init_checkpoint`), the tokenizer and packing, the optimizer and its update
+(`albert_tf.optimization`), the defaults of `run_classifier`'s flags, and the exporter
+(`export.saved_model.export_saved_model`, imported by `export` when it is called: `export/`
+builds on this package, so a library module of `albert_tf` may not import it at load time,
+ARCHITECTURE.md; that method is the one place that reaches it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from albert_tf.backbone import set_remove_padding
+from albert_tf.checkpoints import (CONFIG_FILE, CheckpointError, CheckpointMismatchError,
+                                   TF1Checkpoint, config_from_hf, initialize_backbone,
+                                   initialize_from_checkpoint, load_pretrained)
+from albert_tf.checkpoints.conversion import split_run_checkpoint
+from albert_tf.checkpoints.ours import find_sentencepiece
+from albert_tf.classifier import AlbertClassifier
+from albert_tf.config import AlbertConfig
+from albert_tf.flags import SPECS
+from albert_tf.optimization import KerasFitOptimizer, OffsetSchedule, WarmupPolynomialDecay
+from albert_tf.preprocessing import AlbertTextPreprocessor, text_columns
+from albert_tf.train_lib import TrainingConfig
+
+# `run_classifier`'s defaults (its flags; the loop's for clipping and weight decay).
+_LOOP_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainingConfig)}
+FINE_TUNING_DEFAULTS = {"optimizer": SPECS["optimizer"].default,
+                        "learning_rate": SPECS["learning_rate"].default,
+                        "warmup_steps": SPECS["warmup_step"].default,
+                        "weight_decay_rate": _LOOP_DEFAULTS["weight_decay_rate"],
+                        "clip_norm": _LOOP_DEFAULTS["clip_norm"],
+                        "dropout_rate": 0.1}
+
+
+def checkpoint_config(checkpoint: str, albert_config_file: str | None = None) -> AlbertConfig:
+    """The model config of `checkpoint` (any `--init_checkpoint` source): `albert_config_file`
+    when given; else the `albert_config.json` of a training run or of our model directory, a
+    Hugging Face folder's `config.json`, a `.keras` file's own, or the `albert_config.json`
+    beside an official TF1 checkpoint or in a TF-Hub module directory (where the official
+    commands take `--albert_config_file`)."""
+    if albert_config_file:
+        return AlbertConfig.from_json_file(albert_config_file)
+    path = os.fspath(checkpoint).removesuffix(":best")
+    run = split_run_checkpoint(path)
+    directory = run[0] if run else path
+    if path.endswith(".keras"):
+        return load_pretrained(path, backbone_only=True).config
+    if os.path.isfile(os.path.join(directory, CONFIG_FILE)):
+        return AlbertConfig.from_json_file(os.path.join(directory, CONFIG_FILE))
+    if os.path.isfile(os.path.join(directory, "config.json")):
+        hf_config = os.path.join(directory, "config.json")
+        with open(hf_config, encoding="utf-8") as f:
+            return config_from_hf(json.load(f), hf_config)
+    prefix = TF1Checkpoint(path).prefix
+    directory = os.path.dirname(prefix)
+    if prefix.endswith(os.path.join("variables", "variables")):
+        directory = os.path.dirname(directory)  # TF-Hub module: <module>/variables/variables
+    found = os.path.join(directory, CONFIG_FILE)
+    if not os.path.isfile(found):
+        raise CheckpointError(f"No {CONFIG_FILE} beside {prefix}: pass albert_config_file= "
+                              "(the commands' --albert_config_file).")
+    return AlbertConfig.from_json_file(found)
+
+
+def _checkpoint_directory(checkpoint: str) -> str:
+    path = os.fspath(checkpoint).removesuffix(":best")
+    run = split_run_checkpoint(path)
+    if run:
+        return run[0]
+    return path if os.path.isdir(path) else os.path.dirname(path)
+
+
+def initialize_classifier(classifier: AlbertClassifier, checkpoint: str,
+                          init_from_group0: bool = False) -> dict:
+    """Fills `classifier` from `checkpoint` with the commands' readers: the whole model where
+    the source is a classifier of the same labels (a fine-tuning run, a fine-tuned TF1 or
+    Hugging Face classifier: `initialize_from_checkpoint`), else its backbone, the source's
+    heads dropped and reported (`initialize_backbone`, as `--init_checkpoint`). Both are
+    strict: a failed read assigns nothing. Returns the reader's report, with `head`
+    ("checkpoint" or "new")."""
+    try:
+        report = initialize_from_checkpoint(classifier, checkpoint,
+                                            init_from_group0=init_from_group0)
+        return dict(report, head="checkpoint")
+    except (CheckpointError, CheckpointMismatchError, KeyError):
+        report = initialize_backbone(classifier.backbone, checkpoint,
+                                     init_from_group0=init_from_group0)
+        return dict(report, head="new")
+
+
+@keras.saving.register_keras_serializable(package="albert_tf")
+class AlbertTextClassifier(keras.Model):
+    """An `AlbertClassifier` whose output is its logits [batch, num_classes], with the text
+    preprocessor that feeds it.
+
+    Args:
+        classifier: an `AlbertClassifier` (kept as it is; `num_labels` is `num_classes`, 1 for
+            regression).
+        preprocessor: the `AlbertTextPreprocessor` of the model's vocabulary.
+        labels: optional class names (the export's `classify` signature serves them).
+
+    `fit`, `evaluate` and `predict` take raw text (`x`: strings, or `(text_a, text_b)` pairs;
+    `y`: class ids, or floats for regression) or a batched `tf.data.Dataset` of
+    `(text, label)` with `text` a string tensor or a tuple of two; `predict` returns
+    probabilities (softmax of the logits), or the value for regression [n, 1].
+    """
+
+    def __init__(self, classifier, preprocessor, labels=None, **kwargs):
+        inputs = dict(classifier.input)
+        logits = classifier(inputs)["logits"]
+        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+        if preprocessor.vocab_size != classifier.config.vocab_size:
+            raise ValueError(f"The preprocessor's vocabulary has {preprocessor.vocab_size} "
+                             f"pieces but the model's vocab_size is "
+                             f"{classifier.config.vocab_size}.")
+        if preprocessor.sequence_length > classifier.config.max_position_embeddings:
+            raise ValueError(f"`sequence_length` {preprocessor.sequence_length} exceeds the "
+                             "model's max_position_embeddings "
+                             f"{classifier.config.max_position_embeddings}.")
+        if labels is not None and len(labels) != classifier.num_labels:
+            raise ValueError(f"{len(labels)} label names for {classifier.num_labels} classes.")
+        self.classifier = classifier
+        self.preprocessor = preprocessor
+        self.labels = list(labels) if labels is not None else None
+        self.text_pair = None  # what `fit` was given, for the export's serving_default
+        self.init_report = None
+        self._fit_schedule = None  # (learning_rate, warmup_steps, warmup_proportion)
+
+    @property
+    def num_classes(self) -> int:
+        return self.classifier.num_labels
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint, spm_model_file=None, num_classes=2,
+                        sequence_length=128, albert_config_file=None, vocab_file=None,
+                        do_lower_case=True, dropout_rate=FINE_TUNING_DEFAULTS["dropout_rate"],
+                        labels=None, init_from_group0=False):
+        """A classifier initialised from `checkpoint`, any source `--init_checkpoint` takes: a
+        pretraining or fine-tuning run's output directory (`DIR:best`, `DIR/ckpt-N`), an
+        official TF1 checkpoint or TF-Hub module directory, a Hugging Face folder, our model
+        directory or `.keras` file (`initialize_classifier`: a fine-tuned classifier of
+        `num_classes` keeps its head). The config comes from the checkpoint
+        (`checkpoint_config`) unless `albert_config_file` is given; `spm_model_file` defaults
+        to the `.model` file in the checkpoint's directory (a run keeps its own there).
+        `num_classes=1` is regression (STS-B)."""
+        config = checkpoint_config(checkpoint, albert_config_file)
+        if not spm_model_file and not vocab_file:
+            directory = _checkpoint_directory(checkpoint)
+            spm_model_file = find_sentencepiece(directory) or find_sentencepiece(
+                os.path.join(directory, "assets"))
+            if not spm_model_file:
+                raise CheckpointError(f"No SentencePiece model in {directory}: pass "
+                                      "spm_model_file= (or vocab_file= for WordPiece).")
+        preprocessor = AlbertTextPreprocessor(spm_model_file, sequence_length, do_lower_case,
+                                              vocab_file=vocab_file)
+        classifier = AlbertClassifier(config, num_classes, dropout_rate=dropout_rate)
+        set_remove_padding(classifier, True)  # the commands' default: same results, faster
+        report = initialize_classifier(classifier, checkpoint, init_from_group0)
+        model = cls(classifier, preprocessor, labels=labels)
+        model.init_report = report
+        return model
+
+    # -----------------------------------------------------------------------------------------
+    # Training.
+    def compile(self, optimizer="auto", loss="auto", metrics="auto", learning_rate=None,
+                warmup_steps=None, warmup_proportion=None, **kwargs):
+        """Keras `compile` with the official fine-tuning defaults.
+
+        `optimizer="auto"`: `run_classifier`'s AdamW (`KerasFitOptimizer`: no bias
+        correction, weight decay 0.01 with LayerNorm and biases excluded, the summed gradient
+        clipped to global norm 1.0) at `learning_rate` (default the flag's, 5e-5), with linear
+        warmup over `warmup_steps` (default 0, the flag's) or `warmup_proportion` of the steps,
+        then linear decay to 0 at the last step of each `fit` (its epochs x steps per epoch).
+        `loss="auto"`: sparse categorical cross entropy on the logits (regression: mean
+        squared error, as STS-B); `metrics="auto"`: accuracy (regression: none).
+        """
+        if optimizer == "auto":
+            if warmup_steps is not None and warmup_proportion is not None:
+                raise ValueError("Give `warmup_steps` or `warmup_proportion`, not both.")
+            lr = FINE_TUNING_DEFAULTS["learning_rate"] if learning_rate is None \
+                else learning_rate
+            self._fit_schedule = (lr, warmup_steps, warmup_proportion)
+            with self.distribute_strategy.scope():
+                optimizer = KerasFitOptimizer(
+                    learning_rate=lr, clip_norm=FINE_TUNING_DEFAULTS["clip_norm"],
+                    weight_decay_rate=FINE_TUNING_DEFAULTS["weight_decay_rate"],
+                    layer_adaptation=FINE_TUNING_DEFAULTS["optimizer"] == "lamb")
+        elif learning_rate is not None or warmup_steps is not None \
+                or warmup_proportion is not None:
+            raise ValueError("`learning_rate`, `warmup_steps` and `warmup_proportion` set "
+                             "the default optimizer; with your own, set them on it.")
+        else:
+            self._fit_schedule = None
+        regression = self.num_classes == 1
+        if loss == "auto":
+            loss = keras.losses.MeanSquaredError() if regression else \
+                keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        if metrics == "auto":
+            metrics = [] if regression else [
+                keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, validation_data=None,
+            shuffle=True, sample_weight=None, steps_per_epoch=None, initial_epoch=0,
+            **kwargs):
+        """Keras `fit` on raw text. With the default optimizer, the learning-rate schedule
+        spans this call: warmup from its first step, 0 after its last (`epochs -
+        initial_epoch` times `steps_per_epoch`, or the batches of `x`)."""
+        if kwargs.get("validation_split"):
+            raise ValueError("`validation_split` is not supported on raw text: pass "
+                             "`validation_data=(texts, labels)`.")
+        batch_size = batch_size or 32
+        train = self._dataset(x, y, sample_weight, batch_size, shuffle)
+        if validation_data is not None:
+            validation_data = self._dataset(*_unpack(validation_data), batch_size,
+                                            shuffle=False)
+        if self._fit_schedule is not None:
+            if steps_per_epoch is None:
+                steps_per_epoch = int(train.cardinality())
+                if steps_per_epoch < 0:
+                    raise ValueError("The number of batches of `x` is unknown: pass "
+                                     "`steps_per_epoch` (the schedule's length depends on it).")
+            self._plan_schedule(steps_per_epoch * (epochs - initial_epoch))
+        return super().fit(train, epochs=epochs, validation_data=validation_data,
+                           shuffle=False,  # done above, the dataset reshuffled each epoch
+                           steps_per_epoch=steps_per_epoch, initial_epoch=initial_epoch,
+                           **kwargs)
+
+    def _plan_schedule(self, num_train_steps: int) -> None:
+        """The default optimizer's schedule over the next `num_train_steps` steps."""
+        if num_train_steps < 1:
+            raise ValueError(f"`fit` would run {num_train_steps} steps; the schedule needs 1 "
+                             "or more (epochs > initial_epoch, steps_per_epoch >= 1).")
+        lr, warmup_steps, warmup_proportion = self._fit_schedule
+        if warmup_steps is None:
+            warmup_steps = int(num_train_steps * warmup_proportion) if warmup_proportion \
+                else FINE_TUNING_DEFAULTS["warmup_steps"]
+        start = int(self.optimizer.iterations.numpy())
+        self.optimizer.learning_rate = OffsetSchedule(
+            WarmupPolynomialDecay(lr, num_train_steps, warmup_steps), offset=start)
+        self.train_function = None  # traced again with the new schedule
+
+    def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+        """Keras `evaluate` on raw text (or a batched dataset of text and labels)."""
+        if kwargs.get("_use_cached_eval_dataset"):  # `fit`'s validation: preprocessed there
+            return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight,
+                                    **kwargs)
+        data = self._dataset(x, y, sample_weight, batch_size or 32, shuffle=False)
+        return super().evaluate(data, **kwargs)
+
+    def predict(self, x, batch_size=None, **kwargs):
+        """Probabilities [n, num_classes] (softmax of the logits); regression: the value
+        [n, 1]."""
+        logits = super().predict(self._dataset(x, None, None, batch_size or 32, shuffle=False),
+                                 **kwargs)
+        if self.num_classes == 1:
+            return logits
+        return tf.nn.softmax(tf.constant(logits, tf.float32), axis=-1).numpy()
+
+    def _dataset(self, x, y, sample_weight, batch_size: int, shuffle) -> tf.data.Dataset:
+        """A batched dataset of (features, y[, sample_weight]) from raw text or a dataset."""
+        if isinstance(x, tf.data.Dataset):
+            if y is not None or sample_weight is not None:
+                raise ValueError("With a dataset `x`, its elements carry the labels; "
+                                 "`y` and `sample_weight` must be None.")
+            return x.map(self.preprocessor, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+                tf.data.AUTOTUNE)
+        text_a, text_b = text_columns(x)
+        self.text_pair = text_b is not None if self.text_pair is None else self.text_pair
+        text = text_a if text_b is None else (text_a, text_b)
+        n = len(text_a)
+        columns = [_labels(y, n, self.num_classes)] if y is not None else []
+        if sample_weight is not None:
+            columns.append(np.asarray(sample_weight, np.float32).reshape(n))
+        data = tf.data.Dataset.from_tensor_slices(
+            (tf.nest.map_structure(lambda c: tf.constant(c, tf.string), text), *columns)
+            if columns else (tf.nest.map_structure(lambda c: tf.constant(c, tf.string), text),))
+        if shuffle:
+            data = data.shuffle(n, reshuffle_each_iteration=True)
+        return data.batch(batch_size).map(
+            lambda *batch: self.preprocessor(*batch),
+            num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+    # -----------------------------------------------------------------------------------------
+    # Export.
+    def export(self, export_dir, labels=None, text_pair=None, version=None, **kwargs):
+        """Writes the TF Serving SavedModel that `run_classifier --export_dir` and
+        `python -m export.export_saved_model` write (`export.saved_model.export_saved_model`:
+        `export_dir` is `BASE/NAME`, a new version under it; raw-text `serving_default`,
+        `classify`/`regress`, token and tf.Example signatures), the text packed as here.
+        `text_pair` (default: whether `fit` was given pairs) makes `serving_default` take
+        `text` and `text_b`; `labels` (default the model's) name the classes; other keyword
+        arguments go to `export_saved_model`. Returns the version directory."""
+        from export.saved_model import export_saved_model  # see the module docstring
+
+        pre = self.preprocessor
+        spm = pre.spm_model_file
+        return export_saved_model(
+            self.classifier, os.fspath(export_dir), spm, version=version,
+            max_seq_length=pre.sequence_length, labels=labels or self.labels,
+            text_pair=bool(self.text_pair) if text_pair is None else text_pair,
+            do_lower_case=pre.do_lower_case, vocab_file=None if spm else pre.vocab_file,
+            source=kwargs.pop("source", {"type": "AlbertTextClassifier"}), **kwargs)
+
+    def get_config(self):
+        return {"classifier": keras.saving.serialize_keras_object(self.classifier),
+                "preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
+                "labels": self.labels, "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        for key in ("classifier", "preprocessor"):
+            config[key] = keras.saving.deserialize_keras_object(config[key])
+        return cls(**config)
+
+
+def _unpack(validation_data):
+    """(x, y, sample_weight) of `validation_data`: a dataset, or a tuple of 2 or 3."""
+    if isinstance(validation_data, tf.data.Dataset):
+        return validation_data, None, None
+    if isinstance(validation_data, (tuple, list)) and len(validation_data) in (2, 3):
+        return tuple(validation_data) + (None,) * (3 - len(validation_data))
+    raise ValueError("`validation_data` must be (texts, labels), (texts, labels, "
+                     "sample_weights) or a dataset.")
+
+
+def _labels(y, n: int, num_classes: int) -> np.ndarray:
+    """Class ids int32 [n] (regression: float32 [n, 1]), checked against `num_classes`."""
+    if num_classes == 1:
+        values = np.asarray(y, np.float32)
+        if values.size != n:
+            raise ValueError(f"{values.size} regression targets for {n} texts.")
+        return values.reshape(n, 1)
+    values = np.asarray(y)
+    if values.shape != (n,) or not np.issubdtype(values.dtype, np.integer):
+        raise ValueError(f"`y` must be {n} class ids (integers 0 to {num_classes - 1}). "
+                         f"Received: shape {values.shape}, dtype {values.dtype}.")
+    if values.min() < 0 or values.max() >= num_classes:
+        raise ValueError(f"`y` holds class ids outside 0..{num_classes - 1}: "
+                         f"{sorted(set(values[(values < 0) | (values >= num_classes)]))[:5]}.")
+    return values.astype(np.int32)
