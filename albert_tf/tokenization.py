@@ -56,7 +56,17 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
-class Tokenizer:
+class _VocabularyFileTokenizer:
+    """What a host tokenizer derives from the file that defines its vocabulary
+    (`vocabulary_file`, each subclass's own)."""
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        """The vocabulary file's SHA-256: feature caches and data sidecars record it."""
+        return file_sha256(self.vocabulary_file)
+
+
+class Tokenizer(_VocabularyFileTokenizer):
     """SentencePiece tokenizer with the official preprocessing and digit-comma re-split.
 
     Args:
@@ -96,10 +106,6 @@ class Tokenizer:
     def vocabulary_file(self) -> str:
         """The file that defines the vocabulary (here the SentencePiece model)."""
         return self.spm_model_file
-
-    @functools.cached_property
-    def sha256(self) -> str:
-        return file_sha256(self.spm_model_file)
 
     @functools.cached_property
     def model_proto(self) -> bytes:
@@ -498,17 +504,7 @@ class InGraphTokenizer:
     def encode_with_masks(self, strings):
         """`Tokenizer.encode_with_masks` for a string batch: int32 RaggedTensor [batch, (ids)]
         in which each literal "[MASK]" of the text is the [MASK] id."""
-        import tensorflow as tf
-
-        parts = tf.strings.split(strings, sep=MASK_PIECE)  # [batch, (parts)], never empty rows
-        ids = self(parts.flat_values)  # [parts, (ids)]
-        lengths = parts.row_lengths()
-        is_last = tf.equal(tf.ragged.range(lengths) + 1, tf.expand_dims(lengths, 1)).flat_values
-        follows = tf.cast(~is_last, tf.int64)  # every part but a row's last is followed by a mask
-        masks = tf.RaggedTensor.from_row_lengths(
-            tf.fill([tf.reduce_sum(follows)], tf.constant(MASK_ID, ids.dtype)), follows)
-        joined = tf.concat([ids, masks], axis=1)
-        return tf.RaggedTensor.from_row_splits(joined, parts.row_splits).merge_dims(1, 2)
+        return _encode_with_masks_in_graph(self, strings)
 
     def pieces_to_ids(self, pieces):
         """The ids of piece strings (any shape), as int32."""
@@ -683,7 +679,7 @@ def wordpiece(word: str, vocab, unk: str = "[UNK]") -> list[str]:
     return pieces
 
 
-class WordPieceTokenizer:
+class WordPieceTokenizer(_VocabularyFileTokenizer):
     """The official WordPiece tokenizer (`FullTokenizer(vocab_file, do_lower_case)` without a
     SentencePiece model): `basic_tokenize`, then `wordpiece` on each word. The interface is
     `Tokenizer`'s, so callers do not ask which one they hold; `make_tokenizer` picks.
@@ -723,10 +719,6 @@ class WordPieceTokenizer:
     @property
     def vocabulary_file(self) -> str:
         return self.vocab_file
-
-    @functools.cached_property
-    def sha256(self) -> str:
-        return file_sha256(self.vocab_file)
 
     @functools.cached_property
     def start_piece_mask(self):
