@@ -314,14 +314,27 @@ def test_round_trip_through_tf1_is_bit_identical(tmp_path, model_cls, sharing):
         np.testing.assert_array_equal(a.variable.numpy(), b.variable.numpy())
 
 
+def _pretrainer_with_wide_weights(cfg, seed):
+    """An `AlbertPretrainer` of `cfg` with every weight drawn from N(0, 0.3)."""
+    model = AlbertPretrainer(cfg)
+    rng = np.random.default_rng(seed)
+    for v in model.weights:
+        v.assign(rng.normal(0, 0.3, v.shape).astype(np.float32))
+    return model
+
+
+def _assert_logits_match_hf(model, hf, batch):
+    """Our MLM and SOP logits on `batch` are HF's `AlbertForPreTraining` ones (TOLERANCE)."""
+    _, diffs = _hf_diffs(model, hf, batch)
+    assert diffs["sop_logits"] <= TOLERANCE, diffs
+    assert diffs["mlm_logits"] <= TOLERANCE, diffs
+
+
 def test_not_shared_write_back_is_read_by_hf_as_the_same_model(tmp_path):
     """HF's own readers (its AlbertConfig from the written albert_config.json, and
     load_tf_weights_in_albert) build the same not-shared model from our --target tf1 output."""
     cfg = tiny_config(sharing="none", num_hidden_groups=1, inner_group_num=1)
-    model = AlbertPretrainer(cfg)
-    rng = np.random.default_rng(13)
-    for v in model.weights:
-        v.assign(rng.normal(0, 0.3, v.shape).astype(np.float32))
+    model = _pretrainer_with_wide_weights(cfg, seed=13)
     from albert_tf.checkpoints import save_albert_tf
     save_albert_tf(model, str(tmp_path / "ours"))
     convert("albert_tf", str(tmp_path / "ours"), str(tmp_path / "tf1"), target="tf1")
@@ -332,31 +345,16 @@ def test_not_shared_write_back_is_read_by_hf_as_the_same_model(tmp_path):
     hf = transformers.AlbertForPreTraining(hf_cfg)
     transformers.models.albert.modeling_albert.load_tf_weights_in_albert(
         hf, None, str(tmp_path / "tf1" / "model.ckpt"))
-    batch = random_batch(cfg, seed=6)
-    with torch.no_grad():
-        ref = hf.eval()(**torch_inputs(batch))
-    out = _pretrainer_outputs(model, batch)
-    assert max_diff(out["sop_logits"], ref.sop_logits) <= TOLERANCE
-    assert max_diff(out["mlm_logits"], gather_positions(
-        ref.prediction_logits, batch["masked_lm_positions"])) <= TOLERANCE
+    _assert_logits_match_hf(model, hf.eval(), random_batch(cfg, seed=6))
 
 
 def test_written_tf1_checkpoint_is_read_by_hf(tmp_path):
     """Our writer's names are the official ones: HF's reader loads them."""
     cfg = tiny_config()
-    model = AlbertPretrainer(cfg)
-    rng = np.random.default_rng(12)
-    for v in model.weights:
-        v.assign(rng.normal(0, 0.3, v.shape).astype(np.float32))
+    model = _pretrainer_with_wide_weights(cfg, seed=12)
     prefix = write_tf1_checkpoint(model, str(tmp_path / "tf1"))
     hf = hf_from_tf1(transformers.AlbertForPreTraining, cfg, prefix)
-    batch = random_batch(cfg, seed=5)
-    with torch.no_grad():
-        ref = hf(**torch_inputs(batch))
-    out = _pretrainer_outputs(model, batch)
-    assert max_diff(out["sop_logits"], ref.sop_logits) <= TOLERANCE
-    assert max_diff(out["mlm_logits"], gather_positions(
-        ref.prediction_logits, batch["masked_lm_positions"])) <= TOLERANCE
+    _assert_logits_match_hf(model, hf, random_batch(cfg, seed=5))
 
 
 # ---------------------------------------------------------------------------------------------
