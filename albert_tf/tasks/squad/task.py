@@ -30,6 +30,11 @@ def official_metrics(metrics: dict, dataset, texts: dict, null_odds: dict) -> di
     return answers
 
 
+def _real_examples(features):
+    """float32 [batch]: 1 for a real feature, 0 for a padding example."""
+    return tf.reshape(tf.cast(features["is_real_example"], tf.float32), [-1])
+
+
 class SquadTask(Task):
     """SQuAD span extraction for the one loop: loss = mean of the start and end cross entropies
     over the real features of the global batch; evaluation decodes every question's best span
@@ -48,6 +53,8 @@ class SquadTask(Task):
     best_metric = "f1"
     examples_term = "count"
     name = "squad_v1"
+    # The span head's per-position scores: outputs "start_logits" and "end_logits".
+    span_scores = "logits"
 
     def __init__(self, albert_config, max_seq_length: int, n_best: int = 20,
                  max_answer_length: int = 30, version: int = 1,
@@ -85,15 +92,19 @@ class SquadTask(Task):
         real = tf.reduce_sum(tf.cast(features["is_real_example"], tf.float32))
         return {"count": ctx.all_reduce(tf.distribute.ReduceOp.SUM, real)}
 
+    def span_loss(self, scores, labels):
+        """float32 [batch]: the loss of the true positions `labels` [batch] under the span
+        head's `scores` [batch, seq] (here logits: their cross entropy)."""
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=scores)
+
     def loss_terms(self, outputs, features):
-        real = tf.reshape(tf.cast(features["is_real_example"], tf.float32), [-1])
+        real = _real_examples(features)
         terms = {"loss_sum": 0.0, "count": tf.reduce_sum(real)}
         for name, key in (("start", START_POSITIONS), ("end", END_POSITIONS)):
-            logits = tf.cast(outputs[f"{name}_logits"], tf.float32)
+            scores = tf.cast(outputs[f"{name}_{self.span_scores}"], tf.float32)
             labels = tf.reshape(tf.cast(features[key], tf.int32), [-1])
-            loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-            terms["loss_sum"] += 0.5 * tf.reduce_sum(real * loss)
-            correct = tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels)
+            terms["loss_sum"] += 0.5 * tf.reduce_sum(real * self.span_loss(scores, labels))
+            correct = tf.equal(tf.argmax(scores, -1, output_type=tf.int32), labels)
             terms[f"{name}_correct"] = tf.reduce_sum(real * tf.cast(correct, tf.float32))
         return terms
 
@@ -104,7 +115,7 @@ class SquadTask(Task):
         return {"start_logits": tf.cast(outputs["start_logits"], tf.float32),
                 "end_logits": tf.cast(outputs["end_logits"], tf.float32),
                 "unique_ids": tf.reshape(features[UNIQUE_IDS], [-1]),
-                "real": tf.reshape(tf.cast(features["is_real_example"], tf.float32), [-1])}
+                "real": _real_examples(features)}
 
     def metrics(self, sums, collected=None):
         count = max(float(sums["count"]), 1.0)
@@ -142,6 +153,7 @@ class SquadV2Task(SquadTask):
 
     model_inputs = ("input_ids", "input_mask", "segment_ids", START_POSITIONS)
     term_names = ("loss_sum", "count", "start_correct", "end_correct", "class_correct")
+    span_scores = "log_probs"  # outputs "start_log_probs" and "end_log_probs"
 
     def __init__(self, albert_config, max_seq_length: int, max_answer_length: int = 30,
                  null_threshold: float | None = None, start_n_top: int = 5,
@@ -157,16 +169,14 @@ class SquadV2Task(SquadTask):
         return AlbertSquadV2(self.albert_config, self.start_n_top, self.end_n_top,
                              self.dropout_prob, dtype=dtype)
 
+    def span_loss(self, scores, labels):
+        """The negative log-probability of the true positions (the scores are
+        log-probabilities; the end's conditioned on the true start)."""
+        return -tf.gather(scores, labels[:, None], axis=1, batch_dims=1)[:, 0]
+
     def loss_terms(self, outputs, features):
-        real = tf.reshape(tf.cast(features["is_real_example"], tf.float32), [-1])
-        terms = {"loss_sum": 0.0, "count": tf.reduce_sum(real)}
-        for name, key in (("start", START_POSITIONS), ("end", END_POSITIONS)):
-            log_probs = tf.cast(outputs[f"{name}_log_probs"], tf.float32)
-            labels = tf.reshape(tf.cast(features[key], tf.int32), [-1])
-            loss = -tf.gather(log_probs, labels[:, None], axis=1, batch_dims=1)[:, 0]
-            terms["loss_sum"] += 0.5 * tf.reduce_sum(real * loss)
-            correct = tf.equal(tf.argmax(log_probs, -1, output_type=tf.int32), labels)
-            terms[f"{name}_correct"] = tf.reduce_sum(real * tf.cast(correct, tf.float32))
+        terms = super().loss_terms(outputs, features)
+        real = _real_examples(features)
         impossible = tf.cast(tf.equal(tf.reshape(features[START_POSITIONS], [-1]), 0),
                              tf.float32)
         logits = tf.cast(outputs["cls_logits"], tf.float32)
@@ -179,7 +189,7 @@ class SquadV2Task(SquadTask):
     def eval_outputs(self, outputs, features):
         collected = {name: tf.cast(outputs[name], tf.float32) for name in V2_BEAM_OUTPUTS}
         collected.update(unique_ids=tf.reshape(features[UNIQUE_IDS], [-1]),
-                         real=tf.reshape(tf.cast(features["is_real_example"], tf.float32), [-1]))
+                         real=_real_examples(features))
         return collected
 
     def metrics(self, sums, collected=None):
