@@ -169,7 +169,9 @@ def pack_in_graph(ids_a, ids_b=None, max_seq_length: int = 512, special=None) ->
     Args:
         ids_a, ids_b: int32 `tf.RaggedTensor` [batch, (tokens)]; `ids_b` None for one segment;
             a row whose B is empty packs as one segment (as `pack_ids`).
-        max_seq_length: the longest packed sequence (a Python int).
+        max_seq_length: the longest packed sequence: a Python int, or a scalar int64 tensor
+            (a SavedModel's argument, TF Hub's `bert_pack_inputs(..., seq_length)`; the caller
+            checks it).
         special: the tokenizer whose [CLS] and [SEP] ids to use (None: SentencePiece's).
 
     Returns:
@@ -179,13 +181,14 @@ def pack_in_graph(ids_a, ids_b=None, max_seq_length: int = 512, special=None) ->
     import tensorflow as tf
 
     pair = ids_b is not None
-    _check_max_seq_length(max_seq_length, pair)
+    if not tf.is_tensor(max_seq_length):
+        _check_max_seq_length(max_seq_length, pair)
     len_a = ids_a.row_lengths()
     if not pair:
         return join_in_graph(keep_first(ids_a, tf.minimum(
             len_a, max_seq_length - SINGLE_SPECIAL_TOKENS)), special=special)
     len_b = ids_b.row_lengths()
-    budget = tf.constant(max_seq_length - PAIR_SPECIAL_TOKENS, tf.int64)
+    budget = tf.cast(max_seq_length - PAIR_SPECIAL_TOKENS, tf.int64)
     keep_a = tf.where(len_b > 0, tf.minimum(len_a, tf.maximum((budget + 1) // 2, budget - len_b)),
                       tf.minimum(len_a, max_seq_length - SINGLE_SPECIAL_TOKENS))
     keep_b = tf.minimum(len_b, tf.maximum(budget // 2, budget - len_a))
