@@ -47,17 +47,15 @@ def define_flags():
     """Command-line flags (defined only when run as a program)."""
     albert_flags.define(albert_flags.MODEL, albert_flags.VOCAB, albert_flags.RUN,
                         albert_flags.EVAL, albert_flags.FINETUNING, albert_flags.CLUSTER,
-                        albert_flags.PERFORMANCE, "train_step", "warmup_step",
-                        max_seq_length=128)
-    flags.DEFINE_string("train_file", None, "CoNLL or CoNLL-U file to train on (its tags are "
-                        "the model's tag set).")
+                        albert_flags.PERFORMANCE, "train_step", "warmup_step", "train_file",
+                        max_seq_length=128,
+                        notes={"train_file": "run_tagging: a CoNLL or CoNLL-U file (its tags "
+                                             "are the model's tag set)."})
     flags.DEFINE_string("dev_file", None, "CoNLL or CoNLL-U file to evaluate on (--do_eval).")
     flags.DEFINE_string("test_file", None, "CoNLL or CoNLL-U file to tag (--do_predict); its "
                         "tags, if it has any, are scored.")
-    flags.DEFINE_string("cached_dir", None, "Where the feature TFRecords go (default: "
-                        "--output_dir).")
-    flags.DEFINE_float("dropout_rate", 0.1, "Dropout on the sequence output (Hugging Face's "
-                       "classifier_dropout_prob).")
+    flags.DEFINE_float("classifier_dropout_prob", 0.1, "Dropout on the sequence output before "
+                       "the tagging layer (Hugging Face's name).")
 
 
 def tag_set(output_dir: str, train_sentences) -> list:
@@ -138,8 +136,9 @@ def run():
     splits = read_splits()
     labels = tag_set(FLAGS.output_dir, splits["train"][1] if "train" in splits else None)
     preprocessor = TaggingPreprocessor(tokenizer, labels, FLAGS.max_seq_length)
-    written = write_features(splits, preprocessor, FLAGS.cached_dir or FLAGS.output_dir)
-    task = TaggingTask(config, labels, FLAGS.max_seq_length, dropout_rate=FLAGS.dropout_rate)
+    written = write_features(splits, preprocessor, FLAGS.output_dir)
+    task = TaggingTask(config, labels, FLAGS.max_seq_length,
+                       dropout_rate=FLAGS.classifier_dropout_prob)
     cfg = None
     if FLAGS.do_train or FLAGS.do_eval:
         any_file = next(iter(written.values()))["files"][0]
