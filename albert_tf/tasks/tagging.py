@@ -218,10 +218,10 @@ def write_examples(sentences, preprocessor: TaggingPreprocessor, path: str, sour
 def sentences_of_windows(values, window_index, labelled) -> list:
     """[[value of each labelled position] per sentence] from windows in file order:
     `values` [windows, seq], `window_index` [windows] (0 starts a sentence), `labelled`
-    [windows, seq] bool."""
+    [windows, seq] (nonzero: a labelled position)."""
     sentences = []
     for row, index, mask in zip(values, window_index, labelled):
-        part = row[mask].tolist()
+        part = row[np.asarray(mask) > 0].tolist()
         if index == 0 or not sentences:
             sentences.append(part)
         else:
@@ -294,7 +294,8 @@ class TaggingTask(LabelledTask):
 
     def eval_outputs(self, outputs, features):
         prediction, label, _, labelled = self._per_token(outputs, features)
-        return {"prediction": prediction, "label": label, "labelled": labelled,
+        return {"prediction": prediction, "label": label,
+                "labelled": tf.cast(labelled, tf.int32),  # numbers gather on any device
                 "window_index": tf.reshape(features[WINDOW_INDEX], [-1]),
                 "real": tf.reshape(features[F.IS_REAL_EXAMPLE], [-1])}
 
