@@ -304,3 +304,16 @@ def test_readme_example_on_the_bundled_sst2(tmp_path, sample_vocab):
           f"{after:.4f}, majority class {majority:.4f}")
     assert after >= 0.62 > majority + 0.1
     assert os.path.exists(tmp_path / "models" / "sst2" / "1" / "saved_model.pb")
+
+
+@pytest.mark.slow
+def test_keras_file_round_trip(pretraining_run, tmp_path):
+    """get_config is the constructor's arguments: a `.keras` file reloads the same answers."""
+    clf = AlbertTextClassifier.from_checkpoint(pretraining_run, num_classes=2,
+                                               sequence_length=16, labels=["neg", "pos"])
+    want = clf.predict(TEXTS, verbose=0)
+    clf.save(str(tmp_path / "clf.keras"))
+    back = keras.models.load_model(str(tmp_path / "clf.keras"))
+    assert isinstance(back, AlbertTextClassifier) and back.labels == ["neg", "pos"]
+    assert back.preprocessor.sequence_length == 16
+    np.testing.assert_array_equal(back.predict(TEXTS, verbose=0), want)
