@@ -162,13 +162,13 @@ def test_keras3_tfsm_layer_outputs_equal_the_backbone_and_train(pair):
 
     backbone, export_dir, _ = pair
 
-    class HubEncoder(keras.layers.TFSMLayer):
+    class TrainableTFSMLayer(keras.layers.TFSMLayer):
         def call(self, inputs, training=False):
             return self.call_endpoint_fn(inputs, training=bool(training))
 
     preprocess = keras.layers.TFSMLayer(os.path.join(export_dir, "preprocess"),
                                         call_endpoint="__call__", trainable=False)
-    encoder = HubEncoder(os.path.join(export_dir, "encoder"), call_endpoint="__call__")
+    encoder = TrainableTFSMLayer(os.path.join(export_dir, "encoder"), call_endpoint="__call__")
     text = keras.Input(shape=(), dtype="string")
     pooled = encoder(preprocess(text))["pooled_output"]
     model = keras.Model(text, keras.layers.Dense(2)(pooled))
