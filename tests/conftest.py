@@ -3,6 +3,8 @@ and the tiny configurations whose dimensions all differ (so a transposed or swap
 cannot pass by having the right shape)."""
 
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -12,8 +14,10 @@ os.environ.setdefault("TF_DETERMINISTIC_OPS", "1")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 from albert_tf import AlbertConfig  # noqa: E402
+from albert_tf.train_lib import PretrainingConfig  # noqa: E402
 
 SHARED_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
                           "shared")
@@ -73,6 +77,14 @@ WIKI_FLAGS = dict(paragraphs="lines", document_marker_regex=r"^ = [^=].* = $",
                   drop_line_regex=r"^ (= )+.*( =)+ $")
 
 
+def run_command(module, *args):
+    """`python -m module args...` run from the repository root, its packages importable: the
+    finished process, its output captured as text (at most 10 minutes)."""
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT,
+                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                          text=True, timeout=600)
+
+
 @pytest.fixture(scope="session")
 def prepared_corpus(tmp_path_factory):
     """{"books": path, "wiki": path} in the official one-sentence-per-line format."""
@@ -98,6 +110,22 @@ def sample_vocab(tmp_path_factory, prepared_corpus):
 
 GENERATION_KW = dict(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=2,
                      random_seed=17, tokens_per_unit=40_000)
+
+# A model for a few pretraining steps on `generated_data` (the sample vocabulary's 8,000 ids).
+PRETRAINING_MODEL = dict(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layers=3,
+                         num_attention_heads=4, intermediate_size=40, max_position_embeddings=64)
+
+
+def pretraining_config(input_file, output_dir, **settings) -> PretrainingConfig:
+    """A quiet `PretrainingConfig` on records shaped as `generated_data` writes them
+    (GENERATION_KW's sequence length and predictions); `settings` give the model
+    (`albert_config`) and the rest, and may override these."""
+    values = dict(input_file=input_file, output_dir=str(output_dir),
+                  max_seq_length=GENERATION_KW["max_seq_length"],
+                  max_predictions_per_seq=GENERATION_KW["max_predictions_per_seq"],
+                  verbose=False)
+    values.update(settings)
+    return PretrainingConfig(**values)
 
 
 @pytest.fixture(scope="session")
@@ -160,6 +188,20 @@ def exported(tmp_path_factory, sample_vocab):
                                   else None)
         out[kind] = (model, path, tf.saved_model.load(path))
     return out
+
+
+def assert_serves_tokens(loaded, texts, texts_b, tokens):
+    """An export's text signature on `texts` (serving_default), or on the pairs (`texts`,
+    `texts_b`) (serve_text_pair), packs them into `tokens` ({input name: array}); returns the
+    signature's outputs."""
+    if texts_b is None:
+        got = loaded.signatures["serving_default"](text=tf.constant(texts))
+    else:
+        got = loaded.signatures["serve_text_pair"](text=tf.constant(texts),
+                                                   text_b=tf.constant(texts_b))
+    for name, value in tokens.items():
+        np.testing.assert_array_equal(got[name].numpy(), np.asarray(value), err_msg=name)
+    return got
 
 
 def randomize(model, seed):

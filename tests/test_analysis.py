@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from conftest import GENERATION_KW, export_config
+from conftest import GENERATION_KW, PRETRAINING_MODEL, export_config, pretraining_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -122,17 +122,13 @@ def test_fill_mask_random_init_is_the_runs_starting_point(tmp_path, generated_da
     from albert_tf import AlbertConfig
     from albert_tf.analysis.fill_mask import build_models, top_k_answers
     from albert_tf.tokenization import MASK_ID, Tokenizer
-    from albert_tf.train_lib import PretrainingConfig, PretrainingRun
+    from albert_tf.train_lib import PretrainingRun
 
-    config = AlbertConfig(vocab_size=8000, embedding_size=16, hidden_size=32,
-                          num_hidden_layers=3, num_attention_heads=4, intermediate_size=40,
-                          max_position_embeddings=64)
     out = str(tmp_path / "run")
-    PretrainingRun(PretrainingConfig(
-        albert_config=config, input_file=generated_data["files"][0], output_dir=out,
-        max_seq_length=64, max_predictions_per_seq=10, train_batch_size=8, num_train_steps=1,
-        num_warmup_steps=1, learning_rate=1e-3, save_checkpoints_steps=1, seed=21,
-        verbose=False)).run()
+    PretrainingRun(pretraining_config(
+        generated_data["files"][0], out, albert_config=AlbertConfig(**PRETRAINING_MODEL),
+        train_batch_size=8, num_train_steps=1, num_warmup_steps=1, learning_rate=1e-3,
+        save_checkpoints_steps=1, seed=21)).run()
     models = build_models(out, random_seed=21)
     trained, random_init = models["trained"], models["random_init"]
     assert len(trained.weights) == len(random_init.weights) > 20

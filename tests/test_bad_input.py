@@ -23,9 +23,8 @@ from albert_tf.flags import NUMBER_RULES, check_numbers
 from albert_tf.ownership import OutputPathError
 from albert_tf.records import SidecarError, read_sidecar, write_file
 from albert_tf.tokenization import file_sha256
-from albert_tf.train_lib import (NonFiniteLossError, OutputDirMismatchError, PretrainingConfig,
-                                 PretrainingRun)
-from conftest import ROOT, export_config, randomize, tiny_config
+from albert_tf.train_lib import NonFiniteLossError, OutputDirMismatchError, PretrainingRun
+from conftest import ROOT, export_config, pretraining_config, randomize, tiny_config
 
 TINY = dict(vocab_size=8000, embedding_size=8, hidden_size=16, num_hidden_layers=2,
             num_hidden_groups=1, num_attention_heads=2, intermediate_size=20,
@@ -37,14 +36,14 @@ def _command(*args, **kwargs):
                           text=True, env=dict(os.environ, PYTHONPATH=ROOT), **kwargs)
 
 
+# The loop settings of this file's pretraining runs (a test changes some).
+RUN = dict(albert_config=AlbertConfig(**TINY), train_batch_size=4, num_train_steps=2,
+           num_warmup_steps=0, learning_rate=1e-3, save_checkpoints_steps=2,
+           iterations_per_loop=1, seed=3, shuffle_window=16)
+
+
 def _config(tmp_path, files, **changes):
-    values = dict(albert_config=AlbertConfig(**TINY), input_file=files,
-                  output_dir=str(tmp_path / "run"), max_seq_length=64,
-                  max_predictions_per_seq=10, train_batch_size=4, num_train_steps=2,
-                  num_warmup_steps=0, learning_rate=1e-3, save_checkpoints_steps=2,
-                  iterations_per_loop=1, seed=3, shuffle_window=16, verbose=False)
-    values.update(changes)
-    return PretrainingConfig(**values)
+    return pretraining_config(files, tmp_path / "run", **dict(RUN, **changes))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,37 +393,30 @@ def test_a_sidecar_cannot_copy_a_file_from_outside_its_dataset(generated_data, t
     secret = tmp_path / "home" / ".ssh" / "id_rsa"
     secret.parent.mkdir(parents=True)
     secret.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\n")
-    for name in (str(secret), "../home/.ssh/id_rsa"):
-        files, _ = _dataset_with_sidecar(generated_data, tmp_path / "data", spm_model_file=name)
-        run_dir = tmp_path / "run"
+
+    def run_without_copying(name, **sidecar):
+        """A run on the dataset whose sidecar names `name` as its SentencePiece model: the file
+        is not copied beside the run's checkpoints. Returns what the run wrote."""
+        files, _ = _dataset_with_sidecar(generated_data, tmp_path / "data", spm_model_file=name,
+                                         **sidecar)
         PretrainingRun(_config(tmp_path, files, num_train_steps=1, save_checkpoints_steps=1))
-        assert not (run_dir / "id_rsa").exists()
-        assert sorted(os.listdir(run_dir)) == ["albert_config.json", "train_input.json",
-                                               "train_settings.json"]
-        shutil.rmtree(run_dir)
+        assert not (tmp_path / "run" / os.path.basename(name)).exists()
+        written = sorted(os.listdir(tmp_path / "run"))
+        shutil.rmtree(tmp_path / "run")
+        return written
+
+    for name in (str(secret), "../home/.ssh/id_rsa"):
+        assert run_without_copying(name) == ["albert_config.json", "train_input.json",
+                                             "train_settings.json"]
     # A symbolic link inside the dataset that points out of it is not followed either.
     (tmp_path / "data" / "spm.model").symlink_to(secret)
-    files, _ = _dataset_with_sidecar(generated_data, tmp_path / "data",
-                                     spm_model_file="spm.model")
-    PretrainingRun(_config(tmp_path, files, num_train_steps=1, save_checkpoints_steps=1))
-    assert not (tmp_path / "run" / "spm.model").exists()
-    shutil.rmtree(tmp_path / "run")
+    run_without_copying("spm.model")
     # Nor a hard link to the secret, even with the secret's checksum forged into the sidecar.
     os.link(secret, tmp_path / "data" / "hard.model")
-    files, _ = _dataset_with_sidecar(generated_data, tmp_path / "data",
-                                     spm_model_file="hard.model",
-                                     spm_model_sha256=file_sha256(str(secret)))
-    PretrainingRun(_config(tmp_path, files, num_train_steps=1, save_checkpoints_steps=1))
-    assert not (tmp_path / "run" / "hard.model").exists()
-    shutil.rmtree(tmp_path / "run")
+    run_without_copying("hard.model", spm_model_sha256=file_sha256(str(secret)))
     # Nor a file with the recorded checksum that is not a SentencePiece model.
     shutil.copy(secret, tmp_path / "data" / "copy.model")
-    files, _ = _dataset_with_sidecar(generated_data, tmp_path / "data",
-                                     spm_model_file="copy.model",
-                                     spm_model_sha256=file_sha256(str(secret)))
-    PretrainingRun(_config(tmp_path, files, num_train_steps=1, save_checkpoints_steps=1))
-    assert not (tmp_path / "run" / "copy.model").exists()
-    shutil.rmtree(tmp_path / "run")
+    run_without_copying("copy.model", spm_model_sha256=file_sha256(str(secret)))
     # The dataset's own model, with the checksum its sidecar records, is copied.
     files = generated_data["files"][0]
     PretrainingRun(_config(tmp_path, files, num_train_steps=1, save_checkpoints_steps=1))

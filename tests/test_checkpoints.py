@@ -26,10 +26,10 @@ from albert_tf import (AlbertClassifier, AlbertConfig, AlbertPretrainer,  # noqa
                        load_pretrained)
 from albert_tf.checkpoints import CheckpointMismatchError, model_weights  # noqa: E402
 from albert_tf.checkpoints.conversion import read_training_checkpoint  # noqa: E402
-from albert_tf.train_lib import PretrainingConfig, PretrainingRun  # noqa: E402
+from albert_tf.train_lib import PretrainingRun  # noqa: E402
 from albert_tf.checkpoints import (CheckpointError, TF1Checkpoint, config_from_hf,  # noqa: E402
                                    convert, write_tf1_checkpoint)
-from conftest import random_batch, tiny_config  # noqa: E402
+from conftest import PRETRAINING_MODEL, pretraining_config, random_batch, tiny_config  # noqa: E402
 from hf_helpers import (gather_positions, hf_config, max_diff, randomize_torch,  # noqa: E402
                         tf_inputs, torch_inputs)
 
@@ -384,22 +384,17 @@ def test_unfilled_model_weight_is_an_error(tmp_path):
 def test_config_disagreeing_with_checkpoint_names_the_dimension(tmp_path):
     cfg = tiny_config()
     write_official_checkpoint(str(tmp_path / "c"), cfg)
-    tiny_config(intermediate_size=38).to_json_file(str(tmp_path / "wrong.json"))
-    with pytest.raises(CheckpointMismatchError,
-                       match=r"disagrees with the checkpoint on intermediate_size: config 38, "
-                             r"checkpoint 37"):
-        convert("tf1", str(tmp_path / "c"), str(tmp_path / "out"),
-                albert_config_file=str(tmp_path / "wrong.json"))
-    tiny_config(vocab_size=30000).to_json_file(str(tmp_path / "v.json"))
-    with pytest.raises(CheckpointMismatchError, match=r"vocab_size: config 30000, checkpoint 97"):
-        convert("tf1", str(tmp_path / "c"), str(tmp_path / "out"),
-                albert_config_file=str(tmp_path / "v.json"))
-    tiny_config(num_hidden_groups=1).to_json_file(str(tmp_path / "g.json"))
-    with pytest.raises(CheckpointMismatchError,
-                       match=r"the checkpoint has 2 block group\(s\) x 2 inner group\(s\), the "
-                             r"model 1 x 2: check num_hidden_groups"):
-        convert("tf1", str(tmp_path / "c"), str(tmp_path / "out"),
-                albert_config_file=str(tmp_path / "g.json"))
+    for name, changes, message in (
+            ("wrong", {"intermediate_size": 38},
+             r"disagrees with the checkpoint on intermediate_size: config 38, checkpoint 37"),
+            ("v", {"vocab_size": 30000}, r"vocab_size: config 30000, checkpoint 97"),
+            ("g", {"num_hidden_groups": 1},
+             r"the checkpoint has 2 block group\(s\) x 2 inner group\(s\), the model 1 x 2: "
+             r"check num_hidden_groups")):
+        tiny_config(**changes).to_json_file(str(tmp_path / f"{name}.json"))
+        with pytest.raises(CheckpointMismatchError, match=message):
+            convert("tf1", str(tmp_path / "c"), str(tmp_path / "out"),
+                    albert_config_file=str(tmp_path / f"{name}.json"))
 
 
 def test_heads_present_decide_the_model(tmp_path):
@@ -553,15 +548,11 @@ def test_convert_reads_a_training_run_directory(tmp_path, generated_data):
     """`convert --source albert_tf` on a training loop's --output_dir (or one of its
     checkpoints) converts the model the run trained, every weight equal; `--source tf1` on it
     names the source to use instead of failing on every weight name."""
-    config = AlbertConfig(vocab_size=8000, embedding_size=16, hidden_size=32,
-                          num_hidden_layers=2, num_attention_heads=4, intermediate_size=40,
-                          max_position_embeddings=64)
+    config = AlbertConfig(**dict(PRETRAINING_MODEL, num_hidden_layers=2))
     run = str(tmp_path / "run")
-    PretrainingRun(PretrainingConfig(
-        albert_config=config, input_file=generated_data["files"][0], output_dir=run,
-        max_seq_length=64, max_predictions_per_seq=10, train_batch_size=8, num_train_steps=2,
-        num_warmup_steps=1, learning_rate=1e-2, save_checkpoints_steps=1, seed=3,
-        verbose=False)).run()
+    PretrainingRun(pretraining_config(generated_data["files"][0], run, albert_config=config,
+                                      train_batch_size=8, num_train_steps=2, num_warmup_steps=1,
+                                      learning_rate=1e-2, save_checkpoints_steps=1, seed=3)).run()
     trained, _ = read_training_checkpoint(run)
     for source in (run, os.path.join(run, "ckpt-1")):
         out = str(tmp_path / f"ours{source.endswith('ckpt-1')}")

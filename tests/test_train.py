@@ -20,11 +20,10 @@ from albert_tf.distribute import StrategyError, get_strategy
 from albert_tf.input_pipeline import DataMismatchError
 from albert_tf.train_lib import (CorruptInputError, NonFiniteLossError, OutputDirMismatchError,
                                  PretrainingConfig, PretrainingRun, TrainingConfig)
-from conftest import ROOT
+from conftest import PRETRAINING_MODEL, ROOT, pretraining_config
 
 WORKER = os.path.join(ROOT, "tests", "train_worker.py")
-TINY = dict(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layers=3,
-            num_attention_heads=4, intermediate_size=40, max_position_embeddings=64)
+TINY = PRETRAINING_MODEL
 
 
 def _pattern(generated_data):
@@ -47,14 +46,14 @@ def _max_diff(a, b):
     return max(float(np.abs(a[k] - b[k]).max()) for k in a)
 
 
+# The loop settings of this file's pretraining runs (a test changes some).
+RUN = dict(albert_config=AlbertConfig(**TINY), train_batch_size=8, num_train_steps=4,
+           num_warmup_steps=1, learning_rate=1e-2, save_checkpoints_steps=4,
+           iterations_per_loop=2, seed=11, shuffle_window=64)
+
+
 def _config(tmp_path, files, **changes):
-    values = dict(albert_config=AlbertConfig(**TINY), input_file=files,
-                  output_dir=str(tmp_path / "run"), max_seq_length=64,
-                  max_predictions_per_seq=10, train_batch_size=8, num_train_steps=4,
-                  num_warmup_steps=1, learning_rate=1e-2, save_checkpoints_steps=4,
-                  iterations_per_loop=2, seed=11, shuffle_window=64, verbose=False)
-    values.update(changes)
-    return PretrainingConfig(**values)
+    return pretraining_config(files, tmp_path / "run", **dict(RUN, **changes))
 
 
 # ---------------------------------------------------------------------------------------------
