@@ -5,8 +5,6 @@ options are its answer and three answers to other questions of the same passage.
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,7 +13,7 @@ from albert_tf import AlbertConfig
 from albert_tf.tasks import race
 from albert_tf.tasks.squad import evaluation as S
 from albert_tf.tokenization import CLS_ID, SEP_ID, Tokenizer
-from conftest import ROOT, SHARED_DIR
+from conftest import SHARED_DIR, run_command
 
 TINY = dict(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
             num_attention_heads=4, intermediate_size=40, max_position_embeddings=64)
@@ -270,9 +268,7 @@ def test_run_race_command_line(tmp_path, squad_paragraphs, sample_vocab):
             "--train_step", "6", "--warmup_step", "2", "--save_checkpoints_steps", "6",
             "--iterations_per_loop", "3", "--learning_rate", "1e-3",
             "--export_dir", str(tmp_path / "exports" / "race")]
-    proc = subprocess.run([sys.executable, "-m", "albert_tf.run_race", *args], cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
-                          text=True, timeout=600)
+    proc = run_command("albert_tf.run_race", *args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.load(open(out / "eval_results.json"))
     assert results["examples"] == counts["dev"] and results["global_step"] == 6
@@ -303,9 +299,6 @@ def test_run_race_command_line(tmp_path, squad_paragraphs, sample_vocab):
                   for k in ("input_ids", "input_mask", "segment_ids")})["logits"].numpy()
     np.testing.assert_allclose(got["logits"].numpy(), want, atol=1e-5, rtol=0)
     # Bad input: a clear error, no traceback.
-    bad = subprocess.run([sys.executable, "-m", "albert_tf.run_race", "--data_dir",
-                          str(tmp_path / "missing"), *args[2:]], cwd=ROOT,
-                         env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
-                         timeout=600)
+    bad = run_command("albert_tf.run_race", "--data_dir", str(tmp_path / "missing"), *args[2:])
     assert bad.returncode == 1 and "RACE/train/middle" in bad.stderr
     assert "Traceback" not in bad.stderr

@@ -8,13 +8,55 @@ import zipfile
 import numpy as np
 import pytest
 
+from albert_tf import AlbertConfig
 from albert_tf.tasks.squad import evaluation as S
 from albert_tf.tasks.squad import align_context, build_features, windows
 from albert_tf.tasks.squad.features import answer_found
 from albert_tf.tokenization import Tokenizer
-from conftest import SHARED_DIR
+from conftest import SHARED_DIR, run_command
 
 SQUAD_DIR = os.path.join(SHARED_DIR, "data", "squad")
+# The command lines' document windows.
+WINDOW_FLAGS = ["--max_seq_length", "128", "--doc_stride", "64", "--max_query_length", "24"]
+
+
+def _command_line_slice(tmp_path, archive, version):
+    """The first two paragraphs of the bundled dev set `archive` written as tmp_path/slice.json
+    (SQuAD `version`), and a tiny model's tmp_path/albert_config.json: (paragraphs, config
+    path)."""
+    paragraphs = S.load_dataset(os.path.join(SQUAD_DIR, archive))[0]["paragraphs"][:2]
+    (tmp_path / "slice.json").write_text(json.dumps(
+        {"version": version, "data": [{"title": "slice", "paragraphs": paragraphs}]}))
+    config = tmp_path / "albert_config.json"
+    AlbertConfig(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                 num_attention_heads=4, intermediate_size=48,
+                 max_position_embeddings=128).to_json_file(config)
+    return paragraphs, config
+
+
+def _assert_export_answers(export_dir, questions, predictions):
+    """The SavedModel in `export_dir` answers the raw `questions` as `predictions` (a
+    predictions.json) does."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401 - the SentencePiece ops of the SavedModel
+
+    loaded = tf.saved_model.load(str(export_dir))
+    got = loaded.signatures["serving_default"](
+        question=tf.constant([q["question"] for q in questions]),
+        context=tf.constant([q["context"] for q in questions]))
+    assert [a.decode() for a in got["answer"].numpy()] == [predictions[q["id"]]
+                                                          for q in questions]
+
+
+def _train_and_predict_flags(tmp_path, config, sample_vocab, epochs, export):
+    """A run that trains `epochs` on slice.json and predicts it (output_dir tmp_path/out),
+    exporting to tmp_path/exports/`export`."""
+    slice_file = str(tmp_path / "slice.json")
+    return ["--train_file", slice_file, "--predict_file", slice_file, "--albert_config_file",
+            str(config), "--spm_model_file", sample_vocab, "--output_dir", str(tmp_path / "out"),
+            "--do_train", "--do_predict", *WINDOW_FLAGS, "--train_batch_size", "8",
+            "--num_train_epochs", str(epochs), "--learning_rate", "1e-3",
+            "--iterations_per_loop", "10", "--export_dir", str(tmp_path / "exports" / export)]
 
 
 @pytest.mark.slow
@@ -340,31 +382,9 @@ def test_a_tiny_model_learns_a_squad_slice(tmp_path, sample_vocab):
 def test_run_squad_v1_command_line(tmp_path, sample_vocab):
     """The official command line on a SQuAD slice: predictions.json in the official format for
     every question, eval_results.json from the official evaluator."""
-    import json
-    import subprocess
-    import sys
-
-    from albert_tf import AlbertConfig
-    from conftest import ROOT
-
-    data = S.load_dataset(os.path.join(SQUAD_DIR, "dev-v1.1.json.zip"))
-    paragraphs = data[0]["paragraphs"][:2]
-    (tmp_path / "slice.json").write_text(json.dumps(
-        {"version": "1.1", "data": [{"title": "slice", "paragraphs": paragraphs}]}))
-    config = tmp_path / "albert_config.json"
-    AlbertConfig(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
-                 num_attention_heads=4, intermediate_size=48,
-                 max_position_embeddings=128).to_json_file(config)
-    args = ["--train_file", str(tmp_path / "slice.json"), "--predict_file",
-            str(tmp_path / "slice.json"), "--albert_config_file", str(config),
-            "--spm_model_file", sample_vocab, "--output_dir", str(tmp_path / "out"),
-            "--do_train", "--do_predict", "--max_seq_length", "128", "--doc_stride", "64",
-            "--max_query_length", "24", "--train_batch_size", "8", "--num_train_epochs", "2",
-            "--learning_rate", "1e-3", "--iterations_per_loop", "10",
-            "--export_dir", str(tmp_path / "exports" / "squad")]
-    proc = subprocess.run([sys.executable, "-m", "albert_tf.run_squad_v1", *args], cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
-                          text=True, timeout=600)
+    paragraphs, config = _command_line_slice(tmp_path, "dev-v1.1.json.zip", "1.1")
+    args = _train_and_predict_flags(tmp_path, config, sample_vocab, 2, "squad")
+    proc = run_command("albert_tf.run_squad_v1", *args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     questions = S.questions([{"paragraphs": paragraphs}])
     # Steps counted in questions, as official: int(questions / batch 8 * 2 epochs).
@@ -382,30 +402,13 @@ def test_run_squad_v1_command_line(tmp_path, sample_vocab):
                            questions=len(questions), features=results["features"],
                            global_step=int(len(questions) / 8 * 2))
     # --export_dir: the SavedModel answers raw text as predictions.json does.
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401
-
-    loaded = tf.saved_model.load(str(tmp_path / "exports" / "squad" / "1"))
-    got = loaded.signatures["serving_default"](
-        question=tf.constant([q["question"] for q in questions]),
-        context=tf.constant([q["context"] for q in questions]))
-    assert [a.decode() for a in got["answer"].numpy()] == [predictions[q["id"]]
-                                                          for q in questions]
+    _assert_export_answers(tmp_path / "exports" / "squad" / "1", questions, predictions)
     # --export_dir alone (the official run_squad_v1.py's action): the run's model, exported
     # again, answers the same.
-    proc = subprocess.run([sys.executable, "-m", "albert_tf.run_squad_v1", *args[4:10],
-                           "--max_seq_length", "128", "--doc_stride", "64",
-                           "--max_query_length", "24", "--export_dir",
-                           str(tmp_path / "exports" / "alone")], cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
-                          text=True, timeout=600)
+    proc = run_command("albert_tf.run_squad_v1", *args[4:10], *WINDOW_FLAGS, "--export_dir",
+                       str(tmp_path / "exports" / "alone"))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    alone = tf.saved_model.load(str(tmp_path / "exports" / "alone" / "1"))
-    again = alone.signatures["serving_default"](
-        question=tf.constant([q["question"] for q in questions]),
-        context=tf.constant([q["context"] for q in questions]))
-    assert [a.decode() for a in again["answer"].numpy()] == [predictions[q["id"]]
-                                                            for q in questions]
+    _assert_export_answers(tmp_path / "exports" / "alone" / "1", questions, predictions)
 
 
 @pytest.mark.slow
@@ -417,34 +420,17 @@ def test_run_squad_v2_command_line_null_odds_and_best_threshold(tmp_path, sample
     again) and predictions.json those answers ("" exactly where the null odds reach the
     threshold); rerun with --null_score_diff_threshold, predictions.json is at that threshold;
     the feature files are reused."""
-    import json
-    import subprocess
-    import sys
-
-    from albert_tf import AlbertConfig
-    from conftest import ROOT
-
-    data = S.load_dataset(os.path.join(SQUAD_DIR, "dev-v2.0.json.zip"))
-    paragraphs = data[0]["paragraphs"][:2]
+    paragraphs, config = _command_line_slice(tmp_path, "dev-v2.0.json.zip", "v2.0")
     dataset = [{"paragraphs": paragraphs}]
     questions = S.questions(dataset)
     assert 0 < sum(not q["answers"] for q in questions) < len(questions)
-    (tmp_path / "slice.json").write_text(json.dumps(
-        {"version": "v2.0", "data": [{"title": "slice", "paragraphs": paragraphs}]}))
-    config = tmp_path / "albert_config.json"
-    AlbertConfig(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
-                 num_attention_heads=4, intermediate_size=48,
-                 max_position_embeddings=128).to_json_file(config)
     out = tmp_path / "out"
     args = ["--predict_file", str(tmp_path / "slice.json"), "--albert_config_file", str(config),
             "--spm_model_file", sample_vocab, "--output_dir", str(out), "--do_predict",
-            "--max_seq_length", "128", "--doc_stride", "64", "--max_query_length", "24",
-            "--v2_head", "null_score"]
+            *WINDOW_FLAGS, "--v2_head", "null_score"]
 
     def run(*extra):
-        proc = subprocess.run([sys.executable, "-m", "albert_tf.run_squad_v2", *args, *extra],
-                              cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
-                              capture_output=True, text=True, timeout=600)
+        proc = run_command("albert_tf.run_squad_v2", *args, *extra)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return (json.load(open(out / "predictions.json")),
                 json.load(open(out / "null_odds.json")),
@@ -488,11 +474,9 @@ def test_run_squad_v2_command_line_null_odds_and_best_threshold(tmp_path, sample
     (tmp_path / "ff").mkdir()
     stray = tmp_path / "ff" / "feat-00003-of-00008.tfrecord"
     stray.write_text("not ours")
-    proc = subprocess.run([sys.executable, "-m", "albert_tf.run_squad_v2", *args, "--do_train",
-                           "--train_file", str(tmp_path / "slice.json"), "--train_feature_file",
-                           str(tmp_path / "ff" / "feat.tfrecord")], cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
-                          timeout=600)
+    proc = run_command("albert_tf.run_squad_v2", *args, "--do_train", "--train_file",
+                       str(tmp_path / "slice.json"), "--train_feature_file",
+                       str(tmp_path / "ff" / "feat.tfrecord"))
     assert proc.returncode != 0 and stray.read_text() == "not ours"
     assert f"{stray} exists and was not made from this run's inputs" in proc.stderr, \
         proc.stderr[-2000:]
@@ -585,35 +569,13 @@ def test_run_squad_v2_with_the_official_answer_class_head(tmp_path, sample_vocab
     slice of the bundled v2.0 dev set with unanswerable questions, predicts every question,
     writes the official evaluator's scores of predictions.json and null_odds.json, and exports
     a SavedModel that answers the raw questions as predictions.json does."""
-    import json
-    import subprocess
-    import sys
-
-    from albert_tf import AlbertConfig
-    from conftest import ROOT
-
-    data = S.load_dataset(os.path.join(SQUAD_DIR, "dev-v2.0.json.zip"))
-    paragraphs = data[0]["paragraphs"][:2]
+    paragraphs, config = _command_line_slice(tmp_path, "dev-v2.0.json.zip", "v2.0")
     dataset = [{"paragraphs": paragraphs}]
     questions = S.questions(dataset)
-    (tmp_path / "slice.json").write_text(json.dumps(
-        {"version": "v2.0", "data": [{"title": "slice", "paragraphs": paragraphs}]}))
-    config = tmp_path / "albert_config.json"
-    AlbertConfig(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
-                 num_attention_heads=4, intermediate_size=48,
-                 max_position_embeddings=128).to_json_file(config)
     out = tmp_path / "out"
-    args = ["--train_file", str(tmp_path / "slice.json"), "--predict_file",
-            str(tmp_path / "slice.json"), "--albert_config_file", str(config),
-            "--spm_model_file", sample_vocab, "--output_dir", str(out), "--do_train",
-            "--do_predict", "--start_n_top", "3", "--end_n_top",
-            "3", "--dropout_prob", "0.1", "--max_seq_length", "128", "--doc_stride", "64",
-            "--max_query_length", "24", "--train_batch_size", "8", "--num_train_epochs", "3",
-            "--learning_rate", "1e-3", "--iterations_per_loop", "10",
-            "--export_dir", str(tmp_path / "exports" / "v2")]
-    proc = subprocess.run([sys.executable, "-m", "albert_tf.run_squad_v2", *args], cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
-                          text=True, timeout=600)
+    proc = run_command("albert_tf.run_squad_v2",
+                       *_train_and_predict_flags(tmp_path, config, sample_vocab, 3, "v2"),
+                       "--start_n_top", "3", "--end_n_top", "3", "--dropout_prob", "0.1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     predictions = json.load(open(out / "predictions.json"))
     odds = json.load(open(out / "null_odds.json"))
@@ -629,12 +591,4 @@ def test_run_squad_v2_with_the_official_answer_class_head(tmp_path, sample_vocab
         assert results[key] == pytest.approx(rescored[key], abs=1e-9), key
     print(f"\nanswer-class head on the slice: {results}")
     # The export answers raw-text questions as predictions.json (the beam decoded in-graph).
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401
-
-    loaded = tf.saved_model.load(str(tmp_path / "exports" / "v2" / "1"))
-    got = loaded.signatures["serving_default"](
-        question=tf.constant([q["question"] for q in questions]),
-        context=tf.constant([q["context"] for q in questions]))
-    assert [a.decode() for a in got["answer"].numpy()] == [predictions[q["id"]]
-                                                          for q in questions]
+    _assert_export_answers(tmp_path / "exports" / "v2" / "1", questions, predictions)
