@@ -184,10 +184,15 @@ def serve_grpc(model: StubModel):
                 response.outputs[k].CopyFrom(tf.make_tensor_proto(v))
             return response
 
-        def Classify(self, request, context):  # noqa: N802
+        def _call_examples(self, request, context):
+            """The outputs of a Classify/Regress request: its tf.Examples, serialized, fed
+            to the named signature."""
             self._check(request, context)
             examples = [e.SerializeToString() for e in request.input.example_list.examples]
-            out = self._call(context, request.model_spec.signature_name, {"inputs": examples})
+            return self._call(context, request.model_spec.signature_name, {"inputs": examples})
+
+        def Classify(self, request, context):  # noqa: N802
+            out = self._call_examples(request, context)
             response = classification_pb2.ClassificationResponse()
             for classes, scores in zip(out["classes"], out["scores"]):
                 row = response.result.classifications.add()
@@ -196,9 +201,7 @@ def serve_grpc(model: StubModel):
             return response
 
         def Regress(self, request, context):  # noqa: N802
-            self._check(request, context)
-            examples = [e.SerializeToString() for e in request.input.example_list.examples]
-            out = self._call(context, request.model_spec.signature_name, {"inputs": examples})
+            out = self._call_examples(request, context)
             response = regression_pb2.RegressionResponse()
             for value in out["outputs"]:
                 response.result.regressions.add(value=float(value))

@@ -19,7 +19,7 @@ from albert_tf.records import example_of
 from albert_tf.tokenization import MASK_ID, SEP_ID, Tokenizer
 from conftest import (EXPORT_MAX_SEQ as MAX_SEQ, GUTENBERG, ROOT, WIKITEXT,
                       export_config as _config, random_batch, randomize as _randomize,
-                      assert_spread)
+                      assert_serves_tokens, assert_spread)
 from data.text_io import expand_input_patterns, read_text_lines
 from export.ops_check import UnsupportedOpError, check_saved_model_ops
 from export.serving import OFFICIAL_SIGNATURE
@@ -206,13 +206,7 @@ def test_text_signatures_equal_python_tokenization_and_the_keras_model(exported,
     tok = Tokenizer(sample_vocab)
     for texts, texts_b in ((TEXTS, None), (TEXTS[:1], None), (TEXTS, PAIRS)):
         tokens = _python_tokens(tok, texts, texts_b)
-        if texts_b is None:
-            got = loaded.signatures["serving_default"](text=tf.constant(texts))
-        else:
-            got = loaded.signatures["serve_text_pair"](text=tf.constant(texts),
-                                                       text_b=tf.constant(texts_b))
-        for name, value in tokens.items():
-            np.testing.assert_array_equal(got[name].numpy(), value.numpy(), err_msg=name)
+        got = assert_serves_tokens(loaded, texts, texts_b, tokens)
         if kind != "pretrainer" or (tokens["input_ids"].numpy() == MASK_ID).any():
             _check(kind, got, _keras_reference(model, kind, tokens))
     # The long text_b is truncated to exactly max_seq_length, longest first, from the end.
