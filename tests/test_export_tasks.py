@@ -34,9 +34,9 @@ def spread(model, seed):
         v.assign(rng.normal(0, 0.05, v.shape).astype(np.float32) + ("gamma" in v.path))
 
 
-def _python_prediction(model, tokenizer, questions, threshold):
-    """`run_squad_v2 --do_predict`'s path: features padded to MAX_SEQ, the Keras model,
-    `predict_answers`."""
+def _features(questions, tokenizer):
+    """`run_squad_v2 --do_predict`'s features of `questions`: ({id: aligned context}, the
+    features of every window, their model inputs padded to MAX_SEQ)."""
     contexts, features = {}, []
     for q in questions:
         contexts[q["id"]] = align_context(q["context"], tokenizer)
@@ -44,6 +44,13 @@ def _python_prediction(model, tokenizer, questions, threshold):
                                       MAX_QUERY, 1000 + len(features), False)
     inputs = {k: np.array([f[k] for f in features], np.int32)
               for k in ("input_ids", "input_mask", "segment_ids")}
+    return contexts, features, inputs
+
+
+def _python_prediction(model, tokenizer, questions, threshold):
+    """`run_squad_v2 --do_predict`'s path: features padded to MAX_SEQ, the Keras model,
+    `predict_answers`."""
+    contexts, features, inputs = _features(questions, tokenizer)
     out = model(inputs)
     answers, null_odds = predict_answers(features, out["start_logits"].numpy(),
                                          out["end_logits"].numpy(), contexts, N_BEST,
@@ -69,6 +76,22 @@ def squad_export(tmp_path_factory, sample_vocab):
     return model, path, tf.saved_model.load(path), questions, threshold
 
 
+def _served_answers(loaded, questions, answers, null_odds):
+    """serving_default on `questions`: each answer is the one in `answers` and its null odds
+    the one in `null_odds` (to 1e-4). Returns the signature's outputs and how many it
+    answered."""
+    got = loaded.signatures["serving_default"](
+        question=tf.constant([q["question"] for q in questions]),
+        context=tf.constant([q["context"] for q in questions]))
+    answered = 0
+    for i, q in enumerate(questions):
+        answer = got["answer"][i].numpy().decode()
+        assert answer == answers[q["id"]], (i, answer, answers[q["id"]])
+        assert got["null_odds"][i].numpy() == pytest.approx(null_odds[q["id"]], abs=1e-4)
+        answered += bool(answer)
+    return got, answered
+
+
 @pytest.mark.slow
 def test_squad_export_answers_as_the_python_prediction_path(squad_export, sample_vocab):
     """60 real SQuAD 2.0 dev questions (each context cut into several windows): the exported
@@ -79,18 +102,11 @@ def test_squad_export_answers_as_the_python_prediction_path(squad_export, sample
     tokenizer = Tokenizer(sample_vocab)
     answers, null_odds, features, inputs, out = _python_prediction(model, tokenizer, questions,
                                                                    threshold)
-    got = loaded.signatures["serving_default"](
-        question=tf.constant([q["question"] for q in questions]),
-        context=tf.constant([q["context"] for q in questions]))
-    answered = 0
+    got, answered = _served_answers(loaded, questions, answers, null_odds)
     for i, q in enumerate(questions):
-        answer = got["answer"][i].numpy().decode()
-        assert answer == answers[q["id"]], (i, answer, answers[q["id"]])
-        assert got["null_odds"][i].numpy() == pytest.approx(null_odds[q["id"]], abs=1e-4)
         start, end = int(got["answer_start"][i]), int(got["answer_end"][i])
-        if answer:
-            answered += 1
-            assert q["context"][start:end] == answer
+        if answers[q["id"]]:
+            assert q["context"][start:end] == answers[q["id"]]
         else:
             assert (start, end) == (-1, -1)
     windows = {}
@@ -316,13 +332,7 @@ def test_answer_class_model_export_answers_as_the_python_prediction_path(sample_
     model = AlbertSquadV2(export_config(), start_n_top=3, end_n_top=4)
     spread(model, seed=13)
     questions = S.questions(S.load_dataset(SQUAD_V2))[:40]
-    contexts, features = {}, []
-    for q in questions:
-        contexts[q["id"]] = align_context(q["context"], tokenizer)
-        features += question_features(q, contexts[q["id"]], tokenizer, MAX_SEQ, STRIDE,
-                                      MAX_QUERY, 1000 + len(features), False)
-    inputs = {k: np.array([f[k] for f in features], np.int32)
-              for k in ("input_ids", "input_mask", "segment_ids")}
+    contexts, features, inputs = _features(questions, tokenizer)
     out = {k: v.numpy() for k, v in model(inputs).items() if k in V2_BEAM_OUTPUTS}
     _, null = predict_answers_v2(features, out, contexts, MAX_ANSWER, None)
     threshold = float(np.median(list(null.values())))
@@ -333,15 +343,7 @@ def test_answer_class_model_export_answers_as_the_python_prediction_path(sample_
                                        "max_answer_length": MAX_ANSWER,
                                        "null_score_diff_threshold": threshold})
     loaded = tf.saved_model.load(path)
-    got = loaded.signatures["serving_default"](
-        question=tf.constant([q["question"] for q in questions]),
-        context=tf.constant([q["context"] for q in questions]))
-    answered = 0
-    for i, q in enumerate(questions):
-        answer = got["answer"][i].numpy().decode()
-        assert answer == answers[q["id"]], (i, answer, answers[q["id"]])
-        assert got["null_odds"][i].numpy() == pytest.approx(null[q["id"]], abs=1e-4)
-        answered += bool(answer)
+    _, answered = _served_answers(loaded, questions, answers, null)
     assert 5 <= answered <= 35 and len(features) > len(questions)
     tokens = loaded.signatures["serve_tokens"](**{k: tf.constant(v) for k, v in inputs.items()})
     np.testing.assert_array_equal(tokens["start_top_index"].numpy(), out["start_top_index"])

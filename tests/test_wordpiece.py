@@ -343,7 +343,7 @@ def test_saved_model_on_raw_text_equals_the_python_path(tmp_path, vocab_file):
 
     from albert_tf.packing import pack_ids, pad_features
     from albert_tf.pretrainer import AlbertPretrainer
-    from conftest import randomize, tiny_config
+    from conftest import assert_serves_tokens, randomize, tiny_config
     from export.saved_model import export_saved_model
 
     tok = make_tokenizer(vocab_file=vocab_file)
@@ -362,13 +362,7 @@ def test_saved_model_on_raw_text_equals_the_python_path(tmp_path, vocab_file):
         rows = [pad_features(ids, seg, length) for ids, seg in packed]
         tokens = {k: np.array([r[k] for r in rows], np.int32)
                   for k in ("input_ids", "input_mask", "segment_ids")}
-        if texts_b is None:
-            got = loaded.signatures["serving_default"](text=tf.constant(SERVED))
-        else:
-            got = loaded.signatures["serve_text_pair"](text=tf.constant(SERVED),
-                                                       text_b=tf.constant(texts_b))
-        for name, value in tokens.items():
-            np.testing.assert_array_equal(got[name].numpy(), value, err_msg=name)
+        got = assert_serves_tokens(loaded, SERVED, texts_b, tokens)
         ids = tokens["input_ids"]
         assert (ids[:, 0] == 101).all() and (ids == 103).sum() == 4
         positions = got["mask_positions"].numpy()
