@@ -15,6 +15,8 @@ everything the rest of the code base would otherwise ask with `if kind == ...`:
     hf_architecture        Hugging Face class this kind reads/writes as (None: no HF class)
     hf_head_prefixes       Hugging Face state-dict prefixes of this head's keys; a model skips
                            the keys of every other registered head
+    hf_absent_prefixes     our weights' Hugging Face keys that its HF class does not have (a
+                           token classifier's pooler): kept as they are on reading, not written
     hf_config(labels)      extra entries of the Hugging Face `config.json` (labels)
     hf_extra_state(state)  keys HF's `save_pretrained` writes besides the named weights
     serving_module         dotted path of its `export.serving` module class (None: not
@@ -40,6 +42,7 @@ class RegisteredModel:
     official_head_prefixes: tuple = ()
     hf_architecture: str | None = None
     hf_head_prefixes: tuple = ()
+    hf_absent_prefixes: tuple = ()
     serving_module: str | None = None
     has_tflite: bool = False
 

@@ -44,6 +44,7 @@ class AlbertTokenClassifier(RegisteredModel, keras.Model):
     official_head_prefixes = (HEAD_PREFIX,)
     hf_architecture = "AlbertForTokenClassification"
     hf_head_prefixes = ("classifier.",)
+    hf_absent_prefixes = ("albert.pooler.",)  # HF's token classifier has no pooler
     serving_module = "export.serving_tagging.TaggingServingModule"
     has_tflite = False
 
@@ -100,11 +101,6 @@ class AlbertTokenClassifier(RegisteredModel, keras.Model):
         return {"id2label": {str(i): name for i, name in enumerate(names)},
                 "label2id": {name: i for i, name in enumerate(names)},
                 "classifier_dropout_prob": self.dropout_rate}
-
-    def hf_extra_state(self, state: dict) -> dict:
-        """Hugging Face's `AlbertForTokenClassification` has no pooler: its keys are not
-        written (`from_pretrained` would report them as unexpected)."""
-        return {k: v for k, v in state.items() if not k.startswith("albert.pooler.")}
 
     def get_config(self):
         return {"backbone_or_config": self.config.to_dict(), "num_labels": self.num_labels,

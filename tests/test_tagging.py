@@ -32,10 +32,10 @@ TOLERANCE = 1e-5
 # ---------------------------------------------------------------------------------------------
 # The model.
 @pytest.mark.slow
-def test_token_classifier_matches_hf_albert_for_token_classification():
+def test_token_classifier_matches_hf_albert_for_token_classification(tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from albert_tf.checkpoints.names import official_to_hf
+    from albert_tf.checkpoints import hf_kind, load_hf_state_dict, write_hf_folder
     from hf_helpers import hf_config, max_diff, randomize_torch, torch_inputs
 
     cfg = tiny_config(initializer_range=0.2)  # all-shared, G = 2, inner = 2
@@ -43,20 +43,11 @@ def test_token_classifier_matches_hf_albert_for_token_classification():
     randomize_torch(hf, seed=3)
     state = {k: v.numpy() for k, v in hf.state_dict().items()}
     ours = AlbertTokenClassifier(cfg, 7)
-    used = set()
-    for named in ours.official_weights():
-        if named.official_name.startswith("bert/pooler/"):
-            continue  # HF's token classifier has no pooler; ours is never read by the logits
-        if named.official_name.startswith("cls/tagging/"):  # [num_labels, H] as HF's Linear
-            key = "classifier." + {"output_weights": "weight", "output_bias": "bias"}[
-                named.official_name.rsplit("/", 1)[1]]
-            value = state[key]
-        else:
-            key, transpose = official_to_hf(named.official_name)
-            value = state[key].T if transpose else state[key]
-        named.variable.assign(named.from_official(value))
-        used.add(key)
-    assert used == set(state) - {"albert.embeddings.position_ids"}
+    # the one Hugging Face reader: kind from `architectures`, the pooler HF lacks kept
+    assert hf_kind(state, ["AlbertForTokenClassification"]) == "token_classifier"
+    report = load_hf_state_dict(ours, state, "hf")
+    assert report["kept"] == ["albert.pooler.weight", "albert.pooler.bias"]
+    assert len(report["assigned"]) == len(ours.weights) - 2
     batch = random_batch(cfg, batch=3, seq=11)
     with torch.no_grad():
         ref = hf(**torch_inputs(batch)).logits.numpy()
@@ -66,6 +57,12 @@ def test_token_classifier_matches_hf_albert_for_token_classification():
     real = batch["input_mask"] > 0  # HF computes padded positions too; compare every one
     assert max_diff(out[real], ref[real]) <= TOLERANCE
     assert max_diff(out, ref) <= TOLERANCE
+    # written back as HF's folder: from_pretrained builds the same model (no pooler keys)
+    folder = tmp_path / "hf"
+    write_hf_folder(ours, str(folder))
+    again = transformers.AlbertForTokenClassification.from_pretrained(str(folder)).eval()
+    with torch.no_grad():
+        assert max_diff(again(**torch_inputs(batch)).logits.numpy(), ref) <= TOLERANCE
 
 
 @pytest.mark.slow

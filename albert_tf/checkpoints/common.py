@@ -47,7 +47,8 @@ def kind_from_heads(has_mlm: bool, has_sop: bool, num_labels: int | None, source
     return "backbone"
 
 
-def assign_strict(model, keys, read, key_of, skip_reason, source: str) -> dict:
+def assign_strict(model, keys, read, key_of, skip_reason, source: str,
+                  may_lack=lambda key: False) -> dict:
     """Fills every variable of `model` from a checkpoint, or raises and assigns nothing.
 
     Args:
@@ -59,9 +60,13 @@ def assign_strict(model, keys, read, key_of, skip_reason, source: str) -> dict:
         skip_reason: `skip_reason(key) -> str | None`; entries with a reason (optimizer slots,
             buffers, heads the model does not have) are skipped and reported.
         source: the checkpoint's path, for messages.
+        may_lack: `may_lack(key) -> bool`; a model weight whose key the checkpoint's format
+            does not have at all (a Hugging Face token classifier's pooler) keeps its value and
+            is reported under "kept".
 
     Returns:
-        {"assigned": [official names], "skipped": {key: reason}}.
+        {"assigned": [official names], "skipped": {key: reason}} (and "kept": [keys] when
+        `may_lack` kept any).
 
     Raises:
         CheckpointMismatchError: listing every model weight with no entry, every entry that maps
@@ -69,11 +74,11 @@ def assign_strict(model, keys, read, key_of, skip_reason, source: str) -> dict:
     """
     keys = set(keys)
     named = model_weights(model)
-    assignments, missing, mismatched, dimensions, used = [], [], [], [], set()
+    assignments, missing, mismatched, dimensions, used, kept = [], [], [], [], set(), []
     for weight in named:
         key, transposed = key_of(weight.official_name)
         if key not in keys:
-            missing.append(key)
+            (kept if may_lack(key) else missing).append(key)
             continue
         used.add(key)
         value = to_numpy(read(key))
@@ -113,7 +118,8 @@ def assign_strict(model, keys, read, key_of, skip_reason, source: str) -> dict:
             + "; ".join(problems))
     for weight, value in assignments:
         weight.variable.assign(value.astype(weight.variable.dtype))
-    return {"assigned": [w.official_name for w, _ in assignments], "skipped": skipped}
+    report = {"assigned": [w.official_name for w, _ in assignments], "skipped": skipped}
+    return {**report, "kept": kept} if kept else report
 
 
 def to_numpy(value) -> np.ndarray:

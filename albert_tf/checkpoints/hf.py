@@ -184,8 +184,10 @@ def load_hf_state_dict(model, state_dict: Mapping[str, object], source="state_di
                 return f"{head} head, not part of a {kind}"
         return None
 
+    absent = tuple(p if prefixed else p.replace("albert.", "", 1)  # as the keys are
+                   for p in models.class_of(model).hf_absent_prefixes)
     return assign_strict(model, state_dict.keys(), lambda k: state_dict[k], key_of, skip_reason,
-                         source)
+                         source, may_lack=lambda key: key.startswith(absent))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,6 +255,8 @@ def hf_state_dict(model) -> dict:
                                                                            dtype=np.float32)
         state["albert.encoder.embedding_hidden_mapping_in.bias"] = np.zeros(cfg.hidden_size,
                                                                            np.float32)
+    absent = models.class_of(model).hf_absent_prefixes  # weights HF's class does not have
+    state = {k: v for k, v in state.items() if not k.startswith(absent)}
     return model.hf_extra_state(state)  # tied copies, AlbertModel's unprefixed keys
 
 

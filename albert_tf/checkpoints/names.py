@@ -74,6 +74,8 @@ _HF_RULES = [
     (r"cls/seq_relationship/output_bias", "sop_classifier.classifier.bias", False),
     (r"output_weights", "classifier.weight", False),  # fine-tuned classifier head
     (r"output_bias", "classifier.bias", False),
+    (r"cls/tagging/output_weights", "classifier.weight", False),  # token classifier head
+    (r"cls/tagging/output_bias", "classifier.bias", False),
 ]
 _HF_BLOCK = {
     "attention_1/self/query": "attention.query", "attention_1/self/key": "attention.key",
