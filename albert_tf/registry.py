@@ -67,7 +67,8 @@ def register(cls):
     if missing:
         raise TypeError(f"{cls.__name__} cannot be registered: it lacks {missing}.")
     other = _KINDS.get(cls.albert_kind)
-    if other is not None and other.__qualname__ != cls.__qualname__:
+    if other is not None and (other.__module__, other.__qualname__) != (cls.__module__,
+                                                                      cls.__qualname__):
         raise ValueError(f"Model kind {cls.albert_kind!r} is already registered by "
                          f"{other.__module__}.{other.__qualname__}.")
     _KINDS[cls.albert_kind] = cls

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import warnings
 
 import keras
 import numpy as np
@@ -106,9 +107,14 @@ def initialize_classifier(classifier: AlbertClassifier, checkpoint: str,
         report = initialize_from_checkpoint(classifier, checkpoint,
                                             init_from_group0=init_from_group0)
         return dict(report, head="checkpoint")
-    except (CheckpointError, CheckpointMismatchError, KeyError):
+    except (CheckpointError, CheckpointMismatchError, KeyError) as whole:
         report = initialize_backbone(classifier.backbone, checkpoint,
                                      init_from_group0=init_from_group0)
+        # Said, not silent: a fine-tuned head of other labels is dropped here.
+        warnings.warn(f"{checkpoint}: its encoder is read, and a new head of "
+                      f"{classifier.num_labels} classes starts from the initializer (the "
+                      f"checkpoint is not a classifier of {classifier.num_labels} classes: "
+                      f"{str(whole)[:300]})", stacklevel=3)
         return dict(report, head="new")
 
 
@@ -147,8 +153,14 @@ class AlbertTextClassifier(keras.Model):
         self.preprocessor = preprocessor
         self.labels = list(labels) if labels is not None else None
         self.text_pair = None  # what `fit` was given, for the export's serving_default
+        self._pairs = None  # what the last dataset was made of
         self.init_report = None
         self._fit_schedule = None  # (learning_rate, warmup_steps, warmup_proportion)
+
+    @property
+    def albert_model(self) -> AlbertClassifier:
+        """The registered ALBERT model it wraps (what checkpoint readers and export take)."""
+        return self.classifier
 
     @property
     def num_classes(self) -> int:
@@ -198,6 +210,13 @@ class AlbertTextClassifier(keras.Model):
         `loss="auto"`: sparse categorical cross entropy on the logits (regression: mean
         squared error, as STS-B); `metrics="auto"`: accuracy (regression: none).
         """
+        strategy = tf.distribute.get_strategy()
+        if tf.distribute.has_strategy() and not strategy.extended.variable_created_in_scope(
+                self.classifier.weights[0].value):
+            raise ValueError(
+                "compile() is called under a tf.distribute strategy scope the model was not "
+                "built in: its variables belong to another strategy. Call from_checkpoint "
+                "(or build the model) inside `with strategy.scope():`, then compile and fit.")
         if optimizer == "auto":
             if warmup_steps is not None and warmup_proportion is not None:
                 raise ValueError("Give `warmup_steps` or `warmup_proportion`, not both.")
@@ -235,6 +254,7 @@ class AlbertTextClassifier(keras.Model):
                              "`validation_data=(texts, labels)`.")
         batch_size = batch_size or 32
         train = self._dataset(x, y, sample_weight, batch_size, shuffle)
+        self.text_pair = self._pairs  # the export serves what the last `fit` trained on
         if validation_data is not None:
             validation_data = self._dataset(*_unpack(validation_data), batch_size,
                                             shuffle=False)
@@ -287,10 +307,19 @@ class AlbertTextClassifier(keras.Model):
             if y is not None or sample_weight is not None:
                 raise ValueError("With a dataset `x`, its elements carry the labels; "
                                  "`y` and `sample_weight` must be None.")
+            spec = x.element_spec
+            text = spec[0] if isinstance(spec, tuple) and not all(
+                isinstance(s, tf.TensorSpec) and s.dtype == tf.string for s in spec) else spec
+            text = text if isinstance(text, tuple) else (text,)
+            if any(s.shape.rank == 0 for s in text):
+                raise ValueError(
+                    "The dataset's texts are single strings (rank 0): the model takes batches. "
+                    "Batch it first: `dataset.batch(32)`.")
+            self._pairs = len(text) == 2
             return x.map(self.preprocessor, num_parallel_calls=tf.data.AUTOTUNE).prefetch(
                 tf.data.AUTOTUNE)
         text_a, text_b = text_columns(x)
-        self.text_pair = text_b is not None if self.text_pair is None else self.text_pair
+        self._pairs = text_b is not None
         text = text_a if text_b is None else (text_a, text_b)
         n = len(text_a)
         columns = [_labels(y, n, self.num_classes)] if y is not None else []

@@ -83,6 +83,15 @@ def test_a_second_class_under_a_registered_kind_is_refused():
         register(Other)
     assert registered()["classifier"].__name__ == "AlbertClassifier"
 
+    # the same class name in another module is another class, not a reload of ours
+    same_name = type("AlbertClassifier", (RegisteredModel, keras.Model), {
+        "albert_kind": "classifier", "official_weights": lambda self: [],
+        "__module__": "someone.elses"})
+    with pytest.raises(ValueError, match="already registered by "
+                                         "albert_tf.classifier.AlbertClassifier"):
+        register(same_name)
+    assert registered()["classifier"].__module__ == "albert_tf.classifier"
+
     class Lacking(RegisteredModel, keras.Model):
         albert_kind = "lacking"
 
@@ -136,3 +145,19 @@ def test_no_model_kind_string_comparison_outside_the_registry():
                 if any(p.search(code) for p in _SWITCHES):
                     found.append(f"{os.path.relpath(path, ROOT)}:{number}: {line.strip()}")
     assert not found, "model-kind switches outside the registry:\n" + "\n".join(found)
+
+
+def test_convert_reads_our_directory_as_the_kind_asked_or_refuses(tmp_path):
+    """`convert --model KIND` on our format: the backbone of a classifier, or a clear refusal
+    for another head (it was ignored: the classifier written under its own kind)."""
+    from albert_tf.checkpoints import convert, save_albert_tf
+    from albert_tf.classifier import AlbertClassifier
+
+    save_albert_tf(AlbertClassifier(AlbertConfig(**TINY), 3), str(tmp_path / "clf"))
+    summary = convert("albert_tf", str(tmp_path / "clf"), str(tmp_path / "enc"),
+                      model="backbone")
+    assert summary["model"] == "backbone"
+    for kind in ("token_classifier", "span", "pretrainer"):
+        with pytest.raises(ValueError, match=f"a classifier model cannot be read as a {kind}"):
+            convert("albert_tf", str(tmp_path / "clf"), str(tmp_path / kind), model=kind)
+        assert not os.path.exists(tmp_path / kind)

@@ -252,8 +252,11 @@ def test_a_fine_tuned_classifier_keeps_its_head(tmp_path, sample_vocab):
     assert same.init_report["head"] == "checkpoint"
     for a, b in zip(source.weights, same.classifier.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
-    other = AlbertTextClassifier.from_checkpoint(prefix, sample_vocab, num_classes=2,
-                                                 sequence_length=16)
+    with pytest.warns(UserWarning, match=r"a new head of 2 classes starts from the "
+                                         r"initializer \(the checkpoint is not a classifier "
+                                         r"of 2 classes"):
+        other = AlbertTextClassifier.from_checkpoint(prefix, sample_vocab, num_classes=2,
+                                                     sequence_length=16)
     assert other.init_report["head"] == "new" and "output_weights" in other.init_report[
         "skipped"]
     with pytest.raises(ValueError, match="max_position_embeddings 64"):
@@ -317,3 +320,29 @@ def test_keras_file_round_trip(pretraining_run, tmp_path):
     assert isinstance(back, AlbertTextClassifier) and back.labels == ["neg", "pos"]
     assert back.preprocessor.sequence_length == 16
     np.testing.assert_array_equal(back.predict(TEXTS, verbose=0), want)
+    # the same file is a checkpoint: its classifier is read whole
+    again = AlbertTextClassifier.from_checkpoint(str(tmp_path / "clf.keras"), num_classes=2,
+                                                 sequence_length=16,
+                                                 spm_model_file=clf.preprocessor.spm_model_file)
+    assert again.init_report["head"] == "checkpoint"
+    np.testing.assert_allclose(again.predict(TEXTS, verbose=0), want, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_export_serves_what_the_last_fit_trained_on_and_bad_datasets(pretraining_run):
+    """`predict` on single texts does not fix the export's form; the last `fit` does. An
+    unbatched dataset and a strategy scope the model was not built in are named."""
+    clf = AlbertTextClassifier.from_checkpoint(pretraining_run, num_classes=2,
+                                               sequence_length=16)
+    clf.predict(TEXTS[:2], verbose=0)
+    clf.compile()
+    clf.fit([(t, "it is") for t in TEXTS], LABELS, batch_size=5, verbose=0)
+    assert clf.text_pair is True
+    rows = tf.data.Dataset.from_tensor_slices((tf.constant(TEXTS), tf.constant(LABELS)))
+    with pytest.raises(ValueError, match=r"single strings \(rank 0\).*dataset.batch\(32\)"):
+        clf.fit(rows, verbose=0)
+    clf.fit(rows.batch(5), verbose=0)
+    assert clf.text_pair is False
+    with pytest.raises(ValueError, match="Call from_checkpoint .* inside `with strategy"):
+        with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+            clf.compile()

@@ -20,7 +20,7 @@ from albert_tf.checkpoints.tf1 import (TF1Checkpoint, key_of_with_group0_fallbac
                                        load_tf1_checkpoint, official_config,
                                        write_tf1_checkpoint)
 from albert_tf.config import AlbertConfig
-from albert_tf.models import as_kind, is_backbone_kind
+from albert_tf.models import as_kind
 
 
 def initialize_from_checkpoint(model, path: str, init_from_group0: bool = False) -> dict:
@@ -237,7 +237,8 @@ def _load_source(source: str, input_path: str, albert_config_file: str | None, k
         spm = find_sentencepiece(run[0])
         record = {"type": "albert_tf_run", "path": os.path.abspath(prefix)}
     elif source == "albert_tf":
-        model = load_pretrained(input_path, backbone_only=kind != "auto" and is_backbone_kind(kind))
+        model = load_pretrained(input_path)
+        model = model if kind == "auto" else as_kind(model, kind)
         report = {"assigned": [w.official_name for w in model_weights(model)], "skipped": {}}
         spm = None if input_path.endswith(".keras") else find_sentencepiece(input_path)
         record = {"type": "albert_tf", "path": os.path.abspath(input_path)}

@@ -110,6 +110,8 @@ def load_pretrained(path: str, backbone_only: bool = False, dtype=None):
         if not os.path.exists(path):
             raise CheckpointError(f"No such file: {path}")
         model = keras.models.load_model(path, safe_mode=True)
+        # a Keras task (`AlbertTextClassifier`) saved whole: the ALBERT model it wraps
+        model = getattr(model, "albert_model", model)
     else:
         record_path = os.path.join(path, FORMAT_FILE)
         if not os.path.exists(record_path):
