@@ -26,7 +26,6 @@ ARCHITECTURE.md; that method is the one place that reaches it).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import warnings
 
@@ -35,13 +34,11 @@ import numpy as np
 import tensorflow as tf
 
 from albert_tf.backbone import set_remove_padding
-from albert_tf.checkpoints import (CONFIG_FILE, CheckpointError, CheckpointMismatchError,
-                                   TF1Checkpoint, config_from_hf, initialize_backbone,
-                                   initialize_from_checkpoint, load_pretrained)
-from albert_tf.checkpoints.conversion import split_run_checkpoint
+from albert_tf.checkpoints import (CheckpointError, CheckpointMismatchError,
+                                   initialize_backbone, initialize_from_checkpoint)
+from albert_tf.checkpoints.conversion import checkpoint_config, split_run_checkpoint
 from albert_tf.checkpoints.ours import find_sentencepiece
 from albert_tf.classifier import AlbertClassifier
-from albert_tf.config import AlbertConfig
 from albert_tf.flags import SPECS
 from albert_tf.optimization import KerasFitOptimizer, OffsetSchedule, WarmupPolynomialDecay
 from albert_tf.preprocessing import AlbertTextPreprocessor, text_columns
@@ -55,36 +52,6 @@ FINE_TUNING_DEFAULTS = {"optimizer": SPECS["optimizer"].default,
                         "weight_decay_rate": _LOOP_DEFAULTS["weight_decay_rate"],
                         "clip_norm": _LOOP_DEFAULTS["clip_norm"],
                         "dropout_rate": 0.1}
-
-
-def checkpoint_config(checkpoint: str, albert_config_file: str | None = None) -> AlbertConfig:
-    """The model config of `checkpoint` (any `--init_checkpoint` source): `albert_config_file`
-    when given; else the `albert_config.json` of a training run or of our model directory, a
-    Hugging Face folder's `config.json`, a `.keras` file's own, or the `albert_config.json`
-    beside an official TF1 checkpoint or in a TF-Hub module directory (where the official
-    commands take `--albert_config_file`)."""
-    if albert_config_file:
-        return AlbertConfig.from_json_file(albert_config_file)
-    path = os.fspath(checkpoint).removesuffix(":best")
-    run = split_run_checkpoint(path)
-    directory = run[0] if run else path
-    if path.endswith(".keras"):
-        return load_pretrained(path, backbone_only=True).config
-    if os.path.isfile(os.path.join(directory, CONFIG_FILE)):
-        return AlbertConfig.from_json_file(os.path.join(directory, CONFIG_FILE))
-    if os.path.isfile(os.path.join(directory, "config.json")):
-        hf_config = os.path.join(directory, "config.json")
-        with open(hf_config, encoding="utf-8") as f:
-            return config_from_hf(json.load(f), hf_config)
-    prefix = TF1Checkpoint(path).prefix
-    directory = os.path.dirname(prefix)
-    if prefix.endswith(os.path.join("variables", "variables")):
-        directory = os.path.dirname(directory)  # TF-Hub module: <module>/variables/variables
-    found = os.path.join(directory, CONFIG_FILE)
-    if not os.path.isfile(found):
-        raise CheckpointError(f"No {CONFIG_FILE} beside {prefix}: pass albert_config_file= "
-                              "(the commands' --albert_config_file).")
-    return AlbertConfig.from_json_file(found)
 
 
 def _checkpoint_directory(checkpoint: str) -> str:

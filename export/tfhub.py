@@ -33,11 +33,9 @@ import tempfile
 import tensorflow as tf
 
 from albert_tf.backbone import AlbertBackbone
-from albert_tf.checkpoints import (CONFIG_FILE, CheckpointError, config_from_hf,
-                                   initialize_backbone, load_pretrained)
-from albert_tf.checkpoints.conversion import split_run_checkpoint
+from albert_tf.checkpoints import CONFIG_FILE, CheckpointError, initialize_backbone
+from albert_tf.checkpoints.conversion import checkpoint_config, split_run_checkpoint
 from albert_tf.checkpoints.ours import find_sentencepiece
-from albert_tf.config import AlbertConfig
 from albert_tf.features import INPUT_IDS, INPUT_MASK, SEGMENT_IDS
 from albert_tf.ownership import current_umask
 from albert_tf.packing import PAIR_SPECIAL_TOKENS, SINGLE_SPECIAL_TOKENS, pack_in_graph
@@ -65,31 +63,6 @@ def _tf_variables(model) -> list:
 
 # ---------------------------------------------------------------------------------------------
 # The source: any checkpoint `--init_checkpoint` reads.
-def source_config(path: str, albert_config_file: str | None = None) -> AlbertConfig:
-    """The model config of an `--init_checkpoint` source: `albert_config_file` when given, else
-    the one it carries (a Hugging Face folder's config.json; albert_config.json in our model
-    directory, a training run, beside a TF1 checkpoint or in a TF-Hub module's assets/; a
-    `.keras` file's own)."""
-    if albert_config_file:
-        return AlbertConfig.from_json_file(albert_config_file)
-    path = os.fspath(path).removesuffix(":best")
-    run = split_run_checkpoint(path)
-    if run:
-        path = run[0]
-    if path.endswith(".keras"):
-        return load_pretrained(path, backbone_only=True).config
-    if os.path.isdir(path) and os.path.exists(os.path.join(path, "config.json")):
-        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
-            return config_from_hf(json.load(f), os.path.join(path, "config.json"))
-    directory = path if os.path.isdir(path) else os.path.dirname(path)
-    for candidate in (os.path.join(directory, CONFIG_FILE),
-                      os.path.join(directory, "assets", CONFIG_FILE)):
-        if os.path.exists(candidate):
-            return AlbertConfig.from_json_file(candidate)
-    raise ExportError(f"No model config found with {path} (looked for config.json and "
-                      f"{CONFIG_FILE}, also in assets/); pass --albert_config_file.")
-
-
 def load_backbone(path: str, albert_config_file: str | None = None,
                   spm_model_file: str | None = None):
     """(backbone, SentencePiece model path, report) of any `--init_checkpoint` source: an
@@ -97,7 +70,7 @@ def load_backbone(path: str, albert_config_file: str | None = None,
     `.keras` file, a training `--output_dir` (`DIR:best`) or one of its checkpoints, read
     strictly by `initialize_backbone` (the heads dropped). The SentencePiece model defaults to
     the one beside the source (or in its assets/)."""
-    config = source_config(path, albert_config_file)
+    config = checkpoint_config(path, albert_config_file)
     with tf.device("/cpu:0"):
         backbone = AlbertBackbone(config, name="albert")
     report = initialize_backbone(backbone, path)
@@ -302,4 +275,4 @@ def export_tfhub(backbone, export_dir: str, spm_model_file: str, seq_length: int
 
 
 __all__ = ["CheckpointError", "ExportError", "HubEncoder", "HubPreprocessor", "export_tfhub",
-           "load_backbone", "source_config"]
+           "load_backbone"]

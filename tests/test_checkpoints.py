@@ -13,6 +13,7 @@ import pickle
 import shutil
 import subprocess
 import sys
+import warnings
 
 import keras
 import numpy as np
@@ -568,3 +569,28 @@ def test_convert_reads_a_training_run_directory(tmp_path, generated_data):
                for a, b in zip(first.weights, last.weights))  # two different checkpoints
     with pytest.raises(CheckpointError, match="convert it with --source albert_tf"):
         convert("tf1", run, str(tmp_path / "tf1"))
+
+
+def test_checkpoint_config_warns_when_the_given_config_is_another_architecture(tmp_path):
+    """`checkpoint_config` (AlbertTextClassifier.from_checkpoint, export_tfhub): the config
+    a source carries, or the given one; a given one of another architecture is named (with
+    shared weights every shape still fits 3 layers where the checkpoint has 2)."""
+    from albert_tf.checkpoints.conversion import checkpoint_config
+
+    carried = AlbertConfig(vocab_size=60, embedding_size=8, hidden_size=12, num_hidden_layers=2,
+                           num_attention_heads=3, intermediate_size=20)
+    carried.to_json_file(str(tmp_path / "albert_config.json"))
+    assert checkpoint_config(str(tmp_path / "model.ckpt-5")) == carried
+    other = tmp_path / "other.json"
+    carried.replace(num_hidden_layers=3, hidden_dropout_prob=0.1).to_json_file(str(other))
+    with pytest.warns(UserWarning, match=r"on num_hidden_layers: 3 \(given\) vs 2: the model is "
+                                         r"built from .*other.json"):
+        assert checkpoint_config(str(tmp_path), str(other)).num_hidden_layers == 3
+    dropout = tmp_path / "dropout.json"
+    carried.replace(hidden_dropout_prob=0.1).to_json_file(str(dropout))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # dropout is not the architecture: no warning
+        assert checkpoint_config(str(tmp_path), str(dropout)).hidden_dropout_prob == 0.1
+    with pytest.raises(CheckpointError, match=r"No model config found with .*empty/model.ckpt "
+                                              r"\(looked for .*\); pass --albert_config_file"):
+        checkpoint_config(str(tmp_path / "empty" / "model.ckpt"))

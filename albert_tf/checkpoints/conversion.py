@@ -7,12 +7,13 @@ import json
 import os
 import re
 import shutil
+import warnings
 
 import numpy as np
 
 from albert_tf.checkpoints.common import MODEL_KINDS, CheckpointError, assign_strict, build_model
-from albert_tf.checkpoints.hf import (HF_FILES, hf_architectures, hf_kind, load_hf_state_dict,
-                                      read_hf_folder, write_hf_folder)
+from albert_tf.checkpoints.hf import (HF_FILES, config_from_hf, hf_architectures, hf_kind,
+                                      load_hf_state_dict, read_hf_folder, write_hf_folder)
 from albert_tf.checkpoints.names import model_kind, model_weights
 from albert_tf.checkpoints.ours import (CONFIG_FILE, FORMAT_FILE, TF1_FILES, check_replaceable,
                                         find_sentencepiece, load_pretrained, save_albert_tf)
@@ -173,6 +174,59 @@ def initialize_backbone(backbone, path: str, init_from_group0: bool = False) -> 
                            f"{model_kind(source)} head, not part of the backbone", path)
     report["source"] = what
     return report
+
+
+# What a config may change without making another model of the same weights.
+_NOT_ARCHITECTURE = ("hidden_dropout_prob", "attention_probs_dropout_prob", "initializer_range")
+
+
+def carried_config(path: str) -> tuple[AlbertConfig, str] | None:
+    """(config, where) of the config an `--init_checkpoint` source carries: a training run's or
+    our directory's `albert_config.json`, a Hugging Face folder's `config.json`, a `.keras`
+    file's own, the `albert_config.json` beside a TF1 checkpoint or in a TF-Hub module (also
+    under assets/); None if it carries none."""
+    path = os.fspath(path).removesuffix(":best")
+    run = split_run_checkpoint(path)
+    path = run[0] if run else path
+    if path.endswith(".keras"):
+        return (load_pretrained(path, backbone_only=True).config, path) \
+            if os.path.isfile(path) else None
+    directory = path if os.path.isdir(path) else os.path.dirname(path)
+    for candidate in (os.path.join(directory, CONFIG_FILE),
+                      os.path.join(directory, "assets", CONFIG_FILE)):
+        if os.path.isfile(candidate):
+            return AlbertConfig.from_json_file(candidate), candidate
+    hf_config = os.path.join(directory, "config.json")
+    if os.path.isfile(hf_config):
+        with open(hf_config, encoding="utf-8") as f:
+            return config_from_hf(json.load(f), hf_config), hf_config
+    return None
+
+
+def checkpoint_config(path: str, albert_config_file: str | None = None) -> AlbertConfig:
+    """The model config of an `--init_checkpoint` source: `albert_config_file` when given (as
+    the official commands take it), else the one the source carries (`carried_config`). A
+    given config whose architecture differs from the carried one is used, with a warning that
+    names the keys: with shared weights (ALBERT) every shape can still fit, so another
+    `num_hidden_layers` would otherwise build another model silently."""
+    carried = carried_config(path)
+    if albert_config_file:
+        config = AlbertConfig.from_json_file(albert_config_file)
+        if carried is not None:
+            ours, theirs = config.to_dict(), carried[0].to_dict()
+            differ = [f"{k}: {ours.get(k)} (given) vs {theirs.get(k)}"
+                      for k in sorted(set(ours) | set(theirs))
+                      if k not in _NOT_ARCHITECTURE and ours.get(k) != theirs.get(k)]
+            if differ:
+                warnings.warn(f"{albert_config_file} differs from the config the checkpoint "
+                              f"carries ({carried[1]}) on {'; '.join(differ)}: the model is "
+                              f"built from {albert_config_file}.", stacklevel=2)
+        return config
+    if carried is None:
+        raise CheckpointError(f"No model config found with {path} (looked for {CONFIG_FILE} "
+                              "and config.json beside it and in assets/); pass "
+                              "--albert_config_file (albert_config_file=).")
+    return carried[0]
 
 
 def is_training_output_dir(path: str) -> bool:
