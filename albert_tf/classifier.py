@@ -10,6 +10,32 @@ from albert_tf.registry import RegisteredModel, register
 from albert_tf.weight_names import NamedWeight
 
 
+def labelled_head(backbone_or_config, num_labels, dropout_rate, dtype, features: str):
+    """What a head of `num_labels` logits on one backbone output is built from (the sequence
+    classifier on `pooled_output`, the token classifier on `sequence_output`): (backbone,
+    inputs, outputs with `logits` added, the dense layer) after dropout on `features`."""
+    if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
+        raise ValueError(f"`num_labels` must be a positive integer. Received: {num_labels!r}")
+    backbone, config = built_backbone(backbone_or_config, dtype)
+    inputs = dict(backbone.input)
+    outputs = dict(backbone(inputs))
+    dropout = keras.layers.Dropout(dropout_rate, dtype=dtype, name="classifier_dropout")
+    head = keras.layers.Dense(
+        num_labels, kernel_initializer=truncated_normal(config.initializer_range),
+        dtype="float32", name="classifier")
+    outputs["logits"] = head(dropout(outputs[features]))
+    return backbone, inputs, outputs, head
+
+
+def label_maps(labels, num_labels: int) -> dict:
+    """Hugging Face's `id2label` / `label2id` (names default to `LABEL_i`, as HF's own)."""
+    names = list(labels) if labels else [f"LABEL_{i}" for i in range(num_labels)]
+    if len(names) != num_labels:
+        raise ValueError(f"{len(names)} label names for {num_labels} labels.")
+    return {"id2label": {str(i): name for i, name in enumerate(names)},
+            "label2id": {name: i for i, name in enumerate(names)}}
+
+
 @register
 @keras.saving.register_keras_serializable(package="albert_tf")
 class AlbertClassifier(RegisteredModel, AlbertConfigSerialization, keras.Model):
@@ -46,19 +72,11 @@ class AlbertClassifier(RegisteredModel, AlbertConfigSerialization, keras.Model):
         return cls(config, num_labels=num_labels, dtype=dtype)
 
     def __init__(self, config, num_labels, dropout_rate=0.1, dtype=None, **kwargs):
-        if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
-            raise ValueError(f"`num_labels` must be a positive integer. Received: {num_labels!r}")
-        backbone, config = built_backbone(config, dtype)
-        inputs = dict(backbone.input)
-        outputs = dict(backbone(inputs))
-        dropout = keras.layers.Dropout(dropout_rate, dtype=dtype, name="classifier_dropout")
-        head = keras.layers.Dense(
-            num_labels, kernel_initializer=truncated_normal(config.initializer_range),
-            dtype="float32", name="classifier")
-        outputs["logits"] = head(dropout(outputs["pooled_output"]))
+        backbone, inputs, outputs, head = labelled_head(config, num_labels, dropout_rate, dtype,
+                                                        "pooled_output")
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
 
-        self.config = config
+        self.config = backbone.config
         self.num_labels = num_labels
         self.dropout_rate = dropout_rate
         self._dtype_arg = dtype
@@ -76,11 +94,7 @@ class AlbertClassifier(RegisteredModel, AlbertConfigSerialization, keras.Model):
 
     def hf_config(self, labels=None) -> dict:
         """`id2label`/`label2id` (default names `LABEL_i`); one label is HF's regression."""
-        names = list(labels) if labels else [f"LABEL_{i}" for i in range(self.num_labels)]
-        if len(names) != self.num_labels:
-            raise ValueError(f"{len(names)} label names for {self.num_labels} labels.")
-        values = {"id2label": {str(i): name for i, name in enumerate(names)},
-                  "label2id": {name: i for i, name in enumerate(names)}}
+        values = label_maps(labels, self.num_labels)
         if self.num_labels == 1:
             values["problem_type"] = "regression"
         return values

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import keras
 
-from albert_tf.backbone import AlbertBackbone, _as_config
-from albert_tf.layers.common import truncated_normal
+from albert_tf.classifier import label_maps, labelled_head
 from albert_tf.registry import RegisteredModel, register
 from albert_tf.weight_names import NamedWeight
 
@@ -57,26 +56,12 @@ class AlbertTokenClassifier(RegisteredModel, keras.Model):
 
     def __init__(self, backbone_or_config, num_labels, dropout_rate=0.1, dtype=None,
                  **kwargs):
-        if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
-            raise ValueError(f"`num_labels` must be a positive integer. Received: {num_labels!r}")
-        if isinstance(backbone_or_config, AlbertBackbone):
-            backbone = backbone_or_config
-            if not backbone.built:
-                raise ValueError("`backbone_or_config` must be a built AlbertBackbone.")
-        else:
-            backbone = AlbertBackbone(_as_config(backbone_or_config), dtype=dtype, name="albert")
-        config = backbone.config
-        inputs = dict(backbone.input)
-        outputs = dict(backbone(inputs))
-        dropout = keras.layers.Dropout(dropout_rate, dtype=dtype, name="classifier_dropout")
-        head = keras.layers.Dense(
-            num_labels, kernel_initializer=truncated_normal(config.initializer_range),
-            dtype="float32", name="classifier")
-        outputs["logits"] = head(dropout(outputs["sequence_output"]))
+        backbone, inputs, outputs, head = labelled_head(backbone_or_config, num_labels,
+                                                        dropout_rate, dtype, "sequence_output")
         kwargs.setdefault("name", "albert_token_classifier")
         super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
 
-        self.config = config
+        self.config = backbone.config
         self.num_labels = num_labels
         self.dropout_rate = dropout_rate
         self._dtype_arg = dtype
@@ -95,11 +80,7 @@ class AlbertTokenClassifier(RegisteredModel, keras.Model):
     def hf_config(self, labels=None) -> dict:
         """`id2label` / `label2id` of Hugging Face's `config.json` (names default to
         "LABEL_i", as Hugging Face's own)."""
-        names = list(labels) if labels else [f"LABEL_{i}" for i in range(self.num_labels)]
-        if len(names) != self.num_labels:
-            raise ValueError(f"{len(names)} label names for {self.num_labels} labels.")
-        return {"id2label": {str(i): name for i, name in enumerate(names)},
-                "label2id": {name: i for i, name in enumerate(names)},
+        return {**label_maps(labels, self.num_labels),
                 "classifier_dropout_prob": self.dropout_rate}
 
     def get_config(self):
