@@ -17,12 +17,17 @@ _LAZY = {
     "AlbertBackbone": "albert_tf.backbone",
     "AlbertPretrainer": "albert_tf.pretrainer",
     "AlbertClassifier": "albert_tf.classifier",
+    "AlbertTokenClassifier": "albert_tf.token_classifier",
+    "AlbertSpanModel": "albert_tf.task_models",
+    "AlbertSquadV2": "albert_tf.task_models",
+    "AlbertMultipleChoice": "albert_tf.task_models",
     "AlbertTextClassifier": "albert_tf.text_classifier",
     "AlbertTextPreprocessor": "albert_tf.preprocessing",
     "load_pretrained": "albert_tf.checkpoints",
 }
 
 __all__ = ["AlbertConfig", "AlbertBackbone", "AlbertPretrainer", "AlbertClassifier",
+           "AlbertTokenClassifier", "AlbertSpanModel", "AlbertSquadV2", "AlbertMultipleChoice",
            "AlbertTextClassifier", "AlbertTextPreprocessor", "load_pretrained", "PRESETS",
            "SHARING_MODES"]
 __version__ = "0.1.0"
