@@ -266,8 +266,14 @@ def test_conllu_reader_takes_upos_and_skips_ranges_empty_nodes_and_comments():
 def test_bad_files_name_the_file_and_line(tmp_path):
     stray = tmp_path / "stray.conll"
     stray.write_text("a\tO\nb\tO\tX\n")
-    with pytest.raises(conll.ConllError, match=r"stray.conll, line 2: 3 columns where .* 2"):
+    with pytest.raises(conll.ConllError, match=r"stray.conll, line 2: 3 columns where .* 2 "
+                                               r"\(a stray column"):
         conll.read_tagged_file(str(stray))
+    missing = tmp_path / "missing.conll"
+    missing.write_text("a\tB-x\tO\nb\tO\n")
+    with pytest.raises(conll.ConllError, match=r"missing.conll, line 2: 2 columns where .* 3 "
+                                               r"\(a missing column"):
+        conll.read_tagged_file(str(missing))
     unknown = tmp_path / "dev.conll"
     unknown.write_text("a\tO\n\nb\tB-new\n")
     sentences, _ = conll.read_tagged_file(str(unknown))

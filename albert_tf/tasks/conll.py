@@ -90,9 +90,11 @@ def read_tagged_file(path: str, require_tags: bool = True) -> tuple[list, str]:
                                      "a CoNLL file for training or evaluation ends each line "
                                      "with the word's tag.")
             if len(columns) != expected:
+                why = ("a stray column, or a space inside a word of a space-separated file"
+                       if len(columns) > expected else "a missing column: a word without its "
+                       "tag, or a tab or space lost")
                 raise ConllError(f"{path}, line {number}: {len(columns)} columns where the "
-                                 f"file's first line has {expected} (a stray column, or a "
-                                 "space inside a word of a space-separated file).")
+                                 f"file's first line has {expected} ({why}).")
             word, tag = columns[0], (columns[-1] if expected > 1 else None)
         if not word.strip() or (tag is not None and not tag.strip()):
             raise ConllError(f"{path}, line {number}: an empty word or tag.")
