@@ -10,23 +10,6 @@ from albert_tf.registry import RegisteredModel, register
 from albert_tf.weight_names import NamedWeight
 
 
-def labelled_head(backbone_or_config, num_labels, dropout_rate, dtype, features: str):
-    """What a head of `num_labels` logits on one backbone output is built from (the sequence
-    classifier on `pooled_output`, the token classifier on `sequence_output`): (backbone,
-    inputs, outputs with `logits` added, the dense layer) after dropout on `features`."""
-    if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
-        raise ValueError(f"`num_labels` must be a positive integer. Received: {num_labels!r}")
-    backbone, config = built_backbone(backbone_or_config, dtype)
-    inputs = dict(backbone.input)
-    outputs = dict(backbone(inputs))
-    dropout = keras.layers.Dropout(dropout_rate, dtype=dtype, name="classifier_dropout")
-    head = keras.layers.Dense(
-        num_labels, kernel_initializer=truncated_normal(config.initializer_range),
-        dtype="float32", name="classifier")
-    outputs["logits"] = head(dropout(outputs[features]))
-    return backbone, inputs, outputs, head
-
-
 def label_maps(labels, num_labels: int) -> dict:
     """Hugging Face's `id2label` / `label2id` (names default to `LABEL_i`, as HF's own)."""
     names = list(labels) if labels else [f"LABEL_{i}" for i in range(num_labels)]
@@ -36,9 +19,55 @@ def label_maps(labels, num_labels: int) -> dict:
             "label2id": {name: i for i, name in enumerate(names)}}
 
 
+class LabelledHeadModel(RegisteredModel, AlbertConfigSerialization, keras.Model):
+    """The backbone, dropout on one of its outputs (`FEATURES`) and a dense layer to
+    `num_labels` float32 logits: the sequence classifier on `pooled_output`, the token
+    classifier on `sequence_output`. The head's official names are `OFFICIAL_SCOPE` +
+    `output_weights` [num_labels, H] and `output_bias`."""
+
+    FEATURES = "pooled_output"
+    OFFICIAL_SCOPE = ""
+    DEFAULT_NAME = None
+
+    def __init__(self, config, num_labels, dropout_rate=0.1, dtype=None, **kwargs):
+        if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
+            raise ValueError(f"`num_labels` must be a positive integer. Received: {num_labels!r}")
+        backbone, config = built_backbone(config, dtype)
+        inputs = dict(backbone.input)
+        outputs = dict(backbone(inputs))
+        dropout = keras.layers.Dropout(dropout_rate, dtype=dtype, name="classifier_dropout")
+        head = keras.layers.Dense(
+            num_labels, kernel_initializer=truncated_normal(config.initializer_range),
+            dtype="float32", name="classifier")
+        outputs["logits"] = head(dropout(outputs[self.FEATURES]))
+        if self.DEFAULT_NAME:
+            kwargs.setdefault("name", self.DEFAULT_NAME)
+        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
+
+        self.config = config
+        self.num_labels = num_labels
+        self.dropout_rate = dropout_rate
+        self._dtype_arg = dtype
+        self.backbone = backbone
+        self.classifier_head = head
+
+    def official_weights(self) -> list:
+        """[NamedWeight]: the backbone's official names and the head's (the kernel stored
+        transposed, [num_labels, H], officially)."""
+        head = self.classifier_head
+        return self.backbone.official_weights() + [
+            NamedWeight(self.OFFICIAL_SCOPE + "output_weights", head.kernel, transposed=True),
+            NamedWeight(self.OFFICIAL_SCOPE + "output_bias", head.bias)]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_labels=self.num_labels, dropout_rate=self.dropout_rate)
+        return config
+
+
 @register
 @keras.saving.register_keras_serializable(package="albert_tf")
-class AlbertClassifier(RegisteredModel, AlbertConfigSerialization, keras.Model):
+class AlbertClassifier(LabelledHeadModel):
     """ALBERT for sequence classification or regression (official `run_classifier.py` head):
     dropout on the pooled output, then a dense layer to `num_labels` logits.
 
@@ -71,35 +100,9 @@ class AlbertClassifier(RegisteredModel, AlbertConfigSerialization, keras.Model):
             raise ValueError("A classifier needs `num_labels`.")
         return cls(config, num_labels=num_labels, dtype=dtype)
 
-    def __init__(self, config, num_labels, dropout_rate=0.1, dtype=None, **kwargs):
-        backbone, inputs, outputs, head = labelled_head(config, num_labels, dropout_rate, dtype,
-                                                        "pooled_output")
-        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
-
-        self.config = backbone.config
-        self.num_labels = num_labels
-        self.dropout_rate = dropout_rate
-        self._dtype_arg = dtype
-        self.backbone = backbone
-        self.classifier_head = head
-
-    def official_weights(self) -> list:
-        """[NamedWeight]: the backbone's official names and the fine-tuning head's, stored at the
-        root of an official fine-tuned checkpoint as `output_weights` [num_labels, H] and
-        `output_bias`."""
-        head = self.classifier_head
-        return self.backbone.official_weights() + [
-            NamedWeight("output_weights", head.kernel, transposed=True),
-            NamedWeight("output_bias", head.bias)]
-
     def hf_config(self, labels=None) -> dict:
         """`id2label`/`label2id` (default names `LABEL_i`); one label is HF's regression."""
         values = label_maps(labels, self.num_labels)
         if self.num_labels == 1:
             values["problem_type"] = "regression"
         return values
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(num_labels=self.num_labels, dropout_rate=self.dropout_rate)
-        return config

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import keras
 
-from albert_tf.classifier import label_maps, labelled_head
-from albert_tf.registry import RegisteredModel, register
-from albert_tf.weight_names import NamedWeight
+from albert_tf.classifier import LabelledHeadModel, label_maps
+from albert_tf.registry import register
 
 HEAD_PREFIX = "cls/tagging/"
 
 
 @register
 @keras.saving.register_keras_serializable(package="albert_tf")
-class AlbertTokenClassifier(RegisteredModel, keras.Model):
+class AlbertTokenClassifier(LabelledHeadModel):
     """ALBERT for token classification (Hugging Face `AlbertForTokenClassification`): dropout
     on the sequence output, then a dense layer to `num_labels` logits at every position.
 
@@ -24,7 +23,7 @@ class AlbertTokenClassifier(RegisteredModel, keras.Model):
     Hugging Face's model has no pooler; ours keeps the backbone's (never read by the logits).
 
     Args:
-        backbone_or_config: a built `AlbertBackbone` (shared, not copied), or an
+        config: a built `AlbertBackbone` (shared, not copied), or an
             `AlbertConfig` (or a dict of its keys) to build one from.
         num_labels: number of tags.
         dropout_rate: dropout on the sequence output (0.1, as `classifier_dropout_prob`).
@@ -46,6 +45,9 @@ class AlbertTokenClassifier(RegisteredModel, keras.Model):
     hf_absent_prefixes = ("albert.pooler.",)  # HF's token classifier has no pooler
     serving_module = "export.serving_tagging.TaggingServingModule"
     has_tflite = False
+    FEATURES = "sequence_output"
+    OFFICIAL_SCOPE = HEAD_PREFIX
+    DEFAULT_NAME = "albert_token_classifier"
 
     @classmethod
     def for_checkpoint(cls, config, num_labels=None, dtype=None):
@@ -54,40 +56,8 @@ class AlbertTokenClassifier(RegisteredModel, keras.Model):
                              "(num_labels); none was stored with it.")
         return cls(config, num_labels, dtype=dtype)
 
-    def __init__(self, backbone_or_config, num_labels, dropout_rate=0.1, dtype=None,
-                 **kwargs):
-        backbone, inputs, outputs, head = labelled_head(backbone_or_config, num_labels,
-                                                        dropout_rate, dtype, "sequence_output")
-        kwargs.setdefault("name", "albert_token_classifier")
-        super().__init__(inputs=inputs, outputs=outputs, dtype=dtype, **kwargs)
-
-        self.config = backbone.config
-        self.num_labels = num_labels
-        self.dropout_rate = dropout_rate
-        self._dtype_arg = dtype
-        self.backbone = backbone
-        self.classifier_head = head
-
-    def official_weights(self) -> list:
-        """[NamedWeight]: the backbone's official names and the head's,
-        `cls/tagging/output_weights` [num_labels, H] (our kernel transposed) and
-        `cls/tagging/output_bias`."""
-        head = self.classifier_head
-        return self.backbone.official_weights() + [
-            NamedWeight(HEAD_PREFIX + "output_weights", head.kernel, transposed=True),
-            NamedWeight(HEAD_PREFIX + "output_bias", head.bias)]
-
     def hf_config(self, labels=None) -> dict:
         """`id2label` / `label2id` of Hugging Face's `config.json` (names default to
         "LABEL_i", as Hugging Face's own)."""
         return {**label_maps(labels, self.num_labels),
                 "classifier_dropout_prob": self.dropout_rate}
-
-    def get_config(self):
-        return {"backbone_or_config": self.config.to_dict(), "num_labels": self.num_labels,
-                "dropout_rate": self.dropout_rate, "dtype": self._dtype_arg,
-                "name": self.name, "trainable": self.trainable}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
