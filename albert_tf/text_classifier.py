@@ -18,9 +18,12 @@ Pieces shared with the commands, never copied: the checkpoint readers
 (`albert_tf.checkpoints.initialize_from_checkpoint` / `initialize_backbone`, as
 `--init_checkpoint`), the tokenizer and packing, the optimizer and its update
 (`albert_tf.optimization`), the defaults of `run_classifier`'s flags, and the exporter
-(`export.saved_model.export_saved_model`, imported by `export` when it is called: `export/`
+(`export.saved_model.export_saved_model`, imported by `_export` when it is called: `export/`
 builds on this package, so a library module of `albert_tf` may not import it at load time,
 ARCHITECTURE.md; that method is the one place that reaches it).
+
+`RawTextModel` holds what does not depend on the task (checkpoint reading, `compile`, `fit`,
+`evaluate`, the export); `albert_tf.text_tagger.AlbertTextTagger` is its other subclass.
 """
 
 from __future__ import annotations
@@ -81,71 +84,44 @@ def initialize_classifier(classifier: AlbertClassifier, checkpoint: str,
         warnings.warn(f"{checkpoint}: its encoder is read, and a new head of "
                       f"{classifier.num_labels} classes starts from the initializer (the "
                       f"checkpoint is not a classifier of {classifier.num_labels} classes: "
-                      f"{str(whole)[:300]})", stacklevel=3)
+                      f"{str(whole)[:300]})", stacklevel=4)  # the caller of from_checkpoint
         return dict(report, head="new")
 
 
-@keras.saving.register_keras_serializable(package="albert_tf")
-class AlbertTextClassifier(keras.Model):
-    """An `AlbertClassifier` whose output is its logits [batch, num_classes], with the text
-    preprocessor that feeds it.
+class RawTextModel(keras.Model):
+    """What `AlbertTextClassifier` and `albert_tf.text_tagger.AlbertTextTagger` share: a
+    registered ALBERT head model (`albert_model`: backbone, dropout, dense head; the argument
+    and `get_config` key named `HEAD_ARG`) whose logits are the one output, the
+    `AlbertTextPreprocessor` of its vocabulary, reading from any checkpoint
+    (`_build_from_checkpoint`), `compile` with the official fine-tuning optimizer and a
+    schedule over what each `fit` runs, `evaluate`, and the commands' export (`_export`).
+    A subclass gives `_dataset(x, y, sample_weight, batch_size, shuffle)` (a batched dataset
+    of features and labels) and `_default_loss_and_metrics()`."""
 
-    Args:
-        classifier: an `AlbertClassifier` (kept as it is; `num_labels` is `num_classes`, 1 for
-            regression).
-        preprocessor: the `AlbertTextPreprocessor` of the model's vocabulary.
-        labels: optional class names (the export's `classify` signature serves them).
+    HEAD_ARG = "classifier"
 
-    `fit`, `evaluate` and `predict` take raw text (`x`: strings, or `(text_a, text_b)` pairs;
-    `y`: class ids, or floats for regression) or a batched `tf.data.Dataset` of
-    `(text, label)` with `text` a string tensor or a tuple of two; `predict` returns
-    probabilities (softmax of the logits), or the value for regression [n, 1].
-    """
+    @property
+    def albert_model(self):
+        """The registered ALBERT model it wraps (what checkpoint readers and export take)."""
+        return getattr(self, self.HEAD_ARG)
 
-    def __init__(self, classifier, preprocessor, labels=None, **kwargs):
-        inputs = dict(classifier.input)
-        logits = classifier(inputs)["logits"]
-        super().__init__(inputs=inputs, outputs=logits, **kwargs)
-        if preprocessor.vocab_size != classifier.config.vocab_size:
+    @staticmethod
+    def _check_parts(model, preprocessor) -> None:
+        if preprocessor.vocab_size != model.config.vocab_size:
             raise ValueError(f"The preprocessor's vocabulary has {preprocessor.vocab_size} "
                              f"pieces but the model's vocab_size is "
-                             f"{classifier.config.vocab_size}.")
-        if preprocessor.sequence_length > classifier.config.max_position_embeddings:
+                             f"{model.config.vocab_size}.")
+        if preprocessor.sequence_length > model.config.max_position_embeddings:
             raise ValueError(f"`sequence_length` {preprocessor.sequence_length} exceeds the "
                              "model's max_position_embeddings "
-                             f"{classifier.config.max_position_embeddings}.")
-        if labels is not None and len(labels) != classifier.num_labels:
-            raise ValueError(f"{len(labels)} label names for {classifier.num_labels} classes.")
-        self.classifier = classifier
-        self.preprocessor = preprocessor
-        self.labels = list(labels) if labels is not None else None
-        self.text_pair = None  # what `fit` was given, for the export's serving_default
-        self._pairs = None  # what the last dataset was made of
-        self.init_report = None
-        self._fit_schedule = None  # (learning_rate, warmup_steps, warmup_proportion)
-
-    @property
-    def albert_model(self) -> AlbertClassifier:
-        """The registered ALBERT model it wraps (what checkpoint readers and export take)."""
-        return self.classifier
-
-    @property
-    def num_classes(self) -> int:
-        return self.classifier.num_labels
+                             f"{model.config.max_position_embeddings}.")
 
     @classmethod
-    def from_checkpoint(cls, checkpoint, spm_model_file=None, num_classes=2,
-                        sequence_length=128, albert_config_file=None, vocab_file=None,
-                        do_lower_case=True, dropout_rate=FINE_TUNING_DEFAULTS["dropout_rate"],
-                        labels=None, init_from_group0=False):
-        """A classifier initialised from `checkpoint`, any source `--init_checkpoint` takes: a
-        pretraining or fine-tuning run's output directory (`DIR:best`, `DIR/ckpt-N`), an
-        official TF1 checkpoint or TF-Hub module directory, a Hugging Face folder, our model
-        directory or `.keras` file (`initialize_classifier`: a fine-tuned classifier of
-        `num_classes` keeps its head). The config comes from the checkpoint
-        (`checkpoint_config`) unless `albert_config_file` is given; `spm_model_file` defaults
-        to the `.model` file in the checkpoint's directory (a run keeps its own there).
-        `num_classes=1` is regression (STS-B)."""
+    def _build_from_checkpoint(cls, head_class, num_labels, checkpoint, spm_model_file,
+                               sequence_length, albert_config_file, vocab_file, do_lower_case,
+                               dropout_rate, init_from_group0, **kwargs):
+        """`cls(head_class(config, num_labels), preprocessor, **kwargs)` read from
+        `checkpoint` (`initialize_classifier`), its report kept as `init_report`."""
         config = checkpoint_config(checkpoint, albert_config_file)
         if not spm_model_file and not vocab_file:
             directory = _checkpoint_directory(checkpoint)
@@ -156,12 +132,15 @@ class AlbertTextClassifier(keras.Model):
                                       "spm_model_file= (or vocab_file= for WordPiece).")
         preprocessor = AlbertTextPreprocessor(spm_model_file, sequence_length, do_lower_case,
                                               vocab_file=vocab_file)
-        classifier = AlbertClassifier(config, num_classes, dropout_rate=dropout_rate)
-        set_remove_padding(classifier, True)  # the commands' default: same results, faster
-        report = initialize_classifier(classifier, checkpoint, init_from_group0)
-        model = cls(classifier, preprocessor, labels=labels)
+        head = head_class(config, num_labels, dropout_rate=dropout_rate)
+        set_remove_padding(head, True)  # the commands' default: same results, faster
+        report = initialize_classifier(head, checkpoint, init_from_group0)
+        model = cls(head, preprocessor, **kwargs)
         model.init_report = report
         return model
+
+    def _trained_on(self) -> None:
+        """Called by `fit` once its training dataset is made (a subclass notes its form)."""
 
     # -----------------------------------------------------------------------------------------
     # Training.
@@ -174,12 +153,11 @@ class AlbertTextClassifier(keras.Model):
         clipped to global norm 1.0) at `learning_rate` (default the flag's, 5e-5), with linear
         warmup over `warmup_steps` (default 0, the flag's) or `warmup_proportion` of the steps,
         then linear decay to 0 at the last step of each `fit` (its epochs x steps per epoch).
-        `loss="auto"`: sparse categorical cross entropy on the logits (regression: mean
-        squared error, as STS-B); `metrics="auto"`: accuracy (regression: none).
+        `loss="auto"` and `metrics="auto"`: the model's (`_default_loss_and_metrics`).
         """
         strategy = tf.distribute.get_strategy()
         if tf.distribute.has_strategy() and not strategy.extended.variable_created_in_scope(
-                self.classifier.weights[0].value):
+                self.albert_model.weights[0].value):
             raise ValueError(
                 "compile() is called under a tf.distribute strategy scope the model was not "
                 "built in: its variables belong to another strategy. Call from_checkpoint "
@@ -201,14 +179,9 @@ class AlbertTextClassifier(keras.Model):
                              "the default optimizer; with your own, set them on it.")
         else:
             self._fit_schedule = None
-        regression = self.num_classes == 1
-        if loss == "auto":
-            loss = keras.losses.MeanSquaredError() if regression else \
-                keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        if metrics == "auto":
-            metrics = [] if regression else [
-                keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-        super().compile(optimizer=optimizer, loss=loss, metrics=metrics, **kwargs)
+        default_loss, default_metrics = self._default_loss_and_metrics()
+        super().compile(optimizer=optimizer, loss=default_loss if loss == "auto" else loss,
+                        metrics=default_metrics if metrics == "auto" else metrics, **kwargs)
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, validation_data=None,
             shuffle=True, sample_weight=None, steps_per_epoch=None, initial_epoch=0,
@@ -218,10 +191,10 @@ class AlbertTextClassifier(keras.Model):
         initial_epoch` times `steps_per_epoch`, or the batches of `x`)."""
         if kwargs.get("validation_split"):
             raise ValueError("`validation_split` is not supported on raw text: pass "
-                             "`validation_data=(texts, labels)`.")
+                             "`validation_data=(x, y)` (held-out texts and their labels).")
         batch_size = batch_size or 32
         train = self._dataset(x, y, sample_weight, batch_size, shuffle)
-        self.text_pair = self._pairs  # the export serves what the last `fit` trained on
+        self._trained_on()
         if validation_data is not None:
             validation_data = self._dataset(*_unpack(validation_data), batch_size,
                                             shuffle=False)
@@ -258,6 +231,97 @@ class AlbertTextClassifier(keras.Model):
                                     **kwargs)
         data = self._dataset(x, y, sample_weight, batch_size or 32, shuffle=False)
         return super().evaluate(data, **kwargs)
+
+    def _export(self, export_dir, version=None, **kwargs):
+        """`export.saved_model.export_saved_model` of the ALBERT model, the text packed as
+        here (imported here: see the module docstring); `kwargs` go to it."""
+        from export.saved_model import export_saved_model
+
+        pre = self.preprocessor
+        spm = pre.spm_model_file
+        kwargs.setdefault("source", {"type": type(self).__name__})
+        return export_saved_model(
+            self.albert_model, os.fspath(export_dir), spm, version=version,
+            max_seq_length=pre.sequence_length, do_lower_case=pre.do_lower_case,
+            vocab_file=None if spm else pre.vocab_file, **kwargs)
+
+    def get_config(self):
+        return {self.HEAD_ARG: keras.saving.serialize_keras_object(self.albert_model),
+                "preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
+                "labels": self.labels, "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        for key in (cls.HEAD_ARG, "preprocessor"):
+            config[key] = keras.saving.deserialize_keras_object(config[key])
+        return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="albert_tf")
+class AlbertTextClassifier(RawTextModel):
+    """An `AlbertClassifier` whose output is its logits [batch, num_classes], with the text
+    preprocessor that feeds it.
+
+    Args:
+        classifier: an `AlbertClassifier` (kept as it is; `num_labels` is `num_classes`, 1 for
+            regression).
+        preprocessor: the `AlbertTextPreprocessor` of the model's vocabulary.
+        labels: optional class names (the export's `classify` signature serves them).
+
+    `fit`, `evaluate` and `predict` take raw text (`x`: strings, or `(text_a, text_b)` pairs;
+    `y`: class ids, or floats for regression) or a batched `tf.data.Dataset` of
+    `(text, label)` with `text` a string tensor or a tuple of two; `predict` returns
+    probabilities (softmax of the logits), or the value for regression [n, 1].
+    """
+
+    def __init__(self, classifier, preprocessor, labels=None, **kwargs):
+        inputs = dict(classifier.input)
+        logits = classifier(inputs)["logits"]
+        super().__init__(inputs=inputs, outputs=logits, **kwargs)
+        self._check_parts(classifier, preprocessor)
+        if labels is not None and len(labels) != classifier.num_labels:
+            raise ValueError(f"{len(labels)} label names for {classifier.num_labels} classes.")
+        self.classifier = classifier
+        self.preprocessor = preprocessor
+        self.labels = list(labels) if labels is not None else None
+        self.text_pair = None  # what `fit` was given, for the export's serving_default
+        self._pairs = None  # what the last dataset was made of
+        self.init_report = None
+        self._fit_schedule = None  # (learning_rate, warmup_steps, warmup_proportion)
+
+    @property
+    def num_classes(self) -> int:
+        return self.classifier.num_labels
+
+    @classmethod
+    def from_checkpoint(cls, checkpoint, spm_model_file=None, num_classes=2,
+                        sequence_length=128, albert_config_file=None, vocab_file=None,
+                        do_lower_case=True, dropout_rate=FINE_TUNING_DEFAULTS["dropout_rate"],
+                        labels=None, init_from_group0=False):
+        """A classifier initialised from `checkpoint`, any source `--init_checkpoint` takes: a
+        pretraining or fine-tuning run's output directory (`DIR:best`, `DIR/ckpt-N`), an
+        official TF1 checkpoint or TF-Hub module directory, a Hugging Face folder, our model
+        directory or `.keras` file (`initialize_classifier`: a fine-tuned classifier of
+        `num_classes` keeps its head). The config comes from the checkpoint
+        (`checkpoint_config`) unless `albert_config_file` is given; `spm_model_file` defaults
+        to the `.model` file in the checkpoint's directory (a run keeps its own there).
+        `num_classes=1` is regression (STS-B)."""
+        return cls._build_from_checkpoint(
+            AlbertClassifier, num_classes, checkpoint, spm_model_file, sequence_length,
+            albert_config_file, vocab_file, do_lower_case, dropout_rate, init_from_group0,
+            labels=labels)
+
+    def _default_loss_and_metrics(self):
+        """Sparse categorical cross entropy on the logits and accuracy (regression: mean
+        squared error, as STS-B, and no metric)."""
+        if self.num_classes == 1:
+            return keras.losses.MeanSquaredError(), []
+        return (keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                [keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+
+    def _trained_on(self) -> None:
+        self.text_pair = self._pairs  # the export serves what the last `fit` trained on
 
     def predict(self, x, batch_size=None, **kwargs):
         """Probabilities [n, num_classes] (softmax of the logits); regression: the value
@@ -311,28 +375,9 @@ class AlbertTextClassifier(keras.Model):
         `text_pair` (default: whether `fit` was given pairs) makes `serving_default` take
         `text` and `text_b`; `labels` (default the model's) name the classes; other keyword
         arguments go to `export_saved_model`. Returns the version directory."""
-        from export.saved_model import export_saved_model  # see the module docstring
-
-        pre = self.preprocessor
-        spm = pre.spm_model_file
-        return export_saved_model(
-            self.classifier, os.fspath(export_dir), spm, version=version,
-            max_seq_length=pre.sequence_length, labels=labels or self.labels,
-            text_pair=bool(self.text_pair) if text_pair is None else text_pair,
-            do_lower_case=pre.do_lower_case, vocab_file=None if spm else pre.vocab_file,
-            source=kwargs.pop("source", {"type": "AlbertTextClassifier"}), **kwargs)
-
-    def get_config(self):
-        return {"classifier": keras.saving.serialize_keras_object(self.classifier),
-                "preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
-                "labels": self.labels, "name": self.name}
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        for key in ("classifier", "preprocessor"):
-            config[key] = keras.saving.deserialize_keras_object(config[key])
-        return cls(**config)
+        return self._export(
+            export_dir, version, labels=labels or self.labels,
+            text_pair=bool(self.text_pair) if text_pair is None else text_pair, **kwargs)
 
 
 def _unpack(validation_data):

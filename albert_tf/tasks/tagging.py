@@ -129,6 +129,16 @@ class TaggingPreprocessor:
             tags.extend(self.labels[int(ids[p])] for p in window.positions)
         return tags
 
+    def join_sentences(self, windows, predicted_ids) -> list:
+        """[[tag per word] per sentence] from the sentences' windows ([[Window]]) and the
+        predicted ids of all their windows, in order ([windows, seq])."""
+        out, row = [], 0
+        for sentence_windows in windows:
+            n = len(sentence_windows)
+            out.append(self.join(sentence_windows, predicted_ids[row:row + n]))
+            row += n
+        return out
+
     # -----------------------------------------------------------------------------------------
     def windows_in_graph(self, tokenizer, text) -> dict:
         """The same windows of whitespace-separated words, in TensorFlow ops.
@@ -320,13 +330,7 @@ class TaggingTask(LabelledTask):
         """[[tag per word] per sentence] of the records of `path`, written (in order, without
         shuffling) from the sentences whose windows are `windows`."""
         logits = self.predict_outputs(model, path, batch_size)["logits"]
-        ids = logits.argmax(-1)
-        out, row = [], 0
-        for sentence_windows in windows:
-            n = len(sentence_windows)
-            out.append(preprocessor.join(sentence_windows, ids[row:row + n]))
-            row += n
-        return out
+        return preprocessor.join_sentences(windows, logits.argmax(-1))
 
 
 def score_sentences(labels, true, predicted) -> dict:
