@@ -22,13 +22,14 @@ _LAZY = {
     "AlbertSquadV2": "albert_tf.task_models",
     "AlbertMultipleChoice": "albert_tf.task_models",
     "AlbertTextClassifier": "albert_tf.text_classifier",
+    "AlbertTextTagger": "albert_tf.text_tagger",
     "AlbertTextPreprocessor": "albert_tf.preprocessing",
     "load_pretrained": "albert_tf.checkpoints",
 }
 
 __all__ = ["AlbertConfig", "AlbertBackbone", "AlbertPretrainer", "AlbertClassifier",
            "AlbertTokenClassifier", "AlbertSpanModel", "AlbertSquadV2", "AlbertMultipleChoice",
-           "AlbertTextClassifier", "AlbertTextPreprocessor", "load_pretrained", "PRESETS",
-           "SHARING_MODES"]
+           "AlbertTextClassifier", "AlbertTextTagger", "AlbertTextPreprocessor",
+           "load_pretrained", "PRESETS", "SHARING_MODES"]
 __version__ = "0.1.0"
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
