@@ -73,10 +73,9 @@ from albert_tf import features as F
 from albert_tf.backbone import set_remove_padding
 from albert_tf.models import backbone_of, class_of
 from albert_tf.records import example_of
-from albert_tf.packing import (join_in_graph, keep_first, keep_last, pack_ids, pack_in_graph,
-                               packed_length, pad_features)
+from albert_tf.packing import pack_ids, pack_in_graph, packed_length, pad_features
 from albert_tf.tokenization import in_graph_tokenizer
-from albert_tf.tasks.race import LABELS
+from albert_tf.tasks.race import LABELS, RacePreprocessor
 from albert_tf.tasks.squad import (align_context_in_graph, decode_beam_in_graph, decode_in_graph,
                                    windows_in_graph)
 
@@ -742,10 +741,10 @@ class MultipleChoiceServingModule(AlbertServingModule):
 
     Signatures:
     - `serving_default`: `article`, `question` (string [batch]), `options` (string [batch,
-      num_choices]). In-graph, as `albert_tf.tasks.race.example_features`: each option's second
-      segment (the question with its `_` blanks filled by the option, else question + " " +
-      option), its last `max_qa_length` pieces, the article cut to fit, `[CLS] article [SEP]
-      qa [SEP]` per option, padded to the batch's longest. Outputs: `logits`,
+      num_choices]). `albert_tf.tasks.race.RacePreprocessor`, the packing of the records:
+      each option's second segment (the question with its `_` blanks filled by the option,
+      else question + " " + option), its last `max_qa_length` pieces, the article cut to fit,
+      `[CLS] article [SEP] qa [SEP]` per option, padded to the batch's longest. Outputs: `logits`,
       `probabilities` [batch, num_choices], `label` [batch] (index of the best option),
       `answer` [batch] (its letter, "A"...).
     - `serve_tokens`: `input_ids`, `input_mask`, `segment_ids` [batch, num_choices, length] ->
@@ -762,10 +761,9 @@ class MultipleChoiceServingModule(AlbertServingModule):
                          max_seq_length=max_seq_length,
                          labels=labels or list(LABELS[:model.num_labels]),
                          remove_padding=remove_padding)
-        if not 0 <= max_qa_length <= max_seq_length - 3:
-            raise ValueError(f"max_qa_length={max_qa_length} must be between 0 and "
-                             f"max_seq_length - 3 = {max_seq_length - 3}.")
-        self.max_qa_length = int(max_qa_length)
+        self.preprocessor = RacePreprocessor(self.tokenizer, max_seq_length, max_qa_length,
+                                             self.num_labels)
+        self.max_qa_length = self.preprocessor.max_qa_length
 
     def warmup_inputs(self, tokenizer) -> dict:
         tokens, questions, contexts = _question_context_warmup(tokenizer, self.max_seq_length)
@@ -805,25 +803,8 @@ class MultipleChoiceServingModule(AlbertServingModule):
             lambda: tf.debugging.assert_equal(tf.shape(question), tf.shape(article), message=(
                 "article and question must have the same batch size"))],
             [article, question, options])
-        options = tf.reshape(options, [-1])  # [batch * choices]
-        repeated = tf.repeat(question, choices)
-        # The question with every "_" replaced by the option, or question + " " + option.
-        parts = tf.strings.split(repeated, sep="_")
-        filler = tf.gather(options, parts.value_rowids())
-        pairs = tf.stack([parts.flat_values, filler], axis=1)  # part, option, part, option...
-        interleaved = tf.RaggedTensor.from_row_lengths(tf.reshape(pairs, [-1]),
-                                                       2 * parts.row_lengths())
-        filled = tf.strings.reduce_join(interleaved[:, :-1], axis=1)
-        has_blank = tf.strings.regex_full_match(repeated, "(?s).*_.*")
-        qa_text = tf.where(has_blank, filled, tf.strings.join([repeated, options], " "))
-        qa = keep_last(self.tokenizer(qa_text), self.max_qa_length)
-        article_ids = tf.gather(self.tokenizer(article),
-                                tf.repeat(tf.range(tf.shape(article)[0]), choices))
-        context = keep_first(article_ids, tf.maximum(
-            self.max_seq_length - 3 - qa.row_lengths(), 0))
-        features = join_in_graph(context, qa, special=self.tokenizer)
-        shape = tf.stack([tf.shape(article)[0], choices, -1])
-        return {name: tf.reshape(features[name], shape) for name in F.BACKBONE_INPUTS}
+        features = self.preprocessor(article, question, options)
+        return {name: features[name] for name in F.BACKBONE_INPUTS}
 
     def signatures(self) -> dict:
         choice_spec = lambda name: tf.TensorSpec([None, None, None], tf.int32, name=name)  # noqa: E731

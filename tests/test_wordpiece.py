@@ -319,7 +319,7 @@ def test_fine_tuning_features_are_the_official_tokens(official, vocab_file):
                                 ("很", "不", "Very", "太"), 0)
     features, cut = race.example_features(question, tok, 40, 10)
     rows = np.reshape(features["input_ids"], (4, 40))
-    for row, choice in zip(rows, question.choices()):
+    for row, choice in zip(rows, [question.question.replace("_", o) for o in question.options]):
         tokens = ["[CLS]", *judge.tokenize(SENTENCES[1]), "[SEP]", *judge.tokenize(choice),
                   "[SEP]"]
         assert row[:len(tokens)].tolist() == judge.convert_tokens_to_ids(tokens)

@@ -35,6 +35,7 @@ import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.task_models import NUM_CHOICES, AlbertMultipleChoice  # noqa: F401
+from albert_tf.packing import join_in_graph, keep_first, keep_last
 from albert_tf.tasks.base import LabelledTask
 from albert_tf.records import files_for, read_cached, to_example, write_records
 from albert_tf.tokenization import FEATURES_REVISION
@@ -60,12 +61,6 @@ class RaceExample:
     question: str
     options: tuple
     label: int | None
-
-    def choices(self) -> list[str]:
-        """The second segment of each option (official rule)."""
-        if "_" in self.question:
-            return [self.question.replace("_", option) for option in self.options]
-        return [" ".join([self.question, option]) for option in self.options]
 
 
 def _passages(path: str):
@@ -185,27 +180,113 @@ def race_schema(max_seq_length: int) -> dict:
             LABEL_IDS: (1, "int64"), IS_REAL_EXAMPLE: (1, "int64"), RACE_LEVEL: (1, "int64")}
 
 
+class RacePreprocessor:
+    """Article, question and options -> the model's features: the official packing (module
+    docstring) as TensorFlow ops, defined once and run for the records (`features`, with the
+    Python tokenizer: the official data's SentencePiece) and inside the SavedModel (`__call__`,
+    with the in-graph tokenizer; `export.serving.MultipleChoiceServingModule`).
+
+    Args:
+        tokenizer: the Python tokenizer (`albert_tf.tokenization.Tokenizer`, for `features`)
+            or an in-graph one (`Tokenizer.in_graph()`, `in_graph_tokenizer`, for `__call__`).
+        max_seq_length: the packed length of each option's sequence.
+        max_qa_length: the pieces of the second segment kept (its last ones), 0 to
+            `max_seq_length - 3`.
+        num_choices: options per question.
+    """
+
+    def __init__(self, tokenizer, max_seq_length: int, max_qa_length: int,
+                 num_choices: int = NUM_CHOICES):
+        if not 0 <= max_qa_length <= max_seq_length - 3:
+            raise ValueError(f"--max_qa_length {max_qa_length} leaves no room in "
+                             f"--max_seq_length {max_seq_length}: it must be between 0 and "
+                             f"max_seq_length - 3 = {max_seq_length - 3}.")
+        self.tokenizer = tokenizer
+        self.max_seq_length = int(max_seq_length)
+        self.max_qa_length = int(max_qa_length)
+        self.num_choices = int(num_choices)
+
+    def second_segments(self, question, options):
+        """String [batch * num_choices]: each option's second segment, the question with
+        every `_` replaced by the option, or question + " " + option when it has none."""
+        options = tf.reshape(options, [-1])
+        repeated = tf.repeat(question, self.num_choices)
+        parts = tf.strings.split(repeated, sep="_")
+        filler = tf.gather(options, parts.value_rowids())
+        pairs = tf.stack([parts.flat_values, filler], axis=1)  # part, option, part, option...
+        interleaved = tf.RaggedTensor.from_row_lengths(tf.reshape(pairs, [-1]),
+                                                       2 * parts.row_lengths())
+        filled = tf.strings.reduce_join(interleaved[:, :-1], axis=1)
+        has_blank = tf.strings.regex_full_match(repeated, "(?s).*_.*")
+        return tf.where(has_blank, filled, tf.strings.join([repeated, options], " "))
+
+    def pack(self, article_ids, qa_ids) -> dict:
+        """Int RaggedTensors of the articles [batch, (pieces)] and the second segments [batch
+        * num_choices, (pieces)] -> int32 `input_ids`, `input_mask`, `segment_ids` [batch,
+        num_choices, length] (padded to the longest) and `cut` (bool [batch]: the article
+        was cut for some option)."""
+        choices = self.num_choices
+        qa = keep_last(qa_ids, self.max_qa_length)
+        batch = article_ids.nrows(out_type=tf.int32)
+        article_ids = tf.gather(article_ids, tf.repeat(tf.range(batch), choices))
+        context = keep_first(article_ids, tf.maximum(
+            self.max_seq_length - 3 - qa.row_lengths(), 0))
+        features = join_in_graph(context, qa, special=self.tokenizer)
+        shape = tf.stack([batch, choices, -1])
+        out = {name: tf.reshape(features[name], shape) for name in F.BACKBONE_INPUTS}
+        cut = context.row_lengths() < article_ids.row_lengths()
+        out["cut"] = tf.reduce_any(tf.reshape(cut, [-1, choices]), axis=1)
+        return out
+
+    def __call__(self, article, question, options) -> dict:
+        """String tensors [batch], [batch], [batch, num_choices] -> `pack`'s dict, with the
+        in-graph tokenizer."""
+        return self.pack(self.tokenizer(article),
+                         self.tokenizer(self.second_segments(question, options)))
+
+    def features(self, examples, batch_size: int = 256):
+        """(features with flat lists padded to `max_seq_length`, whether the article was cut)
+        of each `RaceExample`, in order, with the Python tokenizer; `label_ids` 0 for an
+        unlabelled one."""
+        encode = self.tokenizer.encode
+        # Traced once for many batches; eager (the same ops) for a few.
+        pack = self.pack
+        if len(examples) > batch_size:
+            ragged = tf.RaggedTensorSpec([None, None], tf.int32, 1, tf.int64)
+            pack = tf.function(self.pack, input_signature=[ragged, ragged])
+        for begin in range(0, len(examples), batch_size):
+            batch = examples[begin:begin + batch_size]
+            for example in batch:
+                if len(example.options) != self.num_choices:
+                    raise ValueError(f"{example.guid}: {len(example.options)} options, the "
+                                     f"model takes {self.num_choices}.")
+            texts = self.second_segments(tf.constant([e.question for e in batch]),
+                                         tf.constant([list(e.options) for e in batch]))
+            out = pack(_ragged([encode(e.article) for e in batch]),
+                               _ragged([encode(t.decode()) for t in texts.numpy()]))
+            pad = self.max_seq_length - int(out[F.INPUT_IDS].shape[-1])
+            arrays = {name: np.pad(out[name].numpy(), [(0, 0), (0, 0), (0, pad)])
+                      for name in F.BACKBONE_INPUTS}
+            cut = out["cut"].numpy().tolist()
+            for i, example in enumerate(batch):
+                features = {name: arrays[name][i].reshape(-1).tolist()
+                            for name in F.BACKBONE_INPUTS}
+                features.update({LABEL_IDS: [example.label or 0], IS_REAL_EXAMPLE: [1],
+                                 RACE_LEVEL: [LEVELS.index(example.level)]})
+                yield features, cut[i]
+
+
+def _ragged(rows):
+    return tf.RaggedTensor.from_row_lengths(
+        np.fromiter((i for row in rows for i in row), np.int32),
+        np.array([len(row) for row in rows], np.int64))
+
+
 def example_features(example: RaceExample, tokenizer, max_seq_length: int,
                      max_qa_length: int) -> tuple[dict, bool]:
-    """(features with flat lists, whether the article was cut) of one question."""
-    article = tokenizer.encode(example.article)
-    ids, mask, segments, cut = [], [], [], False
-    for choice in example.choices():
-        qa = tokenizer.encode(choice)[-max_qa_length:] if max_qa_length > 0 else []
-        context = article[:max(0, max_seq_length - 3 - len(qa))]
-        cut |= len(context) < len(article)
-        tokens = [tokenizer.cls_id, *context, tokenizer.sep_id, *qa, tokenizer.sep_id]
-        pad = max_seq_length - len(tokens)
-        if pad < 0:
-            raise ValueError(f"--max_qa_length {max_qa_length} leaves no room in "
-                             f"--max_seq_length {max_seq_length}.")
-        ids += tokens + [0] * pad
-        mask += [1] * len(tokens) + [0] * pad
-        segments += [0] * (len(context) + 2) + [1] * (len(qa) + 1) + [0] * pad
-    features = {F.INPUT_IDS: ids, F.INPUT_MASK: mask, F.SEGMENT_IDS: segments,
-                LABEL_IDS: [example.label or 0], IS_REAL_EXAMPLE: [1],
-                RACE_LEVEL: [LEVELS.index(example.level)]}
-    return features, cut
+    """(features with flat lists, whether the article was cut) of one question
+    (`RacePreprocessor.features`)."""
+    return next(RacePreprocessor(tokenizer, max_seq_length, max_qa_length).features([example]))
 
 
 def write_examples(examples, tokenizer, max_seq_length: int, max_qa_length: int, path: str,
@@ -227,10 +308,9 @@ def write_examples(examples, tokenizer, max_seq_length: int, max_qa_length: int,
     order = np.arange(len(examples))
     if shuffle_seed is not None:
         order = np.random.default_rng([shuffle_seed, 0x8ACE]).permutation(len(examples))
+    preprocessor = RacePreprocessor(tokenizer, max_seq_length, max_qa_length)
     records, cut = [], 0
-    for i in order.tolist():
-        features, was_cut = example_features(examples[i], tokenizer, max_seq_length,
-                                             max_qa_length)
+    for features, was_cut in preprocessor.features([examples[i] for i in order.tolist()]):
         cut += int(was_cut)
         records.append(to_example(features, schema))
     padding = (-len(records)) % pad_to_multiple
