@@ -104,6 +104,16 @@ def pad_features(input_ids, segment_ids, length: int) -> dict:
 
 # ---------------------------------------------------------------------------------------------
 # In-graph.
+def ragged_rows(rows):
+    """An int32 RaggedTensor [len(rows), (ids)] (int64 row splits) of Python id lists."""
+    import numpy as np
+    import tensorflow as tf
+
+    return tf.RaggedTensor.from_row_lengths(
+        np.fromiter((i for row in rows for i in row), np.int32),
+        np.array([len(row) for row in rows], np.int64))
+
+
 def keep_first(ragged, keep):
     """The first `keep[i]` values of each row of a 2-D RaggedTensor."""
     import tensorflow as tf

@@ -35,7 +35,7 @@ import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.task_models import NUM_CHOICES, AlbertMultipleChoice  # noqa: F401
-from albert_tf.packing import join_in_graph, keep_first, keep_last
+from albert_tf.packing import join_in_graph, keep_first, keep_last, ragged_rows
 from albert_tf.tasks.base import LabelledTask
 from albert_tf.records import files_for, read_cached, to_example, write_records
 from albert_tf.tokenization import FEATURES_REVISION
@@ -262,8 +262,8 @@ class RacePreprocessor:
                                      f"model takes {self.num_choices}.")
             texts = self.second_segments(tf.constant([e.question for e in batch]),
                                          tf.constant([list(e.options) for e in batch]))
-            out = pack(_ragged([encode(e.article) for e in batch]),
-                               _ragged([encode(t.decode()) for t in texts.numpy()]))
+            out = pack(ragged_rows([encode(e.article) for e in batch]),
+                       ragged_rows([encode(t.decode()) for t in texts.numpy()]))
             pad = self.max_seq_length - int(out[F.INPUT_IDS].shape[-1])
             arrays = {name: np.pad(out[name].numpy(), [(0, 0), (0, 0), (0, pad)])
                       for name in F.BACKBONE_INPUTS}
@@ -274,12 +274,6 @@ class RacePreprocessor:
                 features.update({LABEL_IDS: [example.label or 0], IS_REAL_EXAMPLE: [1],
                                  RACE_LEVEL: [LEVELS.index(example.level)]})
                 yield features, cut[i]
-
-
-def _ragged(rows):
-    return tf.RaggedTensor.from_row_lengths(
-        np.fromiter((i for row in rows for i in row), np.int32),
-        np.array([len(row) for row in rows], np.int64))
 
 
 def example_features(example: RaceExample, tokenizer, max_seq_length: int,

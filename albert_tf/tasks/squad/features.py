@@ -32,13 +32,13 @@ import json
 import numpy as np
 from absl import logging
 
+import tensorflow as tf
+
+from albert_tf.packing import ragged_rows
 from albert_tf.tasks.squad import evaluation as squad_eval
-from albert_tf.tokenization import CLS_ID, SEP_ID, SPIECE_UNDERLINE, file_sha256
+from albert_tf.tasks.squad.in_graph import _WHITESPACE, windows_in_graph
+from albert_tf.tokenization import SPIECE_UNDERLINE, file_sha256
 from albert_tf.records import files_for, to_example, write_records
-
-
-_WHITESPACE = frozenset(" \t\r\n\u00a0\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
-                        "\u2009\u200a\u202f\u205f\u3000\u200b\ufeff")
 
 
 @dataclasses.dataclass
@@ -121,37 +121,21 @@ def align_context(text: str, tokenizer) -> AlignedContext:
     return AlignedContext(text, ids, pieces, starts, ends, exact)
 
 
-def windows(num_pieces: int, max_pieces: int, doc_stride: int) -> list[tuple[int, int]]:
-    """(start, length) windows over the context's pieces: each at most `max_pieces` long, each
-    starting `doc_stride` after the previous, the last reaching the end (official rule)."""
+def _check_budget(max_pieces: int, doc_stride: int) -> None:
     if max_pieces < 1 or doc_stride < 1:
         raise ValueError(f"max_pieces ({max_pieces}) and doc_stride ({doc_stride}) must be "
                          "positive; raise --max_seq_length or lower --max_query_length.")
-    spans, start = [], 0
-    while True:
-        length = min(max_pieces, num_pieces - start)
-        spans.append((start, length))
-        if start + length >= num_pieces:
-            return spans
-        start += min(length, doc_stride)
 
 
-def max_context(spans: list[tuple[int, int]]) -> list[list[bool]]:
-    """For each window (start, length) of `windows`, whether it is each of its pieces' window of
-    maximum context (the official `_check_is_max_context`): of the windows holding a piece, the
-    one where min(pieces left of it, pieces right of it) + 0.01 x window length is largest, the
-    first on ties. A predicted answer must start at such a piece (`best_spans`), so a piece
-    near a window's edge is judged where it has the most context on both sides. Scores are
-    compared as integers (100 x min + length, the same order), so this and the in-graph
-    decoding (`windows_in_graph`) agree exactly."""
-    best = {}
-    for index, (start, length) in enumerate(spans):
-        for j in range(length):
-            score = 100 * min(j, length - 1 - j) + length
-            if start + j not in best or score > best[start + j][0]:
-                best[start + j] = (score, index)
-    return [[best[start + j][1] == index for j in range(length)]
-            for index, (start, length) in enumerate(spans)]
+def windows(num_pieces: int, max_pieces: int, doc_stride: int) -> list[tuple[int, int]]:
+    """(start, length) windows over the context's pieces: each at most `max_pieces` long, each
+    starting `doc_stride` after the previous, the last reaching the end (official rule;
+    `windows_in_graph`'s)."""
+    _check_budget(max_pieces, doc_stride)
+    max_seq_length = max_pieces + 3  # a query of no pieces
+    out = windows_in_graph(ragged_rows([[]]), ragged_rows([[0] * num_pieces]), max_seq_length,
+                           doc_stride)
+    return list(zip(out["window_start"].numpy().tolist(), out["window_length"].numpy().tolist()))
 
 
 # Features: [CLS] question [SEP] window of the context [SEP].
@@ -170,31 +154,66 @@ def question_features(question: dict, context: AlignedContext, tokenizer, max_se
                       is_training: bool) -> list[dict]:
     """The features of one question (one per context window). Each carries `offset` (index of
     the window's first piece in the sequence), `window` (start, length) in the context's pieces,
+    `max_context` (per window piece, `windows_in_graph`'s official `_check_is_max_context`)
     and, when training, the answer's piece positions in the sequence (0, 0 = [CLS] when the
     window does not hold the whole answer, or the question has none or is marked
     `is_impossible`, as official)."""
-    query = tokenizer.encode(question["question"])[:max_query_length]
-    budget = max_seq_length - len(query) - 3
-    answer = None
-    if question["answers"] and not question.get("is_impossible"):
-        text, start = question["answers"][0], question["answer_starts"][0]
-        answer = context.piece_span(start, start + len(text))
+    return questions_features([question], [context], tokenizer, max_seq_length, doc_stride,
+                              max_query_length, unique_id, is_training)
+
+
+def questions_features(questions, contexts, tokenizer, max_seq_length: int, doc_stride: int,
+                       max_query_length: int, unique_id: int, is_training: bool,
+                       batch_size: int = 512) -> list[dict]:
+    """`question_features` of many questions (with their `AlignedContext`s), in order, unique
+    ids from `unique_id` on: the windows are `windows_in_graph`'s, the records' and the
+    SavedModel's one definition."""
+    ragged = tf.RaggedTensorSpec([None, None], tf.int32, 1, tf.int64)
+    window_fn = functools.partial(windows_in_graph, max_seq_length=max_seq_length,
+                                  doc_stride=doc_stride)
+    if len(questions) > batch_size:  # traced once for many batches; eager for a few
+        window_fn = tf.function(window_fn, input_signature=[ragged, ragged])
     features = []
-    spans = windows(len(context.ids), budget, doc_stride)
-    for i, ((start, length), is_max) in enumerate(zip(spans, max_context(spans))):
-        ids = [CLS_ID, *query, SEP_ID, *context.ids[start:start + length], SEP_ID]
-        segments = [0] * (len(query) + 2) + [1] * (length + 1)
-        offset = len(query) + 2
-        pad = max_seq_length - len(ids)
+    for begin in range(0, len(questions), batch_size):
+        batch = questions[begin:begin + batch_size]
+        queries = [tokenizer.encode(q["question"])[:max_query_length] for q in batch]
+        for query in queries:
+            _check_budget(max_seq_length - len(query) - 3, doc_stride)
+        out = {k: v.numpy() for k, v in window_fn(
+            ragged_rows(queries), ragged_rows([c.ids for c in contexts[begin:begin + batch_size]])
+        ).items()}
+        features += _labelled(batch, contexts[begin:begin + batch_size], out, max_seq_length,
+                              unique_id + len(features))
+    return features
+
+
+def _labelled(questions, contexts, out: dict, max_seq_length: int, unique_id: int) -> list:
+    """The features of `windows_in_graph`'s numpy output for `questions`, with labels."""
+    answers = []
+    for question, context in zip(questions, contexts):
+        answer = None
+        if question["answers"] and not question.get("is_impossible"):
+            text, start = question["answers"][0], question["answer_starts"][0]
+            answer = context.piece_span(start, start + len(text))
+        answers.append(answer)
+    features = []
+    for w, example in enumerate(out["example"].tolist()):
+        start, length = int(out["window_start"][w]), int(out["window_length"][w])
+        offset = int(out["offset"][w])
+        n = offset + length + 1
+        pad = max_seq_length - n
+        answer = answers[example]
         start_position = end_position = 0
         if answer is not None and start <= answer[0] and answer[1] < start + length:
             start_position, end_position = answer[0] - start + offset, answer[1] - start + offset
         features.append({
-            "input_ids": ids + [0] * pad, "input_mask": [1] * len(ids) + [0] * pad,
-            "segment_ids": segments + [0] * pad, START_POSITIONS: [start_position],
-            END_POSITIONS: [end_position], UNIQUE_IDS: [unique_id + i], "is_real_example": [1],
-            "offset": offset, "window": (start, length), "max_context": is_max,
-            "id": question["id"]})
+            "input_ids": out["input_ids"][w, :n].tolist() + [0] * pad,
+            "input_mask": [1] * n + [0] * pad,
+            "segment_ids": out["segment_ids"][w, :n].tolist() + [0] * pad,
+            START_POSITIONS: [start_position], END_POSITIONS: [end_position],
+            UNIQUE_IDS: [unique_id + w], "is_real_example": [1], "offset": offset,
+            "window": (start, length), "max_context": out["max_context"][w, :length].tolist(),
+            "id": questions[example]["id"]})
     return features
 
 
@@ -330,14 +349,14 @@ def build_features(path: str, tokenizer, max_seq_length: int, doc_stride: int,
             dataset = _without(dataset, {s["id"] for s in skipped})
     else:
         chosen = squad_eval.questions(dataset)
-    contexts, aligned, features = {}, {}, []
+    contexts, aligned = {}, {}
     for q in chosen:
         if q["context"] not in aligned:
             aligned[q["context"]] = align_context(q["context"], tokenizer)
         contexts[q["id"]] = aligned[q["context"]]
-        features += question_features(q, contexts[q["id"]], tokenizer, max_seq_length,
-                                      doc_stride, max_query_length, 1000000 + len(features),
-                                      is_training)
+    features = questions_features(chosen, [contexts[q["id"]] for q in chosen], tokenizer,
+                                  max_seq_length, doc_stride, max_query_length, 1000000,
+                                  is_training)
     if is_training and seed is not None:
         order = np.random.default_rng([seed, 0x5A0AD]).permutation(len(features))
         features = [features[i] for i in order]

@@ -1,6 +1,9 @@
-"""In-graph: the same alignment, windows and decoding as TensorFlow ops, for SavedModels that
-take a question and a context as text (`export.serving`). Tests compare them with the Python
-functions of `features` and `decoding`."""
+"""In-graph: the alignment, windows and decoding as TensorFlow ops, for SavedModels that take
+a question and a context as text (`export.serving`). The windows (`windows_in_graph`) are the
+one definition: `features` cuts the records with them too. The alignment and the decoding have
+Python twins (`features.align_context`, `decoding`): the records' alignment follows the Python
+SentencePiece, which breaks equal-score ties as the official data does (docs/differences.md);
+tests compare the twins."""
 
 from __future__ import annotations
 
@@ -8,7 +11,10 @@ import functools
 import tensorflow as tf
 from albert_tf.tokenization import SPIECE_UNDERLINE, _ranges_class
 from albert_tf.packing import join_in_graph
-from albert_tf.tasks.squad.features import _WHITESPACE
+
+# The whitespace the context is split on into words (with str.isspace()); `features` too.
+_WHITESPACE = frozenset(" \t\r\n\u00a0\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+                        "\u2009\u200a\u202f\u205f\u3000\u200b\ufeff")
 
 
 # In-graph: the same alignment, windows and decoding as TensorFlow ops, for SavedModels that
