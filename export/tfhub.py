@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from albert_tf.backbone import AlbertBackbone
 from albert_tf.checkpoints import CONFIG_FILE, CheckpointError, initialize_backbone
+from albert_tf.checkpoints.conversion import TFHUB_RECORD
 from albert_tf.checkpoints.conversion import checkpoint_config, split_run_checkpoint
 from albert_tf.checkpoints.ours import find_sentencepiece
 from albert_tf.features import INPUT_IDS, INPUT_MASK, SEGMENT_IDS
@@ -45,7 +46,6 @@ from export.saved_model import ExportError
 # TF Hub's input names -> ours.
 HUB_INPUTS = {"input_word_ids": INPUT_IDS, "input_mask": INPUT_MASK,
               "input_type_ids": SEGMENT_IDS}
-RECORD_FILE = "albert_tfhub.json"  # in each SavedModel's assets.extra/
 
 
 class _Untracked:
@@ -260,7 +260,7 @@ def export_tfhub(backbone, export_dir: str, spm_model_file: str, seq_length: int
         os.remove(config_file)
         for part in ("preprocess", "encoder"):
             os.makedirs(os.path.join(tmp, part, "assets.extra"))
-            with open(os.path.join(tmp, part, "assets.extra", RECORD_FILE), "w",
+            with open(os.path.join(tmp, part, "assets.extra", TFHUB_RECORD), "w",
                       encoding="utf-8") as f:
                 json.dump(dict(record, part=part), f, indent=2)
         _readable_tree(tmp)

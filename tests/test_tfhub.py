@@ -13,7 +13,10 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401 - the SentencePiece ops of the preprocessor
 
 from albert_tf.backbone import AlbertBackbone
-from albert_tf.checkpoints import initialize_backbone, save_albert_tf, write_tf1_checkpoint
+from albert_tf.checkpoints import (CheckpointError, initialize_backbone,
+                                   initialize_from_checkpoint, save_albert_tf,
+                                   write_tf1_checkpoint)
+from albert_tf.config import AlbertConfig
 from albert_tf.packing import pack_ids, pad_features
 from albert_tf.tokenization import Tokenizer
 from conftest import ROOT, assert_spread, export_config, randomize
@@ -214,12 +217,23 @@ def test_command_loads_a_tf1_checkpoint_and_refuses_an_existing_dir(pair, tmp_pa
     assert "not an empty directory" in run.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="albert_tf/checkpoints reads TF-Hub modules of the TF1 "
-                   "format (name-based variables) only; our encoder is a TF2 SavedModel "
-                   "(object-based variables). A reader for it belongs in albert_tf/checkpoints.")
 def test_encoder_reads_back_as_init_checkpoint(pair):
+    """The encoder SavedModel is an `--init_checkpoint`: every backbone weight read back
+    exactly (a fresh backbone differs first); another architecture is refused by name."""
     backbone, export_dir, _ = pair
     fresh = AlbertBackbone(CONFIG, name="albert")
-    initialize_backbone(fresh, os.path.join(export_dir, "encoder"))
+    assert any(not np.array_equal(g.numpy(), w.numpy())
+               for g, w in zip(fresh.weights, backbone.weights))
+    report = initialize_backbone(fresh, os.path.join(export_dir, "encoder"))
+    assert report["source"]["type"] == "tfhub_encoder"
+    assert len(report["assigned"]) == len(fresh.weights) and not report["skipped"]
     for got, want in zip(fresh.weights, backbone.weights):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
+    layers = CONFIG.num_hidden_layers
+    other = AlbertBackbone(AlbertConfig(**dict(CONFIG.to_dict(), num_hidden_layers=layers + 1)),
+                           name="albert")
+    with pytest.raises(CheckpointError,
+                       match=f"num_hidden_layers {layers} there, {layers + 1} here"):
+        initialize_backbone(other, os.path.join(export_dir, "encoder"))
+    with pytest.raises(CheckpointError, match="holds the backbone only"):
+        initialize_from_checkpoint(fresh, os.path.join(export_dir, "encoder"))

@@ -10,6 +10,7 @@ import shutil
 import warnings
 
 import numpy as np
+import tensorflow as tf
 
 from albert_tf.checkpoints.common import MODEL_KINDS, CheckpointError, assign_strict, build_model
 from albert_tf.checkpoints.hf import (HF_FILES, config_from_hf, hf_architectures, hf_kind,
@@ -32,6 +33,11 @@ def initialize_from_checkpoint(model, path: str, init_from_group0: bool = False)
     source without one of the model's weights (a backbone without the pretraining heads) is an
     error naming them (`assign_strict`)."""
     path, which = _path_and_checkpoint(path)
+    if tfhub_part(path):
+        raise CheckpointError(f"{path} is a TF Hub SavedModel of ours: it holds the backbone "
+                              "only (encoder) or no weights (preprocess); fine-tuning reads the "
+                              "encoder, a whole-model --init_checkpoint needs a checkpoint with "
+                              "the heads.")
     if path.endswith(".keras") or os.path.exists(os.path.join(path, FORMAT_FILE)):
         source = load_pretrained(path)
     elif os.path.exists(os.path.join(path, "config.json")):
@@ -137,6 +143,50 @@ def read_training_checkpoint(output_dir: str, checkpoint: str = "latest"):
     return model, prefix
 
 
+TFHUB_RECORD = "albert_tfhub.json"  # in assets.extra/ of the TF Hub pair `export_tfhub` writes
+
+
+def tfhub_part(path: str) -> str | None:
+    """"encoder" or "preprocess" for a SavedModel of our TF Hub pair (`export.tfhub`), else
+    None."""
+    record = os.path.join(os.fspath(path), "assets.extra", TFHUB_RECORD)
+    if not os.path.isfile(record):
+        return None
+    with open(record, encoding="utf-8") as f:
+        return json.load(f).get("part")
+
+
+def _read_tfhub_encoder(backbone, path: str) -> dict:
+    """Fills `backbone` from our TF2 TF-Hub encoder (`export.tfhub.HubEncoder`: the backbone's
+    variables, in order, as the SavedModel's `variables` list), strictly: the same config
+    (its record's), every variable's shape, or nothing is assigned."""
+    with open(os.path.join(path, "assets.extra", TFHUB_RECORD), encoding="utf-8") as f:
+        record = json.load(f)
+    want = {k: v for k, v in backbone.config.to_dict().items() if k not in _NOT_ARCHITECTURE}
+    have = {k: v for k, v in record["config"].items() if k not in _NOT_ARCHITECTURE}
+    if want != have:
+        changed = sorted(k for k in set(want) | set(have) if want.get(k) != have.get(k))
+        raise CheckpointError(f"{path} is an encoder of another architecture: "
+                              + ", ".join(f"{k} {have.get(k)} there, {want.get(k)} here"
+                                          for k in changed))
+    variables = [getattr(v, "value", v) for v in backbone.variables]
+    reader = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
+    shapes = reader.get_variable_to_shape_map()
+    keys = [f"variables/{i}/.ATTRIBUTES/VARIABLE_VALUE" for i in range(len(variables))]
+    bad = [(k, v) for k, v in zip(keys, variables)
+           if k not in shapes or list(shapes[k]) != v.shape.as_list()]
+    if bad or f"variables/{len(variables)}/.ATTRIBUTES/VARIABLE_VALUE" in shapes:
+        raise CheckpointError(f"{path}: its variables are not this backbone's ({len(variables)} "
+                              f"expected; first mismatch: {bad[0][1].name if bad else 'count'})"
+                              ". It was exported by another albert_tf version; convert it with "
+                              "that version.")
+    values = [reader.get_tensor(k) for k in keys]
+    for variable, value in zip(variables, values):
+        variable.assign(value)
+    return {"assigned": [w.official_name for w in model_weights(backbone)], "skipped": {},
+            "source": {"type": "tfhub_encoder", "path": path}}
+
+
 def initialize_backbone(backbone, path: str, init_from_group0: bool = False) -> dict:
     """Fine-tuning initialisation: fills `backbone` (an `AlbertBackbone`, e.g. a classifier's
     `.backbone`) strictly from any source the project reads, dropping the source's heads and
@@ -145,12 +195,15 @@ def initialize_backbone(backbone, path: str, init_from_group0: bool = False) -> 
     - an official TF1 checkpoint or TF-Hub module (prefix, `.index` file or directory);
     - a Hugging Face `save_pretrained` folder;
     - our model directory or a `.keras` file;
-    - a pretraining `--output_dir` (its latest checkpoint; `DIR:best` for the best one).
+    - a pretraining `--output_dir` (its latest checkpoint; `DIR:best` for the best one);
+    - the encoder SavedModel of our TF Hub pair (`export.tfhub`).
 
     Every backbone weight must be found with its shape (or nothing is assigned); returns
     {"assigned": [official names], "skipped": {source entry: reason}, "source": what was
     read}."""
     path, which = _path_and_checkpoint(path)
+    if tfhub_part(path) == "encoder":
+        return _read_tfhub_encoder(backbone, path)
     if path.endswith(".keras") or os.path.exists(os.path.join(path, FORMAT_FILE)):
         source = load_pretrained(path)
         what = {"type": "albert_tf", "path": path}
