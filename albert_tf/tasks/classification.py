@@ -14,6 +14,7 @@ regression), the denominator all-reduced so replicas add up to the single-device
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -22,7 +23,7 @@ import numpy as np
 
 from albert_tf import features as F
 from albert_tf.tasks import glue
-from albert_tf.packing import pack_ids, packed_length, pad_features
+from albert_tf.packing import pack_in_graph, packed_length, ragged_rows
 from albert_tf.records import files_for, read_cached, to_example, write_records
 from albert_tf.tasks.base import LabelledTask
 from albert_tf.tokenization import FEATURES_REVISION
@@ -40,20 +41,44 @@ def classifier_schema(max_seq_length: int, regression: bool = False) -> dict:
             IS_REAL_EXAMPLE: (1, "int64")}
 
 
+def examples_features(examples, task: glue.GlueTask, tokenizer, max_seq_length: int,
+                      batch_size: int = 512):
+    """(features as lists, whether the pair was truncated) of each example, in order: the
+    Python tokenizer (the official data's SentencePiece), then `pack_in_graph`, the packing
+    `AlbertTextPreprocessor` and the SavedModels run, padded to `max_seq_length`."""
+    import tensorflow as tf
+
+    pair = any(e.text_b is not None for e in examples)  # a None B packs as an empty one
+    pack = functools.partial(pack_in_graph, max_seq_length=max_seq_length, special=tokenizer)
+    if len(examples) > batch_size:  # traced once for many batches; eager for a few
+        ragged = tf.RaggedTensorSpec([None, None], tf.int32, 1, tf.int64)
+        pack = tf.function(pack, input_signature=[ragged, ragged] if pair else [ragged])
+    for begin in range(0, len(examples), batch_size):
+        batch = examples[begin:begin + batch_size]
+        ids_a = [tokenizer.encode(e.text_a) for e in batch]
+        ids_b = [tokenizer.encode(e.text_b) if e.text_b is not None else [] for e in batch]
+        out = pack(ragged_rows(ids_a), ragged_rows(ids_b)) if pair else pack(ragged_rows(ids_a))
+        arrays = {name: out[name].numpy() for name in F.BACKBONE_INPUTS}
+        for i, example in enumerate(batch):
+            features = {name: arrays[name][i].tolist() + [0] * (max_seq_length
+                                                                - arrays[name].shape[1])
+                        for name in F.BACKBONE_INPUTS}
+            if task.is_regression:
+                features[LABEL_IDS] = [float(example.label) if example.label is not None
+                                       else 0.0]
+            else:
+                features[LABEL_IDS] = [task.labels.index(example.label)
+                                       if example.label is not None else 0]
+            features[IS_REAL_EXAMPLE] = [1]
+            truncated = packed_length(len(ids_a[i]), None if example.text_b is None
+                                      else len(ids_b[i])) > max_seq_length
+            yield features, truncated
+
+
 def example_features(example: glue.InputExample, task: glue.GlueTask, tokenizer,
                      max_seq_length: int) -> dict:
-    """One example's features (lists)."""
-    ids_a = tokenizer.encode(example.text_a)
-    ids_b = tokenizer.encode(example.text_b) if example.text_b is not None else None
-    input_ids, segment_ids = pack_ids(ids_a, ids_b, max_seq_length, tokenizer)
-    features = pad_features(input_ids, segment_ids, max_seq_length)
-    if task.is_regression:
-        features[LABEL_IDS] = [float(example.label) if example.label is not None else 0.0]
-    else:
-        features[LABEL_IDS] = [task.labels.index(example.label)
-                               if example.label is not None else 0]
-    features[IS_REAL_EXAMPLE] = [1]
-    return features
+    """One example's features (lists; `examples_features`)."""
+    return next(examples_features([example], task, tokenizer, max_seq_length))[0]
 
 
 def write_examples(examples, task: glue.GlueTask, tokenizer, max_seq_length: int, path: str,
@@ -79,13 +104,10 @@ def write_examples(examples, task: glue.GlueTask, tokenizer, max_seq_length: int
         order = np.random.default_rng([shuffle_seed, 0xC1A55]).permutation(len(examples))
     truncated = 0
     records = []
-    for i in order.tolist():
-        features = example_features(examples[i], task, tokenizer, max_seq_length)
+    for features, cut in examples_features([examples[i] for i in order.tolist()], task,
+                                           tokenizer, max_seq_length):
         records.append(to_example(features, schema))
-        ids_b = examples[i].text_b
-        truncated += int(packed_length(len(tokenizer.encode(examples[i].text_a)),
-                                       None if ids_b is None else len(tokenizer.encode(ids_b)))
-                         > max_seq_length)
+        truncated += int(cut)
     padding = (-len(records)) % pad_to_multiple
     if padding:
         pad = {name: [0] * length for name, (length, _) in schema.items()}
