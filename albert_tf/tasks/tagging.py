@@ -1,6 +1,7 @@
 """Token classification (named entities, part of speech): words and tags to windows of
-features (`TaggingPreprocessor`, in Python for the training files and in TensorFlow ops for the
-exported graph), TFRecords, and the task the training loop runs (`TaggingTask`).
+features (`TaggingPreprocessor`: one window rule in TensorFlow ops, run for the training files
+after the Python tokenizer and in the exported graph after the in-graph one), TFRecords, and
+the task the training loop runs (`TaggingTask`).
 
 Alignment (as Hugging Face's `is_split_into_words` and Model Garden's `tagging.py`): each word
 is tokenized on its own (SentencePiece pieces of the official tokenizer; a word of no pieces
@@ -13,8 +14,8 @@ i (its first piece at offset s_i among the sentence's pieces) goes to window flo
 a window is `[CLS]` + its words' pieces, cut to B, + `[SEP]`. Every word is tagged once, in the
 window of its first piece; context does not cross windows (no overlap). Only a word longer
 than B pieces loses pieces (its later ones; its first piece, the one tagged, is always kept).
-The same rule runs in the graph (`windows_in_graph`), so an export tags a long sentence as
-`--do_predict` does.
+The records and the export run the same ops (`_windows_of_pieces`), so an export tags a long
+sentence as `--do_predict` does.
 
 Records: `input_ids`, `input_mask`, `segment_ids`, `label_ids` [max_seq_length] (int64),
 `is_real_example` [1] (0: a padding example filling an evaluation file to whole batches) and
@@ -32,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F
-from albert_tf.packing import pack_in_graph, pad_features
+from albert_tf.packing import pack_in_graph, ragged_rows
 from albert_tf.records import files_for, read_cached, to_example, write_records
 from albert_tf.tasks.base import SUM, LabelledTask
 from albert_tf.tasks.entity_metrics import entity_scores, is_bio, token_accuracy
@@ -84,15 +85,33 @@ class TaggingPreprocessor:
         self.max_seq_length = max_seq_length
         self.budget = max_seq_length - 2
 
-    def word_pieces(self, words) -> list:
-        """[ids of each word], a word of no pieces as one [UNK]."""
-        return [self.tokenizer.encode(word) or [self.tokenizer.unk_id] for word in words]
-
     def windows(self, words, tags=None, where: str = "the sentence") -> list:
         """[Window] of one sentence; `tags` (one per word, from `labels`) fill `label_ids`.
         Raises ValueError for no words, a tag count that is not the word count, or an unknown
         tag; `where` names the sentence (file and line) in the message."""
-        words = list(words)
+        return self.windows_of([(words, tags, where)])[0]
+
+    def windows_of(self, sentences, batch_size: int = 1024) -> list:
+        """[[Window] per sentence] of `(words, tags or None, where)` triples (`windows`' checks
+        on each): the Python tokenizer's pieces of each word, cut into windows by the graph's
+        rule (`_windows_of_pieces`, the one `windows_in_graph` runs in the SavedModel)."""
+        checked = [self._checked(list(words), tags, where) for words, tags, where in sentences]
+        pieces_fn = self._windows_of_pieces
+        if len(checked) > batch_size:  # traced once for many batches; eager for a few
+            pieces_fn = tf.function(pieces_fn, input_signature=[
+                tf.RaggedTensorSpec([None, None], tf.int32, 1, tf.int64),
+                tf.TensorSpec([None], tf.int64)])
+        out = []
+        for begin in range(0, len(checked), batch_size):
+            batch = checked[begin:begin + batch_size]
+            words = [word for words, _ in batch for word in words]
+            rows = np.repeat(np.arange(len(batch), dtype=np.int64), [len(w) for w, _ in batch])
+            got = {k: v.numpy() for k, v in pieces_fn(
+                ragged_rows([self.tokenizer.encode(word) for word in words]), rows).items()}
+            out += self._sentence_windows(batch, got)
+        return out
+
+    def _checked(self, words: list, tags, where: str) -> tuple:
         if not words:
             raise ValueError(f"{where}: an empty sentence (no words).")
         if tags is not None and len(tags) != len(words):
@@ -102,24 +121,30 @@ class TaggingPreprocessor:
             if unknown:
                 raise ValueError(f"{where}: tag {unknown[0]!r} is not one of the "
                                  f"{len(self.labels)} training tags {self.labels}.")
-        pieces = self.word_pieces(words)
-        starts = np.cumsum([0] + [len(p) for p in pieces])[:-1]
-        groups = {}
-        for i, start in enumerate(starts.tolist()):
-            groups.setdefault(start // self.budget, []).append(i)
-        out = []
-        for index, members in enumerate(groups.values()):
-            ids, labels, positions = [self.tokenizer.cls_id], [IGNORE], []
-            for i in members:
-                positions.append(len(ids))
-                ids.extend(pieces[i])
-                labels.extend([IGNORE if tags is None else self.label_ids[tags[i]]]
-                              + [IGNORE] * (len(pieces[i]) - 1))
-            ids, labels = ids[:self.budget + 1] + [self.tokenizer.sep_id], \
-                labels[:self.budget + 1] + [IGNORE]
-            features = pad_features(ids, [0] * len(ids), self.max_seq_length)
-            features[F.LABEL_IDS] = labels + [IGNORE] * (self.max_seq_length - len(labels))
-            out.append(Window(features, members[0], positions, index))
+        return words, tags
+
+    def _sentence_windows(self, batch, got: dict) -> list:
+        """[[Window] per sentence] of `_windows_of_pieces`' numpy output for `batch`."""
+        out, word = [], 0
+        first_window = 0
+        for words, tags in batch:
+            windows = {}
+            for i in range(len(words)):
+                w = int(got["window"][word + i])
+                if w not in windows:
+                    n = int(got[F.INPUT_MASK][w].sum())
+                    features = {name: got[name][w, :n].tolist()
+                                + [0] * (self.max_seq_length - n)
+                                for name in F.BACKBONE_INPUTS}
+                    features[F.LABEL_IDS] = [IGNORE] * self.max_seq_length
+                    windows[w] = Window(features, i, [], w - first_window)
+                position = int(got["position"][word + i])
+                windows[w].positions.append(position)
+                if tags is not None:
+                    windows[w].features[F.LABEL_IDS][position] = self.label_ids[tags[i]]
+            word += len(words)
+            first_window += len(windows)
+            out.append(list(windows.values()))
         return out
 
     def join(self, windows, predicted_ids) -> list:
@@ -154,7 +179,27 @@ class TaggingPreprocessor:
             first piece in the window).
         """
         words = tf.strings.split(text)
-        ids = tokenizer(words.flat_values)  # [words, (pieces)]
+        out = self._windows_of_pieces(tokenizer(words.flat_values), words.value_rowids(),
+                                      special=tokenizer)
+        out["words"] = words
+        return out
+
+    def _windows_of_pieces(self, ids, row, special=None) -> dict:
+        """The window rule (module docstring) in TensorFlow ops, for both paths.
+
+        Args:
+            ids: int32 RaggedTensor [words, (pieces)], the words of all sentences in order (a
+                word of no pieces becomes one [UNK]).
+            row: int64 [words], each word's sentence (sorted).
+            special: the tokenizer of the [CLS], [SEP] and [UNK] ids (None: this one's).
+
+        Returns:
+            dict: the windows' int32 `input_ids`, `input_mask`, `segment_ids` [windows,
+            length] (padded to the longest); per word `window` (int32) and `position` (int32,
+            its first piece in the window).
+        """
+        tokenizer = special or self.tokenizer
+        ids = tf.cast(ids, tf.int32)
         empty = tf.equal(ids.row_lengths(), 0)
         unk = tf.RaggedTensor.from_row_lengths(
             tf.fill([tf.reduce_sum(tf.cast(empty, tf.int32))], tf.constant(
@@ -162,7 +207,6 @@ class TaggingPreprocessor:
         ids = tf.concat([ids, unk], axis=1)
         lengths = ids.row_lengths()
         offsets = tf.cumsum(lengths, exclusive=True)
-        row = words.value_rowids()
         start = offsets - tf.gather(tf.math.segment_min(offsets, row), row)
         budget = tf.constant(self.budget, tf.int64)
         keys = row * (tf.int64.max // (2 * 65536)) + start // budget
@@ -178,7 +222,7 @@ class TaggingPreprocessor:
             tf.cast(tf.boolean_mask(tf.gather(window, piece_word), keep), tf.int64),
             nrows=tf.cast(num_windows, tf.int64))
         out = pack_in_graph(kept, None, self.max_seq_length, special=tokenizer)
-        out.update(words=words, window=window, position=tf.cast(position, tf.int32) + 1)
+        out.update(window=window, position=tf.cast(position, tf.int32) + 1)
         return out
 
 
