@@ -3,6 +3,7 @@ task through the one loop, and the runner. No RACE data is shipped (its licence 
 redistribution), so the tests write RACE-format files from real SQuAD passages: each question's
 options are its answer and three answers to other questions of the same passage."""
 
+import dataclasses
 import json
 import os
 
@@ -160,6 +161,26 @@ def test_all_txt_per_level_reads_as_the_passage_files(tmp_path, squad_paragraphs
         (tmp_path / "all" / "RACE" / "dev" / "middle" / "all.txt").read_text())
     with pytest.raises(race.RaceDataError, match=r"both all.txt and per-passage files"):
         race.read_split(str(tmp_path / "files"), "dev")
+
+
+def test_examples_built_in_code_get_the_readers_checks(sample_vocab):
+    """A RaceExample made in code (not read from files) is refused with the reason: options
+    as one string (which would pack its characters as four options), three options, an
+    unknown level, a non-string article; and flags of the wrong type or size."""
+    tokenizer = Tokenizer(sample_vocab)
+    good = race.RaceExample("p-0", "high", "An article.", "Why _?", ("a", "b", "c", "d"), 1)
+    assert race.example_features(good, tokenizer, 32, 10)[0]["label_ids"] == [1]
+    bad = {"options must be a list of 4 strings": {"options": "ABCD"},
+           "3 options, the model takes 4": {"options": ("a", "b", "c")},
+           "level 'college' is not one of": {"level": "college"},
+           "article and question must be strings": {"article": None}}
+    for message, change in bad.items():
+        with pytest.raises(ValueError, match=message):
+            race.example_features(dataclasses.replace(good, **change), tokenizer, 32, 10)
+    with pytest.raises(ValueError, match="--max_qa_length must be an integer"):
+        race.example_features(good, tokenizer, 32, "10")
+    with pytest.raises(ValueError, match="--max_seq_length 2 is too short"):
+        race.example_features(good, tokenizer, 2, 0)
 
 
 def test_features_follow_the_official_truncation(sample_vocab):

@@ -282,6 +282,30 @@ def test_windows_follow_the_official_stride():
     assert windows(9, 4, 8) == [(0, 4), (4, 4), (8, 1)]  # stride beyond the window: contiguous
     with pytest.raises(ValueError, match=r"raise --max_seq_length"):
         windows(5, 0, 2)
+    with pytest.raises(ValueError, match=r"--doc_stride must be a positive integer"):
+        windows(5, 4, 0)
+
+
+def test_bad_windowing_flags_are_named(sample_vocab):
+    """A negative --max_query_length (which would silently drop the question's last pieces), a
+    zero --doc_stride and a question that fills --max_seq_length each name the flag to change
+    (and the question)."""
+    from albert_tf.tasks.squad import question_features
+
+    tokenizer = Tokenizer(sample_vocab)
+    context = align_context("Tom worked while Ben watched the river all day.", tokenizer)
+    question = {"id": "q1", "question": "Who watched the river while Tom worked all day?",
+                "answers": ["Ben"], "answer_starts": [17], "is_impossible": False}
+    (feature,) = question_features(question, context, tokenizer, 64, 8, 64, 1, True)
+    assert feature["input_ids"][feature["start_positions"][0]] == \
+        context.ids[context.piece_span(17, 20)[0]]
+    with pytest.raises(ValueError, match=r"--max_query_length must be a non-negative integer"):
+        question_features(question, context, tokenizer, 64, 8, -1, 1, True)
+    with pytest.raises(ValueError, match=r"--doc_stride must be a positive integer"):
+        question_features(question, context, tokenizer, 64, 0, 64, 1, True)
+    with pytest.raises(ValueError, match=r"question 'q1' \(\d+ pieces\) leaves no context piece "
+                                         r"in --max_seq_length"):
+        question_features(question, context, tokenizer, 8, 8, 64, 1, True)
 
 
 def _official_is_max_context(doc_spans, cur_span_index, position):

@@ -197,6 +197,12 @@ class RacePreprocessor:
 
     def __init__(self, tokenizer, max_seq_length: int, max_qa_length: int,
                  num_choices: int = NUM_CHOICES):
+        for name, value in (("max_seq_length", max_seq_length), ("max_qa_length", max_qa_length)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"--{name} must be an integer. Received: {value!r}")
+        if max_seq_length < 4:
+            raise ValueError(f"--max_seq_length {max_seq_length} is too short for [CLS] article "
+                             "[SEP] question+option [SEP]: use at least 4.")
         if not 0 <= max_qa_length <= max_seq_length - 3:
             raise ValueError(f"--max_qa_length {max_qa_length} leaves no room in "
                              f"--max_seq_length {max_seq_length}: it must be between 0 and "
@@ -244,6 +250,24 @@ class RacePreprocessor:
         return self.pack(self.tokenizer(article),
                          self.tokenizer(self.second_segments(question, options)))
 
+    def _check(self, example) -> None:
+        """A `RaceExample` built in code gets the reader's checks (`_check_passage`)."""
+        where = f"RACE example {example.guid!r}"
+        if not isinstance(example.article, str) or not isinstance(example.question, str):
+            raise ValueError(f"{where}: article and question must be strings. Received: "
+                             f"{type(example.article).__name__}, "
+                             f"{type(example.question).__name__}")
+        options = example.options
+        if not isinstance(options, (list, tuple)) or not all(isinstance(o, str) for o in options):
+            raise ValueError(f"{where}: options must be a list of {self.num_choices} strings "
+                             f"(a string is not a list of options). Received: "
+                             f"{example.options!r}")
+        if len(example.options) != self.num_choices:
+            raise ValueError(f"{where}: {len(example.options)} options, the model takes "
+                             f"{self.num_choices}.")
+        if example.level not in LEVELS:
+            raise ValueError(f"{where}: level {example.level!r} is not one of {LEVELS}.")
+
     def features(self, examples, batch_size: int = 256):
         """(features with flat lists padded to `max_seq_length`, whether the article was cut)
         of each `RaceExample`, in order, with the Python tokenizer; `label_ids` 0 for an
@@ -257,9 +281,7 @@ class RacePreprocessor:
         for begin in range(0, len(examples), batch_size):
             batch = examples[begin:begin + batch_size]
             for example in batch:
-                if len(example.options) != self.num_choices:
-                    raise ValueError(f"{example.guid}: {len(example.options)} options, the "
-                                     f"model takes {self.num_choices}.")
+                self._check(example)
             texts = self.second_segments(tf.constant([e.question for e in batch]),
                                          tf.constant([list(e.options) for e in batch]))
             out = pack(ragged_rows([encode(e.article) for e in batch]),

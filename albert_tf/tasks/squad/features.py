@@ -121,10 +121,14 @@ def align_context(text: str, tokenizer) -> AlignedContext:
     return AlignedContext(text, ids, pieces, starts, ends, exact)
 
 
-def _check_budget(max_pieces: int, doc_stride: int) -> None:
-    if max_pieces < 1 or doc_stride < 1:
-        raise ValueError(f"max_pieces ({max_pieces}) and doc_stride ({doc_stride}) must be "
-                         "positive; raise --max_seq_length or lower --max_query_length.")
+def _check_budget(max_pieces: int, doc_stride: int, question: str = "a question") -> None:
+    if isinstance(doc_stride, bool) or not isinstance(doc_stride, int) or doc_stride < 1:
+        raise ValueError(f"--doc_stride must be a positive integer (official: 128). Received: "
+                         f"{doc_stride!r}")
+    if max_pieces < 1:
+        raise ValueError(f"{question} leaves no context piece in --max_seq_length (the "
+                         "question, [CLS] and two [SEP] fill it): raise --max_seq_length or "
+                         "lower --max_query_length.")
 
 
 def windows(num_pieces: int, max_pieces: int, doc_stride: int) -> list[tuple[int, int]]:
@@ -168,6 +172,10 @@ def questions_features(questions, contexts, tokenizer, max_seq_length: int, doc_
     """`question_features` of many questions (with their `AlignedContext`s), in order, unique
     ids from `unique_id` on: the windows are `windows_in_graph`'s, the records' and the
     SavedModel's one definition."""
+    if isinstance(max_query_length, bool) or not isinstance(max_query_length, int) \
+            or max_query_length < 0:
+        raise ValueError("--max_query_length must be a non-negative integer (official: 64). "
+                         f"Received: {max_query_length!r}")
     ragged = tf.RaggedTensorSpec([None, None], tf.int32, 1, tf.int64)
     window_fn = functools.partial(windows_in_graph, max_seq_length=max_seq_length,
                                   doc_stride=doc_stride)
@@ -177,8 +185,9 @@ def questions_features(questions, contexts, tokenizer, max_seq_length: int, doc_
     for begin in range(0, len(questions), batch_size):
         batch = questions[begin:begin + batch_size]
         queries = [tokenizer.encode(q["question"])[:max_query_length] for q in batch]
-        for query in queries:
-            _check_budget(max_seq_length - len(query) - 3, doc_stride)
+        for query, q in zip(queries, batch):
+            _check_budget(max_seq_length - len(query) - 3, doc_stride,
+                          f"question {q['id']!r} ({len(query)} pieces)")
         out = {k: v.numpy() for k, v in window_fn(
             ragged_rows(queries), ragged_rows([c.ids for c in contexts[begin:begin + batch_size]])
         ).items()}
