@@ -15,6 +15,7 @@ import os
 import re
 import struct
 
+import google_crc32c
 import numpy as np
 import tensorflow as tf
 
@@ -244,23 +245,9 @@ def _permutation(n, key):
     return tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), seed=key)
 
 
-_CRC_TABLE = None
-
-
 def _masked_crc32c(data: bytes) -> int:
-    global _CRC_TABLE
-    if _CRC_TABLE is None:
-        table = []
-        for i in range(256):
-            c = i
-            for _ in range(8):
-                c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-            table.append(c)
-        _CRC_TABLE = table
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc = _CRC_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    crc ^= 0xFFFFFFFF
+    """The TFRecord framing's masked CRC-32C of `data` (google-crc32c's C implementation)."""
+    crc = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
