@@ -28,9 +28,12 @@ ARCHITECTURE.md; that method is the one place that reaches it).
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
+import json
 import os
 import warnings
+import zipfile
 
 import keras
 import numpy as np
@@ -40,7 +43,7 @@ from albert_tf.backbone import set_remove_padding
 from albert_tf.checkpoints import (CheckpointError, CheckpointMismatchError,
                                    initialize_backbone, initialize_from_checkpoint)
 from albert_tf.checkpoints.conversion import checkpoint_config, split_run_checkpoint
-from albert_tf.checkpoints.ours import find_sentencepiece
+from albert_tf.checkpoints.ours import FORMAT_FILE, find_sentencepiece
 from albert_tf.classifier import AlbertClassifier
 from albert_tf.flags import SPECS
 from albert_tf.optimization import KerasFitOptimizer, OffsetSchedule, WarmupPolynomialDecay
@@ -66,14 +69,16 @@ def _checkpoint_directory(checkpoint: str) -> str:
 
 
 def initialize_classifier(classifier: AlbertClassifier, checkpoint: str,
-                          init_from_group0: bool = False) -> dict:
+                          init_from_group0: bool = False, new_head: str | None = None) -> dict:
     """Fills `classifier` from `checkpoint` with the commands' readers: the whole model where
     the source is a classifier of the same labels (a fine-tuning run, a fine-tuned TF1 or
     Hugging Face classifier: `initialize_from_checkpoint`), else its backbone, the source's
     heads dropped and reported (`initialize_backbone`, as `--init_checkpoint`). Both are
     strict: a failed read assigns nothing. Returns the reader's report, with `head`
-    ("checkpoint" or "new")."""
+    ("checkpoint" or "new"). `new_head` (a reason): the backbone only, whatever the source."""
     try:
+        if new_head:
+            raise CheckpointError(new_head)
         report = initialize_from_checkpoint(classifier, checkpoint,
                                             init_from_group0=init_from_group0)
         return dict(report, head="checkpoint")
@@ -86,6 +91,74 @@ def initialize_classifier(classifier: AlbertClassifier, checkpoint: str,
                       f"checkpoint is not a classifier of {classifier.num_labels} classes: "
                       f"{str(whole)[:300]})", stacklevel=4)  # the caller of from_checkpoint
         return dict(report, head="new")
+
+
+def check_label_names(labels, name: str = "labels") -> list:
+    """`labels` as a list of distinct non-empty strings (index = id). Refused, with the fix:
+    an unordered collection (a set or dict: its order varies between processes, so ids
+    would), a string, non-string or empty names, duplicates. A numpy array of strings is
+    converted."""
+    if isinstance(labels, np.ndarray):
+        labels = labels.tolist()
+    if isinstance(labels, (str, bytes)):
+        raise ValueError(f"`{name}` is one string ({labels[:40]!r}); give a list of names, "
+                         "one per output, in id order, e.g. ['O', 'B-PER', 'I-PER'].")
+    if isinstance(labels, (collections.abc.Set, collections.abc.Mapping)) or not isinstance(
+            labels, collections.abc.Sequence):
+        raise ValueError(f"`{name}` is a {type(labels).__name__}: the names must be in a fixed "
+                         "order (index = id), and a set's or dict's order can change from one "
+                         f"process to the next; pass a list, e.g. sorted({name}).")
+    labels = list(labels)
+    bad = [x for x in labels if not isinstance(x, str) or not x]
+    if bad:
+        raise ValueError(f"`{name}` holds {bad[0]!r}: each name is a non-empty string; pass "
+                         f"e.g. [str(x) for x in {name}] (and drop empty names).")
+    seen = collections.Counter(labels)
+    dup = [x for x, n in seen.items() if n > 1]
+    if dup:
+        raise ValueError(f"`{name}` names {dup[0]!r} {seen[dup[0]]} times: each name must be "
+                         f"distinct (one per output); remove the duplicates. Received: {labels}")
+    return labels
+
+
+def stored_labels(checkpoint) -> tuple:
+    """(labels, where) that `checkpoint` records: a `.keras` file's config `labels`, a
+    run_tagging OUTPUT_DIR's labels.json, our model directory's albert_tf.json `labels`;
+    (None, None) where it records none."""
+    path = os.fspath(checkpoint)
+    if path.endswith(".keras") and os.path.isfile(path):
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read("config.json"))
+        labels = config.get("config", {}).get("labels")
+        return (list(labels), f"{path} (its config)") if labels else (None, None)
+    directory = _checkpoint_directory(path)
+    for name, key in (("labels.json", None), (FORMAT_FILE, "labels")):
+        file = os.path.join(directory, name)
+        if os.path.isfile(file):
+            with open(file, encoding="utf-8") as f:
+                value = json.load(f)
+            value = value.get(key) if key and isinstance(value, dict) else value
+            if isinstance(value, list) and value:
+                return value, file
+    return None, None
+
+
+def head_labels(labels, checkpoint, kind: str = "tags"):
+    """The reason to start a new head (a str), or None to keep the checkpoint's if it has one
+    of as many outputs: a checkpoint that records its labels keeps its head only for the
+    same list. The same names in another order: ValueError naming both lists and the fix
+    (its head would rename them by position)."""
+    stored, where = stored_labels(checkpoint)
+    if stored is None or labels is None or list(labels) == stored:
+        return None
+    if sorted(stored) == sorted(labels):
+        raise ValueError(
+            f"{checkpoint} was trained on the {kind} {stored} ({where}), and `labels` gives "
+            f"the same {kind} in another order: {list(labels)}. Its head would rename them by "
+            f"position. Pass labels={stored} (the checkpoint's order) or labels=None to adopt "
+            "them.")
+    return (f"its {kind} {stored} ({where}) are not `labels` {list(labels)}: the head is not "
+            "kept")
 
 
 class RawTextModel(keras.Model):
@@ -121,7 +194,13 @@ class RawTextModel(keras.Model):
                                sequence_length, albert_config_file, vocab_file, do_lower_case,
                                dropout_rate, init_from_group0, **kwargs):
         """`cls(head_class(config, num_labels), preprocessor, **kwargs)` read from
-        `checkpoint` (`initialize_classifier`), its report kept as `init_report`."""
+        `checkpoint` (`initialize_classifier`), its report kept as `init_report`. A
+        checkpoint that records its labels keeps its head only for the same `labels` list
+        (`head_labels`)."""
+        if kwargs.get("labels") is not None:
+            kwargs["labels"] = check_label_names(kwargs["labels"])
+        new_head = head_labels(kwargs.get("labels"), checkpoint,
+                               "tags" if cls.HEAD_ARG == "token_classifier" else "labels")
         config = checkpoint_config(checkpoint, albert_config_file)
         if not spm_model_file and not vocab_file:
             directory = _checkpoint_directory(checkpoint)
@@ -134,7 +213,7 @@ class RawTextModel(keras.Model):
                                               vocab_file=vocab_file)
         head = head_class(config, num_labels, dropout_rate=dropout_rate)
         set_remove_padding(head, True)  # the commands' default: same results, faster
-        report = initialize_classifier(head, checkpoint, init_from_group0)
+        report = initialize_classifier(head, checkpoint, init_from_group0, new_head)
         model = cls(head, preprocessor, **kwargs)
         model.init_report = report
         return model
@@ -155,13 +234,10 @@ class RawTextModel(keras.Model):
         then linear decay to 0 at the last step of each `fit` (its epochs x steps per epoch).
         `loss="auto"` and `metrics="auto"`: the model's (`_default_loss_and_metrics`).
         """
-        strategy = tf.distribute.get_strategy()
-        if tf.distribute.has_strategy() and not strategy.extended.variable_created_in_scope(
-                self.albert_model.weights[0].value):
-            raise ValueError(
-                "compile() is called under a tf.distribute strategy scope the model was not "
-                "built in: its variables belong to another strategy. Call from_checkpoint "
-                "(or build the model) inside `with strategy.scope():`, then compile and fit.")
+        self._check_strategy("compile()")
+        auto = optimizer == "auto" and loss == "auto" and metrics == "auto" and not kwargs
+        self._auto_compile = dict(learning_rate=learning_rate, warmup_steps=warmup_steps,
+                                  warmup_proportion=warmup_proportion) if auto else None
         if optimizer == "auto":
             if warmup_steps is not None and warmup_proportion is not None:
                 raise ValueError("Give `warmup_steps` or `warmup_proportion`, not both.")
@@ -183,6 +259,48 @@ class RawTextModel(keras.Model):
         super().compile(optimizer=optimizer, loss=default_loss if loss == "auto" else loss,
                         metrics=default_metrics if metrics == "auto" else metrics, **kwargs)
 
+    def _check_strategy(self, what: str) -> None:
+        """ValueError where `what` runs under a strategy scope the model was not built in."""
+        strategy = tf.distribute.get_strategy()
+        if tf.distribute.has_strategy() and not strategy.extended.variable_created_in_scope(
+                self.albert_model.weights[0].value):
+            raise ValueError(
+                f"{what} is called under a tf.distribute strategy scope the model was not "
+                "built in: its variables belong to another strategy. Call from_checkpoint "
+                "(or build the model) inside `with strategy.scope():`, then compile and fit.")
+
+    def get_compile_config(self):
+        """`compile`'s own arguments where the defaults were compiled (optimizer, loss and
+        metrics "auto"), so a `.keras` file reloads compiled (`compile_from_config`)."""
+        if self.compiled and getattr(self, "_auto_compile", None) is not None:
+            scheduled = isinstance(getattr(self.optimizer, "_learning_rate", None),
+                                   keras.optimizers.schedules.LearningRateSchedule)
+            return {"albert_tf_auto": dict(self._auto_compile),
+                    "optimizer_state": {"built": bool(self.optimizer.built),
+                                        "scheduled": scheduled}}
+        return super().get_compile_config()
+
+    def compile_from_config(self, config):
+        if "albert_tf_auto" not in config:
+            return super().compile_from_config(config)
+        self.compile(**config["albert_tf_auto"])
+        state = config.get("optimizer_state", {})
+        if state.get("scheduled"):  # the saved optimizer had no learning-rate variable
+            self._plan_schedule(1)  # planned again by the next fit
+        if state.get("built") and self.built:
+            self.optimizer.build(self.trainable_variables)  # its saved state loads into it
+        return None
+
+    def _check_fit_args(self, what: str, x, y) -> None:
+        """ValueError, with the fix, for what Keras would fail on less clearly."""
+        self._check_strategy(what)
+        if not self.compiled:
+            raise ValueError(f"{what}: the model is not compiled; call `compile()` first (the "
+                             "official fine-tuning defaults) or compile(optimizer=..., ...).")
+        if y is None and not isinstance(x, tf.data.Dataset):
+            raise ValueError(f"{what}: `y` is None; give the labels of `x` as `y` (or a "
+                             "dataset `x` of (inputs, labels)).")
+
     def fit(self, x=None, y=None, batch_size=None, epochs=1, validation_data=None,
             shuffle=True, sample_weight=None, steps_per_epoch=None, initial_epoch=0,
             **kwargs):
@@ -192,6 +310,7 @@ class RawTextModel(keras.Model):
         if kwargs.get("validation_split"):
             raise ValueError("`validation_split` is not supported on raw text: pass "
                              "`validation_data=(x, y)` (held-out texts and their labels).")
+        self._check_fit_args("fit()", x, y)
         batch_size = batch_size or 32
         train = self._dataset(x, y, sample_weight, batch_size, shuffle)
         self._trained_on()
@@ -229,6 +348,7 @@ class RawTextModel(keras.Model):
         if kwargs.get("_use_cached_eval_dataset"):  # `fit`'s validation: preprocessed there
             return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight,
                                     **kwargs)
+        self._check_fit_args("evaluate()", x, y)
         data = self._dataset(x, y, sample_weight, batch_size or 32, shuffle=False)
         return super().evaluate(data, **kwargs)
 
@@ -253,6 +373,14 @@ class RawTextModel(keras.Model):
     @classmethod
     def from_config(cls, config):
         config = dict(config)
+        pre = config["preprocessor"].get("config", {})
+        for key in ("spm_model_file", "vocab_file"):
+            if pre.get(key) and not os.path.exists(pre[key]):
+                raise FileNotFoundError(
+                    f"The model's vocabulary, {key}={pre[key]!r}, is gone: a `.keras` file "
+                    "records its path, not the file. Put the file back at that path (keep it "
+                    "beside the model's checkpoint), or rebuild the model with "
+                    "from_checkpoint(..., spm_model_file=...) and load_weights.")
         for key in (cls.HEAD_ARG, "preprocessor"):
             config[key] = keras.saving.deserialize_keras_object(config[key])
         return cls(**config)
@@ -280,6 +408,8 @@ class AlbertTextClassifier(RawTextModel):
         logits = classifier(inputs)["logits"]
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
         self._check_parts(classifier, preprocessor)
+        if labels is not None:
+            labels = check_label_names(labels)
         if labels is not None and len(labels) != classifier.num_labels:
             raise ValueError(f"{len(labels)} label names for {classifier.num_labels} classes.")
         self.classifier = classifier

@@ -18,8 +18,9 @@ piece, the other pieces ignored by the loss and the metric; a long sentence spli
 at word boundaries), and `predict` joins the windows' predictions back into one tag per word
 (`TaggingPreprocessor.join_sentences`, as `TaggingTask.predict_tags`), so it tags as
 `run_tagging --do_predict` does with the same weights. The loss is cross entropy averaged over
-the labelled pieces (one per word) of each batch, as `TaggingTask`'s; the metric is
-`token_accuracy`, the share of words tagged right.
+the labelled pieces (one per word) of each global batch, as `TaggingTask`'s, also under a
+`tf.distribute` strategy (`TokenCrossEntropy`: the replicas' sums over the all-reduced count);
+the metric is `token_accuracy`, the share of words tagged right.
 
 Everything else is `AlbertTextClassifier`'s (`albert_tf.text_classifier.RawTextModel`):
 checkpoint reading, `compile`'s optimizer and schedule, `fit`/`evaluate` with Keras
@@ -34,7 +35,8 @@ import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.tasks.tagging import IGNORE, TaggingPreprocessor, score_sentences
-from albert_tf.text_classifier import FINE_TUNING_DEFAULTS, RawTextModel, _unpack
+from albert_tf.text_classifier import (FINE_TUNING_DEFAULTS, RawTextModel, _unpack,
+                                       check_label_names, stored_labels)
 from albert_tf.token_classifier import AlbertTokenClassifier
 
 
@@ -54,10 +56,41 @@ class TokenAccuracy(keras.metrics.SparseCategoricalAccuracy):
         return super().update_state(tf.maximum(y_true, 0), y_pred, sample_weight=weight)
 
 
+@keras.saving.register_keras_serializable(package="albert_tf")
+class TokenCrossEntropy(keras.losses.Loss):
+    """Cross entropy of the logits [batch, seq, tags] averaged over the labelled pieces
+    (label != -100) of the global batch, as `TaggingTask`'s loss (its `token_count`
+    normalizer): each replica returns its pieces' summed loss over the count of all
+    replicas' (all-reduced), so under a `tf.distribute` strategy the replicas' losses (and
+    gradients) sum to one device's on the same batch. Keras's own mean would average each
+    replica's mean, weighting a piece by how few labelled pieces its replica holds."""
+
+    def __init__(self, name="token_cross_entropy", **kwargs):
+        kwargs["reduction"] = "sum"
+        super().__init__(name=name, **kwargs)
+
+    def call(self, y_true, y_pred):
+        y_true = tf.cast(y_true, tf.int32)
+        labelled = tf.cast(tf.not_equal(y_true, IGNORE), tf.float32)
+        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=tf.maximum(y_true, 0), logits=tf.cast(y_pred, tf.float32)) * labelled
+        count = tf.reduce_sum(labelled)
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
+        return losses / tf.maximum(tf.stop_gradient(count), 1.0)
+
+    def get_config(self):
+        return {"name": self.name}
+
+
 def check_sentences(x, name: str = "x") -> list:
     """`x` as a list of sentences, each a list of words; ValueError naming the row and the fix
     for a string where a list of words belongs, an empty sentence, or a word that is not a
     non-empty string without whitespace (the export splits sentences on whitespace)."""
+    if x is None:
+        raise ValueError(f"`{name}` is None; give a list of sentences, each a list of words, "
+                         "e.g. [['Obama', 'visited', 'Paris']].")
     if isinstance(x, (str, bytes)):
         raise ValueError(f"`{name}` is one string; the tagger takes a list of sentences, each "
                          f"a list of words: pass [{name}.split()].")
@@ -75,6 +108,13 @@ def check_sentences(x, name: str = "x") -> list:
                 raise ValueError(f"{name}[{i}][{j}] is {word!r}: a word is a non-empty string "
                                  "without whitespace (the export splits sentences on "
                                  "whitespace); split it into words or drop it.")
+            try:
+                word.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(f"{name}[{i}][{j}] is {word!r}, not valid Unicode text ("
+                                 f"{e.reason} at {e.start}: a lone surrogate, e.g. from bytes "
+                                 "decoded with errors='surrogateescape'): decode the text as "
+                                 "UTF-8, or fix or drop the word.") from None
         sentences.append(words)
     return sentences
 
@@ -134,10 +174,11 @@ class AlbertTextTagger(RawTextModel):
         logits = token_classifier(inputs)["logits"]
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
         self._check_parts(token_classifier, preprocessor)
-        labels = [] if labels is None else list(labels)
+        labels = [] if labels is None else labels
         if len(labels) != token_classifier.num_labels or len(set(labels)) != len(labels):
             raise ValueError(f"`labels` must be {token_classifier.num_labels} distinct tag "
                              f"names, one per output of the model. Received: {labels}")
+        labels = check_label_names(labels)
         # The pooler is off the logits' path: frozen, so Keras does not warn on every `fit`
         # that it has no gradient (the training loop gives it a zero one).
         token_classifier.backbone.pooler.trainable = False
@@ -157,12 +198,19 @@ class AlbertTextTagger(RawTextModel):
         """A tagger of the tags `labels` initialised from `checkpoint`, any source
         `--init_checkpoint` takes (as `AlbertTextClassifier.from_checkpoint`): a token
         classifier of as many tags (a `run_tagging` output directory, a saved tagger) keeps
-        its head; any other source gives its encoder and a new head. `sequence_length` is
+        its head, and where it records its tags (run_tagging's labels.json, a `.keras`
+        tagger's config) only for the same list in the same order (the same tags in another
+        order: ValueError; other tags: a new head, warned); any other source gives its
+        encoder and a new head. `labels=None` adopts the tags the checkpoint records. `sequence_length` is
         `run_tagging`'s `--max_seq_length` (the windows' length)."""
-        if not labels or isinstance(labels, str):
+        if labels is None:
+            labels = stored_labels(checkpoint)[0]  # a tagger's own tags, in its order
+        if labels is None or (not isinstance(labels, np.ndarray) and not labels):
             raise ValueError("`labels` (the tag set, a list of tag names such as "
                              "['O', 'B-PER', 'I-PER']) is required: the head has one output "
-                             "per tag.")
+                             "per tag (labels=None adopts the tags a checkpoint records: "
+                             "run_tagging's labels.json, a saved tagger's).")
+        labels = check_label_names(labels)
         return cls._build_from_checkpoint(
             AlbertTokenClassifier, len(labels), checkpoint, spm_model_file, sequence_length,
             albert_config_file, vocab_file, do_lower_case, dropout_rate, init_from_group0,
@@ -170,9 +218,7 @@ class AlbertTextTagger(RawTextModel):
 
     def _default_loss_and_metrics(self):
         """Cross entropy averaged over the labelled pieces, and token accuracy."""
-        return (keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                           ignore_class=IGNORE),
-                [TokenAccuracy()])
+        return TokenCrossEntropy(), [TokenAccuracy()]
 
     # -----------------------------------------------------------------------------------------
     def fit(self, x=None, y=None, batch_size=None, epochs=1, validation_data=None, **kwargs):
@@ -191,23 +237,45 @@ class AlbertTextTagger(RawTextModel):
 
     def predict(self, x, batch_size=None, **kwargs):
         """One list of tags per sentence of `x` (lists of words), one tag per word: each word
-        tagged by its first piece, in the window of that piece."""
+        tagged by its first piece, in the window of that piece. `[]` gives `[]`."""
+        if kwargs.get("steps") is not None:
+            raise ValueError("`steps` is not supported: predict tags every window of every "
+                             "sentence (fewer steps would drop words); pass fewer sentences "
+                             "instead.")
+        kwargs.pop("steps", None)
+        if x is not None and not isinstance(x, (str, bytes)) and len(x := list(x)) == 0:
+            return []
         features, _, windows = self._windows(x)
         data = tf.data.Dataset.from_tensor_slices((features,)).batch(batch_size or 32)
         logits = super().predict(data, **kwargs)
+        built = sum(len(ws) for ws in windows)
+        if len(logits) != built:
+            raise ValueError(f"predict gave {len(logits)} windows of logits for the {built} "
+                             "windows of the sentences: every window must be predicted.")
         return self.tagging.join_sentences(windows, logits.argmax(-1))
 
     def score(self, x, y, batch_size=None) -> dict:
         """Word-level `token_accuracy` of `predict(x)` against the tags `y`, and for a BIO tag
         set `entity_precision`, `entity_recall`, `entity_f1` (as `run_tagging`'s
         eval and test results: `albert_tf.tasks.tagging.score_sentences`)."""
-        tags = check_tags(y, check_sentences(x), self.labels)
-        return score_sentences(self.labels, tags, self.predict(x, batch_size, verbose=0))
+        if y is None:
+            raise ValueError("score(): `y` is None; give the true tags of `x`, one list of "
+                             "tags per sentence.")
+        sentences = check_sentences(x)
+        if not sentences:
+            raise ValueError("`x` holds no sentences: give at least one sentence (a list of "
+                             "words).")
+        tags = check_tags(y, sentences, self.labels)
+        return score_sentences(self.labels, tags,
+                               self.predict(sentences, batch_size, verbose=0))
 
     def _windows(self, x, y=None, names=("x", "y")):
         """(features {name: int32 [windows, seq]}, label ids [windows, seq] or None,
         [[Window]] per sentence) of sentences `x` and tags `y`."""
         sentences = check_sentences(x, names[0])
+        if not sentences:
+            raise ValueError(f"`{names[0]}` holds no sentences: give at least one sentence "
+                             "(a list of words).")
         tags = None if y is None else check_tags(y, sentences, self.labels, names)
         windows = [self.tagging.windows(words, None if tags is None else tags[i],
                                         f"{names[0]}[{i}]")

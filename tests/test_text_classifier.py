@@ -346,3 +346,30 @@ def test_export_serves_what_the_last_fit_trained_on_and_bad_datasets(pretraining
     with pytest.raises(ValueError, match="Call from_checkpoint .* inside `with strategy"):
         with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
             clf.compile()
+
+
+def test_a_kept_head_needs_the_checkpoints_label_order(pretraining_run, tmp_path):
+    """A `.keras` classifier records its class names: read as a checkpoint, its head is kept
+    only for the same list (the same names in another order: refused, naming both lists;
+    other names: a new head, warned); names come as a sequence of distinct strings."""
+    clf = AlbertTextClassifier.from_checkpoint(pretraining_run, num_classes=2,
+                                               sequence_length=16, labels=["neg", "pos"])
+    saved = str(tmp_path / "clf.keras")
+    clf.save(saved)
+    spm = clf.preprocessor.spm_model_file
+    with pytest.raises(ValueError, match=r"trained on the labels \['neg', 'pos'\] .*another "
+                                         r"order: \['pos', 'neg'\]"):
+        AlbertTextClassifier.from_checkpoint(saved, spm, num_classes=2, sequence_length=16,
+                                             labels=["pos", "neg"])
+    kept = AlbertTextClassifier.from_checkpoint(saved, spm, num_classes=2, sequence_length=16,
+                                                labels=("neg", "pos"))
+    assert kept.init_report["head"] == "checkpoint" and kept.labels == ["neg", "pos"]
+    np.testing.assert_allclose(kept.predict(TEXTS, verbose=0), clf.predict(TEXTS, verbose=0),
+                               atol=1e-6)
+    with pytest.warns(UserWarning, match=r"a new head of 2 classes.*its labels"):
+        other = AlbertTextClassifier.from_checkpoint(saved, spm, num_classes=2,
+                                                     sequence_length=16, labels=["no", "yes"])
+    assert other.init_report["head"] == "new"
+    with pytest.raises(ValueError, match=r"`labels` is a set"):
+        AlbertTextClassifier.from_checkpoint(saved, spm, num_classes=2, sequence_length=16,
+                                             labels={"neg", "pos"})

@@ -7,6 +7,11 @@ import collections
 import importlib
 import json
 import os
+import re
+import shutil
+import subprocess
+import sys
+import warnings
 
 import keras
 import numpy as np
@@ -172,3 +177,188 @@ def test_bad_input_names_the_row_and_the_fix(pretraining_run):
     # a long word keeps its first piece: one tag per word for any sentence length
     long = [["Obama"] * 40 + ["supercalifragilisticexpialidocious" * 3]]
     assert [len(t) for t in tagger.predict(long, verbose=0)] == [41]
+
+
+TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+X = [["Obama", "visited", "Paris"], ["Hi"]]
+Y = [["B-PER", "O", "B-LOC"], ["O"]]
+
+
+@pytest.fixture(scope="module")
+def tagger(pretraining_run):
+    keras.utils.set_random_seed(0)
+    tagger = AlbertTextTagger.from_checkpoint(pretraining_run, labels=TAGS, sequence_length=16)
+    tagger.compile(learning_rate=1e-3)
+    return tagger
+
+
+def test_a_kept_head_needs_the_checkpoints_tag_order(tmp_path, sample_vocab, tagger):
+    """A tagger checkpoint that records its tags (a `.keras` file's config, run_tagging's
+    labels.json) keeps its head only for the same list: the same tags in another order are
+    refused (the head would rename them by position), labels=None adopts them, other tags of
+    the same count give a new head."""
+    from albert_tf.checkpoints import save_albert_tf
+
+    saved = str(tmp_path / "tagger.keras")
+    tagger.save(saved)
+    want = tagger.predict(X, verbose=0)
+    shuffled = TAGS[::-1]
+    with pytest.raises(ValueError, match=re.escape(
+            f"trained on the tags {TAGS} ({saved} (its config)), and `labels` gives the same "
+            f"tags in another order: {shuffled}") + r".*Pass labels=.* or labels=None"):
+        AlbertTextTagger.from_checkpoint(saved, sample_vocab, labels=shuffled,
+                                         sequence_length=16)
+    adopted = AlbertTextTagger.from_checkpoint(saved, sample_vocab, sequence_length=16)
+    assert adopted.labels == TAGS and adopted.init_report["head"] == "checkpoint"
+    assert adopted.predict(X, verbose=0) == want
+    other = ["O", "B-ORG", "I-ORG", "B-MISC", "I-MISC"]
+    with pytest.warns(UserWarning, match=r"a new head of 5 classes.*its tags"):
+        fresh = AlbertTextTagger.from_checkpoint(saved, sample_vocab, labels=other,
+                                                 sequence_length=16)
+    assert fresh.init_report["head"] == "new" and fresh.labels == other
+    # run_tagging's OUTPUT_DIR/labels.json beside the model
+    run = save_albert_tf(tagger.token_classifier, str(tmp_path / "run"), sample_vocab)
+    with open(os.path.join(run, "labels.json"), "w", encoding="utf-8") as f:
+        json.dump(TAGS, f)
+    with pytest.raises(ValueError, match=r"labels\.json\), and `labels` gives the same tags"):
+        AlbertTextTagger.from_checkpoint(run, labels=shuffled, sequence_length=16)
+    kept = AlbertTextTagger.from_checkpoint(run, labels=TAGS, sequence_length=16)
+    assert kept.init_report["head"] == "checkpoint" and kept.predict(X, verbose=0) == want
+
+
+def test_labels_are_a_sequence_of_distinct_names(pretraining_run):
+    for bad, message in [
+            (set(TAGS), r"`labels` is a set: .*fixed order.*pass a list, e.g. sorted"),
+            (dict.fromkeys(TAGS), r"`labels` is a dict"),
+            ([0, 1, 2], r"`labels` holds 0: each name is a non-empty string"),
+            (["O", "", "B-PER"], r"`labels` holds '': each name is a non-empty string"),
+            (["O", "B-PER", "O"], r"`labels` names 'O' 2 times: each name must be distinct"),
+            ("OBI", r"`labels` is one string")]:
+        with pytest.raises(ValueError, match=message):
+            AlbertTextTagger.from_checkpoint(pretraining_run, labels=bad, sequence_length=16)
+    tagger = AlbertTextTagger.from_checkpoint(pretraining_run, labels=np.array(TAGS[:3]),
+                                              sequence_length=16)
+    assert tagger.labels == TAGS[:3] and all(type(t) is str for t in tagger.labels)
+
+
+def test_predict_never_drops_windows(tagger, monkeypatch):
+    long = ["the", "queen", "said", "nothing", "to", "alice"] * 10  # several windows of 16
+    with pytest.raises(ValueError, match="`steps` is not supported.*would drop words"):
+        tagger.predict([long, ["a"]], batch_size=2, steps=1, verbose=0)
+    assert [len(t) for t in tagger.predict([long, ["a"]], batch_size=2, verbose=0)] == [60, 1]
+    full = keras.Model.predict
+    monkeypatch.setattr(keras.Model, "predict",
+                        lambda self, *a, **k: full(self, *a, **k)[:-1])
+    with pytest.raises(ValueError, match=r"predict gave \d+ windows of logits for the \d+ "
+                                         r"windows of the sentences"):
+        tagger.predict([long, ["a"]], verbose=0)
+
+
+def test_empty_missing_and_invalid_input(tagger):
+    assert tagger.predict([], verbose=0) == []
+    for call in (lambda: tagger.score([], []), lambda: tagger.evaluate([], [], verbose=0),
+                 lambda: tagger.fit([], [], verbose=0)):
+        with pytest.raises(ValueError, match="`x` holds no sentences"):
+            call()
+    with pytest.raises(ValueError, match=r"x\[0\]\[0\] is 'ab\\udc80cd', not valid Unicode"):
+        tagger.predict([["ab\udc80cd", "x"]], verbose=0)
+    for call, what in ((lambda: tagger.fit(X, verbose=0), "fit"),
+                       (lambda: tagger.evaluate(X, verbose=0), "evaluate"),
+                       (lambda: tagger.score(X, None), "score")):
+        with pytest.raises(ValueError, match=what + r"\(\): `y` is None; give the"):
+            call()
+    with pytest.raises(ValueError, match="`x` is None; give a list of sentences"):
+        tagger.predict(None)
+    for call, what in ((lambda: tagger.fit(X, Y, verbose=0), "fit"),
+                       (lambda: tagger.evaluate(X, Y, verbose=0), "evaluate")):
+        with pytest.raises(ValueError, match=what + r"\(\) is called under a tf.distribute "
+                                                    r"strategy scope the model was not built"):
+            with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+                call()
+
+
+def test_keras_file_reloads_compiled_and_needs_its_vocabulary(tmp_path, sample_vocab,
+                                                              pretraining_run):
+    """A `.keras` tagger compiled with the defaults reloads compiled, its optimizer state
+    with it, and fits on; without its SentencePiece file the load names the path."""
+    spm = str(tmp_path / "copy.model")
+    shutil.copy(sample_vocab, spm)
+    keras.utils.set_random_seed(0)
+    tagger = AlbertTextTagger.from_checkpoint(pretraining_run, spm, labels=TAGS,
+                                              sequence_length=16)
+    tagger.compile(learning_rate=1e-3)
+    tagger.fit(X, Y, batch_size=1, verbose=0)
+    path = str(tmp_path / "tagger.keras")
+    tagger.save(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # e.g. "Skipping variable loading"
+        back = keras.models.load_model(path)
+    assert back.compiled and int(back.optimizer.iterations.numpy()) == 2
+    assert back.get_compile_config() == tagger.get_compile_config() == {
+        "albert_tf_auto": {"learning_rate": 1e-3, "warmup_steps": None,
+                           "warmup_proportion": None},
+        "optimizer_state": {"built": True, "scheduled": True}}
+    for a, b in zip(back.optimizer.variables, tagger.optimizer.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    loss = back.fit(X, Y, batch_size=1, verbose=0).history["loss"][0]
+    assert np.isfinite(loss) and int(back.optimizer.iterations.numpy()) == 4
+    os.remove(spm)
+    with pytest.raises(FileNotFoundError, match=re.escape(f"spm_model_file={spm!r}, is gone")
+                       + r".*Put the file back at that path"):
+        keras.models.load_model(path)
+
+
+MIRRORED = r"""
+import json, sys
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+import numpy as np
+from albert_tf import AlbertTextTagger
+run, x, y = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+tags = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+out = {}
+for name in ("one_device", "mirrored"):
+    strategy = (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]) if name == "mirrored"
+                else tf.distribute.get_strategy())
+    with strategy.scope():
+        keras.utils.set_random_seed(3)
+        tagger = AlbertTextTagger.from_checkpoint(run, labels=tags, sequence_length=16,
+                                                  dropout_rate=0.0)
+        tagger.compile(learning_rate=1e-2)
+    out[name] = tagger.evaluate(x, y, batch_size=4, verbose=0, return_dict=True)["loss"]
+    if name == "one_device":  # the loss by hand: the mean over all words, and the old mean
+        features, labels, _ = tagger._windows(x, y)
+        logits = keras.Model.predict(tagger, features, verbose=0)
+        lp = tf.nn.log_softmax(logits).numpy()
+        ce = [-lp[i][labels[i] != -100, labels[i][labels[i] != -100]] for i in range(4)]
+        out["words"] = float(np.concatenate(ce).mean())
+        out["replica_means"] = float((np.concatenate(ce[:2]).mean()
+                                      + np.concatenate(ce[2:]).mean()) / 2)
+    tagger.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
+    out[name + "_weights"] = [v.numpy().tolist() for v in tagger.weights]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_loss_under_mirrored_strategy_equals_one_device(pretraining_run):
+    """Two replicas (logical CPUs) on one batch of 4 sentences whose halves hold 9 and 3
+    words: the loss is the mean over the batch's 12 words, as on one device (1e-5), not the
+    mean of the replicas' means; one `fit` step moves the weights alike (1e-5)."""
+    x = [X[0] + ["and", "the", "queen", "said", "so"], ["Hi"], ["a", "b"], ["x"]]
+    y = [Y[0] + ["O"] * 5, ["B-PER"], ["O", "B-LOC"], ["I-LOC"]]
+    proc = subprocess.run(
+        [sys.executable, "-c", MIRRORED, pretraining_run, json.dumps(x), json.dumps(y)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"\nloss: one device {out['one_device']:.6f}, mirrored {out['mirrored']:.6f}, "
+          f"by hand {out['words']:.6f}, mean of replica means {out['replica_means']:.6f}")
+    assert abs(out["one_device"] - out["words"]) < 1e-5
+    assert abs(out["mirrored"] - out["one_device"]) < 1e-5
+    assert abs(out["replica_means"] - out["words"]) > 1e-3  # what the old loss gave differs
+    for a, b in zip(out["mirrored_weights"], out["one_device_weights"]):
+        np.testing.assert_allclose(np.array(a), np.array(b), atol=1e-5)
