@@ -4,6 +4,7 @@ TensorFlow import); paths with a scheme (`gs://...`) use `tf.io.gfile`."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 
@@ -17,6 +18,27 @@ HELD_OUT_TEXT = os.path.join(SAMPLE_DATA_DIR, "pretrain_text", "wikitext-2-raw",
 
 def _is_remote(path: str) -> bool:
     return "://" in path
+
+
+@contextlib.contextmanager
+def atomic_write(path: str, mode: str = "w", newline: str | None = None):
+    """Opens a hidden temporary file beside `path` (`.NAME.tmp-PID`, which no output glob
+    matches) for writing; when the block ends without an error the file is flushed to disk
+    and renamed over `path`, so a reader sees the old file or the whole new one. On an error
+    the temporary file is removed and `path` is left as it was. Text modes are UTF-8."""
+    head, name = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(head, f".{name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, mode, newline=newline,
+                  encoding=None if "b" in mode else "utf-8") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def expand_patterns(patterns, what: str = "file", exclude_suffixes=(),

@@ -21,6 +21,7 @@ import sys
 import tensorflow as tf
 from absl import logging
 
+from albert_tf.paths import atomic_write
 from albert_tf.backbone import set_remove_padding, set_use_einsum
 from albert_tf.checkpoints import CheckpointError
 from albert_tf.config import AlbertConfig
@@ -238,10 +239,8 @@ def exporter_from_flags(source_type, **kwargs):
 
 def write_json(path: str, value) -> None:
     """`value` as indented JSON at `path`, atomically."""
-    tmp = temporary_name(path, str(os.getpid()))
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_write(path) as f:
         json.dump(value, f, indent=2, ensure_ascii=False)
-    os.replace(tmp, path)
 
 
 def format_metrics(metrics: dict) -> str:

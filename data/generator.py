@@ -39,6 +39,7 @@ import time
 
 import numpy as np
 
+from albert_tf.paths import atomic_write
 from albert_tf import features as F
 from albert_tf.ownership import OutputLock, same_file
 from albert_tf.records import encode_example, remove_temporaries, temporary_name, write_file
@@ -209,14 +210,12 @@ def _unit_task(job: GenerationJob, unit_dir, block, dupe, doc_ids):
     for s, g in enumerate(grouped):
         shard_stats[s] = stats[g].sum(0)
     name = os.path.join(unit_dir, f"unit-{block:06d}-{dupe:04d}")
-    with open(name + ".bin.tmp", "wb") as f:
+    with atomic_write(name + ".bin", "wb") as f:
         for g in grouped:
             for i in g:
                 f.write(records[i])
-    os.replace(name + ".bin.tmp", name + ".bin")
-    with open(name + ".idx.tmp", "wb") as f:
+    with atomic_write(name + ".idx", "wb") as f:  # written last: marks the unit finished
         np.savez(f, counts=counts, lengths=lengths, stats=shard_stats)
-    os.replace(name + ".idx.tmp", name + ".idx")  # written last: marks the unit finished
     return len(records)
 
 

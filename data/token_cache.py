@@ -24,14 +24,14 @@ import numpy as np
 from data.pretraining import Documents
 from data.text_io import InputError, read_documents
 
+from albert_tf.paths import atomic_write
+
 _ARRAYS = ("tokens", "sentences", "documents")
 
 
 def _save_npy_atomic(path: str, values: np.ndarray) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
+    with atomic_write(path, "wb") as f:
         np.save(f, values)
-    os.replace(tmp, path)
 
 
 def tokenize_document(lines, tokenizer) -> tuple[list, list]:
@@ -72,10 +72,8 @@ def tokenize_file(path: str, tokenizer, cache_prefix: str) -> dict:
         _save_npy_atomic(f"{cache_prefix}.{name}.npy", arrays[name])
     counts = {"path": os.path.abspath(path), "tokens": len(tokens),
               "sentences": len(sentence_ends), "documents": len(document_ends)}
-    tmp = f"{cache_prefix}.done.json.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_write(f"{cache_prefix}.done.json") as f:
         json.dump(counts, f)
-    os.replace(tmp, f"{cache_prefix}.done.json")
     return counts
 
 

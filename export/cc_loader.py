@@ -11,6 +11,7 @@ Serving 2.20 release can load: `python -m export.cc_loader --python /tmp/tf220/b
 
 from __future__ import annotations
 
+from albert_tf.paths import atomic_write
 from albert_tf.quiet import entry_point  # noqa: E402
 
 entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
@@ -233,12 +234,11 @@ def main(argv=None) -> int:
         print(f"{key}: {value.tolist() if value.size <= 20 else value.shape}")
     if args.output_json:
         os.makedirs(os.path.dirname(os.path.abspath(args.output_json)), exist_ok=True)
-        with open(args.output_json + ".tmp", "w", encoding="utf-8") as f:
+        with atomic_write(args.output_json) as f:
             json.dump({"runtime": runtime, "saved_model": os.path.abspath(args.saved_model),
                        "signature": args.signature, "inputs": args.text,
                        "outputs": {k: _jsonable(v) for k, v in result["outputs"].items()}},
                       f, indent=1, ensure_ascii=False)
-        os.replace(args.output_json + ".tmp", args.output_json)
     return 0
 
 

@@ -35,6 +35,7 @@ import tensorflow as tf
 from export.ops_check import check_saved_model_ops, load_allowed_ops
 from export.serving import (WARMUP_TEXTS, AlbertServingModule, serving_module,  # noqa: F401
                             signature_method_names)
+from albert_tf.paths import atomic_write
 from albert_tf.checkpoints import (CheckpointError, FORMAT_FILE, build_model, load_pretrained,
                                    model_kind, model_weights, read_training_checkpoint)
 from albert_tf.config import AlbertConfig
@@ -174,9 +175,8 @@ def sentencepiece_of_export(version_dir: str, directory: str | None = None) -> s
     digest = hashlib.sha256(model_proto).hexdigest()
     path = os.path.join(directory or tempfile.gettempdir(), f"albert_spm_{digest[:16]}.model")
     if not os.path.exists(path):
-        with open(path + ".tmp", "wb") as f:
+        with atomic_write(path, "wb") as f:
             f.write(model_proto)
-        os.replace(path + ".tmp", path)
     return path
 
 

@@ -1,5 +1,7 @@
 """The one glob expander (text inputs of the data tools and TFRecords of training)."""
 
+import os
+
 import pytest
 
 from albert_tf.input_pipeline import DataMismatchError, list_files
@@ -29,3 +31,24 @@ def test_patterns_expand_in_order_without_duplicates(tmp_path):
         expand_input_patterns(" , ")
     with pytest.raises(DataMismatchError, match=r"'.*/c.tfrecord.json' matches no TFRecord file"):
         list_files(f"{d}/c.tfrecord.json")
+
+
+def test_atomic_write_keeps_the_old_file_until_the_new_one_is_whole(tmp_path):
+    """During the write only a hidden temporary exists beside the old file (no `*.json` glob
+    sees it); an error leaves the old file byte for byte and no temporary; success replaces
+    it."""
+    from albert_tf.paths import atomic_write
+
+    path = tmp_path / "results.json"
+    path.write_text('{"old": 1}')
+    with pytest.raises(RuntimeError):
+        with atomic_write(str(path)) as f:
+            f.write('{"new": ')
+            assert sorted(p.name for p in tmp_path.glob("*.json")) == ["results.json"]
+            assert len(list(tmp_path.glob(".results.json.tmp-*"))) == 1
+            raise RuntimeError("killed mid-write")
+    assert path.read_text() == '{"old": 1}' and sorted(os.listdir(tmp_path)) == ["results.json"]
+    with atomic_write(str(path), "wb") as f:
+        f.write('{"new": "é"}'.encode())
+    assert path.read_text(encoding="utf-8") == '{"new": "é"}'
+    assert sorted(os.listdir(tmp_path)) == ["results.json"]

@@ -25,6 +25,7 @@ checkpoint (with `--albert_config_file` unless an `albert_config.json` lies besi
 
 from __future__ import annotations
 
+from albert_tf.paths import atomic_write
 from albert_tf.quiet import entry_point  # noqa: E402
 
 entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
@@ -107,7 +108,7 @@ def examples(input_file: str, max_seq_length: int, max_predictions_per_seq: int,
 
 def write_csv(rows_by_model: dict, path: str) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
-    with open(path + ".tmp", "w", newline="", encoding="utf-8") as f:
+    with atomic_write(path, newline="") as f:
         writer = csv.writer(f)
         writer.writerow(COLUMNS)
         for model, rows in rows_by_model.items():
@@ -115,7 +116,6 @@ def write_csv(rows_by_model: dict, path: str) -> str:
                 writer.writerow([model, row["layer"], f"{row['l2_distance']:.9g}",
                                  f"{row['cosine_similarity']:.9g}",
                                  f"{row['angle_degrees']:.9g}", row["tokens"]])
-    os.replace(path + ".tmp", path)
     return path
 
 

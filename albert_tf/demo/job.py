@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+from albert_tf.paths import atomic_write
 from albert_tf.demo.settings import PACKAGE_DIR
 
 
@@ -26,9 +27,8 @@ def shown_path(path: str) -> str:
 
 def write_json(path: str, value) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
+    with atomic_write(path) as f:
         json.dump(value, f, indent=1, ensure_ascii=False)
-    os.replace(path + ".tmp", path)
 
 
 def read_json(path: str):

@@ -11,6 +11,7 @@ import shutil
 import jinja2
 import markdown
 
+from albert_tf.paths import atomic_write
 from albert_tf.demo.job import Run, shown_path, write_json
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
@@ -127,9 +128,8 @@ def render(run: Run, results: dict) -> tuple[str, str]:
 def write_report(run: Run, results: dict) -> str:
     """report.md, report.html and results.json (every figure but the curves and the CSV)."""
     for name, text in zip(("report.md", "report.html"), render(run, results)):
-        with open(run.path(name + ".tmp"), "w", encoding="utf-8") as f:
+        with atomic_write(run.path(name)) as f:
             f.write(text)
-        os.replace(run.path(name + ".tmp"), run.path(name))
     summary = {k: v for k, v in results.items() if k not in ("curves", "transitions_csv")}
     write_json(run.path("results.json"), summary)
     return run.path("report.md")

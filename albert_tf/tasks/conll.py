@@ -21,6 +21,8 @@ import dataclasses
 import os
 import re
 
+from albert_tf.paths import atomic_write
+
 
 class ConllError(ValueError):
     """A tagged file that cannot be read as asked (names the file and line)."""
@@ -141,11 +143,9 @@ def check_known_tags(sentences, labels, path: str) -> None:
 def write_predictions(path: str, sentences, predicted) -> None:
     """The input's lines with the predicted tag appended as the last column (tab-separated),
     sentences separated by empty lines; written under a temporary name, then renamed."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_write(path) as f:
         for i, (sentence, tags) in enumerate(zip(sentences, predicted)):
             if i:
                 f.write("\n")
             for line, tag in zip(sentence.lines, tags):
                 f.write(f"{line.rstrip()}\t{tag}\n")
-    os.replace(tmp, path)
