@@ -272,7 +272,7 @@ def _bert(hidden, intermediate, heads, layers):
                 num_attention_heads=heads, num_hidden_layers=layers, sharing="none")
 
 
-# v2 releases (REFERENCE section 2). xlarge: the released tarball's JSON says 32 heads; the paper
+# v2 releases (their albert_config.json files). xlarge: the released tarball's JSON says 32 heads; the paper
 # and the TF-Hub module use 16 (head count does not change the parameter count).
 PRESETS: dict[str, dict] = {
     "albert-base": dict(hidden_size=768, intermediate_size=3072, num_attention_heads=12,

@@ -15,9 +15,13 @@ import os
 import re
 import struct
 
-import google_crc32c
 import numpy as np
 import tensorflow as tf
+
+try:  # the C CRC-32C (a dependency); the Python one below where it is missing
+    import google_crc32c
+except ImportError:  # pragma: no cover - installed with the package
+    google_crc32c = None
 
 from albert_tf import features as F
 from albert_tf.paths import expand_patterns
@@ -245,9 +249,29 @@ def _permutation(n, key):
     return tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), seed=key)
 
 
+def _crc32c_python(data: bytes) -> int:
+    """CRC-32C in Python: the fallback where google-crc32c (a dependency) is not installed."""
+    table = _crc32c_python.table
+    if table is None:
+        table = _crc32c_python.table = []
+        for i in range(256):
+            c = i
+            for _ in range(8):
+                c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+            table.append(c)
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+_crc32c_python.table = None
+_crc32c = google_crc32c.value if google_crc32c is not None else _crc32c_python
+
+
 def _masked_crc32c(data: bytes) -> int:
-    """The TFRecord framing's masked CRC-32C of `data` (google-crc32c's C implementation)."""
-    crc = google_crc32c.value(data)
+    """The TFRecord framing's masked CRC-32C of `data`."""
+    crc = _crc32c(data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 

@@ -5,7 +5,7 @@ model for prediction (the trained one, or the run's latest checkpoint) -> an exp
 `--export_dir`. A runner keeps only what its task owns: its own flags, its data and its
 prediction files.
 
-This is the entry-point floor (ARCHITECTURE.md): it may call `export/` to write SavedModels;
+This is the entry-point floor (docs/architecture.md): it may call `export/` to write SavedModels;
 the loop takes the exporter as a callable.
 """
 

@@ -20,7 +20,7 @@ Pieces shared with the commands, never copied: the checkpoint readers
 (`albert_tf.optimization`), the defaults of `run_classifier`'s flags, and the exporter
 (`export.saved_model.export_saved_model`, imported by `_export` when it is called: `export/`
 builds on this package, so a library module of `albert_tf` may not import it at load time,
-ARCHITECTURE.md; that method is the one place that reaches it).
+docs/architecture.md; that method is the one place that reaches it).
 
 `RawTextModel` holds what does not depend on the task (checkpoint reading, `compile`, `fit`,
 `evaluate`, the export); `albert_tf.text_tagger.AlbertTextTagger` is its other subclass.

@@ -44,14 +44,13 @@ from albert_tf.checkpoints import model_kind
 from albert_tf.checkpoints.conversion import SETTINGS_FILE  # what else a result depends on
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import worker_layout
-from albert_tf.input_pipeline import (DataMismatchError, InputPlan, list_files, ordered_dataset,
-                                     record_counts, stream_dataset)
+from albert_tf.input_pipeline import (DataMismatchError, InputPlan, find_unreadable_files,
+                                     list_files, ordered_dataset, record_counts, stream_dataset)
 from albert_tf.optimization import create_optimizer
 from albert_tf.ownership import OutputLock
 from albert_tf.records import read_sidecar, temporary_name
 from albert_tf.tasks import PretrainingTask, Task
 from albert_tf.tokenization import Tokenizer
-from albert_tf.input_pipeline import find_unreadable_files
 
 SUM = tf.distribute.ReduceOp.SUM
 INPUT_PLAN_FILE = "train_input.json"  # the run's InputPlan, written when it starts

@@ -1,4 +1,4 @@
-"""Official TF1 names of our layers' variables (REFERENCE section 8, official `modeling.py`
+"""Official TF1 names of our layers' variables (official `modeling.py`
 variable scopes): what each model's `official_weights()` is built from, so a model owns the
 names of its head (`albert_tf.checkpoints.names` checks the coverage and maps them to Hugging
 Face keys). Pure: nothing is read, written or assigned here."""

@@ -17,7 +17,7 @@ output what the documents' structure decides (masking plays no part):
   document holding its segments, or its first segment) that have at least 2 examples of
   <= max_seq_length / 2 real tokens and at least 2 longer ones. A short target drawn once per
   document (the official script) leaves few such documents; a draw per chunk mixes most long
-  documents (REFERENCE section 4, step 1);
+  documents (official `create_pretraining_data.py`, one target length per document);
 - the share of sentence-order label 1 (B from another document, or the segments swapped).
 
 The official script draws from `random.Random(seed)` and ours from seeded numpy generators, so

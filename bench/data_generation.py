@@ -3,11 +3,12 @@
     python -m bench.data_generation                      # seq 128 and 512, 1 and 2 workers
     python -m bench.data_generation --seq_lengths 128 --workers 1,2,4 --dupe_factor 4
 
-Prepares the corpus and trains an 8,000-piece vocabulary once (as REFERENCE section 4's
+Prepares the corpus and trains an 8,000-piece vocabulary once (as the project's
 measurement of the official script did: five novels, 8k vocabulary), then times
 `data.generator.generate` end to end (tokenization, example creation, TFRecord writing) for each
-(sequence length, workers). For reference, REFERENCE section 4 measured the official
-single-process script at about 190 examples/s (seq 128) and 74 examples/s (seq 512).
+(sequence length, workers). For reference, the official
+single-process script ran at about 190 examples/s (seq 128) and 74 examples/s (seq 512)
+where it was measured (docs/benchmarks.md has this machine's figures).
 """
 
 import os

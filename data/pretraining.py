@@ -20,7 +20,7 @@ working on token ids, with these deliberate differences:
 5. `random_next_sentence=True` selects random-document negatives (NSP-style), which is what the
    official code does; its help text says the opposite.
 
-Everything else follows the official algorithm step by step (REFERENCE section 4): one target
+Everything else follows the official algorithm step by step (`create_pretraining_data.py`; docs/data.md): one target
 length per document and pass (`max_seq_length - 3`, or with probability `short_seq_prob` a
 uniform integer in [2, max_seq_length - 3]), chunking sentences up to it, `a_end` uniform in
 [1, n-1], swap with probability 1/2 (label 1), one-sentence chunks completed from a random other

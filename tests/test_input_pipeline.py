@@ -309,3 +309,17 @@ def test_examples_are_the_bytes_tensorflow_writes():
     assert parsed["text"].bytes_list.value == [b"a gripping film"]
     assert parsed["text_b"].bytes_list.value == [b"raw"]
     assert parsed["input_ids"].int64_list.value == [2, 7, 3]
+
+
+def test_crc32c_fallback_equals_google_crc32c():
+    """The framing check's Python CRC-32C (used only where google-crc32c is missing) equals the
+    package's on random data and on the CRC-32C check value of "123456789"."""
+    import google_crc32c
+
+    from albert_tf import input_pipeline
+
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 8, 12, 333, 4096):
+        data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        assert input_pipeline._crc32c_python(data) == google_crc32c.value(data)
+    assert input_pipeline._crc32c_python(b"123456789") == 0xE3069283

@@ -21,7 +21,7 @@ def _model():
 
 
 def numpy_step(w, g, m, v, lr, decay, adapt, wd=0.01, b1=0.9, b2=0.999, eps=1e-6):
-    """REFERENCE section 5 / official lamb_optimizer.py, line by line."""
+    """Official lamb_optimizer.py, line by line."""
     m = b1 * m + (1 - b1) * g
     v = b2 * v + (1 - b2) * g * g
     update = m / (np.sqrt(v) + eps)

@@ -112,7 +112,7 @@ def test_full_targets_fill_the_sequence(instances):
 
 
 def test_short_target_is_drawn_once_per_document_and_pass():
-    """The official draw (REFERENCE section 4, step 1): one target per document and pass, short
+    """The official draw (official `create_pretraining_data.py`, step 1): one target per document and pass, short
     with probability short_seq_prob, and every chunk of the document closes at it: each chunk
     but the document's last reaches it, and none had reached it a sentence earlier. (A draw per
     chunk, as this project made before, fails both.)"""
@@ -154,7 +154,7 @@ def _words(tokens, start_mask):
 
 
 def _simulate_units(word_sizes, budget, rng, pvals):
-    """REFERENCE section 4 step 4, transcribed at the word level: shuffled starts; n drawn with
+    """Official `create_pretraining_data.py` step 4, transcribed at the word level: shuffled starts; n drawn with
     P(n) ~ 1/n; fall back to shorter n-grams within the budget; skip overlaps."""
     covered = np.zeros(len(word_sizes), bool)
     used, units = 0, []
@@ -193,7 +193,7 @@ def test_ngram_length_distribution(instances, books):
         pooled = (a * len(ours) + b * len(simulated)) / (len(ours) + len(simulated))
         sigma = math.sqrt(pooled * (1 - pooled) * (1 / len(ours) + 1 / len(simulated)))
         assert abs(a - b) <= SIGMAS * sigma, (n, a, b, sigma)
-    # The official algorithm gives about 58/26/16% at 128 tokens (REFERENCE section 4).
+    # The official algorithm gives about 58/26/16% at 128 tokens (`create_pretraining_data.py`).
     for n, official in ((1, 0.58), (2, 0.26), (3, 0.16)):
         assert abs(shares[n][0] - official) < 0.03, (n, shares[n][0])
 
@@ -288,7 +288,7 @@ def test_params_validation():
         GenerationParams(max_seq_length=4, max_predictions_per_seq=1)
 
 
-# Official script's own output (REFERENCE section 4: five novels, 8k vocabulary, seq 128): masked
+# Official script's own output (the official `create_pretraining_data.py`: five novels, 8k vocabulary, seq 128): masked
 # runs of 1 / 2 / 3 / 4+ whole words (adjacent masked units merge into one run).
 OFFICIAL_RUN_SHARES = (0.535, 0.268, 0.163, 0.034)
 

@@ -23,7 +23,7 @@ def test_readme_has_two_commands_and_ci_runs_the_test_one_verbatim():
 
 
 # ---------------------------------------------------------------------------------------------
-# The architecture's rules (ARCHITECTURE.md, BUILD.md), read from the code itself.
+# The architecture's rules (docs/architecture.md, BUILD.md), read from the code itself.
 PACKAGES = ("albert_tf", "data", "export")
 
 

@@ -4,7 +4,7 @@ is read or written here, no variable assigned). Each model names its own variabl
 (`official_weights()`, built from `albert_tf.weight_names`); this module checks that the names
 cover every variable once and maps official names to Hugging Face keys and config dimensions.
 
-Official names (REFERENCE section 8, official `modeling.py` variable scopes):
+Official names (official `modeling.py` variable scopes):
 
     bert/embeddings/{word,token_type,position}_embeddings, bert/embeddings/LayerNorm/{gamma,beta}
     bert/encoder/embedding_hidden_mapping_in/{kernel,bias}

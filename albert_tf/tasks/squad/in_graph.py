@@ -17,9 +17,6 @@ _WHITESPACE = frozenset(" \t\r\n\u00a0\u2000\u2001\u2002\u2003\u2004\u2005\u2006
                         "\u2009\u200a\u202f\u205f\u3000\u200b\ufeff")
 
 
-# In-graph: the same alignment, windows and decoding as TensorFlow ops, for SavedModels that
-# take a question and a context as text (`export.serving`). Tests compare them with the Python
-# functions above.
 @functools.lru_cache(maxsize=None)  # also keeps autograph from converting the loop
 def _word_delimiters() -> str:
     return _ranges_class(lambda c: c in _WHITESPACE or c.isspace()) + "+"
