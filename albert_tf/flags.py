@@ -132,8 +132,10 @@ SPECS = {
                                         "another number of cores is an error; the cores come "
                                         "from the TPU itself."),
     # Performance: same results, other cost.
-    "mixed_precision": Spec("enum", "float32", "Compute dtype (bfloat16 where the hardware has "
-                                               "it).", ("float32", "bfloat16")),
+    "mixed_precision": Spec("enum", "float32", "Compute dtype: bfloat16 where the hardware has "
+                                               "it (TPU, A100/H100, AVX-512 BF16), float16 with "
+                                               "dynamic loss scaling elsewhere (V100, T4).",
+                            ("float32", "bfloat16", "float16")),
     "remove_padding": Spec("bool", True, "Run the encoder's matmuls on each batch's real "
                                          "tokens only (not on padding): the same losses, "
                                          "metrics and predictions (dropout drops the same "

@@ -44,6 +44,7 @@ from albert_tf.checkpoints import model_kind
 from albert_tf.checkpoints.conversion import SETTINGS_FILE  # what else a result depends on
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import worker_layout
+from albert_tf.loss_scale import DynamicLossScale
 from albert_tf.input_pipeline import (DataMismatchError, InputPlan, find_unreadable_files,
                                      list_files, ordered_dataset, record_counts, stream_dataset)
 from albert_tf.optimization import create_optimizer
@@ -53,6 +54,8 @@ from albert_tf.tasks import PretrainingTask, Task
 from albert_tf.tokenization import Tokenizer
 
 SUM = tf.distribute.ReduceOp.SUM
+# --mixed_precision: the Keras dtype policy of each (float16 adds the loss scale).
+PRECISIONS = {"float32": None, "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 INPUT_PLAN_FILE = "train_input.json"  # the run's InputPlan, written when it starts
 
 
@@ -159,8 +162,8 @@ class TrainingConfig:
         if self.train_batch_size % self.grad_accum_steps:
             problems.append(f"--train_batch_size={self.train_batch_size} must be a multiple of "
                             f"--grad_accum_steps={self.grad_accum_steps}")
-        if self.mixed_precision not in ("float32", "bfloat16"):
-            problems.append(f"--mixed_precision must be float32 or bfloat16; got "
+        if self.mixed_precision not in PRECISIONS:
+            problems.append(f"--mixed_precision must be one of {', '.join(PRECISIONS)}; got "
                             f"{self.mixed_precision!r}")
         if self.max_seq_length > self.albert_config.max_position_embeddings:
             problems.append(f"--max_seq_length={self.max_seq_length} exceeds the model's "
@@ -331,8 +334,7 @@ class TrainingRun:
         if cfg.seed is not None:  # initialization (and, in the input pipeline, shuffling)
             keras.utils.set_random_seed(cfg.seed)
         with self.strategy.scope():
-            dtype = "mixed_bfloat16" if cfg.mixed_precision == "bfloat16" else None
-            self.model = task.build_model(dtype=dtype)
+            self.model = task.build_model(dtype=PRECISIONS[cfg.mixed_precision])
             set_remove_padding(self.model, cfg.remove_padding and not cfg.jit_compile
                                and not isinstance(self.strategy, tf.distribute.TPUStrategy))
             set_recompute(self.model, cfg.recompute)
@@ -344,6 +346,9 @@ class TrainingRun:
             self.optimizer.build(self.model.trainable_variables)
             self.bad_step = tf.Variable(-1, dtype=tf.int64, trainable=False,
                                         aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+            # float16: the loss scale (saved in the checkpoint; `albert_tf.loss_scale`).
+            self.loss_scale = (DynamicLossScale() if cfg.mixed_precision == "float16"
+                               else None)
             # Data seed: every worker must use the same. A variable created in the scope starts
             # with the chief's value on every worker.
             drawn = cfg.seed if cfg.seed is not None else int.from_bytes(os.urandom(4),
@@ -355,7 +360,8 @@ class TrainingRun:
         # checkpoints hold the model and optimizer only, and a restart seeks to the step
         # (`_position_input`).
         self.train_iterator = None
-        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer)
+        saved = {} if self.loss_scale is None else {"loss_scale": self.loss_scale}
+        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, **saved)
         self.plan = None
         if cfg.do_train:  # checked now, so that bad input fails before anything runs
             has_checkpoint = bool(tf.train.latest_checkpoint(cfg.output_dir)
@@ -628,7 +634,8 @@ class TrainingRun:
             outputs = self.model(inputs, training=True)
             terms = self.task.loss_terms(outputs, features)
             loss = self.task.loss(terms, normalizers)
-        grads = tape.gradient(loss, self.model.trainable_variables)
+            scaled = loss if self.loss_scale is None else self.loss_scale.scale_loss(loss)
+        grads = tape.gradient(scaled, self.model.trainable_variables)
         # Embedding gradients come as IndexedSlices; dense tensors sum and all-reduce simply.
         # A weight off the loss path (the pooler under a span head) gets a zero gradient.
         grads = [tf.zeros_like(v) if g is None else
@@ -654,18 +661,32 @@ class TrainingRun:
             loss += step_loss
         grads = ctx.all_reduce(SUM, grads)
         total_loss = ctx.all_reduce(SUM, loss)
+        if self.loss_scale is not None:  # unscaled before clipping: the float32 gradients
+            grads = self.loss_scale.unscale(grads)
         grad_norm = tf.linalg.global_norm(grads)
         grads, _ = tf.clip_by_global_norm(grads, cfg.clip_norm, use_norm=grad_norm)
         # The gate covers the updated weights too (a learning rate of nan or inf, an update
         # that overflows): a step is applied only when everything it writes is finite.
         finite = (tf.math.is_finite(grad_norm) & tf.math.is_finite(total_loss)
                   & self.optimizer.updates_finite(grads, self.model.trainable_variables))
+        # float16: an overflow of the loss scale skips this step only (`albert_tf.loss_scale`);
+        # any other non-finite step closes the gate and stops the run, as in float32.
+        skip = (tf.constant(False) if self.loss_scale is None
+                else self.loss_scale.overflowed(finite))
         gate = self.optimizer.update_gate
         was_open = gate > 0.5
-        self.bad_step.assign(tf.where(was_open & ~finite, self.optimizer.iterations,
+        stop = ~finite & ~skip
+        self.bad_step.assign(tf.where(was_open & stop, self.optimizer.iterations,
                                       self.bad_step))
-        gate.assign(tf.where(finite, gate, tf.zeros_like(gate)))
-        self.optimizer.apply(grads, self.model.trainable_variables)
+        gate.assign(tf.where(stop, tf.zeros_like(gate), gate))
+        if self.loss_scale is None:
+            self.optimizer.apply(grads, self.model.trainable_variables)
+        else:
+            kept = tf.identity(gate.value)
+            gate.assign(tf.where(skip, tf.zeros_like(kept), kept))  # this step only
+            self.optimizer.apply(grads, self.model.trainable_variables)
+            gate.assign(kept)
+            self.loss_scale.update(finite)
         return terms, total_loss, grad_norm
 
     def _eval_dataset(self):
@@ -914,6 +935,9 @@ class TrainingRun:
         record = dict(step=step, loss=loss, grad_norm=norm, learning_rate=lr,
                       examples_per_second=n * self.cfg.train_batch_size / max(elapsed, 1e-9),
                       **self.task.metrics(sums))
+        if self.loss_scale is not None:
+            record.update(loss_scale=float(self.loss_scale.scale.numpy()),
+                          skipped_steps=int(self.loss_scale.skipped_steps.numpy()))
         with writer.as_default(step=step):
             for name, value in record.items():
                 if name != "step":
