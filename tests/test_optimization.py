@@ -118,3 +118,30 @@ def test_schedule_values():
                                [0.0, 0.0, 5e-4, 1e-3 * 0.7, 1e-3 * 0.6], rtol=1e-6, atol=1e-12)
     with pytest.raises(ValueError, match="--optimizer must be one of"):
         create_optimizer("sgd", 1e-3, 10)
+
+
+def test_dynamic_loss_scale_rules():
+    """float16's loss scale: halves on an overflow (counted), not below min_scale, where a
+    non-finite step is no longer an overflow; doubles after growth_interval good steps in a
+    row (an overflow restarts the run); scale/unscale are inverse."""
+    from albert_tf.loss_scale import DynamicLossScale
+
+    scale = DynamicLossScale(initial_scale=8.0, growth_interval=3, min_scale=2.0)
+    seen = []
+    for finite in (True, True, False, True, True, True, True, False, False, False):
+        overflow = bool(scale.overflowed(tf.constant(finite)))
+        scale.update(tf.constant(finite))
+        seen.append((overflow, float(scale.scale.numpy()), int(scale.good_steps.numpy())))
+    assert seen == [(False, 8.0, 1), (False, 8.0, 2), (True, 4.0, 0), (False, 4.0, 1),
+                    (False, 4.0, 2), (False, 8.0, 0), (False, 8.0, 1), (True, 4.0, 0),
+                    (True, 2.0, 0), (False, 2.0, 0)]  # at min_scale: not an overflow
+    assert int(scale.skipped_steps.numpy()) == 3
+    grads = [tf.constant([3.0, -6.0]), tf.constant([[0.5]], tf.float16)]
+    loss = scale.scale_loss(tf.constant(1.5))
+    assert float(loss) == 3.0
+    back = scale.unscale([g * 2.0 for g in grads])
+    assert [b.dtype for b in back] == [tf.float32, tf.float16]
+    for b, g in zip(back, grads):
+        np.testing.assert_array_equal(b.numpy(), g.numpy())
+    with pytest.raises(ValueError, match="growth_interval"):
+        DynamicLossScale(growth_interval=0)
