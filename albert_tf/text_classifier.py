@@ -294,9 +294,6 @@ class RawTextModel(keras.Model):
     def _check_fit_args(self, what: str, x, y) -> None:
         """ValueError, with the fix, for what Keras would fail on less clearly."""
         self._check_strategy(what)
-        if not self.compiled:
-            raise ValueError(f"{what}: the model is not compiled; call `compile()` first (the "
-                             "official fine-tuning defaults) or compile(optimizer=..., ...).")
         if y is None and not isinstance(x, tf.data.Dataset):
             raise ValueError(f"{what}: `y` is None; give the labels of `x` as `y` (or a "
                              "dataset `x` of (inputs, labels)).")

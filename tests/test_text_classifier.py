@@ -354,8 +354,14 @@ def test_a_kept_head_needs_the_checkpoints_label_order(pretraining_run, tmp_path
     other names: a new head, warned); names come as a sequence of distinct strings."""
     clf = AlbertTextClassifier.from_checkpoint(pretraining_run, num_classes=2,
                                                sequence_length=16, labels=["neg", "pos"])
+    clf.compile(warmup_steps=2)
     saved = str(tmp_path / "clf.keras")
     clf.save(saved)
+    back = keras.models.load_model(saved)  # compiled again with compile()'s own arguments
+    assert back.compiled and back.get_compile_config() == {
+        "albert_tf_auto": {"learning_rate": None, "warmup_steps": 2, "warmup_proportion": None},
+        "optimizer_state": {"built": False, "scheduled": False}}
+    assert back._fit_schedule == (5e-5, 2, None)
     spm = clf.preprocessor.spm_model_file
     with pytest.raises(ValueError, match=r"trained on the labels \['neg', 'pos'\] .*another "
                                          r"order: \['pos', 'neg'\]"):
