@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import threading
 from urllib.parse import urlparse
@@ -91,7 +92,17 @@ def tpu_strategy(tpu: str | None, connect_timeout_s: float = 60.0, zone: str | N
     return tf.distribute.TPUStrategy(resolver)
 
 
+_TF_CONFIG_EXAMPLE = ('e.g. {"cluster": {"worker": ["host1:2222", "host2:2222"]}, "task": '
+                      '{"type": "worker", "index": 0}}')
+# MultiWorkerMirroredStrategy's task types; "ps" and "evaluator" jobs are not run by it.
+_TASK_TYPES = ("chief", "worker")
+
+
 def _check_tf_config() -> None:
+    """TF_CONFIG, when set, describes a cluster this program runs as one of: JSON with
+    "cluster" (task type -> list of "host:port") and "task" (type and index); only chief and
+    worker tasks; the task's index inside its list; no address listed twice. Each problem is a
+    StrategyError naming it."""
     raw = os.environ.get("TF_CONFIG")
     if not raw:
         return
@@ -100,9 +111,35 @@ def _check_tf_config() -> None:
     except json.JSONDecodeError as e:
         raise StrategyError(f"TF_CONFIG is not valid JSON: {e}") from None
     if not isinstance(config, dict) or "cluster" not in config or "task" not in config:
-        raise StrategyError('TF_CONFIG must hold "cluster" and "task", e.g. {"cluster": '
-                            '{"worker": ["host1:port", "host2:port"]}, "task": {"type": '
-                            '"worker", "index": 0}}')
+        raise StrategyError(f'TF_CONFIG must hold "cluster" and "task", {_TF_CONFIG_EXAMPLE}')
+    cluster, task = config["cluster"], config["task"]
+    if not isinstance(cluster, dict) or not cluster:
+        raise StrategyError(f"TF_CONFIG's cluster must map task types to address lists, "
+                            f"{_TF_CONFIG_EXAMPLE}")
+    seen = {}
+    for kind, addresses in cluster.items():
+        if kind not in _TASK_TYPES:
+            raise StrategyError(f"TF_CONFIG's cluster has {kind!r} tasks; "
+                                f"multi_worker_mirrored runs {' and '.join(_TASK_TYPES)} "
+                                "tasks only (no parameter servers or evaluators).")
+        if not isinstance(addresses, list) or not all(
+                isinstance(a, str) and re.fullmatch(r"[^\s:]+:\d+", a) for a in addresses):
+            raise StrategyError(f"TF_CONFIG's cluster[{kind!r}] must be a list of "
+                                f'"host:port" strings. Received: {addresses!r}')
+        for i, address in enumerate(addresses):
+            if address in seen:
+                raise StrategyError(f"TF_CONFIG lists {address} twice ({seen[address]} and "
+                                    f"{kind}[{i}]): each task needs its own host:port.")
+            seen[address] = f"{kind}[{i}]"
+    kind = task.get("type") if isinstance(task, dict) else None
+    if kind not in cluster:
+        raise StrategyError(f"TF_CONFIG's task type {kind!r} is not one of the cluster's "
+                            f"({', '.join(cluster)}).")
+    index, members = task.get("index", 0), cluster[task["type"]]
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(members):
+        raise StrategyError(f"TF_CONFIG's task index {index!r} is not an index of its "
+                            f"{len(members)} {task['type']} address(es) (0 to "
+                            f"{len(members) - 1}).")
 
 
 def get_strategy(name: str, tpu: str | None = None, connect_timeout_s: float = 60.0,

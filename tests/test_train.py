@@ -506,6 +506,40 @@ def test_strategy_factory_fails_fast():
     assert get_strategy("default").num_replicas_in_sync == 1
 
 
+@pytest.mark.parametrize("tf_config,message", [
+    ("{not json", "TF_CONFIG is not valid JSON"),
+    ('{"cluster": {"worker": ["a:1"]}}', 'must hold "cluster" and "task"'),
+    ('{"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 2}}',
+     r"task index 2 is not an index of its 2 worker address\(es\) \(0 to 1\)"),
+    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": -1}}',
+     "task index -1"),
+    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": "0"}}',
+     "task index '0'"),
+    ('{"cluster": {"worker": ["a:1"], "ps": ["p:3"]}, "task": {"type": "worker", "index": 0}}',
+     "cluster has 'ps' tasks; multi_worker_mirrored runs chief and worker tasks only"),
+    ('{"cluster": {"worker": ["a:1", "a:1"]}, "task": {"type": "worker", "index": 0}}',
+     r"lists a:1 twice \(worker\[0\] and worker\[1\]\)"),
+    ('{"cluster": {"chief": ["a:1"], "worker": ["a:1"]}, "task": {"type": "chief"}}',
+     r"lists a:1 twice \(chief\[0\] and worker\[0\]\)"),
+    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "evaluator", "index": 0}}',
+     r"task type 'evaluator' is not one of the cluster's \(worker\)"),
+    ('{"cluster": {"worker": "a:1,b:2"}, "task": {"type": "worker", "index": 0}}',
+     r"cluster\['worker'\] must be a list of \"host:port\" strings"),
+    ('{"cluster": {"worker": ["a"]}, "task": {"type": "worker", "index": 0}}',
+     "must be a list of"),
+])
+def test_malformed_tf_config_is_named_before_any_strategy(monkeypatch, tf_config, message):
+    """Bad cluster input for multi_worker_mirrored: a StrategyError naming what is wrong,
+    raised before a strategy (or anything else) is built."""
+    from albert_tf.distribute import tf_config_worker
+
+    monkeypatch.setenv("TF_CONFIG", tf_config)
+    with pytest.raises(StrategyError, match=message):
+        get_strategy("multi_worker_mirrored")
+    with pytest.raises(StrategyError, match=message):
+        tf_config_worker()
+
+
 @pytest.mark.slow
 def test_tpu_address_that_never_answers_is_bounded(generated_data, tmp_path):
     """Something listens but never speaks gRPC: a plain connect would hang forever."""
