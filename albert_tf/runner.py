@@ -102,6 +102,10 @@ def _checked(body):
         return body()
     index, chief = tf_config_worker() if name == "multi_worker_mirrored" else (0, True)
     with OutputLock(write_dir_of(FLAGS.output_dir, index, chief), "--output_dir", is_dir=True):
+        if name == "multi_worker_mirrored":
+            # Collective ops must be configured before TensorFlow runs any op, and writing the
+            # features does (the packing and windows are TF ops): build the strategy first.
+            strategy()
         return body()
 
 
@@ -173,11 +177,21 @@ def check_cluster_flags() -> str:
     return name
 
 
+_STRATEGIES = {}  # the process's strategy, built once
+
+
 def strategy() -> tf.distribute.Strategy:
     """The strategy of --distribution_strategy/--tpu, or the official --use_tpu with
     --tpu_name (or --master), --tpu_zone and --gcp_project for the TPU resolver; TPU flags of
-    a run that is not on a TPU are an error, not ignored."""
+    a run that is not on a TPU are an error, not ignored. Built once per process (a
+    multi-worker strategy can be configured only once, before any op runs)."""
     name = check_cluster_flags()
+    if name not in _STRATEGIES:
+        _STRATEGIES[name] = _build_strategy(name)
+    return _STRATEGIES[name]
+
+
+def _build_strategy(name: str) -> tf.distribute.Strategy:
     if name != "tpu":
         return get_strategy(name)
     timeout = FLAGS.tpu_connect_timeout if "tpu_connect_timeout" in FLAGS else 60.0

@@ -22,12 +22,18 @@ def official_module(name):
     """A module of google-research/albert (../shared/official_albert, unmodified), run as a
     judge: `albert.tokenization` needs the empty `tensorflow_hub` stand-in of `shims/`."""
     added = [OFFICIAL_ALBERT, os.path.join(OFFICIAL_ALBERT, "shims")]
+    real_hub = sys.modules.pop("tensorflow_hub", None)
     sys.path[:0] = added
     try:
         return importlib.import_module(name)
     finally:
         for path in added:
             sys.path.remove(path)
+        # The stand-in must not stay importable as `tensorflow_hub` for later tests in this
+        # process (tests/test_tfhub.py loads the real one).
+        sys.modules.pop("tensorflow_hub", None)
+        if real_hub is not None:
+            sys.modules["tensorflow_hub"] = real_hub
 
 
 def test_preprocess_text_is_the_official_normalization():
