@@ -114,6 +114,19 @@ def ragged_rows(rows):
         np.array([len(row) for row in rows], np.int64))
 
 
+def for_batches(fn, num_items: int, batch_size: int, num_ragged: int, *extra_specs):
+    """`fn`, to call once per batch of `num_items` items with `num_ragged` `ragged_rows`
+    tensors (then inputs of `extra_specs`): traced once with that fixed signature when there
+    are several batches (no retracing as the batches' shapes change), else `fn` itself (eager:
+    the same ops without the cost of tracing, for a few items)."""
+    import tensorflow as tf
+
+    if num_items <= batch_size:
+        return fn
+    ragged = tf.RaggedTensorSpec([None, None], tf.int32, 1, tf.int64)
+    return tf.function(fn, input_signature=[ragged] * num_ragged + list(extra_specs))
+
+
 def keep_first(ragged, keep):
     """The first `keep[i]` values of each row of a 2-D RaggedTensor."""
     import tensorflow as tf

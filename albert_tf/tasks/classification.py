@@ -23,7 +23,7 @@ import numpy as np
 
 from albert_tf import features as F
 from albert_tf.tasks import glue
-from albert_tf.packing import pack_in_graph, packed_length, ragged_rows
+from albert_tf.packing import for_batches, pack_in_graph, packed_length, ragged_rows
 from albert_tf.records import files_for, read_cached, to_example, write_records
 from albert_tf.tasks.base import LabelledTask
 from albert_tf.tokenization import FEATURES_REVISION
@@ -46,13 +46,10 @@ def examples_features(examples, task: glue.GlueTask, tokenizer, max_seq_length: 
     """(features as lists, whether the pair was truncated) of each example, in order: the
     Python tokenizer (the official data's SentencePiece), then `pack_in_graph`, the packing
     `AlbertTextPreprocessor` and the SavedModels run, padded to `max_seq_length`."""
-    import tensorflow as tf
-
     pair = any(e.text_b is not None for e in examples)  # a None B packs as an empty one
-    pack = functools.partial(pack_in_graph, max_seq_length=max_seq_length, special=tokenizer)
-    if len(examples) > batch_size:  # traced once for many batches; eager for a few
-        ragged = tf.RaggedTensorSpec([None, None], tf.int32, 1, tf.int64)
-        pack = tf.function(pack, input_signature=[ragged, ragged] if pair else [ragged])
+    pack = for_batches(functools.partial(pack_in_graph, max_seq_length=max_seq_length,
+                                         special=tokenizer),
+                       len(examples), batch_size, 2 if pair else 1)
     for begin in range(0, len(examples), batch_size):
         batch = examples[begin:begin + batch_size]
         ids_a = [tokenizer.encode(e.text_a) for e in batch]

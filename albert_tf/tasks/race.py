@@ -35,7 +35,7 @@ import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.task_models import NUM_CHOICES, AlbertMultipleChoice  # noqa: F401
-from albert_tf.packing import join_in_graph, keep_first, keep_last, ragged_rows
+from albert_tf.packing import for_batches, join_in_graph, keep_first, keep_last, ragged_rows
 from albert_tf.tasks.base import LabelledTask
 from albert_tf.records import files_for, read_cached, to_example, write_records
 from albert_tf.tokenization import FEATURES_REVISION
@@ -273,11 +273,7 @@ class RacePreprocessor:
         of each `RaceExample`, in order, with the Python tokenizer; `label_ids` 0 for an
         unlabelled one."""
         encode = self.tokenizer.encode
-        # Traced once for many batches; eager (the same ops) for a few.
-        pack = self.pack
-        if len(examples) > batch_size:
-            ragged = tf.RaggedTensorSpec([None, None], tf.int32, 1, tf.int64)
-            pack = tf.function(self.pack, input_signature=[ragged, ragged])
+        pack = for_batches(self.pack, len(examples), batch_size, 2)
         for begin in range(0, len(examples), batch_size):
             batch = examples[begin:begin + batch_size]
             for example in batch:

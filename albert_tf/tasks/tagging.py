@@ -33,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F
-from albert_tf.packing import pack_in_graph, ragged_rows
+from albert_tf.packing import for_batches, pack_in_graph, ragged_rows
 from albert_tf.records import files_for, read_cached, to_example, write_records
 from albert_tf.tasks.base import SUM, LabelledTask
 from albert_tf.tasks.entity_metrics import entity_scores, is_bio, token_accuracy
@@ -96,11 +96,8 @@ class TaggingPreprocessor:
         on each): the Python tokenizer's pieces of each word, cut into windows by the graph's
         rule (`_windows_of_pieces`, the one `windows_in_graph` runs in the SavedModel)."""
         checked = [self._checked(list(words), tags, where) for words, tags, where in sentences]
-        pieces_fn = self._windows_of_pieces
-        if len(checked) > batch_size:  # traced once for many batches; eager for a few
-            pieces_fn = tf.function(pieces_fn, input_signature=[
-                tf.RaggedTensorSpec([None, None], tf.int32, 1, tf.int64),
-                tf.TensorSpec([None], tf.int64)])
+        pieces_fn = for_batches(self._windows_of_pieces, len(checked), batch_size, 1,
+                                tf.TensorSpec([None], tf.int64))
         out = []
         for begin in range(0, len(checked), batch_size):
             batch = checked[begin:begin + batch_size]

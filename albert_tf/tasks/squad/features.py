@@ -32,9 +32,7 @@ import json
 import numpy as np
 from absl import logging
 
-import tensorflow as tf
-
-from albert_tf.packing import ragged_rows
+from albert_tf.packing import for_batches, ragged_rows
 from albert_tf.tasks.squad import evaluation as squad_eval
 from albert_tf.tasks.squad.in_graph import _WHITESPACE, windows_in_graph
 from albert_tf.tokenization import SPIECE_UNDERLINE, file_sha256
@@ -176,11 +174,9 @@ def questions_features(questions, contexts, tokenizer, max_seq_length: int, doc_
             or max_query_length < 0:
         raise ValueError("--max_query_length must be a non-negative integer (official: 64). "
                          f"Received: {max_query_length!r}")
-    ragged = tf.RaggedTensorSpec([None, None], tf.int32, 1, tf.int64)
-    window_fn = functools.partial(windows_in_graph, max_seq_length=max_seq_length,
-                                  doc_stride=doc_stride)
-    if len(questions) > batch_size:  # traced once for many batches; eager for a few
-        window_fn = tf.function(window_fn, input_signature=[ragged, ragged])
+    window_fn = for_batches(functools.partial(windows_in_graph, max_seq_length=max_seq_length,
+                                              doc_stride=doc_stride),
+                            len(questions), batch_size, 2)
     features = []
     for begin in range(0, len(questions), batch_size):
         batch = questions[begin:begin + batch_size]
