@@ -187,11 +187,7 @@ def tf_config_worker() -> tuple[int, bool]:
     chiefs = len(cluster.get("chief", []))
     if chiefs + len(cluster.get("worker", [])) <= 1 or task.get("type") == "chief":
         return 0, True
-    try:
-        index = chiefs + int(task.get("index", 0))
-    except (TypeError, ValueError):
-        raise StrategyError(f"TF_CONFIG's task index {task.get('index')!r} is not an "
-                            "integer.") from None
+    index = chiefs + task.get("index", 0)  # an integer in range (`_check_tf_config`)
     return index, index == 0
 
 
