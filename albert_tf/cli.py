@@ -7,7 +7,7 @@ import importlib
 import os
 import sys
 
-from albert_tf import quiet
+from albert_tf import experiment, quiet
 from albert_tf.flags import check_numbers
 
 # console script -> module whose cli() it runs
@@ -42,12 +42,29 @@ def run_command(main, define_flags=None, flags_parser=None) -> None:
 
     if define_flags is not None:
         define_flags()
+    experiment.define_config_file_flag()
     check_numbers()
     _own_flags_in_help(sys.argv[0])
+    main = functools.partial(_with_config_file, main)
     if flags_parser:  # the command takes the arguments absl leaves (e.g. Beam's flags)
         sys.exit(app.run(functools.partial(_guarded, main),
                          flags_parser=functools.partial(_parse_or_exit, flags_parser)))
     sys.exit(app.run(functools.partial(_guarded, functools.partial(_no_arguments, main))))
+
+
+def _with_config_file(main, argv):
+    """`main(argv)` after --config_file's values are set on the flags the command line left
+    (`albert_tf.experiment.apply_config_file`); a file that cannot be used is a usage error
+    naming the file and the key."""
+    from absl import app, flags
+
+    path = flags.FLAGS.config_file
+    if path:
+        try:
+            experiment.apply_config_file(path, command=experiment.command_name(main))
+        except experiment.ConfigFileError as e:
+            raise app.UsageError(str(e)) from None
+    return main(argv)
 
 
 def _parse_or_exit(flags_parser, argv):

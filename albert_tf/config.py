@@ -198,6 +198,15 @@ class AlbertConfig:
 
     # ----------------------------------------------------------------------------------------
     # Dict / JSON I/O.
+    def sequence_length_problem(self, max_seq_length: int,
+                                name: str = "--max_seq_length") -> str | None:
+        """The one rule for a packed sequence length (every runner, the training loop and the
+        exporter ask it): what is wrong with `max_seq_length` for this model, or None."""
+        if max_seq_length > self.max_position_embeddings:
+            return (f"{name}={max_seq_length} exceeds the model's max_position_embeddings="
+                    f"{self.max_position_embeddings}")
+        return None
+
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> "AlbertConfig":
         """Builds a config from official keys (plus `sharing`). Unknown keys raise, and so do

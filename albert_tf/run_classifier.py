@@ -32,7 +32,6 @@ from albert_tf.quiet import entry_point  # noqa: E402
 
 entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
 
-import functools
 import math
 import os
 
@@ -41,8 +40,7 @@ from absl import flags  # noqa: E402
 from albert_tf.tasks import glue  # noqa: E402
 from albert_tf import flags as albert_flags  # noqa: E402
 from albert_tf.tasks.classification import ClassificationTask, write_split_features  # noqa: E402
-from albert_tf.flags import FLAGS  # noqa: E402
-from albert_tf.runner import (command, exporter_from_flags, model_and_tokenizer,  # noqa: E402
+from albert_tf.runner import (command, task_exporter, model_and_tokenizer,  # noqa: E402
                               run_task, training_config)
 
 SUBMISSION_NAMES = {"cola": "CoLA", "sst-2": "SST-2", "mrpc": "MRPC", "qqp": "QQP",
@@ -83,34 +81,34 @@ def write_predictions(output_dir, task, examples, predictions, probabilities):
     return path
 
 
-def run():
-    task = glue.get_task(FLAGS.task_name)
-    config, tokenizer = model_and_tokenizer()
-    splits = [s for s, on in (("train", FLAGS.do_train), ("dev", FLAGS.do_eval),
-                              ("test", FLAGS.do_predict)) if on]
-    data = write_split_features(task, tokenizer, FLAGS.data_dir,
-                                FLAGS.cached_dir or FLAGS.output_dir, FLAGS.max_seq_length,
-                                splits, albert_flags.seed() or 0, FLAGS.eval_batch_size,
-                                FLAGS.predict_batch_size, FLAGS.num_train_files,
-                                FLAGS.train_examples)
-    classification = ClassificationTask(task, config, FLAGS.max_seq_length,
-                                        dropout_rate=FLAGS.dropout_rate)
+def run(exp):
+    task = glue.get_task(exp.task_name)
+    config, tokenizer = model_and_tokenizer(exp)
+    splits = [s for s, on in (("train", exp.do_train), ("dev", exp.do_eval),
+                              ("test", exp.do_predict)) if on]
+    data = write_split_features(task, tokenizer, exp.data_dir,
+                                exp.cached_dir or exp.output_dir, exp.max_seq_length,
+                                splits, exp.seed() or 0, exp.eval_batch_size,
+                                exp.predict_batch_size, exp.num_train_files,
+                                exp.train_examples)
+    classification = ClassificationTask(task, config, exp.max_seq_length,
+                                        dropout_rate=exp.dropout_rate)
     cfg = None
-    if FLAGS.do_train or FLAGS.do_eval:
+    if exp.do_train or exp.do_eval:
         any_file = next(iter(data.values()))[0]
-        cfg = training_config(config,
+        cfg = training_config(exp, config,
                               input_file=data["train"][0] if "train" in data else any_file,
                               eval_input_file=data["dev"][0] if "dev" in data else None,
                               max_eval_steps=10 ** 9)
-    threshold = None if math.isnan(FLAGS.threshold_to_export) else FLAGS.threshold_to_export
-    exporter = exporter_from_flags("run_classifier", labels=list(task.labels or []) or None,
+    threshold = None if math.isnan(exp.threshold_to_export) else exp.threshold_to_export
+    exporter = task_exporter(exp, "run_classifier", labels=list(task.labels or []) or None,
                                    text_pair=task.b is not None, threshold=threshold)
-    model, _ = run_task(classification, cfg, exporter, predict=FLAGS.do_predict)
-    if FLAGS.do_predict and model is not None:
+    model, _ = run_task(exp, classification, cfg, exporter, predict=exp.do_predict)
+    if exp.do_predict and model is not None:
         path, _, examples = data["test"]
         predictions, probabilities = classification.predict(model, path,
-                                                            FLAGS.predict_batch_size)
-        written = write_predictions(FLAGS.output_dir, task, examples, predictions,
+                                                            exp.predict_batch_size)
+        written = write_predictions(exp.output_dir, task, examples, predictions,
                                     probabilities)
         print(f"predictions of {len(examples):,} test examples: {written}")
 
@@ -119,7 +117,7 @@ def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
     command(run, define_flags, required=("task_name", "data_dir", "albert_config_file",
                                          "spm_model_file|vocab_file", "output_dir"),
-            check=functools.partial(albert_flags.require_an_action, export=True))
+            check=lambda exp: albert_flags.require_an_action(export=True))
 
 
 if __name__ == "__main__":

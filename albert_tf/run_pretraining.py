@@ -18,6 +18,7 @@ from albert_tf.quiet import entry_point  # noqa: E402
 
 entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
 
+import dataclasses
 import glob
 import os
 
@@ -26,58 +27,69 @@ from absl import flags  # noqa: E402
 
 from albert_tf import flags as albert_flags  # noqa: E402
 from albert_tf.config import AlbertConfig  # noqa: E402
-from albert_tf.flags import FLAGS  # noqa: E402
 from albert_tf.runner import (command, format_metrics, make_exporter,  # noqa: E402
                               raise_if_stopped, strategy)
 from albert_tf.train_lib import PretrainingConfig, PretrainingRun  # noqa: E402
 
 
+# The official run_pretraining.py defaults are PretrainingConfig's (one default per value).
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(PretrainingConfig)
+             if f.default is not dataclasses.MISSING}
+
+
 def define_flags():
     """Command-line flags (defined only when run as a program): the official ones with their
-    official defaults, and ours."""
+    official defaults (`PretrainingConfig`'s), and ours."""
+    d = _DEFAULTS
     albert_flags.define(albert_flags.MODEL, albert_flags.RUN, albert_flags.EVAL,
                         albert_flags.CLUSTER, albert_flags.PERFORMANCE, "input_file",
                         "max_predictions_per_seq", "spm_model_file", "vocab_file",
-                        do_train=True,
-                        train_batch_size=4096, eval_batch_size=64, optimizer="lamb",
-                        learning_rate=0.00176, save_checkpoints_steps=5000)
-    flags.DEFINE_float("poly_power", 1.0, "Power of the polynomial decay.")
-    flags.DEFINE_integer("num_train_steps", 125000, "Optimizer steps.")
-    flags.DEFINE_integer("num_warmup_steps", 3125, "Linear warmup steps.")
-    flags.DEFINE_integer("start_warmup_step", 0, "Step at which warmup starts.")
-    flags.DEFINE_integer("max_eval_steps", 100, "Evaluation batches.")
-    flags.DEFINE_float("masked_lm_budget", 0,
+                        **{name: d[name] for name in (
+                            "do_train", "train_batch_size", "eval_batch_size", "optimizer",
+                            "learning_rate", "save_checkpoints_steps", "max_seq_length",
+                            "max_predictions_per_seq", "keep_checkpoint_max",
+                            "iterations_per_loop", "input_shards", "do_eval",
+                            "mixed_precision", "remove_padding", "recompute", "use_einsum",
+                            "grad_accum_steps", "init_from_group0")},
+                        random_seed=d["seed"])
+    flags.DEFINE_float("poly_power", d["poly_power"], "Power of the polynomial decay.")
+    flags.DEFINE_integer("num_train_steps", d["num_train_steps"], "Optimizer steps.")
+    flags.DEFINE_integer("num_warmup_steps", d["num_warmup_steps"], "Linear warmup steps.")
+    flags.DEFINE_integer("start_warmup_step", d["start_warmup_step"],
+                         "Step at which warmup starts.")
+    flags.DEFINE_integer("max_eval_steps", d["max_eval_steps"], "Evaluation batches.")
+    flags.DEFINE_float("masked_lm_budget", d["masked_lm_budget"],
                        "Official online-masking ratio; only 0 (offline masking, the official "
                        "default) is supported, any other value is refused.")
     flags.DEFINE_float("tpu_connect_timeout", 60.0, "Seconds allowed for each TPU connect step.")
-    flags.DEFINE_bool("jit_compile", False, "Compile the step with XLA.")
+    flags.DEFINE_bool("jit_compile", d["jit_compile"], "Compile the step with XLA.")
     flags.DEFINE_string("eval_input_file", None, "Evaluation TFRecords (default: --input_file).")
     flags.DEFINE_integer("export_max_seq_length", None,
                          "max_seq_length of the exported text signatures (default: "
                          "--max_seq_length).")
-    flags.DEFINE_integer("shuffle_window", 10000,
+    flags.DEFINE_integer("shuffle_window", d["shuffle_window"],
                          "Training records are permuted within consecutive windows of this many "
                          "(a seeded, checkpoint-free shuffle; see albert_tf.input_pipeline).")
     flags.DEFINE_bool("deterministic", False,
                       "Deterministic ops (exact resume on CPU; slower on accelerators).")
 
 
-def run():
-    if FLAGS.deterministic:
+def run(exp):
+    if exp.deterministic:
         tf.config.experimental.enable_op_determinism()
-    the_strategy = strategy()
-    cfg = PretrainingConfig.from_flags(
-        FLAGS, AlbertConfig.from_json_file(FLAGS.albert_config_file))
+    the_strategy = strategy(exp)
+    cfg = PretrainingConfig.from_settings(
+        exp.flat(), AlbertConfig.from_json_file(exp.albert_config_file))
     exporter = None
-    if FLAGS.export_dir:
-        exporter = make_exporter(FLAGS.export_dir, FLAGS.output_dir, FLAGS.spm_model_file,
-                                 FLAGS.export_max_seq_length or FLAGS.max_seq_length,
-                                 vocab_file=FLAGS.vocab_file)
+    if exp.export_dir:
+        exporter = make_exporter(exp.export_dir, exp.output_dir, exp.spm_model_file,
+                                 exp.export_max_seq_length or exp.max_seq_length,
+                                 vocab_file=exp.vocab_file)
     run = PretrainingRun(cfg, the_strategy)  # copies the data's SentencePiece model
-    if exporter is not None and not (FLAGS.spm_model_file or FLAGS.vocab_file or glob.glob(
-            os.path.join(FLAGS.output_dir, "*.model"))):
+    if exporter is not None and not (exp.spm_model_file or exp.vocab_file or glob.glob(
+            os.path.join(exp.output_dir, "*.model"))):
         raise ValueError(f"--export_dir needs a SentencePiece model: the data's sidecars "
-                         f"name none and {FLAGS.output_dir} holds none; pass "
+                         f"name none and {exp.output_dir} holds none; pass "
                          "--spm_model_file (or --vocab_file, a WordPiece vocabulary).")
     summary = run.run(exporter=exporter)
     if "eval" in summary:

@@ -31,8 +31,7 @@ from absl import app, flags  # noqa: E402
 
 from albert_tf import flags as albert_flags
 from albert_tf.tasks import race  # noqa: E402
-from albert_tf.flags import FLAGS  # noqa: E402
-from albert_tf.runner import (command, exporter_from_flags, model_and_tokenizer,  # noqa: E402
+from albert_tf.runner import (command, task_exporter, model_and_tokenizer,  # noqa: E402
                               run_task, training_config, write_json)
 
 
@@ -51,23 +50,23 @@ def define_flags():
     flags.DEFINE_bool("middle_only", False, "Only middle-school passages.")
 
 
-def write_split_features(tokenizer, levels):
+def write_split_features(exp, tokenizer, levels):
     """{split: (comma-separated TFRecord paths, questions)} of the requested splits."""
     data = {}
     for split, on, path, batch in (
-            ("train", FLAGS.do_train, FLAGS.train_file, 1),
-            ("dev", FLAGS.do_eval, FLAGS.eval_file, FLAGS.eval_batch_size),
-            ("test", FLAGS.do_predict, FLAGS.predict_file, FLAGS.predict_batch_size)):
+            ("train", exp.do_train, exp.train_file, 1),
+            ("dev", exp.do_eval, exp.eval_file, exp.eval_batch_size),
+            ("test", exp.do_predict, exp.predict_file, exp.predict_batch_size)):
         if not on:
             continue
-        examples = race.read_split(FLAGS.data_dir, split, levels)
-        path = path or os.path.join(FLAGS.output_dir, f"{split}.tfrecord")
-        meta = race.write_examples(examples, tokenizer, FLAGS.max_seq_length,
-                                   FLAGS.max_qa_length, path,
-                                   shuffle_seed=(albert_flags.seed() or 0)
+        examples = race.read_split(exp.data_dir, split, levels)
+        path = path or os.path.join(exp.output_dir, f"{split}.tfrecord")
+        meta = race.write_examples(examples, tokenizer, exp.max_seq_length,
+                                   exp.max_qa_length, path,
+                                   shuffle_seed=(exp.seed() or 0)
                                    if split == "train" else None,
                                    pad_to_multiple=batch,
-                                   num_files=FLAGS.num_train_files if split == "train" else 1)
+                                   num_files=exp.num_train_files if split == "train" else 1)
         data[split] = (",".join(meta["files"]), examples)
         print(f"{split}: {len(examples):,} questions ({meta['levels']['middle']:,} middle, "
               f"{meta['levels']['high']:,} high; {meta['padding_examples']} padding; "
@@ -75,10 +74,10 @@ def write_split_features(tokenizer, levels):
     return data
 
 
-def write_predictions(examples, predictions):
+def write_predictions(exp, examples, predictions):
     """predictions.json ({question id: letter}); test_results.json where the split has
     answers."""
-    out = FLAGS.output_dir
+    out = exp.output_dir
     write_json(os.path.join(out, "predictions.json"),
                {e.guid: race.LABELS[int(p)] for e, p in zip(examples, predictions)})
     if all(e.label is not None for e in examples):
@@ -89,32 +88,32 @@ def write_predictions(examples, predictions):
         print(f"test: accuracy {results['accuracy']:.4f} over {len(examples):,} questions")
 
 
-def run():
-    levels = ("high",) if FLAGS.high_only else ("middle",) if FLAGS.middle_only else race.LEVELS
-    config, tokenizer = model_and_tokenizer()
-    os.makedirs(FLAGS.output_dir, exist_ok=True)
-    data = write_split_features(tokenizer, levels)
-    task = race.RaceTask(config, FLAGS.max_seq_length, FLAGS.dropout_prob)
+def run(exp):
+    levels = ("high",) if exp.high_only else ("middle",) if exp.middle_only else race.LEVELS
+    config, tokenizer = model_and_tokenizer(exp)
+    os.makedirs(exp.output_dir, exist_ok=True)
+    data = write_split_features(exp, tokenizer, levels)
+    task = race.RaceTask(config, exp.max_seq_length, exp.dropout_prob)
     cfg = None
-    if FLAGS.do_train or FLAGS.do_eval:
+    if exp.do_train or exp.do_eval:
         any_file = next(iter(data.values()))[0]
-        cfg = training_config(
+        cfg = training_config(exp, 
             config, input_file=data["train"][0] if "train" in data else any_file,
             eval_input_file=data["dev"][0] if "dev" in data else None, max_eval_steps=10 ** 9,
-            keep_checkpoint_max=FLAGS.num_keep_checkpoint)
-    exporter = exporter_from_flags("run_race", options={"max_qa_length": FLAGS.max_qa_length})
-    model, _ = run_task(task, cfg, exporter, predict=FLAGS.do_predict)
-    if FLAGS.do_predict and model is not None:
+            keep_checkpoint_max=exp.num_keep_checkpoint)
+    exporter = task_exporter(exp, "run_race", options={"max_qa_length": exp.max_qa_length})
+    model, _ = run_task(exp, task, cfg, exporter, predict=exp.do_predict)
+    if exp.do_predict and model is not None:
         path, examples = data["test"]
-        predictions, _ = task.predict(model, path, FLAGS.predict_batch_size)
-        write_predictions(examples, predictions)
+        predictions, _ = task.predict(model, path, exp.predict_batch_size)
+        write_predictions(exp, examples, predictions)
 
 
-def check_flags():
-    if FLAGS.task_name.lower() != "race":
-        raise app.UsageError(f"--task_name {FLAGS.task_name}: this runner runs race.")
+def check_flags(exp):
+    if exp.task_name.lower() != "race":
+        raise app.UsageError(f"--task_name {exp.task_name}: this runner runs race.")
     albert_flags.require_an_action()
-    if FLAGS.high_only and FLAGS.middle_only:
+    if exp.high_only and exp.middle_only:
         raise app.UsageError("--high_only and --middle_only exclude each other.")
 
 

@@ -33,8 +33,7 @@ import os  # noqa: E402
 from absl import flags  # noqa: E402
 
 from albert_tf import flags as albert_flags  # noqa: E402
-from albert_tf.flags import FLAGS  # noqa: E402
-from albert_tf.runner import (command, exporter_from_flags, model_and_tokenizer,  # noqa: E402
+from albert_tf.runner import (command, task_exporter, model_and_tokenizer,  # noqa: E402
                               run_task, training_config, write_json)
 from albert_tf.tasks import conll  # noqa: E402
 from albert_tf.tasks.tagging import (TaggingPreprocessor, TaggingTask,  # noqa: E402
@@ -58,7 +57,7 @@ def define_flags():
                        "the tagging layer (Hugging Face's name).")
 
 
-def tag_set(output_dir: str, train_sentences) -> list:
+def tag_set(exp, output_dir: str, train_sentences) -> list:
     """The tag set: the training file's (written to OUTPUT_DIR/labels.json), else the one a
     training run left there."""
     path = os.path.join(output_dir, LABELS_FILE)
@@ -68,7 +67,7 @@ def tag_set(output_dir: str, train_sentences) -> list:
             with open(path, encoding="utf-8") as f:
                 kept = json.load(f)
             if kept != labels:
-                raise ValueError(f"--train_file {FLAGS.train_file} has the tags {labels}, but "
+                raise ValueError(f"--train_file {exp.train_file} has the tags {labels}, but "
                                  f"{path} (an earlier run in --output_dir) has {kept}; use "
                                  "another --output_dir.")
         os.makedirs(output_dir, exist_ok=True)
@@ -81,14 +80,14 @@ def tag_set(output_dir: str, train_sentences) -> list:
         return json.load(f)
 
 
-def read_splits() -> dict:
+def read_splits(exp) -> dict:
     """{split: (path, [Sentence])} of the files the actions need."""
     wanted = {"train": ("train_file", "do_train"), "dev": ("dev_file", "do_eval"),
               "test": ("test_file", "do_predict")}
     out = {}
     for split, (flag, action) in wanted.items():
-        path = getattr(FLAGS, flag)
-        if not getattr(FLAGS, action):
+        path = getattr(exp, flag)
+        if not getattr(exp, action):
             continue
         if not path:
             raise ValueError(f"--{action} needs --{flag}.")
@@ -98,16 +97,16 @@ def read_splits() -> dict:
     return out
 
 
-def write_features(splits, preprocessor, cache_dir) -> dict:
+def write_features(exp, splits, preprocessor, cache_dir) -> dict:
     """{split: sidecar with `files` and `windows`} of the splits' TFRecords."""
     written = {}
     for split, (path, sentences) in splits.items():
         if split != "train":
             conll.check_known_tags(sentences, preprocessor.labels, path)
-        batch = {"train": 1, "dev": FLAGS.eval_batch_size, "test": FLAGS.predict_batch_size}
+        batch = {"train": 1, "dev": exp.eval_batch_size, "test": exp.predict_batch_size}
         meta = write_examples(sentences, preprocessor,
                               os.path.join(cache_dir, f"{split}.tfrecord"), path,
-                              shuffle_seed=(albert_flags.seed() or 0) if split == "train"
+                              shuffle_seed=(exp.seed() or 0) if split == "train"
                               else None, pad_to_multiple=batch[split])
         written[split] = meta
         print(f"{split}: {meta['sentences']:,} sentences, {meta['real_examples']:,} windows "
@@ -116,47 +115,47 @@ def write_features(splits, preprocessor, cache_dir) -> dict:
     return written
 
 
-def predict(task, model, preprocessor, splits, written) -> None:
+def predict(exp, task, model, preprocessor, splits, written) -> None:
     """predictions.conll (and test_results.json for a tagged test file)."""
     path, sentences = splits["test"]
-    tags = task.predict_tags(model, written["test"]["files"][0], FLAGS.predict_batch_size,
+    tags = task.predict_tags(model, written["test"]["files"][0], exp.predict_batch_size,
                              preprocessor, written["test"]["windows"])
-    out = os.path.join(FLAGS.output_dir, "predictions.conll")
+    out = os.path.join(exp.output_dir, "predictions.conll")
     conll.write_predictions(out, sentences, tags)
     print(f"tagged {len(sentences):,} sentences of {path}: {out}")
     if all(s.tags is not None for s in sentences):
         scores = score_sentences(task.labels, [s.tags for s in sentences], tags)
-        write_json(os.path.join(FLAGS.output_dir, "test_results.json"),
+        write_json(os.path.join(exp.output_dir, "test_results.json"),
                    dict(scores, sentences=len(sentences), file=path))
         print("test: " + ", ".join(f"{k} {v:.4f}" for k, v in scores.items()))
 
 
-def run():
-    config, tokenizer = model_and_tokenizer()
-    splits = read_splits()
-    labels = tag_set(FLAGS.output_dir, splits["train"][1] if "train" in splits else None)
-    preprocessor = TaggingPreprocessor(tokenizer, labels, FLAGS.max_seq_length)
-    written = write_features(splits, preprocessor, FLAGS.output_dir)
-    task = TaggingTask(config, labels, FLAGS.max_seq_length,
-                       dropout_rate=FLAGS.classifier_dropout_prob)
+def run(exp):
+    config, tokenizer = model_and_tokenizer(exp)
+    splits = read_splits(exp)
+    labels = tag_set(exp, exp.output_dir, splits["train"][1] if "train" in splits else None)
+    preprocessor = TaggingPreprocessor(tokenizer, labels, exp.max_seq_length)
+    written = write_features(exp, splits, preprocessor, exp.output_dir)
+    task = TaggingTask(config, labels, exp.max_seq_length,
+                       dropout_rate=exp.classifier_dropout_prob)
     cfg = None
-    if FLAGS.do_train or FLAGS.do_eval:
+    if exp.do_train or exp.do_eval:
         any_file = next(iter(written.values()))["files"][0]
-        cfg = training_config(
+        cfg = training_config(exp, 
             config, input_file=written["train"]["files"][0] if "train" in written else any_file,
             eval_input_file=written["dev"]["files"][0] if "dev" in written else None,
             max_eval_steps=10 ** 9)
-    exporter = exporter_from_flags("run_tagging", labels=labels)
-    model, _ = run_task(task, cfg, exporter, predict=FLAGS.do_predict)
-    if FLAGS.do_predict and model is not None:
-        predict(task, model, preprocessor, splits, written)
+    exporter = task_exporter(exp, "run_tagging", labels=labels)
+    model, _ = run_task(exp, task, cfg, exporter, predict=exp.do_predict)
+    if exp.do_predict and model is not None:
+        predict(exp, task, model, preprocessor, splits, written)
 
 
 def cli():
     """The command (`python -m albert_tf.run_tagging`)."""
     command(run, define_flags, required=("albert_config_file", "spm_model_file|vocab_file",
                                          "output_dir"),
-            check=lambda: albert_flags.require_an_action(export=True))
+            check=lambda exp: albert_flags.require_an_action(export=True))
 
 
 if __name__ == "__main__":

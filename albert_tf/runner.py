@@ -1,9 +1,11 @@
 """The one path every training command runs (`run_pretraining`, `run_classifier`, `run_race`,
-`run_squad_v1`/`v2`): parsed flags (`albert_tf.flags`) -> the model's config and tokenizer ->
-`TrainingConfig.from_flags` -> the strategy -> `TrainingRun` -> `eval_results.json` -> the
-model for prediction (the trained one, or the run's latest checkpoint) -> an exporter for
-`--export_dir`. A runner keeps only what its task owns: its own flags, its data and its
-prediction files.
+`run_squad_v1`/`v2`, `run_tagging`): the experiment config (`albert_tf.experiment`, built once
+from the flags or --config_file; written to OUTPUT_DIR/config.yaml) -> the model's config and
+tokenizer -> `TrainingConfig.from_settings` -> the strategy -> `TrainingRun` ->
+`eval_results.json` -> the model for prediction (the trained one, or the run's latest
+checkpoint) -> an exporter for `--export_dir`. A runner keeps only what its task owns: its own
+flags, its data and its prediction files. Nothing here reads absl's FLAGS: every function takes
+the `ExperimentConfig`.
 
 This is the entry-point floor (docs/architecture.md): it may call `export/` to write SavedModels;
 the loop takes the exporter as a callable.
@@ -26,8 +28,10 @@ from albert_tf.backbone import set_remove_padding, set_use_einsum
 from albert_tf.checkpoints import CheckpointError
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import StrategyError, get_strategy, tf_config_worker
+from albert_tf import experiment
 from albert_tf.cli import run_command
-from albert_tf.flags import FLAGS, require, strategy_name
+from albert_tf.experiment import ExperimentConfig
+from albert_tf.flags import require
 from albert_tf.ownership import OutputLock
 from albert_tf.records import temporary_name
 from albert_tf.tokenization import Tokenizer, make_tokenizer
@@ -74,70 +78,76 @@ def guarded(body, *args, **kwargs) -> int:
         return 1
 
 
-def command(body, define_flags, required=(), check=None) -> None:
-    """A training or analysis command: defines its flags, parses them, checks that `required`
-    ones are set (and `check()`, which raises absl's UsageError), runs `body` `guarded`, exits
-    with its status."""
+def command(body, define_flags, required=(), check=None, name=None) -> None:
+    """A training or analysis command: defines its flags, parses them (with --config_file),
+    checks that `required` ones are set, builds the `ExperimentConfig` once, checks it with
+    `check(config)` (which raises absl's UsageError) and runs `body(config)` `guarded`; exits
+    with its status. `name`: the command's module (default: `body`'s), which its written
+    config names."""
 
     def main(argv):
         del argv
         require(*required)
+        exp = experiment.from_flags(main.__module__)
         if check is not None:
-            check()
-        return guarded(_checked, body)
+            check(exp)
+        return guarded(_checked, body, exp)
 
+    main.__module__ = name or experiment.command_name(body)
     run_command(main, define_flags)
 
 
-def _checked(body):
+def _checked(body, exp: ExperimentConfig):
     """`body()` after the checks that need no data (the pretrained source and the cluster
     flags, so a command that cannot run as asked stops before it writes anything), holding
     the lock of the directory this process writes (`albert_tf.ownership`: the run's
     --output_dir, or a multi-worker run's worker directory in it) for the whole command:
-    features, checkpoints, evaluations and predictions alike."""
-    if "init_checkpoint" in FLAGS:
-        pretrained_source()
-    name = check_cluster_flags() if "distribution_strategy" in FLAGS else None
-    if "output_dir" not in FLAGS or not FLAGS.output_dir:
-        return body()
+    features, checkpoints, evaluations and predictions alike. A training run's chief writes
+    the effective config to OUTPUT_DIR/config.yaml first."""
+    if "init_checkpoint" in exp:
+        pretrained_source(exp)
+    name = check_cluster_flags(exp) if "distribution_strategy" in exp else None
+    if not exp.get("output_dir"):
+        return body(exp)
     index, chief = tf_config_worker() if name == "multi_worker_mirrored" else (0, True)
-    with OutputLock(write_dir_of(FLAGS.output_dir, index, chief), "--output_dir", is_dir=True):
+    with OutputLock(write_dir_of(exp.output_dir, index, chief), "--output_dir", is_dir=True):
         if name == "multi_worker_mirrored":
             # Collective ops must be configured before TensorFlow runs any op, and writing the
             # features does (the packing and windows are TF ops): build the strategy first.
-            strategy()
-        return body()
+            strategy(exp)
+        if chief and exp.get("do_train"):
+            exp.write(exp.output_dir)
+        return body(exp)
 
 
-def model_and_tokenizer() -> tuple[AlbertConfig, Tokenizer]:
+def model_and_tokenizer(exp: ExperimentConfig) -> tuple[AlbertConfig, Tokenizer]:
     """--albert_config_file and the tokenizer of the official flags (`make_tokenizer`:
     --spm_model_file, with the official --vocab_file checked against it where one is given; or
     --vocab_file alone, a WordPiece vocabulary), checked against each other and against
     --max_seq_length."""
-    config = AlbertConfig.from_json_file(FLAGS.albert_config_file)
-    vocab_file = FLAGS.vocab_file if "vocab_file" in FLAGS else None
-    tokenizer = make_tokenizer(FLAGS.spm_model_file, vocab_file, FLAGS.do_lower_case)
+    config = AlbertConfig.from_json_file(exp.albert_config_file)
+    tokenizer = make_tokenizer(exp.spm_model_file, exp.get("vocab_file"), exp.do_lower_case)
     if tokenizer.vocab_size != config.vocab_size:
-        flag = "--spm_model_file" if FLAGS.spm_model_file else "--vocab_file"
+        flag = "--spm_model_file" if exp.spm_model_file else "--vocab_file"
         raise ValueError(f"{flag} has {tokenizer.vocab_size} pieces but the "
                          f"model's vocab_size is {config.vocab_size}.")
-    if FLAGS.max_seq_length > config.max_position_embeddings:
-        raise ValueError(f"--max_seq_length {FLAGS.max_seq_length} exceeds the model's "
-                         f"max_position_embeddings {config.max_position_embeddings}.")
+    problem = config.sequence_length_problem(exp.max_seq_length)
+    if problem:
+        raise ValueError(problem + ".")
     return config, tokenizer
 
 
-def pretrained_source() -> str | None:
+def pretrained_source(exp: ExperimentConfig) -> str | None:
     """Where the model's pretrained weights come from: --init_checkpoint, or the official
     --albert_hub_module_handle naming a TF-Hub module (TF1 format) in a local directory. A URL
     is refused (nothing is downloaded at run time): a run never trains from random weights
     when pretrained ones were asked for."""
-    handle = FLAGS.albert_hub_module_handle if "albert_hub_module_handle" in FLAGS else None
+    handle = exp.get("albert_hub_module_handle")
     if not handle:
-        return FLAGS.init_checkpoint
-    if FLAGS.init_checkpoint:
+        return exp.init_checkpoint
+    if exp.init_checkpoint:
         raise ValueError(f"--albert_hub_module_handle {handle} and --init_checkpoint "
-                         f"{FLAGS.init_checkpoint} both name the pretrained weights; give one.")
+                         f"{exp.init_checkpoint} both name the pretrained weights; give one.")
     if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", handle) and not handle.startswith("gs://"):
         raise ValueError(
             f"--albert_hub_module_handle {handle} is a URL, and this command downloads nothing. "
@@ -153,23 +163,23 @@ def pretrained_source() -> str | None:
     return handle
 
 
-def training_config(albert_config, **overrides) -> TrainingConfig:
-    """`TrainingConfig.from_flags` with the pretrained weights of `pretrained_source`."""
-    return TrainingConfig.from_flags(FLAGS, albert_config,
-                                     **dict({"init_checkpoint": pretrained_source()},
-                                            **overrides))
+def training_config(exp: ExperimentConfig, albert_config, **overrides) -> TrainingConfig:
+    """`TrainingConfig.from_settings` of the experiment, with the pretrained weights of
+    `pretrained_source`."""
+    return TrainingConfig.from_settings(exp.flat(), albert_config,
+                                        **dict({"init_checkpoint": pretrained_source(exp)},
+                                               **overrides))
 
 
 TPU_ONLY_FLAGS = ("tpu", "tpu_name", "tpu_zone", "gcp_project", "master", "num_tpu_cores")
 
 
-def check_cluster_flags() -> str:
+def check_cluster_flags(exp: ExperimentConfig) -> str:
     """The strategy's name; raises ValueError for a TPU flag given to a run not on a TPU (it
     would be ignored)."""
-    name = strategy_name()
+    name = exp.distribution_strategy
     if name != "tpu":
-        given = [f for f in TPU_ONLY_FLAGS if f in FLAGS and FLAGS[f].present
-                 and FLAGS[f].value is not None]
+        given = [f for f in TPU_ONLY_FLAGS if exp.is_given(f) and exp.get(f) is not None]
         if given:
             raise ValueError(f"--{given[0]} is for a TPU run and this run is not one "
                              f"(--distribution_strategy={name}): add --use_tpu (or "
@@ -180,26 +190,25 @@ def check_cluster_flags() -> str:
 _STRATEGIES = {}  # the process's strategy, built once
 
 
-def strategy() -> tf.distribute.Strategy:
+def strategy(exp: ExperimentConfig) -> tf.distribute.Strategy:
     """The strategy of --distribution_strategy/--tpu, or the official --use_tpu with
     --tpu_name (or --master), --tpu_zone and --gcp_project for the TPU resolver; TPU flags of
     a run that is not on a TPU are an error, not ignored. Built once per process (a
     multi-worker strategy can be configured only once, before any op runs)."""
-    name = check_cluster_flags()
+    name = check_cluster_flags(exp)
     if name not in _STRATEGIES:
-        _STRATEGIES[name] = _build_strategy(name)
+        _STRATEGIES[name] = _build_strategy(name, exp)
     return _STRATEGIES[name]
 
 
-def _build_strategy(name: str) -> tf.distribute.Strategy:
+def _build_strategy(name: str, exp: ExperimentConfig) -> tf.distribute.Strategy:
     if name != "tpu":
         return get_strategy(name)
-    timeout = FLAGS.tpu_connect_timeout if "tpu_connect_timeout" in FLAGS else 60.0
-    result = get_strategy(name, tpu=FLAGS.tpu or FLAGS.tpu_name or FLAGS.master,
-                          connect_timeout_s=timeout, zone=FLAGS.tpu_zone,
-                          project=FLAGS.gcp_project)
-    if FLAGS["num_tpu_cores"].present and result.num_replicas_in_sync != FLAGS.num_tpu_cores:
-        raise ValueError(f"--num_tpu_cores={FLAGS.num_tpu_cores} but the TPU has "
+    result = get_strategy(name, tpu=exp.tpu or exp.master,
+                          connect_timeout_s=exp.get("tpu_connect_timeout", 60.0),
+                          zone=exp.tpu_zone, project=exp.gcp_project)
+    if exp.is_given("num_tpu_cores") and result.num_replicas_in_sync != exp.num_tpu_cores:
+        raise ValueError(f"--num_tpu_cores={exp.num_tpu_cores} but the TPU has "
                          f"{result.num_replicas_in_sync} cores: drop the flag or name another "
                          "TPU.")
     return result
@@ -238,17 +247,16 @@ def make_exporter(export_dir, output_dir, spm_model_file, max_seq_length, labels
     return exporter
 
 
-def exporter_from_flags(source_type, **kwargs):
+def task_exporter(exp: ExperimentConfig, source_type, **kwargs):
     """`make_exporter` for a fine-tuning run's --export_dir (None without it): the one model
     that `model_for_prediction` chooses goes to EXPORT_DIR, as the official runners export
     `model.ckpt-best`."""
-    if not FLAGS.export_dir:
+    if not exp.export_dir:
         return None
-    return make_exporter(FLAGS.export_dir, FLAGS.output_dir, FLAGS.spm_model_file,
-                         FLAGS.max_seq_length, source_type=source_type,
-                         do_lower_case=FLAGS.do_lower_case, best_suffix="",
-                         vocab_file=FLAGS.vocab_file if "vocab_file" in FLAGS else None,
-                         **kwargs)
+    return make_exporter(exp.export_dir, exp.output_dir, exp.spm_model_file,
+                         exp.max_seq_length, source_type=source_type,
+                         do_lower_case=exp.do_lower_case, best_suffix="",
+                         vocab_file=exp.get("vocab_file"), **kwargs)
 
 
 def write_json(path: str, value) -> None:
@@ -262,7 +270,8 @@ def format_metrics(metrics: dict) -> str:
                      for k, v in metrics.items())
 
 
-def run_task(task, cfg, exporter=None, predict=False) -> tuple[object, dict]:
+def run_task(exp: ExperimentConfig, task, cfg, exporter=None,
+             predict=False) -> tuple[object, dict]:
     """Trains and/or evaluates `task` with `cfg` (a `TrainingConfig`; None: neither) under the
     flags' strategy; with evaluation, writes OUTPUT_DIR/eval_results.json (each metric, the
     task and the step) and prints the metrics. Then, for `predict` or an `exporter`, the model
@@ -272,9 +281,9 @@ def run_task(task, cfg, exporter=None, predict=False) -> tuple[object, dict]:
     summary's `predicted_by` is (which, step) of that model."""
     run, summary = None, {}
     if cfg is not None:
-        run = TrainingRun(task, cfg, strategy())
+        run = TrainingRun(task, cfg, strategy(exp))
         if cfg.do_train and run.is_chief:
-            keep_vocabulary(cfg.output_dir)
+            keep_vocabulary(exp, cfg.output_dir)
         summary = run.run()
         raise_if_stopped(summary)
         if cfg.do_eval and "eval" in summary:
@@ -285,19 +294,18 @@ def run_task(task, cfg, exporter=None, predict=False) -> tuple[object, dict]:
     if not (predict or exporter) or (cfg is not None and cfg.do_train
                                      and summary.get("status") != "completed"):
         return None, summary
-    model, which, step = model_for_prediction(task, run)
+    model, which, step = model_for_prediction(exp, task, run)
     summary["predicted_by"] = (which, step)
     if exporter is not None and (run is None or run.is_chief):
         summary["exports"] = {which: exporter(model, which, step)}
     return model, summary
 
 
-def keep_vocabulary(output_dir: str) -> None:
+def keep_vocabulary(exp: ExperimentConfig, output_dir: str) -> None:
     """--spm_model_file (or, without one, the WordPiece --vocab_file) copied beside a
     fine-tuning run's checkpoints (unless one of that name is there), so the run directory is a
     complete model: `export.export_saved_model --model_dir RUN` finds it."""
-    spm = FLAGS.spm_model_file if "spm_model_file" in FLAGS else None
-    spm = spm or (FLAGS.vocab_file if "vocab_file" in FLAGS else None)
+    spm = exp.get("spm_model_file") or exp.get("vocab_file")
     if not spm:
         return
     target = os.path.join(output_dir, os.path.basename(spm))
@@ -307,13 +315,13 @@ def keep_vocabulary(output_dir: str) -> None:
         tf.io.gfile.rename(tmp, target, overwrite=True)
 
 
-def read_task_checkpoint(task, prefix: str):
+def read_task_checkpoint(exp: ExperimentConfig, task, prefix: str):
     """`task`'s model from the checkpoint `prefix`, every weight of the model read from it: a
     checkpoint of another model (a pretraining run's, without the task's head) is an error,
     never a model with a random head."""
     model = task.build_model()
-    set_remove_padding(model, FLAGS.remove_padding)
-    set_use_einsum(model, FLAGS.use_einsum)
+    set_remove_padding(model, exp.remove_padding)
+    set_use_einsum(model, exp.use_einsum)
     status = tf.train.Checkpoint(model=model).read(prefix).expect_partial()
     try:
         status.assert_existing_objects_matched()
@@ -327,18 +335,19 @@ def read_task_checkpoint(task, prefix: str):
     return model
 
 
-def model_for_prediction(task, run=None) -> tuple[object, str, int | None]:
+def model_for_prediction(exp: ExperimentConfig, task,
+                         run=None) -> tuple[object, str, int | None]:
     """(model, which, step) that predictions and exports use, as the official runners'
     `model.ckpt-best`: the best evaluated checkpoint of --output_dir where evaluation kept one
     ("best"), else the model `run` trained ("final"), else the latest checkpoint of
     --output_dir ("latest"); checkpoints are read strictly (`read_task_checkpoint`). Prints
     which model and step."""
-    out = FLAGS.output_dir
+    out = exp.output_dir
     best = os.path.join(out, "best", "ckpt-best")
     if tf.io.gfile.exists(best + ".index"):
         with tf.io.gfile.GFile(os.path.join(out, "best", "best_eval.json")) as f:
             info = json.load(f)
-        model, which, step = read_task_checkpoint(task, best), "best", int(info["global_step"])
+        model, which, step = read_task_checkpoint(exp, task, best), "best", int(info["global_step"])
         what = f"the best evaluated checkpoint ({task.best_metric} " \
                f"{info[task.best_metric]:.4f} at step {step}, {best})"
     elif run is not None and run.cfg.do_train:
@@ -348,16 +357,15 @@ def model_for_prediction(task, run=None) -> tuple[object, str, int | None]:
     else:
         latest = tf.train.latest_checkpoint(out)
         if not latest:
-            asked = [f"--{name}" for name in ("do_predict", "export_dir")
-                     if name in FLAGS and FLAGS[name].value]
-            pretrained = "init_checkpoint" in FLAGS and FLAGS.init_checkpoint
+            asked = [f"--{name}" for name in ("do_predict", "export_dir") if exp.get(name)]
+            pretrained = exp.get("init_checkpoint")
             raise CheckpointError(
                 f"{' and '.join(asked) or 'Prediction'} without --do_train needs a fine-tuned "
                 f"checkpoint in --output_dir {out}, and it holds none: fine-tune first "
                 "(--do_train), or point --output_dir at a fine-tuning run"
                 + (" (--init_checkpoint is where fine-tuning starts, not a fine-tuned model)"
                    if pretrained else "") + ".")
-        model, which = read_task_checkpoint(task, latest), "latest"
+        model, which = read_task_checkpoint(exp, task, latest), "latest"
         step = int(latest.rsplit("-", 1)[-1]) if latest.rsplit("-", 1)[-1].isdigit() else None
         what = f"the latest checkpoint ({latest})"
     print(f"predicting and exporting with {what}", flush=True)

@@ -40,8 +40,7 @@ from absl import app, flags
 from albert_tf import flags as albert_flags
 from albert_tf.distribute import tf_config_worker
 from albert_tf.tasks.squad import evaluation as squad_eval
-from albert_tf.flags import FLAGS
-from albert_tf.runner import (command, exporter_from_flags, model_and_tokenizer,
+from albert_tf.runner import (command, task_exporter, model_and_tokenizer,
                               model_for_prediction, run_task, training_config, write_json)
 from albert_tf.features import sidecar_path
 from albert_tf.records import read_cached, shard_paths
@@ -80,23 +79,23 @@ def define_flags(version: int):
                              "model's beam (official); an error with --v2_head null_score.")
 
 
-def _digest(path, tokenizer, is_training, pad_to_multiple=1):
-    return features_digest(path, tokenizer, FLAGS.max_seq_length, FLAGS.doc_stride,
-                           FLAGS.max_query_length, is_training,
-                           (albert_flags.seed() or 0) if is_training else None, pad_to_multiple)
+def _digest(exp, path, tokenizer, is_training, pad_to_multiple=1):
+    return features_digest(path, tokenizer, exp.max_seq_length, exp.doc_stride,
+                           exp.max_query_length, is_training,
+                           (exp.seed() or 0) if is_training else None, pad_to_multiple)
 
 
-def _features(path, tokenizer, is_training):
-    return build_features(path, tokenizer, FLAGS.max_seq_length, FLAGS.doc_stride,
-                          FLAGS.max_query_length, is_training,
-                          (albert_flags.seed() or 0) if is_training else None)
+def _features(exp, path, tokenizer, is_training):
+    return build_features(path, tokenizer, exp.max_seq_length, exp.doc_stride,
+                          exp.max_query_length, is_training,
+                          (exp.seed() or 0) if is_training else None)
 
 
-def train_steps(num_questions: int) -> int:
+def train_steps(exp, num_questions: int) -> int:
     """Optimizer steps of --num_train_epochs, counted in questions (examples) as the official
     runners count them (`int(len(train_examples) / train_batch_size * num_train_epochs)`), not
     in the windows a long context is cut into; at least 1."""
-    return max(1, int(num_questions / FLAGS.train_batch_size * FLAGS.num_train_epochs))
+    return max(1, int(num_questions / exp.train_batch_size * exp.num_train_epochs))
 
 
 def _written_names(path: str, num_files: int) -> list[str]:
@@ -110,16 +109,16 @@ def _written_names(path: str, num_files: int) -> list[str]:
     return sorted(name for name in names if tf.io.gfile.exists(name))
 
 
-def _feature_file(flag: str, default_name: str, digest: str, num_files: int = 1):
+def _feature_file(exp, flag: str, default_name: str, digest: str, num_files: int = 1):
     """(path, sidecar or None) of a feature file, as the official runners treat
     --train_feature_file / --predict_feature_file: a file there made from the same inputs and
     flags (its sidecar's digest) is reused (sidecar returned); none: it is written (None). A
     file named by the flag that was made from other inputs or flags (or not by us), or a file
     at one of the shard or sidecar names it would be written as, is an error: never read as if
     it matched, never overwritten."""
-    path = FLAGS[flag].value or os.path.join(FLAGS.output_dir, default_name)
+    path = exp.get(flag) or os.path.join(exp.output_dir, default_name)
     cached = read_cached(path, digest, num_files)
-    existing = _written_names(path, num_files) if cached is None and FLAGS[flag].value else []
+    existing = _written_names(path, num_files) if cached is None and exp.get(flag) else []
     if existing:
         raise ValueError(
             f"--{flag}={path}: {existing[0]} exists and was not made from this run's inputs "
@@ -129,88 +128,88 @@ def _feature_file(flag: str, default_name: str, digest: str, num_files: int = 1)
     return path, cached
 
 
-def train(task, tokenizer, config, version, threshold, evaluation=None):
+def train(exp, task, tokenizer, config, version, threshold, evaluation=None):
     """Features of --train_file (reused when the feature file was made from the same inputs),
     then the run; with `evaluation` (predict_path, predict features) every saved checkpoint is
     evaluated on them and the best by F1 kept, as the official runners do. Returns (model, which,
     step) of the model that predicts (the best checkpoint's; `runner.model_for_prediction`)."""
-    digest = _digest(FLAGS.train_file, tokenizer, True)
-    path, cached = _feature_file("train_feature_file", "train.tfrecord", digest,
-                                 FLAGS.num_train_files)
+    digest = _digest(exp, exp.train_file, tokenizer, True)
+    path, cached = _feature_file(exp, "train_feature_file", "train.tfrecord", digest,
+                                 exp.num_train_files)
     if cached is None:
-        dataset, train_features, _ = _features(FLAGS.train_file, tokenizer, True)
-        cached = write_features(train_features, path, FLAGS.max_seq_length,
-                                FLAGS.num_train_files, digest=digest,
+        dataset, train_features, _ = _features(exp, exp.train_file, tokenizer, True)
+        cached = write_features(train_features, path, exp.max_seq_length,
+                                exp.num_train_files, digest=digest,
                                 questions=len(squad_eval.questions(dataset)))
     else:
         print(f"train: reusing {path} (made from the same inputs and flags)", flush=True)
-    steps = train_steps(cached["questions"])
+    steps = train_steps(exp, cached["questions"])
     print(f"train: {cached['questions']:,} questions in {cached['real_examples']:,} features "
           f"(windows); {steps:,} steps", flush=True)
     eval_settings = {"do_eval": False}
     if evaluation is not None:
         eval_path, batches = evaluation
         eval_settings = {"do_eval": True, "eval_input_file": eval_path,
-                         "eval_batch_size": FLAGS.predict_batch_size, "max_eval_steps": batches}
-    cfg = training_config(config, input_file=",".join(cached["files"]), num_train_steps=steps,
-                          num_warmup_steps=int(steps * FLAGS.warmup_proportion), **eval_settings)
-    model, summary = run_task(task, cfg, None,
-                              predict=FLAGS.do_predict or bool(FLAGS.export_dir))
+                         "eval_batch_size": exp.predict_batch_size, "max_eval_steps": batches}
+    cfg = training_config(exp, config, input_file=",".join(cached["files"]), num_train_steps=steps,
+                          num_warmup_steps=int(steps * exp.warmup_proportion), **eval_settings)
+    model, summary = run_task(exp, task, cfg, None,
+                              predict=exp.do_predict or bool(exp.export_dir))
     return (model, *summary.get("predicted_by", (None, None)))
 
 
-def export(task, model, version, threshold, which, step):
+def export(exp, task, model, version, threshold, which, step):
     """--export_dir: `model` (the one that predicted: `which`, `step`) as a SavedModel
     answering raw questions with this run's stride, lengths and the null threshold
     predictions.json was written at, so the export answers as predictions.json does."""
-    options = {"doc_stride": FLAGS.doc_stride, "max_query_length": FLAGS.max_query_length,
-               "max_answer_length": FLAGS.max_answer_length,
+    options = {"doc_stride": exp.doc_stride, "max_query_length": exp.max_query_length,
+               "max_answer_length": exp.max_answer_length,
                "null_score_diff_threshold": threshold}
     if not isinstance(task, SquadV2Task):
-        options["n_best_size"] = FLAGS.n_best_size
-    exporter_from_flags(f"run_squad_v{version}", options=options)(model, which, step)
+        options["n_best_size"] = exp.n_best_size
+    task_exporter(exp, f"run_squad_v{version}", options=options)(model, which, step)
 
 
-def prediction_features(task, tokenizer):
+def prediction_features(exp, task, tokenizer):
     """(dataset, features, contexts, path, labelled) of --predict_file: the features written to
     --predict_feature_file (default OUTPUT_DIR/predict.tfrecord), padded to whole batches of
     --predict_batch_size, or reused when made from the same inputs and flags;
     --predict_feature_left_file, when given, gets the host-side features as JSON (the official
     runner pickles them there; JSON cannot run code when read)."""
-    dataset, features, contexts = _features(FLAGS.predict_file, tokenizer, False)
-    batch = FLAGS.predict_batch_size
-    digest = _digest(FLAGS.predict_file, tokenizer, False, batch)
-    path, cached = _feature_file("predict_feature_file", "predict.tfrecord", digest)
+    dataset, features, contexts = _features(exp, exp.predict_file, tokenizer, False)
+    batch = exp.predict_batch_size
+    digest = _digest(exp, exp.predict_file, tokenizer, False, batch)
+    path, cached = _feature_file(exp, "predict_feature_file", "predict.tfrecord", digest)
     if cached is None:
-        write_features(features, path, FLAGS.max_seq_length, digest=digest,
+        write_features(features, path, exp.max_seq_length, digest=digest,
                        pad_to_multiple=batch)
-    if FLAGS.predict_feature_left_file:
-        write_json(FLAGS.predict_feature_left_file, features)
+    if exp.predict_feature_left_file:
+        write_json(exp.predict_feature_left_file, features)
     qs = squad_eval.questions(dataset)
     labelled = all(q["answers"] for q in qs) if task.version == 1 else \
         any(q["answers"] for q in qs)
     return dataset, features, contexts, path, labelled
 
 
-def predict(task, model, prepared, version, threshold, best_step=None):
+def predict(exp, task, model, prepared, version, threshold, best_step=None):
     """predictions.json (null_odds.json for v2) of --predict_file with `model` (the best
     checkpoint's where the run evaluated); eval_results.json with the official runner's
     scores where the file has answers (v2: `squad_eval.official_v2`), with `best_step`, the
     step of the best evaluated checkpoint that `model` is. Returns the null threshold
     predictions.json was written at (v1: None)."""
-    out = FLAGS.output_dir
+    out = exp.output_dir
     dataset, features, contexts, path, labelled = prepared
     if isinstance(task, SquadV2Task):
-        outputs = task.predict_outputs(model, path, FLAGS.predict_batch_size,
+        outputs = task.predict_outputs(model, path, exp.predict_batch_size,
                                        V2_BEAM_OUTPUTS, drop_remainder=False)
         texts, null_odds = predict_answers_v2(features, outputs, contexts,
-                                              FLAGS.max_answer_length, None)
+                                              exp.max_answer_length, None)
     else:
-        logits = task.predict_outputs(model, path, FLAGS.predict_batch_size,
+        logits = task.predict_outputs(model, path, exp.predict_batch_size,
                                       ("start_logits", "end_logits"), drop_remainder=False)
         texts, null_odds = predict_answers(features, logits["start_logits"],
                                            logits["end_logits"], contexts,
-                                           FLAGS.n_best_size, FLAGS.max_answer_length)
+                                           exp.n_best_size, exp.max_answer_length)
     questions = squad_eval.questions(dataset)
     results = {}
     if version == 1:
@@ -219,7 +218,7 @@ def predict(task, model, prepared, version, threshold, best_step=None):
             results = squad_eval.evaluate_v1(dataset, answers)
     elif labelled:
         results, answers = squad_eval.official_v2(dataset, texts, null_odds)
-        if FLAGS["null_score_diff_threshold"].present:  # ours: the answers at a given threshold
+        if exp.is_given("null_score_diff_threshold"):  # ours: the answers at a given threshold
             answers = squad_eval.answers_at(texts, null_odds, threshold)
             at = squad_eval.evaluate_v2(dataset, answers, null_odds, 1.0)
             results["at_null_score_diff_threshold"] = {
@@ -232,16 +231,16 @@ def predict(task, model, prepared, version, threshold, best_step=None):
     if labelled:
         if best_step is not None:
             results["global_step"] = best_step
-        _report(results, len(questions), len(features), version)
-    if version == 2 and labelled and not FLAGS["null_score_diff_threshold"].present:
+        _report(exp, results, len(questions), len(features), version)
+    if version == 2 and labelled and not exp.is_given("null_score_diff_threshold"):
         return results["null_score_diff_threshold"]
     return threshold
 
 
-def _report(results, questions, features, version):
+def _report(exp, results, questions, features, version):
     """eval_results.json and the headline line."""
     results = dict(results, questions=questions, features=features)
-    write_json(os.path.join(FLAGS.output_dir, "eval_results.json"), results)
+    write_json(os.path.join(exp.output_dir, "eval_results.json"), results)
     where = f" (best checkpoint: step {results['global_step']})" if "global_step" in results \
         else ""
     if version == 1:
@@ -253,38 +252,38 @@ def _report(results, questions, features, version):
               f"official run_squad_v2 figures) over {questions:,} questions{where}")
 
 
-def build_task(config, version, threshold):
-    if version == 2 and FLAGS.v2_head == "answer_class":
-        return SquadV2Task(config, FLAGS.max_seq_length, FLAGS.max_answer_length, threshold,
-                           FLAGS.start_n_top, FLAGS.end_n_top, FLAGS.dropout_prob)
-    return SquadTask(config, FLAGS.max_seq_length, FLAGS.n_best_size,
-                     FLAGS.max_answer_length, version=version, null_threshold=threshold)
+def build_task(exp, config, version, threshold):
+    if version == 2 and exp.v2_head == "answer_class":
+        return SquadV2Task(config, exp.max_seq_length, exp.max_answer_length, threshold,
+                           exp.start_n_top, exp.end_n_top, exp.dropout_prob)
+    return SquadTask(config, exp.max_seq_length, exp.n_best_size,
+                     exp.max_answer_length, version=version, null_threshold=threshold)
 
 
-def run(version: int):
-    threshold = FLAGS.null_score_diff_threshold if version == 2 else None
-    config, tokenizer = model_and_tokenizer()
-    if FLAGS.max_seq_length <= FLAGS.max_query_length + 3:
-        raise ValueError(f"--max_seq_length ({FLAGS.max_seq_length}) must exceed "
-                         f"--max_query_length ({FLAGS.max_query_length}) + 3.")
-    os.makedirs(FLAGS.output_dir, exist_ok=True)
-    task = build_task(config, version, threshold)
-    prepared = prediction_features(task, tokenizer) if FLAGS.do_predict else None
-    if FLAGS.do_train:
+def run(exp, version: int):
+    threshold = exp.null_score_diff_threshold if version == 2 else None
+    config, tokenizer = model_and_tokenizer(exp)
+    if exp.max_seq_length <= exp.max_query_length + 3:
+        raise ValueError(f"--max_seq_length ({exp.max_seq_length}) must exceed "
+                         f"--max_query_length ({exp.max_query_length}) + 3.")
+    os.makedirs(exp.output_dir, exist_ok=True)
+    task = build_task(exp, config, version, threshold)
+    prepared = prediction_features(exp, task, tokenizer) if exp.do_predict else None
+    if exp.do_train:
         evaluation = None
         if prepared is not None and prepared[4]:  # labelled: every checkpoint evaluated
             task.evaluation = prepared[:3]
-            evaluation = (prepared[3], -(-len(prepared[1]) // FLAGS.predict_batch_size))
-        model, which, step = train(task, tokenizer, config, version, threshold, evaluation)
-    elif FLAGS.do_predict or FLAGS.export_dir:
-        model, which, step = model_for_prediction(task)
+            evaluation = (prepared[3], -(-len(prepared[1]) // exp.predict_batch_size))
+        model, which, step = train(exp, task, tokenizer, config, version, threshold, evaluation)
+    elif exp.do_predict or exp.export_dir:
+        model, which, step = model_for_prediction(exp, task)
     else:
         model = which = step = None
-    if FLAGS.do_predict and model is not None:
-        threshold = predict(task, model, prepared, version, threshold,
+    if exp.do_predict and model is not None:
+        threshold = predict(exp, task, model, prepared, version, threshold,
                             step if which == "best" else None)
-    if FLAGS.export_dir and model is not None and tf_config_worker()[1]:  # the chief exports
-        export(task, model, version, threshold, which, step)
+    if exp.export_dir and model is not None and tf_config_worker()[1]:  # the chief exports
+        export(exp, task, model, version, threshold, which, step)
 
 
 # The official v2 flags of the answer-class head: refused with the null-score head, never
@@ -292,12 +291,12 @@ def run(version: int):
 ANSWER_CLASS_FLAGS = ("start_n_top", "end_n_top", "dropout_prob")
 
 
-def check_flags(version: int):
+def check_flags(exp, version: int):
     # --export_dir alone exports a fine-tuned run, as the official run_squad_v1.py does (its
     # run_squad_v2.py has no --export_dir).
     albert_flags.require_an_action(export=version == 1)
-    answer_class = "v2_head" in FLAGS and FLAGS.v2_head == "answer_class"
-    given = [name for name in ANSWER_CLASS_FLAGS if name in FLAGS and FLAGS[name].present]
+    answer_class = "v2_head" in exp and exp.v2_head == "answer_class"
+    given = [name for name in ANSWER_CLASS_FLAGS if name in exp and exp.is_given(name)]
     if given and not answer_class:
         raise app.UsageError(
             f"--{given[0]} sets the official v2 answer-class model (beam search over "
@@ -305,12 +304,13 @@ def check_flags(version: int):
             "BERT's null-score head instead. Drop --v2_head null_score for the official "
             "model, or drop the flag.")
 
-    if FLAGS.do_train and not FLAGS.train_file or FLAGS.do_predict and not FLAGS.predict_file:
+    if exp.do_train and not exp.train_file or exp.do_predict and not exp.predict_file:
         raise app.UsageError("--do_train needs --train_file; --do_predict needs --predict_file.")
 
 
 def cli(version: int):
     """`run_squad_v1` (version 1) and `run_squad_v2` (version 2)."""
-    command(functools.partial(run, version), functools.partial(define_flags, version),
+    command(functools.partial(run, version=version), functools.partial(define_flags, version),
             required=("albert_config_file", "spm_model_file", "output_dir"),
-            check=functools.partial(check_flags, version))
+            check=functools.partial(check_flags, version=version),
+            name=f"albert_tf.run_squad_v{version}")

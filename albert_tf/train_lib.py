@@ -139,11 +139,12 @@ class TrainingConfig:
                     "num_keep_checkpoint": "keep_checkpoint_max"}
 
     @classmethod
-    def from_flags(cls, flag_values, albert_config, **overrides):
-        """The settings from parsed flags (`albert_tf.flags`): every field whose flag (or its
-        official alias) the command defines, `--random_seed -1` as a fresh seed; `overrides`
+    def from_settings(cls, settings, albert_config, **overrides):
+        """The settings from a command's experiment config (`albert_tf.experiment`,
+        `ExperimentConfig.flat()`: {flag name: value}): every field whose flag (or its
+        official alias) the command has, `random_seed` -1 as a fresh seed; `overrides`
         (computed values: input files, steps from epochs) win."""
-        given = flag_values.flag_values_dict()
+        given = dict(settings)
         values = {cls.FLAG_ALIASES.get(name, name): value for name, value in given.items()}
         if "random_seed" in given:
             values["seed"] = None if given["random_seed"] == -1 else given["random_seed"]
@@ -165,9 +166,9 @@ class TrainingConfig:
         if self.mixed_precision not in PRECISIONS:
             problems.append(f"--mixed_precision must be one of {', '.join(PRECISIONS)}; got "
                             f"{self.mixed_precision!r}")
-        if self.max_seq_length > self.albert_config.max_position_embeddings:
-            problems.append(f"--max_seq_length={self.max_seq_length} exceeds the model's "
-                            f"max_position_embeddings={self.albert_config.max_position_embeddings}")
+        length = self.albert_config.sequence_length_problem(self.max_seq_length)
+        if length:
+            problems.append(length)
         for name, low, inclusive in (("learning_rate", 0.0, False), ("poly_power", 0.0, True),
                                      ("weight_decay_rate", 0.0, True),
                                      ("clip_norm", 0.0, False)):

@@ -247,9 +247,9 @@ class AlbertServingModule(tf.Module):
                  remove_padding=True, threshold=None):
         super().__init__(name="albert_serving")
         config = model.config
-        if max_seq_length > config.max_position_embeddings:
-            raise ValueError(f"max_seq_length={max_seq_length} exceeds the model's "
-                             f"max_position_embeddings={config.max_position_embeddings}.")
+        problem = config.sequence_length_problem(max_seq_length, "max_seq_length")
+        if problem:
+            raise ValueError(problem + ".")
         # The Keras model is held untracked and its tf.Variables are tracked directly. Keras 3
         # exports each keras.Variable as a *copy* (a second tf.Variable) that the checkpoint
         # restores, while the functions read the original: Python's loader reconnects them, but

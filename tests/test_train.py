@@ -13,7 +13,6 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from absl import flags
 
 from albert_tf import AlbertConfig
 from albert_tf.distribute import StrategyError, get_strategy
@@ -726,24 +725,19 @@ def test_evaluation_takes_the_prediction_count_of_its_own_records(generated_data
         run.task.eval_schema([heldout, generated_data["files"][0]])
 
 
-def test_training_config_from_flags_reads_every_field_by_its_flag_or_official_alias():
-    """`TrainingConfig.from_flags`: fields from the flags of the same name, the fine-tuning
-    runners' official aliases (--train_step, --warmup_step, --num_keep_checkpoint),
-    --random_seed -1 as a fresh seed, computed overrides winning, the rest at their defaults."""
-    values = flags.FlagValues()
-    for name, default in (("train_step", 7), ("warmup_step", 2), ("num_keep_checkpoint", 3),
-                          ("random_seed", -1), ("iterations_per_loop", 10)):
-        flags.DEFINE_integer(name, default, "", flag_values=values)
-    flags.DEFINE_float("learning_rate", 0.5, "", flag_values=values)
-    flags.DEFINE_string("output_dir", "out", "", flag_values=values)
-    flags.DEFINE_string("task_name", "sst-2", "", flag_values=values)  # not a field: ignored
-    values(["prog", "--train_step=9", "--learning_rate=0.25"])
-    cfg = TrainingConfig.from_flags(values, AlbertConfig(**TINY), input_file="a.tfrecord",
-                                    iterations_per_loop=4, max_seq_length=64)
+def test_training_config_from_settings_reads_every_field_by_its_flag_or_official_alias():
+    """`TrainingConfig.from_settings`: fields from the settings of the same name, the
+    fine-tuning runners' official aliases (--train_step, --warmup_step, --num_keep_checkpoint),
+    random_seed -1 as a fresh seed, computed overrides winning, the rest at their defaults."""
+    values = {"train_step": 9, "warmup_step": 2, "num_keep_checkpoint": 3, "random_seed": -1,
+              "iterations_per_loop": 10, "learning_rate": 0.25, "output_dir": "out",
+              "task_name": "sst-2"}  # task_name: not a field, ignored
+    cfg = TrainingConfig.from_settings(values, AlbertConfig(**TINY), input_file="a.tfrecord",
+                                       iterations_per_loop=4, max_seq_length=64)
     assert (cfg.num_train_steps, cfg.num_warmup_steps, cfg.keep_checkpoint_max) == (9, 2, 3)
     assert cfg.seed is None and cfg.learning_rate == 0.25 and cfg.output_dir == "out"
     assert cfg.iterations_per_loop == 4 and cfg.input_file == "a.tfrecord"
-    assert cfg.train_batch_size == 4096 and cfg.optimizer == "lamb"  # not flags here: defaults
-    values["random_seed"].value = 5
-    assert TrainingConfig.from_flags(values, AlbertConfig(**TINY), input_file="a",
-                                     max_seq_length=64).seed == 5
+    assert cfg.train_batch_size == 4096 and cfg.optimizer == "lamb"  # not settings: defaults
+    values["random_seed"] = 5
+    assert TrainingConfig.from_settings(values, AlbertConfig(**TINY), input_file="a",
+                                        max_seq_length=64).seed == 5

@@ -29,7 +29,6 @@ from absl import flags
 
 from albert_tf import features as F, flags as albert_flags
 from albert_tf.checkpoints import read_training_checkpoint
-from albert_tf.flags import FLAGS
 from albert_tf.pretrainer import AlbertPretrainer
 from albert_tf.runner import command, write_json
 from albert_tf.tokenization import make_tokenizer
@@ -83,12 +82,12 @@ def define_flags():
     flags.DEFINE_string("output_json", None, "Where the answers go (JSON).")
 
 
-def answer():
-    tokenizer = make_tokenizer(FLAGS.spm_model_file, FLAGS.vocab_file, FLAGS.do_lower_case)
-    models = build_models(FLAGS.model_dir, FLAGS.random_seed)
-    result = {"inputs": list(FLAGS.text), "top_k": FLAGS.top_k, "models": {
+def answer(exp):
+    tokenizer = make_tokenizer(exp.spm_model_file, exp.vocab_file, exp.do_lower_case)
+    models = build_models(exp.model_dir, exp.random_seed)
+    result = {"inputs": list(exp.text), "top_k": exp.top_k, "models": {
         name: [[[{"piece": piece, "probability": p} for piece, p in row] for row in rows]
-               for rows in top_k_answers(model, tokenizer, FLAGS.text, FLAGS.top_k)]
+               for rows in top_k_answers(model, tokenizer, exp.text, exp.top_k)]
         for name, model in models.items()}}
     for i, text in enumerate(result["inputs"]):
         print(text)
@@ -96,9 +95,9 @@ def answer():
             shown = " | ".join(", ".join(f"{a['piece']} {a['probability']:.3f}" for a in row)
                                for row in answers[i])
             print(f"  {name:>11}: {shown}")
-    if FLAGS.output_json:
-        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output_json)), exist_ok=True)
-        write_json(FLAGS.output_json, result)
+    if exp.output_json:
+        os.makedirs(os.path.dirname(os.path.abspath(exp.output_json)), exist_ok=True)
+        write_json(exp.output_json, result)
 
 
 def cli():

@@ -41,7 +41,6 @@ from albert_tf.backbone import AlbertBackbone
 from albert_tf.checkpoints import (CONFIG_FILE, FORMAT_FILE, CheckpointError, config_from_hf,
                                    initialize_backbone, load_pretrained)
 from albert_tf.config import AlbertConfig
-from albert_tf.flags import FLAGS
 from albert_tf.input_pipeline import pretraining_dataset
 from albert_tf.runner import command
 
@@ -176,16 +175,16 @@ def define_flags():
     flags.DEFINE_integer("max_examples", 256, "Examples averaged over (the first ones).")
 
 
-def report():
-    rows_by_model = run(FLAGS.model_dir, FLAGS.label, FLAGS.input_file, FLAGS.output_dir,
-                        FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
-                        FLAGS.max_examples, FLAGS.albert_config_file)
+def report(exp):
+    rows_by_model = run(exp.model_dir, exp.label, exp.input_file, exp.output_dir,
+                        exp.max_seq_length, exp.max_predictions_per_seq,
+                        exp.max_examples, exp.albert_config_file)
     for label, rows in rows_by_model.items():
         print(f"{label}: layer  L2 distance  cosine  angle (deg)")
         for r in rows:
             print(f"  {r['layer']:>5}  {r['l2_distance']:11.4f}  {r['cosine_similarity']:6.4f}"
                   f"  {r['angle_degrees']:11.2f}")
-    print(f"wrote {os.path.join(FLAGS.output_dir, 'transitions.csv')} and transitions.png")
+    print(f"wrote {os.path.join(exp.output_dir, 'transitions.csv')} and transitions.png")
 
 
 def cli():

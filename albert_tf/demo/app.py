@@ -149,7 +149,8 @@ def print_summary(results: dict, run: Run, t0: float) -> None:
 def main(argv):
     del argv
     FLAGS = flags.FLAGS
-    settings = requested_settings(FLAGS)
+    settings = requested_settings(FLAGS.smoke, FLAGS.pretrain_steps, FLAGS.finetune_steps,
+                                  FLAGS.budget_minutes)
     run_dir = FLAGS.run_dir or choose_run_dir(FLAGS.runs_dir, settings, FLAGS.new)
     if FLAGS.run_dir and os.path.exists(os.path.join(run_dir, "state.json")):
         previous = read_json(os.path.join(run_dir, "state.json")).get("settings")

@@ -111,17 +111,19 @@ def cpu_name() -> str:
             + (f" ({', '.join(features)})" if features else ""))
 
 
-def requested_settings(FLAGS) -> dict:
+def requested_settings(smoke: bool, pretrain_steps: int | None = None,
+                       finetune_steps: int | None = None,
+                       budget_minutes: float | None = None) -> dict:
     """The run's identity: the sizes of --smoke or the full job, the flags that change them,
     and the compute dtype this CPU supports."""
-    name = "smoke" if FLAGS.smoke else "full"
-    settings = dict(SETTINGS[name], smoke=FLAGS.smoke,
+    name = "smoke" if smoke else "full"
+    settings = dict(SETTINGS[name], smoke=smoke,
                     mixed_precision="bfloat16" if cpu_has_bf16() else "float32",
-                    pretrain_steps=FLAGS.pretrain_steps, finetune_steps=FLAGS.finetune_steps)
-    if FLAGS.budget_minutes is not None:
-        if FLAGS.budget_minutes <= 0:
-            raise app.UsageError(f"--budget_minutes must be positive; got {FLAGS.budget_minutes}")
-        settings["budget_minutes"] = FLAGS.budget_minutes
+                    pretrain_steps=pretrain_steps, finetune_steps=finetune_steps)
+    if budget_minutes is not None:
+        if budget_minutes <= 0:
+            raise app.UsageError(f"--budget_minutes must be positive; got {budget_minutes}")
+        settings["budget_minutes"] = budget_minutes
     for name in ("pretrain_steps", "finetune_steps"):
         if settings[name] is not None and settings[name] < 1:
             raise app.UsageError(f"--{name} must be at least 1; got {settings[name]}")

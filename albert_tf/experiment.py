@@ -1,0 +1,290 @@
+"""The experiment config: what a command runs with, as data. The one adapter between absl's
+command line and the library.
+
+A command's flags (the official names, `albert_tf.flags`) are sorted into four typed sections:
+
+- `task`: what is learned from what data (task name, input files, decoding settings);
+- `model`: the architecture file, pretrained weights, vocabulary, sequence length, seed;
+- `trainer`: optimizer, schedule, steps, batch sizes, checkpoints, what the run does;
+- `runtime`: where and how it executes (strategy, TPU, cluster, precision, performance).
+
+The config is built once per command, after parsing (`from_flags`), by this module alone: the
+library takes an `ExperimentConfig` (or the objects built from it) and never reads absl's
+FLAGS. Aliases are resolved here (`--use_tpu --tpu_name=NAME` is `distribution_strategy: tpu`,
+`tpu: NAME`; `--random_seed -1` is the seed drawn for the run), so what is written is what ran.
+
+`--config_file FILE` (YAML or JSON, the sections above; every command takes it) gives the flags'
+values; a flag given on the command line beside it wins. A training run writes its effective
+config to OUTPUT_DIR/config.yaml, and `--config_file OUTPUT_DIR/config.yaml` (with another
+--output_dir) repeats the run: the same weights (tests/test_experiment.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import json
+import os
+import random
+import sys
+
+import yaml
+from absl import flags
+
+from albert_tf.flags import CLUSTER, EVAL, FINETUNING, MODEL, PERFORMANCE, RUN, VOCAB
+from albert_tf.paths import atomic_write
+
+FLAGS = flags.FLAGS
+SECTIONS = ("task", "model", "trainer", "runtime")
+CONFIG_NAME = "config.yaml"
+
+# The section of every flag that is not the task's. Names from `albert_tf.flags` groups, and
+# the flags one command defines.
+_SECTION_OF = {
+    **{name: "trainer" for name in RUN + EVAL + FINETUNING + (
+        "poly_power", "num_train_steps", "num_warmup_steps", "start_warmup_step",
+        "max_eval_steps", "train_step", "warmup_step", "num_train_epochs", "warmup_proportion",
+        "num_keep_checkpoint", "shuffle_window", "export_max_seq_length", "masked_lm_budget",
+        "threshold_to_export")},
+    **{name: "runtime" for name in CLUSTER + PERFORMANCE + (
+        "jit_compile", "deterministic", "tpu_connect_timeout")},
+    # last: albert_hub_module_handle is also in FINETUNING, and it is the model's source
+    **{name: "model" for name in MODEL + VOCAB + (
+        "albert_hub_module_handle", "dropout_prob", "dropout_rate", "v2_head")},
+}
+# Flags that are not part of an experiment: absl's own and the config file itself.
+_NOT_SETTINGS = frozenset({"config_file", "flagfile", "undefok", "help", "helpfull",
+                           "helpshort", "helpxml", "only_check_args", "op_conversion_fallback_to_"
+                           "while_loop", "pdb", "pdb_post_mortem", "run_with_pdb",
+                           "run_with_profiling", "profile_file", "use_cprofile_for_profiling"})
+
+
+class ConfigFileError(ValueError):
+    """A --config_file that cannot be used (unreadable, not YAML/JSON, an unknown key, a value
+    of the wrong type); the message names the file and the key."""
+
+
+def command_name(function) -> str:
+    """The module of a command's `main` as `python -m` names it (also when it runs as
+    __main__)."""
+    while isinstance(function, functools.partial):
+        function = function.func
+    module = getattr(function, "__module__", None) or "__main__"
+    if module == "__main__":
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        module = spec.name if spec is not None else module
+    return module
+
+
+def section_of(name: str) -> str:
+    return _SECTION_OF.get(name, "task")
+
+
+def define_config_file_flag(flag_values=FLAGS) -> None:
+    """--config_file, defined for every command by the command layer (`albert_tf.cli`)."""
+    if "config_file" not in flag_values:
+        flags.DEFINE_string(
+            "config_file", None,
+            "A YAML or JSON experiment config (sections task, model, trainer, runtime of flag "
+            "values; a run's OUTPUT_DIR/config.yaml repeats that run). Flags given beside it "
+            "win.", flag_values=flag_values)
+
+
+def settings_of(flag_values=FLAGS) -> list[str]:
+    """The flags that make up this command's experiment: every flag our modules define (the
+    command's own and the shared ones), not absl's."""
+    names = []
+    for module, module_flags in flag_values.flags_by_module_dict().items():
+        if module.startswith("absl.") or module.startswith("tensorflow"):
+            continue
+        names += [f.name for f in module_flags if f.name not in _NOT_SETTINGS]
+    return sorted(set(names))
+
+
+def _file_value(flag, value):
+    """`value` from a config file as the command-line text absl would parse, so a value in a
+    file means exactly what it means on the command line."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, (dict,)):
+        raise ValueError(f"a mapping is not a value of --{flag.name}")
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def read_config_file(path: str) -> dict:
+    """The sections of the YAML or JSON file at `path` as {section: {flag: value}}."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ConfigFileError(f"--config_file {path}: cannot read it ({e.strerror or e}).") \
+            from None
+    try:
+        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as e:
+        kind = "JSON" if path.endswith(".json") else "YAML"
+        raise ConfigFileError(f"--config_file {path} is not valid {kind}: "
+                              f"{str(e).splitlines()[0]}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigFileError(f"--config_file {path} must hold a mapping of the sections "
+                              f"{', '.join(SECTIONS)}; it holds a {type(data).__name__}.")
+    return data
+
+
+def apply_config_file(path: str, command: str | None = None, flag_values=FLAGS) -> list[str]:
+    """Sets the flags named in the config file at `path` (`read_config_file`), except those
+    given on the command line (they win); returns the names it set. Every key must be a flag of
+    this command in its section; a value is parsed as on the command line (its type and range
+    checked) and counts as given unless it is the flag's default. A file written by another
+    command (`command:` key) is refused."""
+    data = read_config_file(path)
+    written_by = data.pop("command", None)
+    if command and written_by and written_by != command:
+        raise ConfigFileError(f"--config_file {path} was written by {written_by}, and this "
+                              f"command is {command}: run it with python -m {written_by}.")
+    data.pop("albert_config", None)  # informational: the architecture the run had
+    unknown_sections = sorted(set(data) - set(SECTIONS))
+    if unknown_sections:
+        raise ConfigFileError(f"--config_file {path}: unknown section(s) "
+                              f"{', '.join(unknown_sections)}; the sections are "
+                              f"{', '.join(SECTIONS)}.")
+    known = set(settings_of(flag_values))
+    updates = {}
+    for section in SECTIONS:
+        values = data.get(section) or {}
+        if not isinstance(values, dict):
+            raise ConfigFileError(f"--config_file {path}: section {section} must be a mapping "
+                                  f"of flag names to values.")
+        for name, value in values.items():
+            if name not in known:
+                near = difflib.get_close_matches(str(name), sorted(known), n=1)
+                raise ConfigFileError(
+                    f"--config_file {path}: {section}.{name} is not a flag of this command"
+                    + (f" (did you mean {near[0]}?)" if near else "") + ".")
+            if section_of(name) != section:
+                raise ConfigFileError(f"--config_file {path}: {name} belongs in the "
+                                      f"{section_of(name)} section, not {section}.")
+            updates[name] = value
+    applied = []
+    for name, value in updates.items():
+        flag = flag_values[name]
+        if flag.present:
+            continue  # the command line wins
+        try:
+            if value is None:
+                setattr(flag_values, name, None)
+            else:
+                flag.parse(_file_value(flag, value))
+                flag_values.validate_all_flags()
+        except (flags.Error, ValueError) as e:
+            raise ConfigFileError(f"--config_file {path}: {section_of(name)}.{name}: "
+                                  f"{e}") from None
+        # A value other than the default counts as given (as on the command line); the
+        # defaults a written config lists do not (a TPU flag at its default is no TPU flag).
+        flag.present = int(flag.value != flag.default)
+        applied.append(name)
+    return applied
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+    """A command's settings in four sections (`SECTIONS`), each {flag name: value}; read them
+    by section (`cfg.trainer["learning_rate"]`) or by name (`cfg.learning_rate`, `"x" in cfg`).
+    `given` names the settings set explicitly (command line or config file), the rest are the
+    command's defaults."""
+
+    command: str
+    task: dict
+    model: dict
+    trainer: dict
+    runtime: dict
+    given: frozenset = frozenset()
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        for section in SECTIONS:
+            values = object.__getattribute__(self, section)
+            if name in values:
+                return values[name]
+        raise AttributeError(f"{self.command} has no setting {name!r}")
+
+    def __contains__(self, name) -> bool:
+        return any(name in getattr(self, section) for section in SECTIONS)
+
+    def get(self, name, default=None):
+        return getattr(self, name) if name in self else default
+
+    def is_given(self, name) -> bool:
+        return name in self.given
+
+    def seed(self) -> int | None:
+        """The run's seed (`random_seed`; None where the command has none)."""
+        return self.get("random_seed")
+
+    def flat(self) -> dict:
+        """Every setting by name, whatever its section."""
+        return {name: value for section in SECTIONS
+                for name, value in getattr(self, section).items()}
+
+    def as_dict(self) -> dict:
+        return {"command": self.command,
+                **{section: dict(sorted(getattr(self, section).items()))
+                   for section in SECTIONS}}
+
+    def write(self, output_dir: str) -> str:
+        """The config as OUTPUT_DIR/config.yaml (atomically); a different config already there
+        (an earlier run in the same directory with other settings) is kept as
+        config.previous-N.yaml. Returns the path."""
+        path = os.path.join(output_dir, CONFIG_NAME)
+        text = ("# The effective config of this run (albert_tf.experiment). Repeat it with\n"
+                f"#   python -m {self.command} --config_file {CONFIG_NAME} --output_dir NEW\n"
+                + yaml.safe_dump(self.as_dict(), sort_keys=False, default_flow_style=False))
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                if f.read() == text:
+                    return path
+            n = 1
+            while os.path.exists(os.path.join(output_dir, f"config.previous-{n}.yaml")):
+                n += 1
+            os.replace(path, os.path.join(output_dir, f"config.previous-{n}.yaml"))
+        with atomic_write(path) as f:
+            f.write(text)
+        return path
+
+
+def _resolved(values: dict) -> dict:
+    """Official aliases replaced by what they mean, so the config says what ran."""
+    if values.get("use_tpu"):
+        values["distribution_strategy"] = "tpu"
+    if "use_tpu" in values:
+        values["use_tpu"] = False
+    if values.get("tpu_name") and not values.get("tpu"):
+        values["tpu"] = values["tpu_name"]
+    if "tpu_name" in values:
+        values["tpu_name"] = None
+    if values.get("random_seed") == -1:
+        # A fresh seed, drawn once and recorded, so the run can be repeated.
+        values["random_seed"] = random.SystemRandom().randrange(2 ** 31)
+    return values
+
+
+def from_flags(command: str, flag_values=FLAGS) -> ExperimentConfig:
+    """The command's config from its parsed flags (after `apply_config_file`)."""
+    names = settings_of(flag_values)
+    values = _resolved({name: flag_values[name].value for name in names})
+    sections = {section: {} for section in SECTIONS}
+    for name, value in values.items():
+        sections[section_of(name)][name] = list(value) if isinstance(value, list) else value
+    given = {name for name in names if flag_values[name].present}
+    for alias, meaning in (("use_tpu", "distribution_strategy"), ("tpu_name", "tpu")):
+        if alias in given:
+            given = (given - {alias}) | {meaning}
+    return ExperimentConfig(command=command, given=frozenset(given), **sections)

@@ -1,0 +1,212 @@
+"""The experiment config (`albert_tf.experiment`): --config_file read as the command line would
+read it, the effective config each training run writes, and that config repeating the run."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+from absl import flags
+
+from albert_tf import experiment
+from albert_tf.experiment import ConfigFileError
+from conftest import GENERATION_KW, PRETRAINING_MODEL, ROOT
+
+
+def _flag_values(argv=()):
+    values = flags.FlagValues()
+    flags.DEFINE_float("learning_rate", 5e-5, "", flag_values=values)
+    flags.DEFINE_integer("train_batch_size", 32, "", flag_values=values)
+    flags.DEFINE_integer("random_seed", 12345, "", flag_values=values)
+    flags.DEFINE_bool("do_train", False, "", flag_values=values)
+    flags.DEFINE_string("task_name", None, "", flag_values=values)
+    flags.DEFINE_list("labels", None, "", flag_values=values)
+    flags.DEFINE_float("threshold_to_export", float("nan"), "", flag_values=values)
+    flags.DEFINE_enum("distribution_strategy", "default", ["default", "tpu", "mirrored"], "",
+                      flag_values=values)
+    flags.DEFINE_bool("use_tpu", False, "", flag_values=values)
+    flags.DEFINE_string("tpu_name", None, "", flag_values=values)
+    flags.DEFINE_string("tpu", None, "", flag_values=values)
+    flags.DEFINE_enum("mixed_precision", "float32", ["float32", "bfloat16"], "",
+                      flag_values=values)
+    flags.register_validator("train_batch_size", lambda v: v > 0, "must be > 0",
+                             flag_values=values)
+    experiment.define_config_file_flag(values)
+    values(["prog", *argv])
+    return values
+
+
+def _write(path, data):
+    path.write_text(yaml.safe_dump(data) if str(path).endswith(".yaml") else json.dumps(data))
+    return str(path)
+
+
+def test_a_config_file_sets_the_flags_and_the_command_line_wins(tmp_path):
+    values = _flag_values(["--train_batch_size=8"])
+    path = _write(tmp_path / "c.yaml", {
+        "command": "prog", "task": {"task_name": "sst-2", "labels": ["neg", "pos"]},
+        "trainer": {"learning_rate": 1e-3, "train_batch_size": 64, "do_train": True},
+        "runtime": {"mixed_precision": "bfloat16"}})
+    applied = experiment.apply_config_file(path, "prog", values)
+    assert sorted(applied) == ["do_train", "labels", "learning_rate", "mixed_precision",
+                               "task_name"]
+    assert values.learning_rate == 1e-3 and values.train_batch_size == 8  # command line wins
+    assert values.do_train is True and values.labels == ["neg", "pos"]
+    cfg = experiment.from_flags("prog", values)
+    assert cfg.trainer["learning_rate"] == 1e-3 and cfg.task["task_name"] == "sst-2"
+    assert cfg.runtime["mixed_precision"] == "bfloat16" and cfg.model["random_seed"] == 12345
+    assert cfg.learning_rate == 1e-3 and "labels" in cfg and "nothing" not in cfg
+    assert cfg.is_given("learning_rate") and cfg.is_given("train_batch_size")
+    assert not cfg.is_given("random_seed")
+    # JSON reads the same
+    json_values = _flag_values()
+    experiment.apply_config_file(_write(tmp_path / "c.json", {"trainer": {"learning_rate": 0.5}}),
+                                 "prog", json_values)
+    assert json_values.learning_rate == 0.5
+
+
+def test_the_written_config_reads_back_to_the_same_values(tmp_path):
+    values = _flag_values(["--learning_rate=0.00176", "--labels=a,b", "--use_tpu",
+                           "--tpu_name=my-tpu"])
+    cfg = experiment.from_flags("prog", values)
+    # aliases resolved: what ran, under the names the library reads
+    assert cfg.distribution_strategy == "tpu" and cfg.tpu == "my-tpu"
+    assert cfg.use_tpu is False and cfg.tpu_name is None
+    assert cfg.is_given("distribution_strategy") and cfg.is_given("tpu")
+    assert math.isnan(cfg.threshold_to_export)
+    path = cfg.write(str(tmp_path))
+    assert path == str(tmp_path / "config.yaml")
+    again = _flag_values()
+    experiment.apply_config_file(path, "prog", again)
+    assert experiment.from_flags("prog", again).as_dict().keys() == cfg.as_dict().keys()
+    for name, value in cfg.flat().items():
+        got = getattr(experiment.from_flags("prog", again), name)
+        assert (math.isnan(got) and math.isnan(value)) if isinstance(value, float) and \
+            math.isnan(value) else got == value, name
+    # the same config again: the file is kept as it is; another config: the old one is kept
+    assert cfg.write(str(tmp_path)) == path and not (tmp_path / "config.previous-1.yaml").exists()
+    other = experiment.from_flags("prog", _flag_values(["--learning_rate=0.1"]))
+    other.write(str(tmp_path))
+    assert yaml.safe_load((tmp_path / "config.previous-1.yaml").read_text())["trainer"][
+        "learning_rate"] == 0.00176
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text())["trainer"][
+        "learning_rate"] == 0.1
+
+
+def test_a_fresh_seed_is_drawn_once_and_recorded():
+    cfg = experiment.from_flags("prog", _flag_values(["--random_seed=-1"]))
+    assert 0 <= cfg.random_seed < 2 ** 31 and cfg.seed() == cfg.random_seed
+    seeds = {experiment.from_flags("prog", _flag_values(["--random_seed=-1"])).random_seed
+             for _ in range(5)}
+    assert len(seeds) > 1  # drawn, not fixed
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"trainer": {"learning_rat": 1.0}},
+     r"trainer.learning_rat is not a flag of this command \(did you mean learning_rate\?\)"),
+    ({"task": {"learning_rate": 1.0}}, r"learning_rate belongs in the trainer section, not task"),
+    ({"optimizer": {"learning_rate": 1.0}}, r"unknown section\(s\) optimizer; the sections are "
+                                            r"task, model, trainer, runtime"),
+    ({"trainer": {"train_batch_size": "eight"}}, r"trainer.train_batch_size: .*eight"),
+    ({"trainer": {"train_batch_size": 0}}, r"trainer.train_batch_size: .*must be > 0"),
+    ({"runtime": {"mixed_precision": "float8"}}, r"runtime.mixed_precision: .*float8"),
+    ({"command": "albert_tf.run_classifier"}, r"was written by albert_tf.run_classifier, and "
+                                              r"this command is prog: run it with python -m "
+                                              r"albert_tf.run_classifier"),
+    (["a", "list"], r"must hold a mapping of the sections task, model, trainer, runtime"),
+    ({"trainer": ["learning_rate"]}, r"section trainer must be a mapping"),
+])
+def test_bad_config_files_are_named_with_the_key(tmp_path, data, message):
+    values = _flag_values()
+    path = _write(tmp_path / "bad.yaml", data)
+    with pytest.raises(ConfigFileError, match=message) as raised:
+        experiment.apply_config_file(path, "prog", values)
+    assert str(raised.value).startswith(f"--config_file {path}")
+
+
+def test_unreadable_and_malformed_config_files(tmp_path):
+    with pytest.raises(ConfigFileError, match=r"--config_file .*missing.yaml: cannot read it"):
+        experiment.apply_config_file(str(tmp_path / "missing.yaml"), "prog", _flag_values())
+    (tmp_path / "broken.yaml").write_text("trainer: {learning_rate: [1\n")
+    with pytest.raises(ConfigFileError, match=r"broken.yaml is not valid YAML"):
+        experiment.apply_config_file(str(tmp_path / "broken.yaml"), "prog", _flag_values())
+    (tmp_path / "broken.json").write_text("{'trainer': 1}")
+    with pytest.raises(ConfigFileError, match=r"broken.json is not valid JSON"):
+        experiment.apply_config_file(str(tmp_path / "broken.json"), "prog", _flag_values())
+
+
+def _pretrain(args, cwd):
+    proc = subprocess.run([sys.executable, "-m", "albert_tf.run_pretraining", *args],
+                          cwd=cwd, env=dict(os.environ, PYTHONPATH=ROOT),
+                          capture_output=True, text=True, timeout=600)
+    return proc
+
+
+def _weights(directory):
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(directory)))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if name.endswith("VARIABLE_VALUE")}  # weights, optimizer slots and step
+
+
+@pytest.mark.slow
+def test_a_runs_written_config_repeats_it_exactly(generated_data, tmp_path):
+    """`run_pretraining` writes OUTPUT_DIR/config.yaml; `--config_file` of it with another
+    --output_dir trains the same weights (bit for bit), and a flag beside it wins."""
+    from albert_tf.config import AlbertConfig
+
+    config_file = tmp_path / "albert_config.json"
+    AlbertConfig(**PRETRAINING_MODEL).to_json_file(config_file)
+    pattern = os.path.join(os.path.dirname(generated_data["files"][0]), "*.tfrecord")
+    first = tmp_path / "first"
+    args = ["--albert_config_file", str(config_file), "--input_file", pattern,
+            "--output_dir", str(first), "--max_seq_length", str(GENERATION_KW["max_seq_length"]),
+            "--max_predictions_per_seq", str(GENERATION_KW["max_predictions_per_seq"]),
+            "--train_batch_size", "8", "--num_train_steps", "3", "--num_warmup_steps", "1",
+            "--learning_rate", "0.01", "--save_checkpoints_steps", "3",
+            "--iterations_per_loop", "3", "--shuffle_window", "64", "--random_seed", "-1"]
+    proc = _pretrain(args, str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    written = yaml.safe_load((first / "config.yaml").read_text())
+    assert written["command"] == "albert_tf.run_pretraining"
+    assert written["trainer"]["num_train_steps"] == 3
+    assert written["trainer"]["learning_rate"] == 0.01
+    assert written["model"]["albert_config_file"] == str(config_file)
+    assert written["runtime"]["mixed_precision"] == "float32"
+    seed = written["model"]["random_seed"]
+    assert seed != -1 and 0 <= seed < 2 ** 31  # the drawn seed, recorded
+
+    again = tmp_path / "again"
+    proc = _pretrain(["--config_file", str(first / "config.yaml"), "--output_dir", str(again)],
+                     str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = _weights(first), _weights(again)
+    assert a.keys() == b.keys() and len(a) > 10
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    repeated = yaml.safe_load((again / "config.yaml").read_text())
+    assert repeated["model"]["random_seed"] == seed
+    assert dict(repeated, trainer=dict(repeated["trainer"], output_dir=None)) == \
+        dict(written, trainer=dict(written["trainer"], output_dir=None))
+
+    # A flag beside the file wins; a bad file is a usage error naming the key, nothing written.
+    other = tmp_path / "other"
+    proc = _pretrain(["--config_file", str(first / "config.yaml"), "--output_dir", str(other),
+                      "--learning_rate", "0.02"], str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert yaml.safe_load((other / "config.yaml").read_text())["trainer"]["learning_rate"] == 0.02
+    assert any(np.abs(a[n] - w).max() > 0 for n, w in _weights(other).items())
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((first / "config.yaml").read_text().replace("num_train_steps",
+                                                               "num_train_step"))
+    proc = _pretrain(["--config_file", str(bad), "--output_dir", str(tmp_path / "never")],
+                     str(tmp_path))
+    assert proc.returncode == 1
+    assert "trainer.num_train_step is not a flag of this command (did you mean " \
+           "num_train_steps?)" in proc.stderr
+    assert not (tmp_path / "never").exists()
