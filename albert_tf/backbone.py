@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import keras
 
 from albert_tf import features
 from albert_tf.config import AlbertConfig
-from albert_tf.layers import AlbertAttention, AlbertEmbedding, AlbertEncoder
+from albert_tf.layers import AlbertEmbedding, AlbertEncoder
 from albert_tf.layers.common import truncated_normal
 from albert_tf.registry import RegisteredModel, register
 from albert_tf.weight_names import backbone_weights
@@ -23,14 +25,28 @@ def _as_config(config) -> AlbertConfig:
                     f"Received: {type(config).__name__}")
 
 
-def built_backbone(backbone_or_config, dtype=None):
+@dataclasses.dataclass(frozen=True)
+class Performance:
+    """Switches that change what a model's computation costs, never its result (each tested
+    equal), given to the model's constructor (`performance=`), so they hold before anything
+    is traced: the encoder's per-token matmuls on each batch's real tokens only
+    (`remove_padding`; a head that reads the padded positions, `reads_padding`, keeps them),
+    each layer's activations recomputed in the backward pass (`recompute`), attention as
+    einsum (`use_einsum`, the official flag)."""
+
+    remove_padding: bool = False
+    recompute: bool = False
+    use_einsum: bool = False
+
+
+def built_backbone(backbone_or_config, dtype=None, performance: Performance | None = None):
     """(backbone, config) for a head's constructor: a built `AlbertBackbone` is used as it is
-    (its weights are shared with the head); an `AlbertConfig` (or a dict of its keys) builds a
-    new one named `albert`, the name its official weights are read under."""
+    (its weights and `performance` are shared with the head); an `AlbertConfig` (or a dict of
+    its keys) builds a new one named `albert`, the name its official weights are read under."""
     if isinstance(backbone_or_config, AlbertBackbone):
         return backbone_or_config, backbone_or_config.config
     config = _as_config(backbone_or_config)
-    return AlbertBackbone(config, dtype=dtype, name="albert"), config
+    return AlbertBackbone(config, dtype=dtype, performance=performance, name="albert"), config
 
 
 class AlbertConfigSerialization:
@@ -53,9 +69,10 @@ def backbone_inputs() -> dict:
 
 
 def set_remove_padding(model, enabled: bool) -> None:
-    """Sets `AlbertEncoder.remove_padding` on any ALBERT model (its backbone's encoder), before
-    its functions are traced. Training, prediction and export set it the same way, so a
-    checkpoint gives the same bits on every path.
+    """Sets `AlbertEncoder.remove_padding` on a model built elsewhere (the exporter's, whose
+    model a user gives), before its functions are traced; the library's own models take it as
+    a constructor argument (`Performance`). Training, prediction and export set it the same
+    way, so a checkpoint gives the same bits on every path.
 
     A model whose outputs read the encoder at padded positions (`reads_padding`: SQuAD's span
     head, whose official softmax covers every position of the window, padding included) keeps
@@ -64,21 +81,6 @@ def set_remove_padding(model, enabled: bool) -> None:
     `remove_padding` gives it the same results (tests/test_remove_padding.py)."""
     reads_padding = getattr(model, "reads_padding", False)
     getattr(model, "backbone", model).encoder.remove_padding = bool(enabled) and not reads_padding
-
-
-def set_recompute(model, enabled: bool) -> None:
-    """Sets `AlbertEncoder.recompute` on any ALBERT model, before its training step is traced:
-    the backward pass recomputes each layer's activations instead of keeping them (training
-    memory of one layer instead of L, for about one more forward pass; same bits)."""
-    getattr(model, "backbone", model).encoder.recompute = bool(enabled)
-
-
-def set_use_einsum(model, enabled: bool) -> None:
-    """Sets `AlbertAttention.use_einsum` on every attention sublayer of any ALBERT model (the
-    official `--use_einsum`), before its functions are traced: the same values either way."""
-    for layer in getattr(model, "backbone", model).encoder._flatten_layers():
-        if isinstance(layer, AlbertAttention):
-            layer.use_einsum = bool(enabled)
 
 
 @register
@@ -119,8 +121,9 @@ class AlbertBackbone(RegisteredModel, AlbertConfigSerialization, keras.Model):
         """HF's `AlbertModel` keys carry no `albert.` prefix."""
         return {k[len("albert."):]: v for k, v in state.items()}
 
-    def __init__(self, config, dtype=None, **kwargs):
+    def __init__(self, config, dtype=None, performance: Performance | None = None, **kwargs):
         config = _as_config(config)
+        performance = performance or Performance()
         inputs = backbone_inputs()
         embeddings = AlbertEmbedding(
             vocab_size=config.vocab_size, embedding_size=config.embedding_size,
@@ -139,7 +142,8 @@ class AlbertBackbone(RegisteredModel, AlbertConfigSerialization, keras.Model):
             hidden_dropout_prob=config.hidden_dropout_prob,
             attention_probs_dropout_prob=config.attention_probs_dropout_prob,
             initializer_range=config.initializer_range, layer_norm_epsilon=LAYER_NORM_EPSILON,
-            dtype=dtype, name="encoder")
+            remove_padding=performance.remove_padding, recompute=performance.recompute,
+            use_einsum=performance.use_einsum, dtype=dtype, name="encoder")
         pooler = keras.layers.Dense(
             config.hidden_size, activation="tanh",
             kernel_initializer=truncated_normal(config.initializer_range), dtype=dtype,

@@ -29,10 +29,11 @@ class LabelledHeadModel(RegisteredModel, AlbertConfigSerialization, keras.Model)
     OFFICIAL_SCOPE = ""
     DEFAULT_NAME = None
 
-    def __init__(self, config, num_labels, dropout_rate=0.1, dtype=None, **kwargs):
+    def __init__(self, config, num_labels, dropout_rate=0.1, dtype=None, performance=None,
+                 **kwargs):
         if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 1:
             raise ValueError(f"`num_labels` must be a positive integer. Received: {num_labels!r}")
-        backbone, config = built_backbone(config, dtype)
+        backbone, config = built_backbone(config, dtype, performance)
         inputs = dict(backbone.input)
         outputs = dict(backbone(inputs))
         dropout = keras.layers.Dropout(dropout_rate, dtype=dtype, name="classifier_dropout")

@@ -46,8 +46,8 @@ class AlbertPretrainer(RegisteredModel, AlbertConfigSerialization, keras.Model):
                     "albert.embeddings.word_embeddings.weight"],
                 "predictions.decoder.bias": state["predictions.bias"]}
 
-    def __init__(self, config, dtype=None, **kwargs):
-        backbone, config = built_backbone(config, dtype)
+    def __init__(self, config, dtype=None, performance=None, **kwargs):
+        backbone, config = built_backbone(config, dtype, performance)
         inputs = dict(backbone.input)
         inputs[features.MASKED_LM_POSITIONS] = keras.Input(
             shape=(None,), dtype="int32", name=features.MASKED_LM_POSITIONS)

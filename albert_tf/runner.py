@@ -24,11 +24,12 @@ import tensorflow as tf
 from absl import logging
 
 from albert_tf.paths import atomic_write
-from albert_tf.backbone import set_remove_padding, set_use_einsum
+from albert_tf.backbone import Performance
 from albert_tf.checkpoints import CheckpointError
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import StrategyError, get_strategy, tf_config_worker
 from albert_tf import experiment
+from albert_tf.actions import export_models
 from albert_tf.cli import run_command
 from albert_tf.experiment import ExperimentConfig
 from albert_tf.flags import require
@@ -297,7 +298,7 @@ def run_task(exp: ExperimentConfig, task, cfg, exporter=None,
     model, which, step = model_for_prediction(exp, task, run)
     summary["predicted_by"] = (which, step)
     if exporter is not None and (run is None or run.is_chief):
-        summary["exports"] = {which: exporter(model, which, step)}
+        summary["exports"] = export_models(exporter, [(model, which, step)])
     return model, summary
 
 
@@ -319,9 +320,8 @@ def read_task_checkpoint(exp: ExperimentConfig, task, prefix: str):
     """`task`'s model from the checkpoint `prefix`, every weight of the model read from it: a
     checkpoint of another model (a pretraining run's, without the task's head) is an error,
     never a model with a random head."""
-    model = task.build_model()
-    set_remove_padding(model, exp.remove_padding)
-    set_use_einsum(model, exp.use_einsum)
+    model = task.build_model(performance=Performance(remove_padding=exp.remove_padding,
+                                                     use_einsum=exp.use_einsum))
     status = tf.train.Checkpoint(model=model).read(prefix).expect_partial()
     try:
         status.assert_existing_objects_matched()

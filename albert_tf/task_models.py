@@ -5,6 +5,8 @@ checkpoints, serving and the tasks can all import them."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import keras
 import tensorflow as tf
 
@@ -33,11 +35,13 @@ class AlbertSpanModel(RegisteredModel, keras.Model):
     official_head_prefixes = ("cls/squad/",)
     serving_module = "export.serving.SpanServingModule"
     # The official v1 / null-score softmax covers every position, padding included: the
-    # encoder must compute the padded positions (`set_remove_padding` keeps them).
+    # encoder must compute the padded positions (`remove_padding` is not applied).
     reads_padding = True
 
-    def __init__(self, config, dtype=None, **kwargs):
-        backbone, config = built_backbone(config, dtype)
+    def __init__(self, config, dtype=None, performance=None, **kwargs):
+        if performance is not None:
+            performance = dataclasses.replace(performance, remove_padding=False)
+        backbone, config = built_backbone(config, dtype, performance)
         inputs = dict(backbone.input)
         outputs = dict(backbone(inputs))
         head = keras.layers.Dense(2, kernel_initializer=truncated_normal(config.initializer_range),
@@ -88,8 +92,8 @@ class AlbertMultipleChoice(RegisteredModel, keras.Model):
         return cls(config, num_labels or NUM_CHOICES, dtype=dtype)
 
     def __init__(self, config, num_choices: int = NUM_CHOICES, dropout_rate: float = 0.1,
-                 dtype=None, **kwargs):
-        backbone, config = built_backbone(config, dtype)
+                 dtype=None, performance=None, **kwargs):
+        backbone, config = built_backbone(config, dtype, performance)
         classifier = AlbertClassifier(backbone, 1, dropout_rate=dropout_rate, dtype=dtype,
                                       name="albert_classifier")
         inputs = {name: keras.Input((num_choices, None), dtype="int32", name=name)
@@ -139,9 +143,9 @@ class AlbertSquadV2(RegisteredModel, keras.Model):
     SETTINGS = ("start_n_top", "end_n_top")  # carried to a copy of the model (`host_copy`)
 
     def __init__(self, config, start_n_top: int = 5, end_n_top: int = 5,
-                 dropout_prob: float = 0.1, dtype=None, **kwargs):
+                 dropout_prob: float = 0.1, dtype=None, performance=None, **kwargs):
         super().__init__(name=kwargs.pop("name", "albert_squad_v2"), **kwargs)
-        backbone, config = built_backbone(config, dtype)
+        backbone, config = built_backbone(config, dtype, performance)
         self.config = config
         self.start_n_top, self.end_n_top = int(start_n_top), int(end_n_top)
         init = truncated_normal(config.initializer_range)

@@ -39,7 +39,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from albert_tf.backbone import set_remove_padding
+from albert_tf.backbone import Performance
 from albert_tf.checkpoints import (CheckpointError, CheckpointMismatchError,
                                    initialize_backbone, initialize_from_checkpoint)
 from albert_tf.checkpoints.conversion import checkpoint_config, split_run_checkpoint
@@ -211,8 +211,9 @@ class RawTextModel(keras.Model):
                                       "spm_model_file= (or vocab_file= for WordPiece).")
         preprocessor = AlbertTextPreprocessor(spm_model_file, sequence_length, do_lower_case,
                                               vocab_file=vocab_file)
-        head = head_class(config, num_labels, dropout_rate=dropout_rate)
-        set_remove_padding(head, True)  # the commands' default: same results, faster
+        # The commands' default: padding removed (same results, faster).
+        head = head_class(config, num_labels, dropout_rate=dropout_rate,
+                          performance=Performance(remove_padding=True))
         report = initialize_classifier(head, checkpoint, init_from_group0, new_head)
         model = cls(head, preprocessor, **kwargs)
         model.init_report = report

@@ -196,10 +196,10 @@ def _albert_tf_train(spec, recompute=False):
     batches = _batches(spec)
     stacked = {k: np.stack([b[k] for b in batches]) for k in batches[0]}
     dataset = tf.data.Dataset.from_tensor_slices(stacked).repeat()  # batch 0, 1, 2, ...
-    run.train_iterator = iter(run.strategy.experimental_distribute_dataset(dataset))
-    loop = run._train_loop = run._build_train_loop()
+    iterator = iter(run.strategy.experimental_distribute_dataset(dataset))
+    loop = run.trainer.build_train_loop()
     one = tf.constant(1)
-    return _median_time(lambda: float(loop(run.train_iterator, one)[1]), spec["warmup"],
+    return _median_time(lambda: float(loop(iterator, one)[1]), spec["warmup"],
                         spec["repeats"])
 
 

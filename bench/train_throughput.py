@@ -64,12 +64,12 @@ def main(argv):
                 save_checkpoints_steps=total, iterations_per_loop=FLAGS.warmup_steps,
                 mixed_precision=policy, jit_compile=FLAGS.jit_compile, seed=1, verbose=False)
             run = PretrainingRun(cfg)
-            run._position_input()  # the training iterator at step 0
-            loop = run._build_train_loop()
-            run._train_loop = loop
-            loop(run.train_iterator, tf.constant(FLAGS.warmup_steps))  # trace + warm up
+            run.controller.position_input()  # the training iterator at step 0
+            iterator = run.controller.train_iterator
+            loop = run.trainer.build_train_loop()
+            loop(iterator, tf.constant(FLAGS.warmup_steps))  # trace + warm up
             start = time.perf_counter()
-            sums, loss, _ = loop(run.train_iterator, tf.constant(FLAGS.steps))
+            sums, loss, _ = loop(iterator, tf.constant(FLAGS.steps))
             float(loss)
             elapsed = time.perf_counter() - start
             print(f"{policy:>9}: {FLAGS.steps * FLAGS.batch_size / elapsed:8.2f} examples/s "

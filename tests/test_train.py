@@ -473,15 +473,15 @@ def test_chief_files_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
     """albert_config.json and the input plan are read by the other workers while the chief
     starts (a restarted pair once read an empty config): an unchanged file is not rewritten,
     a changed one replaces the old in one rename, and a write that fails keeps the old one."""
-    from albert_tf.train_lib import _write_text_atomically
+    from albert_tf.train_lib import write_text_atomically
 
     path = str(tmp_path / "albert_config.json")
-    _write_text_atomically(path, '{"a": 1}')
+    write_text_atomically(path, '{"a": 1}')
     before = os.stat(path)
-    _write_text_atomically(path, '{"a": 1}')
+    write_text_atomically(path, '{"a": 1}')
     after = os.stat(path)
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
-    _write_text_atomically(path, '{"a": 2}')
+    write_text_atomically(path, '{"a": 2}')
     assert open(path).read() == '{"a": 2}' and os.listdir(tmp_path) == ["albert_config.json"]
 
     def fail(self, data):
@@ -489,7 +489,7 @@ def test_chief_files_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tf.io.gfile.GFile, "write", fail)
     with pytest.raises(OSError, match="disk full"):
-        _write_text_atomically(path, '{"a": 3}')
+        write_text_atomically(path, '{"a": 3}')
     assert open(path).read() == '{"a": 2}' and os.listdir(tmp_path) == ["albert_config.json"]
 
 
@@ -634,7 +634,7 @@ def test_non_finite_checkpoint_holds_the_input_position_of_its_step(generated_da
     assert int(saved["optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE"]) == 5
     resumed = PretrainingRun(cfg)
     assert resumed._restore_or_initialize() == "resumed"
-    batch = next(resumed.train_iterator)  # the next batch is the one of step 6
+    batch = next(resumed.controller.train_iterator)  # the next batch is the one of step 6
     assert np.isnan(batch["masked_lm_weights"].numpy()[0, 0])
     expected = tf.train.Example.FromString(records[40]).features.feature["input_ids"]
     np.testing.assert_array_equal(batch["input_ids"].numpy()[0], expected.int64_list.value)
@@ -680,7 +680,7 @@ def test_corrupt_input_mid_run_names_the_file_and_saves_a_consistent_step(genera
     resumed = PretrainingRun(cfg)
     assert resumed._restore_or_initialize() == "resumed"
     assert int(resumed.optimizer.iterations.numpy()) == step
-    batch = next(resumed.train_iterator)
+    batch = next(resumed.controller.train_iterator)
     expected = tf.train.Example.FromString(records[(8 * step) % 60]).features.feature["input_ids"]
     np.testing.assert_array_equal(batch["input_ids"].numpy()[0], expected.int64_list.value)
 
@@ -741,3 +741,32 @@ def test_training_config_from_settings_reads_every_field_by_its_flag_or_official
     values["random_seed"] = 5
     assert TrainingConfig.from_settings(values, AlbertConfig(**TINY), input_file="a",
                                         max_seq_length=64).seed == 5
+
+
+def test_performance_switches_reach_the_model_through_its_constructor(generated_data, tmp_path):
+    """--remove_padding, --recompute and --use_einsum are constructor arguments of the model the
+    loop builds (`albert_tf.backbone.Performance`), never set on it afterwards; XLA keeps the
+    padded computation, and so does a head that reads the padding (SQuAD's span head)."""
+    from albert_tf.backbone import Performance
+    from albert_tf.task_models import AlbertSpanModel
+
+    files = _pattern(generated_data)
+
+    def switches(run):
+        encoder = run.model.backbone.encoder
+        return (encoder.remove_padding, encoder.recompute,
+                {layer.use_einsum for layer in encoder.attention_layers})
+
+    run = PretrainingRun(_config(tmp_path, files, recompute=True, use_einsum=True))
+    assert switches(run) == (True, True, {True})
+    del run
+    run = PretrainingRun(_config(tmp_path, files, remove_padding=False))
+    assert switches(run) == (False, False, {False})
+    del run
+    run = PretrainingRun(_config(tmp_path, files, jit_compile=True))
+    assert switches(run)[0] is False
+    del run
+    span = AlbertSpanModel(AlbertConfig(**TINY), performance=Performance(remove_padding=True,
+                                                                          recompute=True))
+    assert (span.backbone.encoder.remove_padding, span.backbone.encoder.recompute) == (False,
+                                                                                      True)

@@ -88,14 +88,13 @@ class AlbertAttention(keras.layers.Layer):
         [batch, seq, H], or [tokens, H] with `token_indices`.
     """
 
-    # Attention as einsums instead of transposes + batched matmuls (same values; set through
-    # `albert_tf.backbone.set_use_einsum` before the model's functions are traced).
-    use_einsum = False
-
     def __init__(self, hidden_size, num_attention_heads, attention_probs_dropout_prob=0.0,
                  hidden_dropout_prob=0.0, initializer_range=0.02, layer_norm_epsilon=1e-12,
-                 **kwargs):
+                 use_einsum=False, **kwargs):
         super().__init__(**kwargs)
+        # Attention as einsums instead of transposes + batched matmuls (the official
+        # --use_einsum; the same values).
+        self.use_einsum = bool(use_einsum)
         if hidden_size % num_attention_heads:
             raise ValueError(
                 "`hidden_size` must be a multiple of `num_attention_heads`. Received: "
@@ -189,7 +188,8 @@ class AlbertAttention(keras.layers.Layer):
             hidden_size=self.hidden_size, num_attention_heads=self.num_attention_heads,
             attention_probs_dropout_prob=self.attention_probs_dropout_prob,
             hidden_dropout_prob=self.hidden_dropout_prob,
-            initializer_range=self.initializer_range, layer_norm_epsilon=self.layer_norm_epsilon)
+            initializer_range=self.initializer_range, layer_norm_epsilon=self.layer_norm_epsilon,
+            use_einsum=self.use_einsum)
         return config
 
 
@@ -313,7 +313,7 @@ class AlbertEncoder(keras.layers.Layer):
                  num_hidden_groups=1, inner_group_num=1, sharing="all", hidden_act="gelu",
                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                  initializer_range=0.02, layer_norm_epsilon=1e-12, remove_padding=False,
-                 recompute=False, **kwargs):
+                 recompute=False, use_einsum=False, **kwargs):
         super().__init__(**kwargs)
         if sharing not in SHARING_MODES:
             raise ValueError(f"`sharing` must be one of {SHARING_MODES}. Received: {sharing!r}")
@@ -335,6 +335,7 @@ class AlbertEncoder(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
         self.remove_padding = bool(remove_padding)
         self.recompute = bool(recompute)
+        self.use_einsum = bool(use_einsum)
 
         self.attention_shared = sharing in ATTENTION_SHARED_MODES
         self.ffn_shared = sharing in FFN_SHARED_MODES
@@ -346,6 +347,7 @@ class AlbertEncoder(keras.layers.Layer):
         self.attention_layers = [
             AlbertAttention(hidden_size, num_attention_heads,
                             attention_probs_dropout_prob=attention_probs_dropout_prob,
+                            use_einsum=use_einsum,
                             name=f"group_{o}_inner_group_{i}_attention", **common)
             for o in range(num_attention_owners) for i in range(inner_group_num)]
         self.ffn_layers = [
@@ -420,5 +422,6 @@ class AlbertEncoder(keras.layers.Layer):
             hidden_act=self.hidden_act, hidden_dropout_prob=self.hidden_dropout_prob,
             attention_probs_dropout_prob=self.attention_probs_dropout_prob,
             initializer_range=self.initializer_range, layer_norm_epsilon=self.layer_norm_epsilon,
-            remove_padding=self.remove_padding, recompute=self.recompute)
+            remove_padding=self.remove_padding, recompute=self.recompute,
+            use_einsum=self.use_einsum)
         return config

@@ -43,7 +43,7 @@ class Task:
     examples_term = ""
     model_inputs: tuple = ()
 
-    def build_model(self, dtype=None):
+    def build_model(self, dtype=None, performance=None):
         raise NotImplementedError
 
     def schema(self) -> dict:

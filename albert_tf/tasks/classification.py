@@ -172,9 +172,10 @@ class ClassificationTask(LabelledTask):
         self.loss_name = "mse" if regression else "cross_entropy"
         self.metric_names = (self.loss_name,) + glue.metric_names(self.glue_task)
 
-    def build_model(self, dtype=None):
+    def build_model(self, dtype=None, performance=None):
         return AlbertClassifier(self.albert_config, self.glue_task.num_labels,
-                                dropout_rate=self.dropout_rate, dtype=dtype)
+                                dropout_rate=self.dropout_rate, dtype=dtype,
+                                performance=performance)
 
     def schema(self):
         return classifier_schema(self.max_seq_length, self.glue_task.is_regression)

@@ -27,8 +27,8 @@ class PretrainingTask(Task):
         self.max_seq_length = max_seq_length
         self.max_predictions_per_seq = max_predictions_per_seq
 
-    def build_model(self, dtype=None):
-        return AlbertPretrainer(self.albert_config, dtype=dtype)
+    def build_model(self, dtype=None, performance=None):
+        return AlbertPretrainer(self.albert_config, dtype=dtype, performance=performance)
 
     def schema(self) -> dict:
         return F.pretraining_schema(self.max_seq_length, self.max_predictions_per_seq)

@@ -356,8 +356,9 @@ class RaceTask(LabelledTask):
         self.max_seq_length = max_seq_length
         self.dropout_rate = dropout_rate
 
-    def build_model(self, dtype=None):
-        return AlbertMultipleChoice(self.albert_config, NUM_CHOICES, self.dropout_rate, dtype)
+    def build_model(self, dtype=None, performance=None):
+        return AlbertMultipleChoice(self.albert_config, NUM_CHOICES, self.dropout_rate, dtype,
+                                    performance=performance)
 
     def schema(self):
         return race_schema(self.max_seq_length)

@@ -304,9 +304,10 @@ class TaggingTask(LabelledTask):
         self.metric_names = ("cross_entropy", "token_accuracy") + entity
         self.best_metric = "entity_f1" if self.entities else "token_accuracy"
 
-    def build_model(self, dtype=None):
+    def build_model(self, dtype=None, performance=None):
         return AlbertTokenClassifier(self.albert_config, len(self.labels),
-                                     dropout_rate=self.dropout_rate, dtype=dtype)
+                                     dropout_rate=self.dropout_rate, dtype=dtype,
+                                     performance=performance)
 
     def schema(self):
         return tagging_schema(self.max_seq_length)

@@ -75,8 +75,8 @@ class SquadTask(Task):
         self.evaluation = None
         self.last_predictions = None
 
-    def build_model(self, dtype=None):
-        return AlbertSpanModel(self.albert_config, dtype)
+    def build_model(self, dtype=None, performance=None):
+        return AlbertSpanModel(self.albert_config, dtype, performance=performance)
 
     def schema(self):
         return squad_schema(self.max_seq_length)
@@ -165,9 +165,9 @@ class SquadV2Task(SquadTask):
             dropout_prob
         self.metric_names = self.metric_names + ("class_accuracy",)
 
-    def build_model(self, dtype=None):
+    def build_model(self, dtype=None, performance=None):
         return AlbertSquadV2(self.albert_config, self.start_n_top, self.end_n_top,
-                             self.dropout_prob, dtype=dtype)
+                             self.dropout_prob, dtype=dtype, performance=performance)
 
     def span_loss(self, scores, labels):
         """The negative log-probability of the true positions (the scores are

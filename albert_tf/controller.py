@@ -1,0 +1,247 @@
+"""When to train, evaluate, log and save: the loop around `albert_tf.trainer.Trainer`.
+
+Checkpoints (`tf.train.CheckpointManager`, every `save_checkpoints_steps`, keeping
+`keep_checkpoint_max`) hold the model and the optimizer (slots and step); the input position is
+a function of the step, so a killed run restarted with the same arguments seeks the input to the
+restored step and continues exactly. With multi-worker or TPU strategies a
+`PreemptionCheckpointHandler` saves on preemption; otherwise SIGTERM or Ctrl-C saves a
+checkpoint at the next loop boundary and stops (the command then exits with 128 + the signal's
+number, so `train && export` does not go on). A non-finite loss or gradient stops the run: the
+step is not applied, a checkpoint of the last good step is saved, and the error names the step;
+so does an unreadable input file, named. After each checkpoint the actions run (evaluation and
+the best checkpoint: `albert_tf.actions`).
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import sys
+import time
+
+import tensorflow as tf
+
+from albert_tf.input_pipeline import find_unreadable_files, stream_dataset
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training produced a non-finite loss or gradient."""
+
+
+class CorruptInputError(RuntimeError):
+    """A training input file cannot be read (truncated, corrupt or of another schema)."""
+
+
+def is_input_error(error) -> bool:
+    """Whether a TensorFlow error raised inside the training loop comes from reading or
+    parsing the input files (not from the model or the step)."""
+    message = getattr(error, "message", str(error))
+    if isinstance(error, tf.errors.DataLossError):
+        return True
+    if isinstance(error, tf.errors.FailedPreconditionError):
+        return "expected to contain" in message
+    return "parse" in message.lower() and ("Example" in message or "Feature" in message)
+
+
+def format_duration(seconds):
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
+
+
+class Controller:
+    """Runs `trainer`'s steps from the input `plan` to `cfg.num_train_steps`, saving with
+    `manager`, evaluating through `on_checkpoint(step)` (None: no evaluation), logging with
+    `log`."""
+
+    def __init__(self, trainer, cfg, manager, plan, log=print, on_checkpoint=None):
+        self.trainer, self.cfg, self.manager, self.plan = trainer, cfg, manager, plan
+        self.log = log
+        self.on_checkpoint = on_checkpoint
+        self.train_iterator = None
+        self.input_step = None
+        self.stop_requested = False
+
+    # -----------------------------------------------------------------------------------------
+    def position_input(self):
+        """The training iterator at the optimizer's step."""
+        self.input_step = self.trainer.step
+        self.train_iterator = self.train_iterator_at(self.input_step)
+
+    def train_iterator_at(self, step: int):
+        plan, task, strategy = self.plan, self.trainer.task, self.trainer.strategy
+        options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
+        dataset = strategy.distribute_datasets_from_function(
+            lambda context: stream_dataset(plan, step, task.schema(), context), options)
+        return iter(dataset)
+
+    def install_stop_signals(self) -> dict:
+        """SIGTERM and SIGINT (Ctrl-C) ask the loop to save a checkpoint at the end of the
+        current loop of steps and stop (a second Ctrl-C stops at once, without saving: the last
+        checkpoint stays intact). Returns the handlers replaced. Under multi-worker and TPU
+        strategies the preemption handler owns SIGTERM."""
+        replaced = {}
+        signals = (signal.SIGINT,) if self._cluster() else (signal.SIGTERM, signal.SIGINT)
+
+        def handler(signum, frame):
+            self.stop_requested = signal.Signals(signum).name
+            # A second one takes the system's default action at once, even inside a running
+            # loop of steps (a Python handler would only run after it): the process ends
+            # without saving, and the last checkpoint stays intact.
+            signal.signal(signum, signal.SIG_DFL)
+            if signum == signal.SIGINT:
+                print("\nCtrl-C: the run saves a checkpoint at the end of this loop of steps "
+                      "and stops (Ctrl-C again stops now, without saving).", file=sys.stderr,
+                      flush=True)
+
+        for signum in signals:
+            try:
+                replaced[signum] = signal.signal(signum, handler)
+            except ValueError:  # not the main thread
+                break
+        return replaced
+
+    def _cluster(self) -> bool:
+        return isinstance(self.trainer.strategy, (tf.distribute.MultiWorkerMirroredStrategy,
+                                                  tf.distribute.TPUStrategy))
+
+    def preemption_handler(self):
+        if self._cluster():
+            resolver = getattr(self.trainer.strategy, "cluster_resolver", None)
+            if resolver is not None:
+                return tf.distribute.experimental.PreemptionCheckpointHandler(
+                    resolver, self.manager)
+        return None
+
+    # -----------------------------------------------------------------------------------------
+    def train(self, train_writer) -> dict:
+        """Trains to `num_train_steps` (or a stop signal); returns {status, step, history}."""
+        cfg = self.cfg
+        if self.trainer.train_loop is None:
+            self.trainer.build_train_loop()
+        history = []
+        # The preemption handler restores its manager's latest checkpoint when created; the
+        # input is positioned after it, at whatever step that leaves.
+        preemption = self.preemption_handler()
+        step = self.trainer.step
+        if self.train_iterator is None or self.input_step != step:
+            self.position_input()
+        if self.on_checkpoint is not None and 0 < step < cfg.num_train_steps \
+                and step % cfg.save_checkpoints_steps == 0:
+            self.on_checkpoint(step, resumed=True)  # an evaluation the stopped run missed
+        start_step, start_time = step, time.time()
+        previous_handlers = self.install_stop_signals()
+        status = "completed"
+        try:
+            while step < cfg.num_train_steps:
+                next_save = (step // cfg.save_checkpoints_steps + 1) * cfg.save_checkpoints_steps
+                n = min(cfg.iterations_per_loop, next_save - step, cfg.num_train_steps - step)
+                t0 = time.time()
+                sums, loss, norm = self.run_steps(preemption, step, n)
+                step += n
+                record = self.record(step, n, sums, loss, norm, time.time() - t0, train_writer)
+                history.append(record)
+                self.progress(record, step, (time.time() - start_time) / (step - start_step))
+                if step % cfg.save_checkpoints_steps == 0 or step == cfg.num_train_steps:
+                    self.log(f"saved {self.save(step)}")
+                    if self.on_checkpoint is not None:
+                        self.on_checkpoint(step)
+                if self.stop_requested:
+                    if step % cfg.save_checkpoints_steps:
+                        self.save(step)
+                    status = f"stopped ({self.stop_requested})"
+                    self.log(f"{self.stop_requested}: checkpoint saved at step {step}; rerun "
+                             "to resume.")
+                    break
+        finally:
+            for signum, previous in previous_handlers.items():
+                signal.signal(signum, previous)
+            train_writer.flush()
+        return {"status": status, "step": step, "history": history}
+
+    def progress(self, record: dict, step: int, seconds_per_step: float) -> None:
+        cfg = self.cfg
+        eta = seconds_per_step * (cfg.num_train_steps - step)
+        self.log(f"step {step}/{cfg.num_train_steps} | loss {record['loss']:.4f} | "
+                 f"{self.trainer.task.progress(record)} | lr {record['learning_rate']:.3e} | "
+                 f"gnorm {record['grad_norm']:.3f} | {record['examples_per_second']:,.1f} "
+                 f"examples/s | ETA {format_duration(eta)}")
+
+    def run_steps(self, preemption, step: int, n: int):
+        """(summed terms, loss, gradient norm) of `n` steps from `step` in one call; a bad
+        input file or a non-finite step stops the run (a consistent checkpoint saved)."""
+        args = (self.train_iterator, tf.constant(n, tf.int32))
+        loop = self.trainer.train_loop
+        try:
+            if preemption is not None:
+                sums, loss, norm = preemption.run(loop, *args)
+            else:
+                sums, loss, norm = loop(*args)
+        except (tf.errors.DataLossError, tf.errors.InvalidArgumentError,
+                tf.errors.FailedPreconditionError) as e:
+            if not is_input_error(e):
+                raise
+            self.stop_on_bad_input(e)
+        if not self.trainer.gate_open():
+            self.stop_non_finite()
+        return {k: float(v) for k, v in sums.items()}, float(loss), float(norm)
+
+    def record(self, step, n, sums, loss, norm, elapsed, writer) -> dict:
+        """The history record of the loop that ended at `step` (also to TensorBoard)."""
+        optimizer, loss_scale = self.trainer.optimizer, self.trainer.loss_scale
+        lr = float(optimizer.learning_rate.numpy() if hasattr(optimizer.learning_rate, "numpy")
+                   else optimizer.learning_rate)
+        record = dict(step=step, loss=loss, grad_norm=norm, learning_rate=lr,
+                      examples_per_second=n * self.cfg.train_batch_size / max(elapsed, 1e-9),
+                      **self.trainer.task.metrics(sums))
+        if loss_scale is not None:
+            record.update(loss_scale=float(loss_scale.scale.numpy()),
+                          skipped_steps=int(loss_scale.skipped_steps.numpy()))
+        with writer.as_default(step=step):
+            for name, value in record.items():
+                if name != "step":
+                    tf.summary.scalar(name, value)
+        return record
+
+    # -----------------------------------------------------------------------------------------
+    def save(self, step: int) -> str:
+        """A checkpoint at `step`; never one of non-finite weights (the update gate keeps them
+        out; this is the last guard before a model is saved as a good one)."""
+        if not self.trainer.weights_finite():
+            raise NonFiniteLossError(
+                f"The weights after step {step} are not finite; they are not saved. The last "
+                f"checkpoint, {self.manager.latest_checkpoint}, is intact.")
+        return self.manager.save(checkpoint_number=step)
+
+    def save_consistent(self, good_step: int) -> str:
+        """A checkpoint of the model after `good_step` steps, after a failure inside a loop of
+        steps; the input position follows from the step."""
+        self.trainer.set_back(good_step)
+        latest = self.manager.latest_checkpoint
+        if latest is not None and latest.endswith(f"-{good_step}"):
+            return latest  # saved at that step already, and nothing has changed since
+        return self.manager.save(checkpoint_number=good_step)
+
+    def stop_on_bad_input(self, error):
+        good = self.trainer.step  # steps that completed
+        unreadable = find_unreadable_files(list(self.plan.files), list(self.plan.records))
+        path = self.save_consistent(good)
+        what = ("; ".join(f"{f}: {m}" for f, m in unreadable) if unreadable
+                else f"a record could not be read ({error.message.splitlines()[0]})")
+        raise CorruptInputError(
+            f"Training input is corrupt: {what}. The model after step {good} is saved at "
+            f"{path} (model, optimizer and input position agree). Regenerate the file under the "
+            "same name (python -m data.create_pretraining_data) or restore it, then rerun the "
+            "same command to resume.")
+
+    def stop_non_finite(self):
+        bad = int(self.trainer.bad_step.numpy())
+        # The bad step and those after it in the same loop were not applied (the update gate
+        # closed): the model is the one after `bad` steps.
+        path = self.save_consistent(bad)
+        raise NonFiniteLossError(
+            f"Non-finite loss, gradient or updated weights at step {bad + 1} (updates are "
+            f"1-based); that step was not applied. The model after step {bad} is saved at "
+            f"{path}. Check the data, or train with a lower --learning_rate into a new "
+            f"--output_dir (--init_checkpoint {self.cfg.output_dir} starts from that model).")
