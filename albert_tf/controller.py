@@ -14,7 +14,6 @@ the best checkpoint: `albert_tf.actions`).
 
 from __future__ import annotations
 
-import math
 import signal
 import sys
 import time
@@ -22,6 +21,7 @@ import time
 import tensorflow as tf
 
 from albert_tf.input_pipeline import find_unreadable_files, stream_dataset
+from albert_tf.progress import Progress
 
 
 class NonFiniteLossError(RuntimeError):
@@ -43,21 +43,15 @@ def is_input_error(error) -> bool:
     return "parse" in message.lower() and ("Example" in message or "Feature" in message)
 
 
-def format_duration(seconds):
-    if not math.isfinite(seconds):
-        return "?"
-    seconds = int(seconds)
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
-
-
 class Controller:
     """Runs `trainer`'s steps from the input `plan` to `cfg.num_train_steps`, saving with
     `manager`, evaluating through `on_checkpoint(step)` (None: no evaluation), logging with
-    `log`."""
+    `log`, showing progress (`albert_tf.progress`) when `verbose`."""
 
-    def __init__(self, trainer, cfg, manager, plan, log=print, on_checkpoint=None):
+    def __init__(self, trainer, cfg, manager, plan, log=print, on_checkpoint=None,
+                 verbose=True):
         self.trainer, self.cfg, self.manager, self.plan = trainer, cfg, manager, plan
-        self.log = log
+        self.log, self.verbose = log, verbose
         self.on_checkpoint = on_checkpoint
         self.train_iterator = None
         self.input_step = None
@@ -130,7 +124,10 @@ class Controller:
         if self.on_checkpoint is not None and 0 < step < cfg.num_train_steps \
                 and step % cfg.save_checkpoints_steps == 0:
             self.on_checkpoint(step, resumed=True)  # an evaluation the stopped run missed
-        start_step, start_time = step, time.time()
+        # A bar on a terminal; elsewhere (logs, pipes) one line per loop of steps, read by the
+        # benches (`bench/finetune_throughput.py`: "| N examples/s").
+        bar = Progress("train", cfg.num_train_steps, enabled=self.verbose, every=0, start=step,
+                       file=sys.stdout, label="step", rate=False)
         previous_handlers = self.install_stop_signals()
         status = "completed"
         try:
@@ -142,7 +139,7 @@ class Controller:
                 step += n
                 record = self.record(step, n, sums, loss, norm, time.time() - t0, train_writer)
                 history.append(record)
-                self.progress(record, step, (time.time() - start_time) / (step - start_step))
+                bar.update(n, figures=self.figures(record))
                 if step % cfg.save_checkpoints_steps == 0 or step == cfg.num_train_steps:
                     self.log(f"saved {self.save(step)}")
                     if self.on_checkpoint is not None:
@@ -155,18 +152,18 @@ class Controller:
                              "to resume.")
                     break
         finally:
+            bar.close()
             for signum, previous in previous_handlers.items():
                 signal.signal(signum, previous)
             train_writer.flush()
         return {"status": status, "step": step, "history": history}
 
-    def progress(self, record: dict, step: int, seconds_per_step: float) -> None:
-        cfg = self.cfg
-        eta = seconds_per_step * (cfg.num_train_steps - step)
-        self.log(f"step {step}/{cfg.num_train_steps} | loss {record['loss']:.4f} | "
-                 f"{self.trainer.task.progress(record)} | lr {record['learning_rate']:.3e} | "
-                 f"gnorm {record['grad_norm']:.3f} | {record['examples_per_second']:,.1f} "
-                 f"examples/s | ETA {format_duration(eta)}")
+    def figures(self, record: dict) -> str:
+        """The progress figures of a loop of steps: loss, the task's, learning rate, gradient
+        norm and the loop's examples/s."""
+        return (f"loss {record['loss']:.4f} | {self.trainer.task.progress(record)} | "
+                f"lr {record['learning_rate']:.3e} | gnorm {record['grad_norm']:.3f} | "
+                f"{record['examples_per_second']:,.1f} examples/s")
 
     def run_steps(self, preemption, step: int, n: int):
         """(summed terms, loss, gradient norm) of `n` steps from `step` in one call; a bad

@@ -124,6 +124,14 @@ def _channel(original: int) -> tuple[int, int]:
 
             master, slave = os.openpty()
             tty.setraw(slave)
+            try:  # the terminal's size, so a progress bar (`albert_tf.progress`) fits it
+                import fcntl
+                import termios
+
+                size = fcntl.ioctl(original, termios.TIOCGWINSZ, b"\0" * 8)
+                fcntl.ioctl(slave, termios.TIOCSWINSZ, size)
+            except OSError:
+                pass
             return master, slave
         except OSError:
             pass

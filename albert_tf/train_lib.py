@@ -26,7 +26,7 @@ import os
 
 import tensorflow as tf
 
-from albert_tf import actions
+from albert_tf import actions, progress
 from albert_tf.checkpoints import model_kind
 from albert_tf.config import AlbertConfig
 from albert_tf.controller import Controller, CorruptInputError, NonFiniteLossError
@@ -180,7 +180,7 @@ class PretrainingConfig(TrainingConfig):
 def _logger(verbose: bool):
     def log(message):
         if verbose:
-            print(message, flush=True)
+            progress.echo(message)  # above a progress bar, if one is on screen
     return log
 
 
@@ -245,7 +245,7 @@ class TrainingRun:
                                                        self._log)
                            if cfg.do_eval else None)
         self.controller = Controller(self.trainer, cfg, self.manager, self.plan, self._log,
-                                     on_checkpoint=self.evaluation)
+                                     on_checkpoint=self.evaluation, verbose=cfg.verbose)
 
     # The trainer's objects, as the run's (tests, benches and the runners read them).
     model = property(lambda self: self.trainer.model)

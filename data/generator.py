@@ -34,7 +34,6 @@ import json
 import multiprocessing
 import os
 import shutil
-import sys
 import time
 
 import numpy as np
@@ -42,6 +41,7 @@ import numpy as np
 from albert_tf.paths import atomic_write
 from albert_tf import features as F
 from albert_tf.ownership import OutputLock, same_file
+from albert_tf.progress import Progress
 from albert_tf.records import encode_example, remove_temporaries, temporary_name, write_file
 from albert_tf.tokenization import Tokenizer, file_sha256, make_tokenizer
 from data.pretraining import (GenerationParams, Vocabulary, instance_features, instances_of_plan,
@@ -115,38 +115,6 @@ def output_file_names(output_file: str, num_output_shards: int) -> list[str]:
         return [f"{names[0]}-{i:05d}-of-{num_output_shards:05d}.tfrecord"
                 for i in range(num_output_shards)]
     return names
-
-
-class _Progress:
-    """One status line on stderr: done/total, items (examples or tokens), items/s, ETA."""
-
-    def __init__(self, phase, total, enabled=True, items="examples"):
-        self.phase, self.total, self.enabled, self.items = phase, total, enabled, items
-        self.start = time.time()
-        self.last = 0.0
-        self.done = 0
-        self.examples = 0
-        self.tty = sys.stderr.isatty()
-
-    def update(self, done=1, examples=0, force=False):
-        self.done += done
-        self.examples += examples
-        now = time.time()
-        if not self.enabled or (not force and now - self.last < (0.5 if self.tty else 10)):
-            return
-        self.last = now
-        elapsed = max(now - self.start, 1e-9)
-        rate = self.examples / elapsed
-        eta = (self.total - self.done) * elapsed / self.done if self.done else float("nan")
-        line = (f"[{self.phase}] {self.done}/{self.total}  {self.examples:,} {self.items}  "
-                f"{rate:,.1f} {self.items}/s  elapsed {elapsed:,.0f}s  ETA {eta:,.0f}s")
-        print(("\r" + line) if self.tty else line, end="" if self.tty else "\n",
-              file=sys.stderr, flush=True)
-
-    def close(self):
-        self.update(0, force=True)
-        if self.enabled and self.tty:
-            print(file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -273,7 +241,7 @@ def _amount(result) -> int:
     return result["tokens"] if isinstance(result, dict) else int(result)
 
 
-def _run_tasks(tasks, num_workers, initargs, progress: _Progress):
+def _run_tasks(tasks, num_workers, initargs, progress: Progress):
     """Runs `(fn, args)` tasks, in this process when num_workers == 1; returns their results in
     task order."""
     results = [None] * len(tasks)
@@ -347,7 +315,7 @@ def _tokenize_phase(run: _Run, created_work_dir: bool) -> list[str]:
     prefixes = [run.path("tokens", f"{i:05d}") for i in range(len(job.input_files))]
     todo = [(_tokenize_task, (path, prefix)) for path, prefix in zip(job.input_files, prefixes)
             if not is_tokenized(prefix)]
-    bar = _Progress("tokenize", len(todo), run.progress, items="tokens")
+    bar = Progress("tokenize", len(todo), items="tokens", enabled=run.progress)
     try:
         _run_tasks(todo, run.num_workers, run.worker_args, bar)
     except InputError:
@@ -368,7 +336,7 @@ def _map_phase(run: _Run, prefixes) -> list[str]:
     unit_names = [run.path("units", f"unit-{b:06d}-{d:04d}") for b, d in units]
     todo = [(_unit_task, (job, run.path("units"), b, d, blocks[b]))
             for (b, d), name in zip(units, unit_names) if not os.path.exists(name + ".idx")]
-    bar = _Progress("examples", len(todo), run.progress)
+    bar = Progress("examples", len(todo), items="examples", enabled=run.progress)
     _run_tasks(todo, run.num_workers, run.worker_args + (prefixes,), bar)
     bar.close()
     return unit_names
@@ -447,7 +415,7 @@ def _reduce_phase(run: _Run, unit_names, finished, tokenizer) -> np.ndarray:
             f"the inputs make: {empty:,} files would be empty (and training refuses empty "
             f"files). Use fewer shards (at most {total_examples:,}); nothing was written.")
     place_sentencepiece(run.job, tokenizer.sha256)  # the vocabulary the sidecars name
-    bar = _Progress("write", num_shards - len(finished), run.progress)
+    bar = Progress("write", num_shards - len(finished), items="examples", enabled=run.progress)
     for shard in range(num_shards):
         if shard not in finished:
             counts = dict(zip(STATS, totals[shard].tolist()))
