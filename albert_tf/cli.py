@@ -54,16 +54,17 @@ def run_command(main, define_flags=None, flags_parser=None) -> None:
 
 def _with_config_file(main, argv):
     """`main(argv)` after --config_file's values are set on the flags the command line left
-    (`albert_tf.experiment.apply_config_file`); a file that cannot be used is a usage error
-    naming the file and the key."""
-    from absl import app, flags
+    (`albert_tf.experiment.apply_config_file`); a file that cannot be used is one error line
+    naming the file and the key, exit status 1."""
+    from absl import flags
 
     path = flags.FLAGS.config_file
     if path:
         try:
             experiment.apply_config_file(path, command=experiment.command_name(main))
         except experiment.ConfigFileError as e:
-            raise app.UsageError(str(e)) from None
+            print(f"error: {e}", file=sys.stderr)  # one line, not the flags' whole help
+            return 1
     return main(argv)
 
 

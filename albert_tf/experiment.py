@@ -116,6 +116,33 @@ def _file_value(flag, value):
     return str(value)
 
 
+class _DuplicateKeyError(ValueError):
+    pass
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last
+    silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                line = key_node.start_mark.line + 1
+                raise _DuplicateKeyError(f"{key} is given twice (line {line})")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def _json_pairs(pairs):
+    keys = [k for k, _ in pairs]
+    for key in keys:
+        if keys.count(key) > 1:
+            raise _DuplicateKeyError(f"{key} is given twice")
+    return dict(pairs)
+
+
 def read_config_file(path: str) -> dict:
     """The sections of the YAML or JSON file at `path` as {section: {flag: value}}."""
     try:
@@ -124,8 +151,14 @@ def read_config_file(path: str) -> dict:
     except OSError as e:
         raise ConfigFileError(f"--config_file {path}: cannot read it ({e.strerror or e}).") \
             from None
+    except UnicodeDecodeError as e:
+        raise ConfigFileError(f"--config_file {path} is not UTF-8 text (byte {e.start}).") \
+            from None
     try:
-        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+        data = (json.loads(text, object_pairs_hook=_json_pairs) if path.endswith(".json")
+                else yaml.load(text, Loader=_StrictLoader))
+    except _DuplicateKeyError as e:
+        raise ConfigFileError(f"--config_file {path}: {e}; give each key once.") from None
     except (ValueError, yaml.YAMLError) as e:
         kind = "JSON" if path.endswith(".json") else "YAML"
         raise ConfigFileError(f"--config_file {path} is not valid {kind}: "
@@ -135,6 +168,12 @@ def read_config_file(path: str) -> dict:
     if not isinstance(data, dict):
         raise ConfigFileError(f"--config_file {path} must hold a mapping of the sections "
                               f"{', '.join(SECTIONS)}; it holds a {type(data).__name__}.")
+    odd = [k for k in data if not isinstance(k, str)]
+    odd += [f"{s}.{k}" for s, v in data.items() if isinstance(v, dict)
+            for k in v if not isinstance(k, str)]
+    if odd:
+        raise ConfigFileError(f"--config_file {path}: {odd[0]!r} is not a name; keys are "
+                              "section and flag names.")
     return data
 
 
@@ -142,10 +181,16 @@ def apply_config_file(path: str, command: str | None = None, flag_values=FLAGS) 
     """Sets the flags named in the config file at `path` (`read_config_file`), except those
     given on the command line (they win); returns the names it set. Every key must be a flag of
     this command in its section; a value is parsed as on the command line (its type and range
-    checked) and counts as given unless it is the flag's default. A file written by another
-    command (`command:` key) is refused."""
+    checked); null only for a flag whose default is none. A written config's `given` list
+    says which of its values were given explicitly (as on the command line: some commands
+    treat a value given differently from the default); in a file without one every value
+    counts as given. A file written by another command (`command:` key) is refused."""
     data = read_config_file(path)
     written_by = data.pop("command", None)
+    given = data.pop("given", None)
+    if given is not None and not (isinstance(given, list)
+                                  and all(isinstance(g, str) for g in given)):
+        raise ConfigFileError(f"--config_file {path}: given must be a list of flag names.")
     if command and written_by and written_by != command:
         raise ConfigFileError(f"--config_file {path} was written by {written_by}, and this "
                               f"command is {command}: run it with python -m {written_by}.")
@@ -177,6 +222,10 @@ def apply_config_file(path: str, command: str | None = None, flag_values=FLAGS) 
         flag = flag_values[name]
         if flag.present:
             continue  # the command line wins
+        where = f"--config_file {path}: {section_of(name)}.{name}"
+        if value is None and flag.default is not None:
+            raise ConfigFileError(f"{where}: null is not a value of this flag (its default is "
+                                  f"{flag.default!r}); give a value or leave the key out.")
         try:
             if value is None:
                 setattr(flag_values, name, None)
@@ -184,11 +233,11 @@ def apply_config_file(path: str, command: str | None = None, flag_values=FLAGS) 
                 flag.parse(_file_value(flag, value))
                 flag_values.validate_all_flags()
         except (flags.Error, ValueError) as e:
-            raise ConfigFileError(f"--config_file {path}: {section_of(name)}.{name}: "
-                                  f"{e}") from None
-        # A value other than the default counts as given (as on the command line); the
-        # defaults a written config lists do not (a TPU flag at its default is no TPU flag).
-        flag.present = int(flag.value != flag.default)
+            hint = (" (YAML reads yes/no/on/off as true/false: quote the value)"
+                    if isinstance(value, bool) and not isinstance(flag, flags.BooleanFlag)
+                    else "")
+            raise ConfigFileError(f"{where}: {e}{hint}") from None
+        flag.present = int(given is None or name in given)
         applied.append(name)
     return applied
 
@@ -235,9 +284,13 @@ class ExperimentConfig:
                 for name, value in getattr(self, section).items()}
 
     def as_dict(self) -> dict:
+        """The config as written: paths made absolute (`_absolute`), so that it can be run
+        from any directory; `given`, the settings given explicitly."""
         return {"command": self.command,
-                **{section: dict(sorted(getattr(self, section).items()))
-                   for section in SECTIONS}}
+                **{section: {name: _absolute(name, value)
+                             for name, value in sorted(getattr(self, section).items())}
+                   for section in SECTIONS},
+                "given": sorted(self.given)}
 
     def write(self, output_dir: str) -> str:
         """The config as OUTPUT_DIR/config.yaml (atomically); a different config already there
@@ -260,7 +313,41 @@ class ExperimentConfig:
         return path
 
 
-def _resolved(values: dict) -> dict:
+# Settings that name files or directories (comma-separated for the input globs).
+_PATH_SETTINGS = frozenset({
+    "albert_config_file", "spm_model_file", "vocab_file", "init_checkpoint",
+    "albert_hub_module_handle", "model_dir", "input_file", "eval_input_file", "output_dir",
+    "export_dir", "data_dir", "cached_dir", "train_file", "predict_file", "eval_file",
+    "train_feature_file", "predict_feature_file", "predict_feature_left_file", "output_file"})
+
+
+def _absolute(name: str, value):
+    """A path setting's value made absolute (each of a comma-separated list; `gs://` and other
+    URLs as they are; an init_checkpoint's `:best` suffix kept)."""
+    if name not in _PATH_SETTINGS or not isinstance(value, str) or not value:
+        return value
+    return ",".join(p if "://" in p or not p else os.path.abspath(p)
+                    for p in value.split(","))
+
+
+def _recorded_seed(values: dict, command: str) -> int | None:
+    """The seed a `--random_seed -1` run recorded in OUTPUT_DIR/config.yaml (the same command
+    rerun to resume draws no new one)."""
+    output_dir = values.get("output_dir")
+    path = os.path.join(output_dir, CONFIG_NAME) if output_dir else None
+    if not path or not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            recorded = yaml.safe_load(f)
+        seed = recorded["model"]["random_seed"]
+    except (OSError, ValueError, yaml.YAMLError, KeyError, TypeError):
+        return None
+    return seed if recorded.get("command") == command and isinstance(seed, int) \
+        and seed >= 0 else None
+
+
+def _resolved(values: dict, command: str) -> dict:
     """Official aliases replaced by what they mean, so the config says what ran."""
     if values.get("use_tpu"):
         values["distribution_strategy"] = "tpu"
@@ -271,15 +358,18 @@ def _resolved(values: dict) -> dict:
     if "tpu_name" in values:
         values["tpu_name"] = None
     if values.get("random_seed") == -1:
-        # A fresh seed, drawn once and recorded, so the run can be repeated.
-        values["random_seed"] = random.SystemRandom().randrange(2 ** 31)
+        # A fresh seed, drawn once per run directory and recorded, so the run can be repeated
+        # and the same command resumes it.
+        recorded = _recorded_seed(values, command)
+        values["random_seed"] = (recorded if recorded is not None
+                                 else random.SystemRandom().randrange(2 ** 31))
     return values
 
 
 def from_flags(command: str, flag_values=FLAGS) -> ExperimentConfig:
     """The command's config from its parsed flags (after `apply_config_file`)."""
     names = settings_of(flag_values)
-    values = _resolved({name: flag_values[name].value for name in names})
+    values = _resolved({name: flag_values[name].value for name in names}, command)
     sections = {section: {} for section in SECTIONS}
     for name, value in values.items():
         sections[section_of(name)][name] = list(value) if isinstance(value, list) else value

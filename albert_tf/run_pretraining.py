@@ -28,7 +28,7 @@ from absl import flags  # noqa: E402
 from albert_tf import flags as albert_flags  # noqa: E402
 from albert_tf.config import AlbertConfig  # noqa: E402
 from albert_tf.runner import (command, format_metrics, make_exporter,  # noqa: E402
-                              raise_if_stopped, strategy)
+                              raise_if_stopped, record_config, strategy)
 from albert_tf.train_lib import PretrainingConfig, PretrainingRun  # noqa: E402
 
 
@@ -91,6 +91,8 @@ def run(exp):
         raise ValueError(f"--export_dir needs a SentencePiece model: the data's sidecars "
                          f"name none and {exp.output_dir} holds none; pass "
                          "--spm_model_file (or --vocab_file, a WordPiece vocabulary).")
+    if cfg.do_train and run.is_chief:
+        record_config(exp, cfg.output_dir)  # every check passed
     summary = run.run(exporter=exporter)
     if "eval" in summary:
         print("eval: " + format_metrics(summary["eval"]))

@@ -103,8 +103,7 @@ def _checked(body, exp: ExperimentConfig):
     flags, so a command that cannot run as asked stops before it writes anything), holding
     the lock of the directory this process writes (`albert_tf.ownership`: the run's
     --output_dir, or a multi-worker run's worker directory in it) for the whole command:
-    features, checkpoints, evaluations and predictions alike. A training run's chief writes
-    the effective config to OUTPUT_DIR/config.yaml first."""
+    features, checkpoints, evaluations and predictions alike."""
     if "init_checkpoint" in exp:
         pretrained_source(exp)
     name = check_cluster_flags(exp) if "distribution_strategy" in exp else None
@@ -116,8 +115,6 @@ def _checked(body, exp: ExperimentConfig):
             # Collective ops must be configured before TensorFlow runs any op, and writing the
             # features does (the packing and windows are TF ops): build the strategy first.
             strategy(exp)
-        if chief and exp.get("do_train"):
-            exp.write(exp.output_dir)
         return body(exp)
 
 
@@ -284,6 +281,7 @@ def run_task(exp: ExperimentConfig, task, cfg, exporter=None,
     if cfg is not None:
         run = TrainingRun(task, cfg, strategy(exp))
         if cfg.do_train and run.is_chief:
+            record_config(exp, cfg.output_dir)
             keep_vocabulary(exp, cfg.output_dir)
         summary = run.run()
         raise_if_stopped(summary)
@@ -300,6 +298,13 @@ def run_task(exp: ExperimentConfig, task, cfg, exporter=None,
     if exporter is not None and (run is None or run.is_chief):
         summary["exports"] = export_models(exporter, [(model, which, step)])
     return model, summary
+
+
+def record_config(exp: ExperimentConfig, output_dir: str) -> None:
+    """The effective config to OUTPUT_DIR/config.yaml (`ExperimentConfig.write`), by a training
+    run's chief once the run is built: every check has passed, so a command that fails never
+    replaces the config of the run in its directory."""
+    exp.write(output_dir)
 
 
 def keep_vocabulary(exp: ExperimentConfig, output_dir: str) -> None:

@@ -87,6 +87,7 @@ def test_the_written_config_reads_back_to_the_same_values(tmp_path):
         got = getattr(experiment.from_flags("prog", again), name)
         assert (math.isnan(got) and math.isnan(value)) if isinstance(value, float) and \
             math.isnan(value) else got == value, name
+    assert experiment.from_flags("prog", again).given == cfg.given  # restored, not guessed
     # the same config again: the file is kept as it is; another config: the old one is kept
     assert cfg.write(str(tmp_path)) == path and not (tmp_path / "config.previous-1.yaml").exists()
     other = experiment.from_flags("prog", _flag_values(["--learning_rate=0.1"]))
@@ -97,12 +98,45 @@ def test_the_written_config_reads_back_to_the_same_values(tmp_path):
         "learning_rate"] == 0.1
 
 
+def test_given_is_restored_exactly_and_paths_are_written_absolute(tmp_path, monkeypatch):
+    """A flag given at its default value stays given on the rerun (some commands treat a given
+    value differently: SQuAD v2's --null_score_diff_threshold), a default stays a default; a
+    relative path is written absolute, so the config runs from any directory."""
+    values = _flag_values(["--train_batch_size=32", "--task_name=data/x.tsv"])
+    cfg = experiment.from_flags("prog", values)
+    monkeypatch.chdir(tmp_path)
+    written = yaml.safe_load(open(cfg.write(str(tmp_path))))
+    assert written["given"] == ["task_name", "train_batch_size"]
+    again = _flag_values()
+    experiment.apply_config_file(str(tmp_path / "config.yaml"), "prog", again)
+    rerun = experiment.from_flags("prog", again)
+    assert rerun.is_given("train_batch_size") and not rerun.is_given("learning_rate")
+    assert not rerun.is_given("threshold_to_export")  # nan: not given, as first
+    # task_name is not a path setting: as typed; a path setting is made absolute
+    assert written["task"]["task_name"] == "data/x.tsv"
+    assert experiment._absolute("input_file", "a/*.tfrecord,gs://b/c,/d") == \
+        f"{tmp_path}/a/*.tfrecord,gs://b/c,/d"
+    assert experiment._absolute("init_checkpoint", "runs/x:best") == f"{tmp_path}/runs/x:best"
+
+
 def test_a_fresh_seed_is_drawn_once_and_recorded():
     cfg = experiment.from_flags("prog", _flag_values(["--random_seed=-1"]))
     assert 0 <= cfg.random_seed < 2 ** 31 and cfg.seed() == cfg.random_seed
     seeds = {experiment.from_flags("prog", _flag_values(["--random_seed=-1"])).random_seed
              for _ in range(5)}
     assert len(seeds) > 1  # drawn, not fixed
+
+
+def test_a_fresh_seed_is_reused_by_the_same_command_in_its_directory(tmp_path):
+    """`--random_seed -1` rerun into the run's directory (to resume) takes the seed the run
+    recorded, not a new one: a new seed would give another input order."""
+    values = _flag_values(["--random_seed=-1"])
+    flags.DEFINE_string("output_dir", None, "", flag_values=values)
+    values["output_dir"].parse(str(tmp_path))
+    first = experiment.from_flags("prog", values)
+    first.write(str(tmp_path))
+    assert experiment.from_flags("prog", values).random_seed == first.random_seed
+    assert experiment.from_flags("other", values).random_seed != first.random_seed
 
 
 @pytest.mark.parametrize("data, message", [
@@ -119,6 +153,11 @@ def test_a_fresh_seed_is_drawn_once_and_recorded():
                                               r"albert_tf.run_classifier"),
     (["a", "list"], r"must hold a mapping of the sections task, model, trainer, runtime"),
     ({"trainer": ["learning_rate"]}, r"section trainer must be a mapping"),
+    ({1: "x"}, r"1 is not a name; keys are section and flag names"),
+    ({"trainer": {"train_batch_size": None}}, r"trainer.train_batch_size: null is not a value "
+                                              r"of this flag \(its default is 32\)"),
+    ({"runtime": {"mixed_precision": False}}, r"YAML reads yes/no/on/off as true/false: quote"),
+    ({"given": "learning_rate"}, r"given must be a list of flag names"),
 ])
 def test_bad_config_files_are_named_with_the_key(tmp_path, data, message):
     values = _flag_values()
@@ -126,6 +165,19 @@ def test_bad_config_files_are_named_with_the_key(tmp_path, data, message):
     with pytest.raises(ConfigFileError, match=message) as raised:
         experiment.apply_config_file(path, "prog", values)
     assert str(raised.value).startswith(f"--config_file {path}")
+
+
+def test_null_is_a_value_only_where_the_default_is_none(tmp_path):
+    values = _flag_values(["--task_name=sst-2"])
+    experiment.apply_config_file(_write(tmp_path / "c.yaml", {"task": {"task_name": None}}),
+                                 "prog", values)
+    assert values.task_name == "sst-2"  # the command line wins over the file's null
+    values = _flag_values()
+    values["task_name"].parse("x")
+    values["task_name"].present = 0
+    experiment.apply_config_file(_write(tmp_path / "d.yaml", {"task": {"task_name": None}}),
+                                 "prog", values)
+    assert values.task_name is None
 
 
 def test_unreadable_and_malformed_config_files(tmp_path):
@@ -137,6 +189,17 @@ def test_unreadable_and_malformed_config_files(tmp_path):
     (tmp_path / "broken.json").write_text("{'trainer': 1}")
     with pytest.raises(ConfigFileError, match=r"broken.json is not valid JSON"):
         experiment.apply_config_file(str(tmp_path / "broken.json"), "prog", _flag_values())
+    (tmp_path / "twice.yaml").write_text("trainer:\n  learning_rate: 0.5\n  learning_rate: 0.1\n")
+    with pytest.raises(ConfigFileError, match=r"twice.yaml: learning_rate is given twice "
+                                              r"\(line 3\); give each key once"):
+        experiment.apply_config_file(str(tmp_path / "twice.yaml"), "prog", _flag_values())
+    (tmp_path / "twice.json").write_text('{"trainer": {"learning_rate": 0.5, '
+                                         '"learning_rate": 0.1}}')
+    with pytest.raises(ConfigFileError, match=r"learning_rate is given twice"):
+        experiment.apply_config_file(str(tmp_path / "twice.json"), "prog", _flag_values())
+    (tmp_path / "latin1.yaml").write_bytes(b"trainer:\n  learning_rate: 0.01\xff\n")
+    with pytest.raises(ConfigFileError, match=r"latin1.yaml is not UTF-8 text"):
+        experiment.apply_config_file(str(tmp_path / "latin1.yaml"), "prog", _flag_values())
 
 
 def _pretrain(args, cwd):
@@ -162,10 +225,12 @@ def test_a_runs_written_config_repeats_it_exactly(generated_data, tmp_path):
 
     config_file = tmp_path / "albert_config.json"
     AlbertConfig(**PRETRAINING_MODEL).to_json_file(config_file)
-    pattern = os.path.join(os.path.dirname(generated_data["files"][0]), "*.tfrecord")
+    data = tmp_path / "data"
+    os.symlink(os.path.dirname(generated_data["files"][0]), data)
     first = tmp_path / "first"
-    args = ["--albert_config_file", str(config_file), "--input_file", pattern,
-            "--output_dir", str(first), "--max_seq_length", str(GENERATION_KW["max_seq_length"]),
+    # relative paths, run from tmp_path: the written config holds them absolute
+    args = ["--albert_config_file", "albert_config.json", "--input_file", "data/*.tfrecord",
+            "--output_dir", "first", "--max_seq_length", str(GENERATION_KW["max_seq_length"]),
             "--max_predictions_per_seq", str(GENERATION_KW["max_predictions_per_seq"]),
             "--train_batch_size", "8", "--num_train_steps", "3", "--num_warmup_steps", "1",
             "--learning_rate", "0.01", "--save_checkpoints_steps", "3",
@@ -177,13 +242,15 @@ def test_a_runs_written_config_repeats_it_exactly(generated_data, tmp_path):
     assert written["trainer"]["num_train_steps"] == 3
     assert written["trainer"]["learning_rate"] == 0.01
     assert written["model"]["albert_config_file"] == str(config_file)
+    assert written["task"]["input_file"] == str(data / "*.tfrecord")
     assert written["runtime"]["mixed_precision"] == "float32"
+    assert "learning_rate" in written["given"] and "poly_power" not in written["given"]
     seed = written["model"]["random_seed"]
     assert seed != -1 and 0 <= seed < 2 ** 31  # the drawn seed, recorded
 
-    again = tmp_path / "again"
+    again = tmp_path / "again"  # run from another directory
     proc = _pretrain(["--config_file", str(first / "config.yaml"), "--output_dir", str(again)],
-                     str(tmp_path))
+                     ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     a, b = _weights(first), _weights(again)
     assert a.keys() == b.keys() and len(a) > 10
@@ -210,3 +277,19 @@ def test_a_runs_written_config_repeats_it_exactly(generated_data, tmp_path):
     assert "trainer.num_train_step is not a flag of this command (did you mean " \
            "num_train_steps?)" in proc.stderr
     assert not (tmp_path / "never").exists()
+
+    # A command that fails leaves the run's config as it was; the same -1 command rerun into
+    # the run's directory takes its recorded seed and resumes (the input order is the same).
+    before = (first / "config.yaml").read_text()
+    proc = _pretrain(["--config_file", str(first / "config.yaml"), "--output_dir", str(first),
+                      "--albert_config_file", "nope.json"], str(tmp_path))
+    assert proc.returncode == 1 and "nope.json" in proc.stderr
+    assert (first / "config.yaml").read_text() == before
+    assert not (first / "config.previous-1.yaml").exists()
+    proc = _pretrain(args + ["--num_train_steps", "4", "--save_checkpoints_steps", "4"],
+                     str(tmp_path))
+    assert proc.returncode == 1 and "holds a run with other settings" in proc.stderr
+    proc = _pretrain(args, str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Resumed from" in proc.stdout
+    assert yaml.safe_load((first / "config.yaml").read_text())["model"]["random_seed"] == seed
