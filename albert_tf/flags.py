@@ -297,12 +297,3 @@ def require_an_action(export: bool = False) -> None:
         actions.append("export_dir")
     if not any(getattr(FLAGS, name) for name in actions):
         raise app.UsageError("At least one of " + ", ".join(f"--{a}" for a in actions) + ".")
-
-
-def seed() -> int | None:
-    """--random_seed, None for -1 (a fresh seed)."""
-    return None if FLAGS.random_seed == -1 else FLAGS.random_seed
-
-
-def strategy_name() -> str:
-    return "tpu" if FLAGS.use_tpu else FLAGS.distribution_strategy

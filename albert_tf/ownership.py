@@ -293,17 +293,6 @@ def _remove_remote(path: str) -> None:
         pass
 
 
-def lock_output(target: str, what: str, is_dir: bool, fix: str | None = None) -> OutputLock:
-    """`OutputLock(...).acquire()`: the lock of `target`, taken now."""
-    return OutputLock(target, what, is_dir, fix).acquire()
-
-
-def is_held(target: str, is_dir: bool) -> bool:
-    """Whether this process holds the lock of `target`."""
-    path = lock_path(os.fspath(target), is_dir)
-    return (path if "://" in path else os.path.abspath(path)) in _HELD
-
-
 def current_umask() -> int:
     """The process's umask (read without changing it where /proc tells it)."""
     try:

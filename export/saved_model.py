@@ -275,20 +275,8 @@ def _readable_tree(directory: str) -> None:
             os.chmod(os.path.join(root, name), file_mode)
 
 
-# TF Serving's batching, derived from `bench.serving_load` (docs/serving.md "Serving under load":
-# albert-base classifier, C++ loader, one-sentence requests from 1/4/16 clients, 2-core CPU):
-# - max_batch_size 32: 16 clients fill batches of 15; a cap of 128 bought no throughput (64.6
-#   against 68.2 sentences/s), and a 32-sentence batch already runs at 81-85% of the FLOP
-#   ceiling, so larger batches only lengthen the wait.
-# - num_batch_threads 2 (the cores measured; set it to the server's cores): at 4 clients p99
-#   86-87 ms against 109-125 with one thread.
-# - batch_timeout_micros 2000: with two batch threads, 500 closed batches early (6.1 rows at 16
-#   clients, p99 373 ms) where 2,000 keeps them full (15.1 rows, p99 263 ms, 69.0 sentences/s);
-#   a lone request pays at most 2 ms (37.0 ms p50 against 33-35 unbatched, within noise).
-# - no allowed_batch_sizes: padding a batch to an allowed size computes the copies (one client:
-#   7.4 sentences/s padded to 8 against 24.9); the graph takes any batch size.
-# - max_enqueued_batches 16: at about 0.47 s per full batch, at most ~8 s queued before the server
-#   answers UNAVAILABLE and a client can go to another replica.
+# TF Serving's batching: values measured by `bench.serving_load`; why each is what it is, with the
+# figures, in docs/serving.md ("Batching").
 BATCHING = {"max_batch_size": 32, "batch_timeout_micros": 2000, "max_enqueued_batches": 16,
             "num_batch_threads": 2}
 
@@ -320,13 +308,6 @@ def batching_parameters(signatures: dict, batching: dict | None = None) -> str:
                "requests of one length.",
                "# num_batch_threads: set it to the server's CPU cores."]
     return "\n".join(comment + lines + ["pad_variable_length_inputs: false"]) + "\n"
-
-
-def read_batching_parameters(path: str) -> dict:
-    """The integer fields of a batching_parameters file ({name: value})."""
-    with open(path, encoding="utf-8") as f:
-        return {m.group(1): int(m.group(2)) for m in re.finditer(
-            r"^(\w+) \{ value: (\d+) \}", f.read(), re.M)}
 
 
 def write_serving_configs(export_dir: str, model_name: str, base_path: str | None = None,

@@ -4,6 +4,7 @@ op list of TF Serving 2.20; loading from C++ the way the server does."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -24,7 +25,6 @@ from data.text_io import expand_input_patterns, read_text_lines
 from export.ops_check import UnsupportedOpError, check_saved_model_ops
 from export.serving import OFFICIAL_SIGNATURE
 from export.saved_model import (BATCHING_CONFIG, MODELS_CONFIG, WARMUP_FILE, WARMUP_TEXTS,
-                                read_batching_parameters,
                                 ExportError,
                                 export_saved_model, load_for_export)
 
@@ -33,6 +33,13 @@ TEXTS = ["The capital of France is [MASK].", "ALBERT shares parameters across la
          "[MASK] [MASK] were here, said Alice", "Café naïve, 1,000 ``quotes''"]
 PAIRS = ["Is it raining?", "a b c d e f g h i j k l m n o p q r s t u v w x y z " * 4,
          "", "Tom Sawyer [MASK] the fence."]
+
+
+def read_batching_parameters(path: str) -> dict:
+    """The integer fields of a batching_parameters file ({name: value})."""
+    with open(path, encoding="utf-8") as f:
+        return {m.group(1): int(m.group(2)) for m in re.finditer(
+            r"^(\w+) \{ value: (\d+) \}", f.read(), re.M)}
 
 
 def _tokens(batch):

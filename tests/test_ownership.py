@@ -15,14 +15,25 @@ import numpy as np
 import pytest
 
 from albert_tf import AlbertClassifier, AlbertConfig
-from albert_tf.ownership import OutputLock, OutputLockedError, is_held, lock_output, lock_path
+from albert_tf.ownership import _HELD, OutputLock, OutputLockedError, lock_path
 from conftest import GENERATION_KW, ROOT, export_config
+
+def lock_output(target, what, is_dir):
+    """The lock of `target`, taken now."""
+    return OutputLock(target, what, is_dir).acquire()
+
+
+def is_held(target, is_dir):
+    """Whether this process holds the lock of `target`."""
+    path = lock_path(os.fspath(target), is_dir)
+    return (path if "://" in path else os.path.abspath(path)) in _HELD
+
 
 HOLDER = """
 import os, sys, time
 sys.path.insert(0, {root!r})
-from albert_tf.ownership import lock_output
-lock = lock_output(sys.argv[1], "test output", is_dir=sys.argv[2] == "dir")  # held while referenced
+from albert_tf.ownership import OutputLock
+lock = OutputLock(sys.argv[1], "test output", is_dir=sys.argv[2] == "dir").acquire()  # held while referenced
 print("held", flush=True)
 if sys.argv[3] == "die":
     os._exit(0)  # no release: the lock file stays, naming a pid that is gone

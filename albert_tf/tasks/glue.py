@@ -278,11 +278,6 @@ def pearson(x, y) -> float:
     return 0.0 if _degenerate(x, y) else float(stats.pearsonr(x, y).statistic)
 
 
-def rank_average(values) -> np.ndarray:
-    """1-based ranks, tied values sharing the mean of their ranks (SciPy's `rankdata`)."""
-    return stats.rankdata(np.asarray(values), method="average").astype(np.float64)
-
-
 def spearman(x, y) -> float:
     """Spearman correlation, ties ranked by their mean rank (SciPy's `spearmanr`); 0.0 for a
     constant side (`_degenerate`)."""
