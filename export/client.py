@@ -355,6 +355,240 @@ _ANSWER_KEYS = {"predict": ("predictions", "outputs"), "classify": ("results",),
                 "regress": ("results",), "metadata": ("metadata",)}
 
 
+class _Endpoint:
+    """What the REST and gRPC transports share: the model's address and the errors that name
+    it."""
+
+    def __init__(self, address: str, tls: bool, model: str, version: int | None,
+                 timeout: float):
+        self.address, self.tls, self.model = address, tls, model
+        self.version, self.timeout = version, timeout
+        self.known_signatures = None  # () -> [names], for a "no such signature" error
+
+    def timed_out(self, protocol: str) -> ServingError:
+        return ServingError(f"TF Serving at {self.address} did not answer within --timeout "
+                            f"{self.timeout:g} s (it bounds the whole request: connecting, "
+                            f"sending, reading the answer) over {protocol}. Is the server "
+                            "overloaded, or the model slow on this input? Raise --timeout.")
+
+    def certificate_refused(self, reason) -> ServingError:
+        return ServingError(f"The TLS certificate of {self.address} does not verify: {reason}. "
+                            "If it is self-signed or signed by a private CA, pass --ca_file with "
+                            "that certificate (PEM); if its name does not match, use the name "
+                            "it was issued for in --server.")
+
+    def malformed(self, verb: str, what: str, value) -> ServingError:
+        return ServingError(f"The server at {self.address} answered {verb} with {what}: "
+                            f"{_snippet(value)}. Is {self.address} TF Serving's REST port (8501 "
+                            "by default)?")
+
+    def explain(self, status, message: str, signature: str | None) -> ServingError:
+        lowered = message.lower()
+        if "servable not found" in lowered or "could not find any versions" in lowered \
+                or status == 404 or status == "NOT_FOUND":
+            version = "" if self.version is None else f" version {self.version}"
+            return ServingError(f"The server at {self.address} does not serve model "
+                                f"{self.model!r}{version}: {message}. Check the model name (the "
+                                "export directory's name, as in models.config).")
+        if "signature" in lowered and "not found" in lowered:
+            known = ""
+            try:
+                if self.known_signatures is not None:
+                    known = f" The model's signatures: {', '.join(self.known_signatures())}."
+            except ServingError:
+                pass
+            return ServingError(f"Model {self.model!r} has no signature {signature!r}: "
+                                f"{message}.{known}")
+        return ServingError(f"The server refused the request to {self.model!r} "
+                            f"(signature {signature!r}): {message}")
+
+
+
+class _Rest(_Endpoint):
+    """TF Serving's REST API: one HTTP(S) exchange per request, bounded by the timeout, the
+    answer checked to be TF Serving's JSON."""
+
+    def __init__(self, address, tls, model, version, timeout, path: str,
+                 ssl_context: ssl.SSLContext | None):
+        super().__init__(address, tls, model, version, timeout)
+        self._path, self._ssl_context = path, ssl_context
+        self.known_signatures = self.signatures
+
+    def model_url(self):
+        url = (f"{'https' if self.tls else 'http'}://{self.address}{self._path}"
+               f"/v1/models/{self.model}")
+        return url + (f"/versions/{self.version}" if self.version is not None else "")
+
+    def call(self, verb: str, body: dict | None = None, signature: str | None = None) -> dict:
+        """The JSON object TF Serving answered `verb` with; any other answer is a
+        ServingError that says what came back."""
+        url = self.model_url() + (f":{verb}" if verb != "metadata" else "/metadata")
+        data = None if body is None else json.dumps(body).encode()
+        status, reason, headers, payload = self._exchange(url, data)
+        if 300 <= status < 400:
+            location = _snippet(headers.get("Location", "nowhere"))
+            raise ServingError(f"The server at {self.address} answered HTTP {status}, a redirect "
+                               f"to {location}; the client follows none (TF Serving never "
+                               "redirects, and a redirect can drop TLS): if that is the server, "
+                               "pass it as --server.")
+        if not 200 <= status < 300:
+            try:
+                message = json.loads(payload)["error"]
+            except (ValueError, TypeError, KeyError):
+                message = None
+            message = f"HTTP {status} {reason}" if message is None else str(message)
+            raise self.explain(status, message, signature)
+        answer = self._json_object(verb, status, headers, payload)
+        keys = _ANSWER_KEYS[verb]
+        if not any(k in answer for k in keys):
+            raise ServingError(f"The server at {self.address} answered {verb} with JSON that has "
+                               f"no {' or '.join(map(repr, keys))} (its keys: "
+                               f"{_snippet(', '.join(map(str, answer)) or 'none')}), not TF "
+                               f"Serving's answer. Is {self.address} TF Serving's REST port "
+                               "(8501 by default)?")
+        return answer
+
+    def _json_object(self, verb: str, status: int, headers, payload: bytes) -> dict:
+        text = payload.strip()
+        content_type = (headers.get("Content-Type") or "").lower()
+        value = None
+        if not text:
+            what = "an empty body"
+        elif "html" in content_type or text[:1] == b"<":
+            what = f"an HTML page ('{_snippet(text, 80)}')"
+        else:
+            try:
+                value = json.loads(text)
+                what = f"JSON that is not an object ('{_snippet(text, 80)}')"
+            except ValueError:  # UnicodeDecodeError included
+                what = f"a body that is not JSON ('{_snippet(text, 80)}')"
+        if isinstance(value, dict):
+            return value
+        raise ServingError(f"The server at {self.address} answered {verb} with {what} (HTTP "
+                           f"{status}), not TF Serving's JSON. Is {self.address} TF Serving's "
+                           "REST port (8501 by default), not a web server, a proxy's page or "
+                           "the gRPC port?")
+
+    def _exchange(self, url: str, data: bytes | None):
+        """(status, reason, headers, body) of one HTTP(S) request, all of it within
+        self.timeout; what fails on the way is a ServingError naming the cause."""
+        request = urllib.request.Request(url, data=data,
+                                         method="GET" if data is None else "POST",
+                                         headers={"Content-Type": "application/json"})
+        deadline = _Deadline(self.timeout)
+        opener = urllib.request.build_opener(_NoRedirects(), _HTTPHandler(deadline),
+                                             _HTTPSHandler(deadline, self._ssl_context))
+        failure = None
+        with deadline:
+            try:
+                try:
+                    response = opener.open(request, timeout=self.timeout)
+                    status, reason = response.status, response.reason
+                except urllib.error.HTTPError as e:
+                    response, status, reason = e, e.code, e.reason
+                with response:
+                    headers, payload = response.headers, response.read()
+            except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
+                failure = e
+        if deadline.expired:
+            raise self.timed_out("REST")
+        if failure is not None:
+            raise self._transport_error(failure) from None
+        return status, _printable(str(reason)), headers, payload
+
+    def _transport_error(self, error: Exception) -> ServingError:
+        reason = error.reason if isinstance(error, urllib.error.URLError) else error
+        port_hint = ("Is this TF Serving's REST port (8501 by default; gRPC is 8500)?"
+                     + ("" if self.tls else " If the server speaks HTTPS, use https://."))
+        if isinstance(reason, ssl.SSLCertVerificationError):
+            return self.certificate_refused(reason.verify_message or reason)
+        if isinstance(reason, ssl.SSLError):
+            return ServingError(f"TLS with {self.address} failed: {reason}. Does the server "
+                                "speak HTTPS there? For a plain-HTTP server use http://.")
+        if isinstance(reason, TimeoutError):
+            return self.timed_out("REST")
+        if isinstance(reason, http.client.RemoteDisconnected):
+            return ServingError(f"The server at {self.address} closed the connection without "
+                                f"answering. {port_hint}")
+        if isinstance(reason, http.client.IncompleteRead):
+            return ServingError(f"The server at {self.address} broke its answer off "
+                                f"({len(reason.partial)} bytes, "
+                                f"{reason.expected or 'more'} missing).")
+        if isinstance(reason, http.client.HTTPException):
+            return ServingError(f"The server at {self.address} answered something that is not "
+                                f"HTTP ({type(reason).__name__}: {_snippet(str(reason), 60)}). "
+                                f"{port_hint}")
+        if isinstance(reason, ValueError):
+            return ServingError(f"Cannot make a request of {self.model_url()!r}: {reason}. "
+                                "Check --server and --model.")
+        return ServingError(f"Cannot reach TF Serving at {self.address} over REST: {reason}. "
+                            "Is the server running, and is this its REST port (8501 by "
+                            "default; gRPC is 8500)?")
+
+    def signatures(self) -> list[str]:
+        """The served model's signature names (REST metadata)."""
+        meta = self.call("metadata")
+        defs = meta["metadata"]
+        for key in ("signature_def", "signature_def"):  # {"signature_def": {"signature_def": }}
+            defs = defs.get(key) if isinstance(defs, dict) else None
+        if not isinstance(defs, dict):
+            raise self.malformed("metadata", "no signature_def map", meta)
+        return sorted(map(str, defs))
+
+
+
+class _Grpc(_Endpoint):
+    """TF Serving's gRPC API (PredictionService), the deadline of the whole call the timeout."""
+
+    def __init__(self, address, tls, model, version, timeout, ca_pem: bytes | None):
+        super().__init__(address, tls, model, version, timeout)
+        self._ca_pem = ca_pem
+        self._stub = None
+
+    def stub(self):
+        if self._stub is None:
+            import grpc
+            from tensorflow_serving.apis import prediction_service_pb2_grpc
+
+            if self.tls:  # the server's certificate verified (--ca_file, or gRPC's roots)
+                channel = grpc.secure_channel(self.address, grpc.ssl_channel_credentials(
+                    root_certificates=self._ca_pem))
+            else:
+                channel = grpc.insecure_channel(self.address)
+            self._stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        return self._stub
+
+    def model_spec(self, request, signature):
+        request.model_spec.name = self.model
+        request.model_spec.signature_name = signature
+        if self.version is not None:
+            request.model_spec.version.value = int(self.version)
+
+    def call(self, method: str, request, signature: str):
+        import grpc
+
+        try:  # timeout: the deadline of the whole call
+            return getattr(self.stub(), method)(request, timeout=self.timeout)
+        except grpc.RpcError as e:
+            code, details = e.code(), _printable(e.details() or "")
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise self.timed_out("gRPC") from None
+            if code == grpc.StatusCode.UNAVAILABLE:
+                verify = re.search(r"CERTIFICATE_VERIFY_FAILED:\s*([^:]+)", details)
+                if self.tls and verify:
+                    raise self.certificate_refused(verify.group(1).strip()) from None
+                if self.tls and "handshake failed" in details.lower():
+                    raise ServingError(f"TLS with {self.address} failed: {details}. Does the "
+                                       "server take TLS there? For a plain server leave https:// "
+                                       "and --ca_file out.") from None
+                hint = ("" if self.tls or "refused" in details.lower() else
+                        " If it takes TLS, use https:// (and --ca_file for a private CA).")
+                raise ServingError(f"Cannot reach TF Serving at {self.address} over gRPC: "
+                                   f"{details}. Is the server running, and is this its gRPC "
+                                   f"port (8500 by default; REST is 8501)?{hint}") from None
+            raise self.explain(code.name, details, signature) from None
+
+
 class ServingClient:
     """Predict, classify, regress and fill-mask against one model on a TF Serving server.
 
@@ -393,18 +627,22 @@ class ServingClient:
         self.model = model
         self.version = version
         self.timeout = timeout
-        scheme, host, port, self._path = parse_server(server, protocol)
+        scheme, host, port, path = parse_server(server, protocol)
         if scheme == "http" and ca_file:
             raise ServingError(f"--ca_file asks for TLS, but --server {server!r} says http://: "
                                "use https:// (or leave the scheme out).")
         self.tls = scheme == "https" or bool(ca_file)
         self.address = f"{host}:{port}"
-        self._ssl_context = self._tls_context(ca_file) if self.tls else None
-        self._ca_pem = None
-        if ca_file:
-            with open(ca_file, "rb") as f:  # readable: _tls_context loaded it
-                self._ca_pem = f.read()
-        self._stub = None
+        ssl_context = self._tls_context(ca_file) if self.tls else None
+        endpoint = (self.address, self.tls, model, version, timeout)
+        if protocol == "rest":
+            self._transport = _Rest(*endpoint, path, ssl_context)
+        else:
+            ca_pem = None
+            if ca_file:
+                with open(ca_file, "rb") as f:  # readable: _tls_context loaded it
+                    ca_pem = f.read()
+            self._transport = _Grpc(*endpoint, ca_pem)
 
     @staticmethod
     def _tls_context(ca_file: str | None) -> ssl.SSLContext:
@@ -419,275 +657,74 @@ class ServingClient:
             raise ServingError(f"--ca_file {ca_file!r}: cannot read it "
                                f"({e.strerror or e}).") from None
 
-    def _timed_out(self, protocol: str) -> ServingError:
-        return ServingError(f"TF Serving at {self.address} did not answer within --timeout "
-                            f"{self.timeout:g} s (it bounds the whole request: connecting, "
-                            f"sending, reading the answer) over {protocol}. Is the server "
-                            "overloaded, or the model slow on this input? Raise --timeout.")
-
-    def _certificate_refused(self, reason) -> ServingError:
-        return ServingError(f"The TLS certificate of {self.address} does not verify: {reason}. "
-                            "If it is self-signed or signed by a private CA, pass --ca_file with "
-                            "that certificate (PEM); if its name does not match, use the name "
-                            "it was issued for in --server.")
-
-    # -----------------------------------------------------------------------------------------
-    # REST.
-    def _model_url(self):
-        url = (f"{'https' if self.tls else 'http'}://{self.address}{self._path}"
-               f"/v1/models/{self.model}")
-        return url + (f"/versions/{self.version}" if self.version is not None else "")
-
-    def _rest(self, verb: str, body: dict | None = None, signature: str | None = None) -> dict:
-        """The JSON object TF Serving answered `verb` with; any other answer is a
-        ServingError that says what came back."""
-        url = self._model_url() + (f":{verb}" if verb != "metadata" else "/metadata")
-        data = None if body is None else json.dumps(body).encode()
-        status, reason, headers, payload = self._exchange(url, data)
-        if 300 <= status < 400:
-            location = _snippet(headers.get("Location", "nowhere"))
-            raise ServingError(f"The server at {self.address} answered HTTP {status}, a redirect "
-                               f"to {location}; the client follows none (TF Serving never "
-                               "redirects, and a redirect can drop TLS): if that is the server, "
-                               "pass it as --server.")
-        if not 200 <= status < 300:
-            try:
-                message = json.loads(payload)["error"]
-            except (ValueError, TypeError, KeyError):
-                message = None
-            message = f"HTTP {status} {reason}" if message is None else str(message)
-            raise self._explain(status, message, signature)
-        answer = self._json_object(verb, status, headers, payload)
-        keys = _ANSWER_KEYS[verb]
-        if not any(k in answer for k in keys):
-            raise ServingError(f"The server at {self.address} answered {verb} with JSON that has "
-                               f"no {' or '.join(map(repr, keys))} (its keys: "
-                               f"{_snippet(', '.join(map(str, answer)) or 'none')}), not TF "
-                               f"Serving's answer. Is {self.address} TF Serving's REST port "
-                               "(8501 by default)?")
-        return answer
-
-    def _json_object(self, verb: str, status: int, headers, payload: bytes) -> dict:
-        text = payload.strip()
-        content_type = (headers.get("Content-Type") or "").lower()
-        value = None
-        if not text:
-            what = "an empty body"
-        elif "html" in content_type or text[:1] == b"<":
-            what = f"an HTML page ('{_snippet(text, 80)}')"
-        else:
-            try:
-                value = json.loads(text)
-                what = f"JSON that is not an object ('{_snippet(text, 80)}')"
-            except ValueError:  # UnicodeDecodeError included
-                what = f"a body that is not JSON ('{_snippet(text, 80)}')"
-        if isinstance(value, dict):
-            return value
-        raise ServingError(f"The server at {self.address} answered {verb} with {what} (HTTP "
-                           f"{status}), not TF Serving's JSON. Is {self.address} TF Serving's "
-                           "REST port (8501 by default), not a web server, a proxy's page or "
-                           "the gRPC port?")
-
-    def _malformed(self, verb: str, what: str, value) -> ServingError:
-        return ServingError(f"The server at {self.address} answered {verb} with {what}: "
-                            f"{_snippet(value)}. Is {self.address} TF Serving's REST port (8501 "
-                            "by default)?")
-
-    def _exchange(self, url: str, data: bytes | None):
-        """(status, reason, headers, body) of one HTTP(S) request, all of it within
-        self.timeout; what fails on the way is a ServingError naming the cause."""
-        request = urllib.request.Request(url, data=data,
-                                         method="GET" if data is None else "POST",
-                                         headers={"Content-Type": "application/json"})
-        deadline = _Deadline(self.timeout)
-        opener = urllib.request.build_opener(_NoRedirects(), _HTTPHandler(deadline),
-                                             _HTTPSHandler(deadline, self._ssl_context))
-        failure = None
-        with deadline:
-            try:
-                try:
-                    response = opener.open(request, timeout=self.timeout)
-                    status, reason = response.status, response.reason
-                except urllib.error.HTTPError as e:
-                    response, status, reason = e, e.code, e.reason
-                with response:
-                    headers, payload = response.headers, response.read()
-            except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
-                failure = e
-        if deadline.expired:
-            raise self._timed_out("REST")
-        if failure is not None:
-            raise self._transport_error(failure) from None
-        return status, _printable(str(reason)), headers, payload
-
-    def _transport_error(self, error: Exception) -> ServingError:
-        reason = error.reason if isinstance(error, urllib.error.URLError) else error
-        port_hint = ("Is this TF Serving's REST port (8501 by default; gRPC is 8500)?"
-                     + ("" if self.tls else " If the server speaks HTTPS, use https://."))
-        if isinstance(reason, ssl.SSLCertVerificationError):
-            return self._certificate_refused(reason.verify_message or reason)
-        if isinstance(reason, ssl.SSLError):
-            return ServingError(f"TLS with {self.address} failed: {reason}. Does the server "
-                                "speak HTTPS there? For a plain-HTTP server use http://.")
-        if isinstance(reason, TimeoutError):
-            return self._timed_out("REST")
-        if isinstance(reason, http.client.RemoteDisconnected):
-            return ServingError(f"The server at {self.address} closed the connection without "
-                                f"answering. {port_hint}")
-        if isinstance(reason, http.client.IncompleteRead):
-            return ServingError(f"The server at {self.address} broke its answer off "
-                                f"({len(reason.partial)} bytes, "
-                                f"{reason.expected or 'more'} missing).")
-        if isinstance(reason, http.client.HTTPException):
-            return ServingError(f"The server at {self.address} answered something that is not "
-                                f"HTTP ({type(reason).__name__}: {_snippet(str(reason), 60)}). "
-                                f"{port_hint}")
-        if isinstance(reason, ValueError):
-            return ServingError(f"Cannot make a request of {self._model_url()!r}: {reason}. "
-                                "Check --server and --model.")
-        return ServingError(f"Cannot reach TF Serving at {self.address} over REST: {reason}. "
-                            "Is the server running, and is this its REST port (8501 by "
-                            "default; gRPC is 8500)?")
-
-    def _explain(self, status, message: str, signature: str | None) -> ServingError:
-        lowered = message.lower()
-        if "servable not found" in lowered or "could not find any versions" in lowered \
-                or status == 404 or status == "NOT_FOUND":
-            version = "" if self.version is None else f" version {self.version}"
-            return ServingError(f"The server at {self.address} does not serve model "
-                                f"{self.model!r}{version}: {message}. Check the model name (the "
-                                "export directory's name, as in models.config).")
-        if "signature" in lowered and "not found" in lowered:
-            known = ""
-            try:
-                known = f" The model's signatures: {', '.join(self.signatures())}."
-            except ServingError:
-                pass
-            return ServingError(f"Model {self.model!r} has no signature {signature!r}: "
-                                f"{message}.{known}")
-        return ServingError(f"The server refused the request to {self.model!r} "
-                            f"(signature {signature!r}): {message}")
-
     def signatures(self) -> list[str]:
         """The served model's signature names (REST metadata)."""
         if self.protocol != "rest":
             raise ServingError("signatures() uses the REST metadata API.")
-        meta = self._rest("metadata")
-        defs = meta["metadata"]
-        for key in ("signature_def", "signature_def"):  # {"signature_def": {"signature_def": }}
-            defs = defs.get(key) if isinstance(defs, dict) else None
-        if not isinstance(defs, dict):
-            raise self._malformed("metadata", "no signature_def map", meta)
-        return sorted(map(str, defs))
+        return self._transport.signatures()
 
-    # -----------------------------------------------------------------------------------------
-    # gRPC.
-    def _grpc_stub(self):
-        if self._stub is None:
-            import grpc
-            from tensorflow_serving.apis import prediction_service_pb2_grpc
-
-            if self.tls:  # the server's certificate verified (--ca_file, or gRPC's roots)
-                channel = grpc.secure_channel(self.address, grpc.ssl_channel_credentials(
-                    root_certificates=self._ca_pem))
-            else:
-                channel = grpc.insecure_channel(self.address)
-            self._stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-        return self._stub
-
-    def _model_spec(self, request, signature):
-        request.model_spec.name = self.model
-        request.model_spec.signature_name = signature
-        if self.version is not None:
-            request.model_spec.version.value = int(self.version)
-
-    def _grpc(self, method: str, request, signature: str):
-        import grpc
-
-        try:  # timeout: the deadline of the whole call
-            return getattr(self._grpc_stub(), method)(request, timeout=self.timeout)
-        except grpc.RpcError as e:
-            code, details = e.code(), _printable(e.details() or "")
-            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise self._timed_out("gRPC") from None
-            if code == grpc.StatusCode.UNAVAILABLE:
-                verify = re.search(r"CERTIFICATE_VERIFY_FAILED:\s*([^:]+)", details)
-                if self.tls and verify:
-                    raise self._certificate_refused(verify.group(1).strip()) from None
-                if self.tls and "handshake failed" in details.lower():
-                    raise ServingError(f"TLS with {self.address} failed: {details}. Does the "
-                                       "server take TLS there? For a plain server leave https:// "
-                                       "and --ca_file out.") from None
-                hint = ("" if self.tls or "refused" in details.lower() else
-                        " If it takes TLS, use https:// (and --ca_file for a private CA).")
-                raise ServingError(f"Cannot reach TF Serving at {self.address} over gRPC: "
-                                   f"{details}. Is the server running, and is this its gRPC "
-                                   f"port (8500 by default; REST is 8501)?{hint}") from None
-            raise self._explain(code.name, details, signature) from None
-
-    # -----------------------------------------------------------------------------------------
     def predict(self, inputs: dict, signature: str = "serving_default",
                 row_format: bool = True) -> dict:
         """{output name: numpy array (gRPC) or nested list (REST)} for a batch of inputs
         ({input name: list over the batch})."""
         if self.protocol == "rest":
             body = encode_rest_request(inputs, signature, row_format)
-            return decode_rest_response(self._rest("predict", body, signature),
+            return decode_rest_response(self._transport.call("predict", body, signature),
                                         source=f"TF Serving at {self.address}")
         import numpy as np
         import tensorflow as tf
         from tensorflow_serving.apis import predict_pb2
 
         request = predict_pb2.PredictRequest()
-        self._model_spec(request, signature)
+        self._transport.model_spec(request, signature)
         for name, value in inputs.items():
             array = np.array(value, dtype=object) if value and isinstance(
                 value[0], (str, bytes)) else np.asarray(value)
             request.inputs[name].CopyFrom(tf.make_tensor_proto(array))
-        response = self._grpc("Predict", request, signature)
+        response = self._transport.call("Predict", request, signature)
         return {k: tf.make_ndarray(v) for k, v in response.outputs.items()}
 
     def classify(self, examples: list[dict], signature: str = "classify") -> list[list]:
         """[(class, score), ...] per example (token features with the official names)."""
         if self.protocol == "rest":
             body = {"signature_name": signature, "examples": examples}
-            results = self._rest("classify", body, signature)["results"]
+            results = self._transport.call("classify", body, signature)["results"]
             try:
                 rows = [[(c, float(s)) for c, s in row] for row in results]
             except (TypeError, ValueError):
-                raise self._malformed("classify", "results that are not [[class, score], ...] "
+                raise self._transport.malformed("classify", "results that are not [[class, score], ...] "
                                       "per example", results) from None
             return self._one_per_example("classify", rows, examples)
         from tensorflow_serving.apis import classification_pb2
 
         request = classification_pb2.ClassificationRequest()
-        self._model_spec(request, signature)
+        self._transport.model_spec(request, signature)
         _fill_examples(request.input.example_list.examples, examples)
-        response = self._grpc("Classify", request, signature)
+        response = self._transport.call("Classify", request, signature)
         return [[(c.label, c.score) for c in row.classes]
                 for row in response.result.classifications]
 
     def regress(self, examples: list[dict], signature: str = "regress") -> list[float]:
         if self.protocol == "rest":
             body = {"signature_name": signature, "examples": examples}
-            results = self._rest("regress", body, signature)["results"]
+            results = self._transport.call("regress", body, signature)["results"]
             try:
                 values = [float(v) for v in results]
             except (TypeError, ValueError):
-                raise self._malformed("regress", "results that are not one number per example",
+                raise self._transport.malformed("regress", "results that are not one number per example",
                                       results) from None
             return self._one_per_example("regress", values, examples)
         from tensorflow_serving.apis import regression_pb2
 
         request = regression_pb2.RegressionRequest()
-        self._model_spec(request, signature)
+        self._transport.model_spec(request, signature)
         _fill_examples(request.input.example_list.examples, examples)
-        response = self._grpc("Regress", request, signature)
+        response = self._transport.call("Regress", request, signature)
         return [r.value for r in response.result.regressions]
 
     def _one_per_example(self, verb: str, results: list, examples: list) -> list:
         if len(results) != len(examples):
-            raise self._malformed(verb, f"results for {len(results)} examples, not "
+            raise self._transport.malformed(verb, f"results for {len(results)} examples, not "
                                   f"{len(examples)}", results)
         return results
 
@@ -702,7 +739,7 @@ class ServingClient:
             try:
                 self._max_seq_length = int(_tolist(out["max_seq_length"])[0])
             except (TypeError, ValueError, IndexError, KeyError):
-                raise self._malformed("predict", "a max_seq_length that is not a number",
+                raise self._transport.malformed("predict", "a max_seq_length that is not a number",
                                       _tolist(out["max_seq_length"])) from None
         return self._max_seq_length
 
@@ -728,7 +765,7 @@ class ServingClient:
                     row.append([(_text(x), float(y)) for x, y in zip(p, q)])
                 results.append(row)
         except (TypeError, ValueError):  # binascii.Error, UnicodeDecodeError included
-            raise self._malformed("fill_mask", "outputs that are not masks' candidates",
+            raise self._transport.malformed("fill_mask", "outputs that are not masks' candidates",
                                   {k: _tolist(out[k]) for k in ("mask_positions",
                                                                 "fill_mask_pieces")}) from None
         return results

@@ -206,6 +206,92 @@ def _token_checks(config, ids, mask, segments, subject="row"):
     ]
 
 
+def checked_tokens(cfg, features, subject="row"):
+    """`features` behind the checks of a token request to the model of `cfg`: clear errors
+    for token inputs the model cannot take (instead of a gather error or a wrong answer): an
+    empty request, shapes, the length limit and `_token_checks`' rules, in that order;
+    `subject` names a row in the errors."""
+    ids, mask, seg = (features[F.INPUT_IDS], features[F.INPUT_MASK],
+                      features[F.SEGMENT_IDS])
+    length = tf.shape(ids)[1]
+    checks = [
+        lambda: _refuse_empty(tf.shape(ids)[0], "rows"),
+        lambda: tf.debugging.assert_equal(tf.shape(ids), tf.shape(mask), message=(
+            "input_mask must have the shape of input_ids")),
+        lambda: tf.debugging.assert_equal(tf.shape(ids), tf.shape(seg), message=(
+            "segment_ids must have the shape of input_ids")),
+        lambda: tf.debugging.assert_less_equal(length, cfg.max_position_embeddings, message=(
+            f"sequence length exceeds max_position_embeddings="
+            f"{cfg.max_position_embeddings} of the model")),
+        *_token_checks(cfg, ids, mask, seg, subject),
+    ]
+    return dict(zip(F.BACKBONE_INPUTS, _after(checks, [features[name] for name in
+                                                       F.BACKBONE_INPUTS])))
+
+
+def tokens_of_examples(serialized, config, tokens_from_text):
+    """Token features of serialized tf.Examples (`AlbertServingModule.tokens_from_examples`):
+    the official int64 features `input_ids`, `input_mask`, `segment_ids` (any length, padded
+    per batch), or raw text in a bytes feature `text` (and `text_b` for a pair), tokenized and
+    packed by `tokens_from_text(text, text_b)` as the text signatures do; the examples of one
+    request carry one kind or the other.
+
+    Refused, each with an error naming the serialized examples (0-based) and the rule: an
+    empty request; an example with neither kind (random bytes that parse as a tf.Example,
+    an Example of other features; bytes that do not parse at all get the parser's error,
+    "Could not parse example input") or both; a request mixing the kinds; `text` with
+    other than exactly one value, `text_b` with more than one, `text_b` in some text
+    examples of a request and not in others (each would be packed otherwise than alone);
+    token features of different lengths, and the token rules of `serve_tokens`, checked on
+    the int64 values before they are cast to int32 (`_token_checks`)."""
+    spec = {name: tf.io.RaggedFeature(tf.int64) for name in F.BACKBONE_INPUTS}
+    spec.update({TEXT: tf.io.RaggedFeature(tf.string), TEXT_B: tf.io.RaggedFeature(tf.string)})
+    parsed = tf.io.parse_example(serialized, spec)
+    count = {name: parsed[name].row_lengths() for name in spec}
+    has_text = (count[TEXT] > 0) | (count[TEXT_B] > 0)
+    has_tokens = (count[F.INPUT_IDS] > 0) | (count[F.INPUT_MASK] > 0) | (
+        count[F.SEGMENT_IDS] > 0)
+    has_b = count[TEXT_B] > 0
+    example = "serialized example"
+    checks = [
+        lambda: _refuse_empty(tf.size(serialized), "examples"),
+        lambda: _refuse_rows(~has_text & ~has_tokens, example, (
+            "not a tf.Example with a bytes feature text (and text_b) or the int64 features "
+            "input_ids, input_mask, segment_ids")),
+        lambda: _refuse_rows(has_text & has_tokens, example, (
+            "carries both text and token features; an example carries one or the other")),
+        lambda: tf.debugging.Assert(
+            tf.equal(tf.reduce_all(has_text), tf.reduce_any(has_text)),
+            ["the examples of a request must all carry text or all carry token features"]),
+        lambda: _refuse_rows(has_text & tf.not_equal(count[TEXT], 1), example, (
+            "its feature text must hold exactly one string")),
+        lambda: _refuse_rows(count[TEXT_B] > 1, example, (
+            "its feature text_b must hold at most one string")),
+        lambda: _refuse_rows(has_text & ~has_b & tf.reduce_any(has_b), example, (
+            "has no feature text_b while other examples of the request have one; the "
+            "text examples of a request must all carry text_b or none")),
+        *(lambda name=name: _refuse_rows(
+            tf.not_equal(count[name], count[F.INPUT_IDS]), example,
+            f"its {name} must have as many values as its input_ids")
+          for name in (F.INPUT_MASK, F.SEGMENT_IDS)),
+    ]
+
+    def from_tokens():
+        tokens = [parsed[name].to_tensor(0) for name in F.BACKBONE_INPUTS]  # int64
+        tokens = _after(_token_checks(config, *tokens, example), tokens)
+        return {name: tf.cast(t, tf.int32) for name, t in zip(F.BACKBONE_INPUTS, tokens)}
+
+    def from_text():
+        text = parsed[TEXT].to_tensor("")[:, 0]
+        text_b = parsed[TEXT_B].to_tensor("", shape=[None, 1])[:, 0]
+        return tf.cond(tf.reduce_any(parsed[TEXT_B].row_lengths() > 0),
+                       lambda: tokens_from_text(text, text_b),
+                       lambda: tokens_from_text(text, None))
+
+    with tf.control_dependencies([_in_order(checks)]):
+        return tf.cond(tf.reduce_any(has_text), from_text, from_tokens)
+
+
 class AlbertServingModule(tf.Module):
     """Wraps a plain (host, float32) ALBERT model and its tokenizer for `tf.saved_model.save`.
 
@@ -300,26 +386,8 @@ class AlbertServingModule(tf.Module):
         return {}
 
     def _check_tokens(self, features, subject="row"):
-        """Clear errors for token inputs the model cannot take (instead of a gather error or a
-        wrong answer): an empty request, shapes, the length limit and `_token_checks`' rules,
-        in that order; `subject` names a row in the errors."""
-        cfg = self._config
-        ids, mask, seg = (features[F.INPUT_IDS], features[F.INPUT_MASK],
-                          features[F.SEGMENT_IDS])
-        length = tf.shape(ids)[1]
-        checks = [
-            lambda: _refuse_empty(tf.shape(ids)[0], "rows"),
-            lambda: tf.debugging.assert_equal(tf.shape(ids), tf.shape(mask), message=(
-                "input_mask must have the shape of input_ids")),
-            lambda: tf.debugging.assert_equal(tf.shape(ids), tf.shape(seg), message=(
-                "segment_ids must have the shape of input_ids")),
-            lambda: tf.debugging.assert_less_equal(length, cfg.max_position_embeddings, message=(
-                f"sequence length exceeds max_position_embeddings="
-                f"{cfg.max_position_embeddings} of the model")),
-            *_token_checks(cfg, ids, mask, seg, subject),
-        ]
-        return dict(zip(F.BACKBONE_INPUTS, _after(checks, [features[name] for name in
-                                                           F.BACKBONE_INPUTS])))
+        """`checked_tokens` for this module's model (TFLite's module keeps fewer checks)."""
+        return checked_tokens(self._config, features, subject)
 
     def _fill_mask(self, input_ids, mlm_logits_fn):
         positions = tf.ragged.boolean_mask(
@@ -388,65 +456,11 @@ class AlbertServingModule(tf.Module):
         return out
 
     def tokens_from_examples(self, serialized, encode=None):
-        """Token features of serialized tf.Examples: the official int64 features `input_ids`,
-        `input_mask`, `segment_ids` (any length, padded per batch), or raw text in a bytes
-        feature `text` (and `text_b` for a pair), tokenized and packed as the text signatures
-        do; the examples of one request carry one kind or the other.
-
-        Refused, each with an error naming the serialized examples (0-based) and the rule: an
-        empty request; an example with neither kind (random bytes that parse as a tf.Example,
-        an Example of other features; bytes that do not parse at all get the parser's error,
-        "Could not parse example input") or both; a request mixing the kinds; `text` with
-        other than exactly one value, `text_b` with more than one, `text_b` in some text
-        examples of a request and not in others (each would be packed otherwise than alone);
-        token features of different lengths, and the token rules of `serve_tokens`, checked on
-        the int64 values before they are cast to int32 (`_token_checks`)."""
-        spec = {name: tf.io.RaggedFeature(tf.int64) for name in F.BACKBONE_INPUTS}
-        spec.update({TEXT: tf.io.RaggedFeature(tf.string), TEXT_B: tf.io.RaggedFeature(tf.string)})
-        parsed = tf.io.parse_example(serialized, spec)
-        count = {name: parsed[name].row_lengths() for name in spec}
-        has_text = (count[TEXT] > 0) | (count[TEXT_B] > 0)
-        has_tokens = (count[F.INPUT_IDS] > 0) | (count[F.INPUT_MASK] > 0) | (
-            count[F.SEGMENT_IDS] > 0)
-        has_b = count[TEXT_B] > 0
-        example = "serialized example"
-        checks = [
-            lambda: _refuse_empty(tf.size(serialized), "examples"),
-            lambda: _refuse_rows(~has_text & ~has_tokens, example, (
-                "not a tf.Example with a bytes feature text (and text_b) or the int64 features "
-                "input_ids, input_mask, segment_ids")),
-            lambda: _refuse_rows(has_text & has_tokens, example, (
-                "carries both text and token features; an example carries one or the other")),
-            lambda: tf.debugging.Assert(
-                tf.equal(tf.reduce_all(has_text), tf.reduce_any(has_text)),
-                ["the examples of a request must all carry text or all carry token features"]),
-            lambda: _refuse_rows(has_text & tf.not_equal(count[TEXT], 1), example, (
-                "its feature text must hold exactly one string")),
-            lambda: _refuse_rows(count[TEXT_B] > 1, example, (
-                "its feature text_b must hold at most one string")),
-            lambda: _refuse_rows(has_text & ~has_b & tf.reduce_any(has_b), example, (
-                "has no feature text_b while other examples of the request have one; the "
-                "text examples of a request must all carry text_b or none")),
-            *(lambda name=name: _refuse_rows(
-                tf.not_equal(count[name], count[F.INPUT_IDS]), example,
-                f"its {name} must have as many values as its input_ids")
-              for name in (F.INPUT_MASK, F.SEGMENT_IDS)),
-        ]
-
-        def from_tokens():
-            tokens = [parsed[name].to_tensor(0) for name in F.BACKBONE_INPUTS]  # int64
-            tokens = _after(_token_checks(self._config, *tokens, example), tokens)
-            return {name: tf.cast(t, tf.int32) for name, t in zip(F.BACKBONE_INPUTS, tokens)}
-
-        def from_text():
-            text = parsed[TEXT].to_tensor("")[:, 0]
-            text_b = parsed[TEXT_B].to_tensor("", shape=[None, 1])[:, 0]
-            return tf.cond(tf.reduce_any(parsed[TEXT_B].row_lengths() > 0),
-                           lambda: self.tokens_from_text(text, text_b, encode),
-                           lambda: self.tokens_from_text(text, None, encode))
-
-        with tf.control_dependencies([_in_order(checks)]):
-            return tf.cond(tf.reduce_any(has_text), from_text, from_tokens)
+        """Token features of serialized tf.Examples (`tokens_of_examples`: official token
+        features or raw text, each refused by name when malformed)."""
+        return tokens_of_examples(serialized, self._config,
+                                  lambda text, text_b: self.tokens_from_text(text, text_b,
+                                                                             encode))
 
     # -----------------------------------------------------------------------------------------
     def _function(self, fn):

@@ -516,7 +516,7 @@ def test_ipv6_addresses(web):
     assert ServingClient("[::1]", "m", protocol="grpc").address == "[::1]:8500"
     assert ServingClient("https://[::1]/", "m").address == "[::1]:8501"
     assert ServingClient("http://localhost:8501/", "m").address == "localhost:8501"
-    assert ServingClient("HTTPS://gateway:443/serving/", "m", version=2)._model_url() == \
+    assert ServingClient("HTTPS://gateway:443/serving/", "m", version=2)._transport.model_url() == \
         "https://gateway:443/serving/v1/models/m/versions/2"  # REST behind a proxy's path
     try:
         server = web({"type": "application/json", "body": PREDICTION}, family=socket.AF_INET6,
