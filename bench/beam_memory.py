@@ -1,17 +1,20 @@
-"""Peak memory of Beam data generation at 1x and 8x the bundled corpus: the runner process and
-each worker process, sampled from /proc while the pipeline runs.
+"""Speed and peak memory of data generation at 1x and 8x the bundled corpus, per runner: Beam's
+FnApiRunner, Beam on a Dask cluster and the local generator; the runner process and each worker
+process, sampled from /proc while the run goes.
 
-    python -m bench.beam_memory                         # 1x and 8x, 2 worker processes
-    python -m bench.beam_memory --code_dir ../old       # the same, with another checkout's code
+    python -m bench.beam_memory                              # FnApiRunner, 1x and 8x, 2 workers
+    python -m bench.beam_memory --runners FnApiRunner,dask,local --multiples 1,8
+    python -m bench.beam_memory --code_dir ../old            # another checkout's code
 
 The corpus is the bundled pretraining text (five Gutenberg novels and the WikiText-2 test split
 prepared as the main job prepares them) copied k times into k input files (distinct documents to
-the pipeline), an 8,000-piece vocabulary, sequence 128, `--dupe_factor` passes, written by
-`data.beam_pipeline.generate_with_beam` on the FnApiRunner in multi-processing mode (the local
-runner: it keeps every shuffle in the runner process, as Dataflow's shuffle service keeps them
-off the workers; the workers run the bundles). What scales with the corpus on a cluster is the
-workers' memory: a side input of all documents sits in each worker, a keyed join's documents
-pass through one at a time.
+the pipeline), an 8,000-piece vocabulary, sequence 128, `--dupe_factor` passes. FnApiRunner runs
+in multi-processing mode (the local runner: it keeps every shuffle in the runner process, as
+Dataflow's shuffle service keeps them off the workers; the workers run the bundles); dask starts
+a local cluster of `--workers` processes (`data.dask_runner.dask_cluster`) in the measured
+process; local is `data.generator.generate` with `--workers` processes. What scales with the
+corpus on a cluster is the workers' memory: a side input of all documents sits in each worker, a
+keyed join's documents pass through one at a time.
 """
 
 import json
@@ -31,7 +34,9 @@ from bench import ROOT, write_results  # noqa: E402
 
 SAMPLE = os.path.join(ROOT, "albert_tf", "sample_data", "pretrain_text")
 flags.DEFINE_list("multiples", ["1", "8"], "Corpus sizes, in copies of the bundled corpus.")
-flags.DEFINE_integer("workers", 2, "Beam worker processes (--direct_num_workers).")
+flags.DEFINE_integer("workers", 2, "Worker processes (--direct_num_workers, --dask_workers, "
+                     "--num_workers).")
+flags.DEFINE_list("runners", ["FnApiRunner"], "FnApiRunner, dask and/or local.")
 flags.DEFINE_integer("dupe_factor", 2, "Passes over the corpus.")
 flags.DEFINE_integer("tokens_per_unit", 200_000, "Tokens per unit of work.")
 flags.DEFINE_integer("shards_per_copy", 4, "Output shards per copy of the corpus: shards grow with "
@@ -42,13 +47,22 @@ FLAGS = flags.FLAGS
 
 _CHILD = """
 import json, sys
-from data.generator import make_job
-from data.beam_pipeline import generate_with_beam
-inputs, out, vocab, dupe, unit, workers, shards = sys.argv[1:]
+from data.generator import generate, make_job
+runner, inputs, out, vocab, dupe, unit, workers, shards = sys.argv[1:]
 job = make_job(inputs, out, vocab, num_output_shards=int(shards), max_seq_length=128,
                max_predictions_per_seq=20, dupe_factor=int(dupe), tokens_per_unit=int(unit))
-summary = generate_with_beam(job, ["--runner=FnApiRunner", "--direct_running_mode=multi_processing",
-                                   f"--direct_num_workers={workers}"])
+if runner == "local":
+    summary = generate(job, num_workers=int(workers), progress=False)
+elif runner == "dask":
+    from data.beam_pipeline import generate_with_beam
+    from data.dask_runner import dask_cluster
+    with dask_cluster(None, int(workers)) as address:
+        summary = generate_with_beam(job, ["--runner=dask", f"--dask_client_address={address}"])
+else:
+    from data.beam_pipeline import generate_with_beam
+    summary = generate_with_beam(job, ["--runner=FnApiRunner",
+                                       "--direct_running_mode=multi_processing",
+                                       f"--direct_num_workers={workers}"])
 print("SUMMARY " + json.dumps({k: summary.get(k) for k in (
     "total_examples", "counts", "seconds", "largest_unit_corpus_bytes")}))
 """
@@ -98,8 +112,10 @@ def _run(args, cwd):
             time.sleep(0.1)
 
     thread = threading.Thread(target=sample, daemon=True)
+    started = time.time()
     thread.start()
     stdout, stderr = proc.communicate()
+    peaks["process_seconds"] = time.time() - started
     thread.join()
     if proc.returncode:
         raise SystemExit(f"generation failed:\n{stderr[-3000:]}")
@@ -130,27 +146,36 @@ def main(argv):
                 with open(path, "rb") as g:
                     f.write(g.read().rstrip(b"\n") + b"\n\n")
         once = tokenize_file(corpus, Tokenizer(vocab), os.path.join(tmp, "count"))
-        for k in map(int, FLAGS.multiples):
+        for k, runner in ((k, r) for k in map(int, FLAGS.multiples) for r in FLAGS.runners):
             inputs = os.path.join(tmp, f"x{k}")
-            os.makedirs(inputs)
-            for i in range(k):
-                shutil.copy(corpus, os.path.join(inputs, f"part{i:02d}.txt"))
-            out = os.path.join(tmp, f"out{k}", "train")
+            if not os.path.isdir(inputs):
+                os.makedirs(inputs)
+                for i in range(k):
+                    shutil.copy(corpus, os.path.join(inputs, f"part{i:02d}.txt"))
+            out = os.path.join(tmp, f"out{k}-{runner}", "train")
             stdout, peaks = _run(
-                [sys.executable, "-c", _CHILD, os.path.join(inputs, "*.txt"), out, vocab,
+                [sys.executable, "-c", _CHILD, runner, os.path.join(inputs, "*.txt"), out, vocab,
                  str(FLAGS.dupe_factor), str(FLAGS.tokens_per_unit), str(FLAGS.workers),
                  str(FLAGS.shards_per_copy * k)],
                 code_dir)
             summary = json.loads(stdout.split("SUMMARY ", 1)[1])
-            row = {"multiple": k, "shards": FLAGS.shards_per_copy * k,
+            examples = summary["total_examples"]
+            row = {"runner": runner, "multiple": k, "shards": FLAGS.shards_per_copy * k,
                    "documents": k * once["documents"],
-                   "tokens": k * once["tokens"], "examples": summary["total_examples"],
-                   "seconds": summary["seconds"], "runner_peak_mb": round(peaks["runner"]),
+                   "tokens": k * once["tokens"], "examples": examples,
+                   "seconds": summary["seconds"],
+                   "process_seconds": round(peaks["process_seconds"], 2),
+                   # whole process (start-up, a Dask cluster's start and stop included)
+                   "examples_per_s": round(examples / peaks["process_seconds"], 1),
+                   "examples_per_s_per_worker": round(
+                       examples / peaks["process_seconds"] / FLAGS.workers, 1),
+                   "runner_peak_mb": round(peaks["runner"]),
                    "worker_peak_mb": round(peaks["worker"]),
                    "total_peak_mb": round(peaks["total"]),
-                   # what this pipeline held of the corpus for its largest unit (a metric; None
-                   # from code that does not report it), and what a side input of the corpus
-                   # (tokens, sentence offsets) weighs: every Flink / Spark worker would hold it
+                   # what this pipeline held of the corpus for its largest unit (a Beam metric;
+                   # None where the runner or the code does not report it), and what a side input
+                   # of the corpus (tokens, sentence offsets) weighs: every Flink / Spark worker
+                   # would hold it
                    "largest_unit_corpus_kb": (summary["largest_unit_corpus_bytes"] / 1024
                                               if summary.get("largest_unit_corpus_bytes")
                                               else None),
@@ -158,21 +183,25 @@ def main(argv):
                        once["sentences"] + once["documents"])) / 2**20}
             rows.append(row)
             print(json.dumps(row), flush=True)
-    lines = [f"Beam data generation (FnApiRunner, {FLAGS.workers} worker processes, seq 128, "
-             f"dupe_factor {FLAGS.dupe_factor}, {FLAGS.tokens_per_unit:,} tokens per unit; code: "
-             f"{code_dir})", "",
-             "| corpus | documents | tokens | shards | examples | s | runner peak MB | "
-             "largest worker peak MB | all processes MB | largest unit's corpus KB | corpus as a "
-             "side input MB |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"Data generation ({FLAGS.workers} worker processes, seq 128, dupe_factor "
+             f"{FLAGS.dupe_factor}, {FLAGS.tokens_per_unit:,} tokens per unit; code: {code_dir})",
+             "",
+             "| runner | corpus | documents | tokens | shards | examples | process s | "
+             "examples/s | per worker | runner peak MB | largest worker peak MB | "
+             "all processes MB | largest unit's corpus KB | corpus as a side input MB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['multiple']}x | {r['documents']:,} | {r['tokens']:,} | {r['shards']} | "
-                     f"{r['examples']:,} | {r['seconds']:.0f} | {r['runner_peak_mb']} | "
+        lines.append(f"| {r['runner']} | {r['multiple']}x | {r['documents']:,} | "
+                     f"{r['tokens']:,} | {r['shards']} | {r['examples']:,} | "
+                     f"{r['process_seconds']:.0f} | {r['examples_per_s']:,.0f} | "
+                     f"{r['examples_per_s_per_worker']:,.0f} | {r['runner_peak_mb']} | "
                      f"{r['worker_peak_mb']} | {r['total_peak_mb']} | "
                      + (f"{r['largest_unit_corpus_kb']:,.0f}" if r["largest_unit_corpus_kb"]
                         else "-")
                      + f" | {r['corpus_as_side_input_mb']:.1f} |")
     table = "\n".join(lines) + "\n"
     write_results(FLAGS.output_dir, "beam_memory", {"workers": FLAGS.workers,
+                                                    "runners": FLAGS.runners,
                                                     "dupe_factor": FLAGS.dupe_factor,
                                                     "code_dir": code_dir, "rows": rows}, table)
     return 0

@@ -72,8 +72,10 @@ def _data_generation(lines):
               f"examples/s at seq {seq}; {per_pass_per_token * 1e3:.2f} examples per 1,000 "
               f"pieces per pass; {pieces_per_word:.2f} pieces per word (8k vocabulary; a 30k "
               "one cuts words into fewer pieces, so this overstates the work)."]
-    if beam:
-        big = max(beam["rows"], key=lambda r: r["multiple"])
+    fnapi = [r for r in (beam or {}).get("rows", ())
+             if r.get("runner", "FnApiRunner") == "FnApiRunner"]
+    if fnapi:
+        big = max(fnapi, key=lambda r: r["multiple"])
         beam_rate = big["examples"] / big["seconds"] / beam["workers"]
         lines += [f"Beam (FnApiRunner, {beam['workers']} workers, {big['multiple']}x the bundled "
                   f"corpus, seq 128): {beam_rate:,.0f} examples/s per worker, everything "
@@ -87,6 +89,15 @@ def _data_generation(lines):
                      else "(not reported)")
                   + f" of the corpus against {big['corpus_as_side_input_mb']:.1f} MB for the "
                   "corpus as a side input."]
+    dask = [r for r in (beam or {}).get("rows", ()) if r.get("runner") == "dask"]
+    if dask:
+        big = max(dask, key=lambda r: r["multiple"])
+        lines += [f"Beam on Dask (a local cluster of {beam['workers']} worker processes, "
+                  f"{big['multiple']}x the bundled corpus, seq 128): "
+                  f"{big['examples_per_s_per_worker']:,.0f} examples/s per worker, the whole "
+                  f"process (the cluster's start and stop included); largest worker "
+                  f"{big['worker_peak_mb']} MB. The corpus is read and tokenized once more for "
+                  "every task that reads the plan side input (docs/data.md \"On Dask\")."]
     lines += ["", f"Assumed: {FLAGS.corpus_words / 1e9:.1f}B words, dupe_factor "
               f"{FLAGS.dupe_factor}, seq {seq}, throughput per worker core as measured and "
               "linear in workers (units are independent; the shuffles are the runner's).", "",

@@ -120,10 +120,10 @@ def _is_remote(path: str) -> bool:
 
 # ---------------------------------------------------------------------------------------------
 # 1. read
-def _read_file(element, input_tag):
-    """(file index, path) -> ((file index, document index), lines) for each good document;
-    tagged `input_tag`: (file index, {"path", "sha256"})."""
-    from apache_beam import pvalue
+def _read_file(element):
+    """(file index, path) -> ("document", ((file index, document index), lines)) for each good
+    document, then ("input", (file index, {"path", "sha256"})). One collection of two kinds, not
+    Beam's tagged outputs, which the Dask runner mixes into the main output (Beam 2.77)."""
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
 
@@ -139,7 +139,7 @@ def _read_file(element, input_tag):
     count = 0
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         for document in documents_of(lines(f), path, errors=errors):
-            yield (index, count), document
+            yield "document", ((index, count), document)
             count += 1
     _counter("files").inc()
     if errors:
@@ -151,9 +151,13 @@ def _read_file(element, input_tag):
     if not count:
         _counter("files_without_documents").inc()
         log.warning("%s holds no usable document (no line of UTF-8 text)", path)
-    yield pvalue.TaggedOutput(input_tag, (index, {
-        "path": path if _is_remote(path) else os.path.abspath(path),
-        "sha256": digest.hexdigest()}))
+    yield "input", (index, {"path": path if _is_remote(path) else os.path.abspath(path),
+                            "sha256": digest.hexdigest()})
+
+
+def _of_kind(element, kind):
+    if element[0] == kind:
+        yield element[1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,7 +289,7 @@ def _units_dofn():
 
     class Units(_WithTokenizer, beam.DoFn):
         """((block, pass), [("document", global id, document) or ("segment", request, tokens)])
-        -> (shard, (unit, index, record, stats))."""
+        -> (shard, ("example", (unit, index, record, stats)))."""
 
         def __init__(self, job, model_proto):
             _WithTokenizer.__init__(self, model_proto, job.do_lower_case)
@@ -309,7 +313,7 @@ def _units_dofn():
             unit = block * job.dupe_factor + dupe
             for shard, indexes in enumerate(grouped):
                 for k, i in enumerate(indexes.tolist()):
-                    yield shard, (unit, k, records[i], stats[i])
+                    yield shard, ("example", (unit, k, records[i], stats[i]))
             for name, value in zip(STATS, stats.sum(0).tolist()):
                 _counter(name).inc(int(value))
             _counter("units").inc()
@@ -328,20 +332,37 @@ def _run_info(inputs, job, spm_sha256) -> dict:
             "run_hash": compute_run_hash(job, [i["sha256"] for i in inputs], spm_sha256)}
 
 
-def _write_shard(element, job, vocab_size, spm_sha256, total_examples, run):
-    """(shard, values) -> the shard's TFRecord, then its sidecar, each written under a temporary
-    name and renamed into place; yields the path. Beam's file systems (local, gs://, s3://,
-    hdfs://) and its TFRecord framing, which is TensorFlow's byte for byte."""
+def _to_every_shard(value, kind, num_shards):
+    """One small value (the total, the run's inputs) joined to every shard by key: no side input
+    (a runner may recompute a side input's whole upstream for every bundle that reads it, as
+    Beam's Dask runner does)."""
+    for shard in range(num_shards):
+        yield shard, (kind, value)
+
+
+def _write_shard(element, job, vocab_size, spm_sha256):
+    """(shard, [("example", value) ..., ("total", examples in all), ("run", run info)]) -> the
+    shard's TFRecord, then its sidecar, each written under a temporary name and renamed into
+    place; yields the path. Beam's file systems (local, gs://, s3://, hdfs://) and its TFRecord
+    framing, which is TensorFlow's byte for byte."""
     import json
 
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.io.tfrecordio import _TFRecordUtil
 
-    shard, values = element
+    shard, grouped = element
+    values, total_examples, run = [], 0, None
+    for kind, value in grouped:
+        if kind == "example":
+            values.append(value)
+        elif kind == "total":
+            total_examples = value
+        else:
+            run = value
     if not total_examples:  # nothing written; the launcher reports "no examples"
         return []
-    values = sorted((v for v in values if v is not None), key=lambda v: (v[0], v[1]))
+    values.sort(key=lambda v: (v[0], v[1]))
     records = [v[2] for v in values]
     stats = (np.sum([v[3] for v in values], 0) if values
              else np.zeros(len(STATS), np.int64))
@@ -371,15 +392,16 @@ def build_pipeline(pipeline, job, model_proto: bytes, vocab_size: int, spm_sha25
     files = (pipeline
              | "Files" >> beam.Create(list(enumerate(job.input_files)))
              | "SpreadFiles" >> beam.Reshuffle())
-    read = files | "Read" >> beam.FlatMap(_read_file, "inputs").with_outputs(
-        "inputs", main="documents")
-    tokenized = (read.documents
+    read = files | "Read" >> beam.FlatMap(_read_file)
+    tokenized = (read
+                 | "Documents" >> beam.FlatMap(_of_kind, "document")
                  | "SpreadDocuments" >> beam.Reshuffle()
                  | "Tokenize" >> beam.ParDo(_tokenize_dofn()(model_proto, job.do_lower_case)))
     plan = (tokenized
             | "Sizes" >> beam.Map(lambda kv: (kv[0][0], kv[0][1], int(kv[1][1][-1]),
                                               len(kv[1][1]) - 1))
-            | "AllSizes" >> beam.combiners.ToList()
+            | "AllSizes" >> beam.CombineGlobally(
+                beam.combiners.ToListCombineFn()).without_defaults()
             | "Plan" >> beam.Map(make_plan, job.random_seed, job.tokens_per_unit))
     plan_side = pvalue.AsSingleton(plan)
     numbered = tokenized | "Number" >> beam.Map(_global_id, plan_side)
@@ -392,17 +414,22 @@ def build_pipeline(pipeline, job, model_proto: bytes, vocab_size: int, spm_sha25
                 | "WithSegments" >> beam.Flatten()
                 | "Units" >> beam.GroupByKey()
                 | "Examples" >> beam.ParDo(_units_dofn()(job, model_proto), plan_side))
-    total = examples | "Total" >> beam.combiners.Count.Globally()
-    run = (read.inputs
-           | "AllInputs" >> beam.combiners.ToList()
-           | "RunHash" >> beam.Map(_run_info, job, spm_sha256))
-    every_shard = pipeline | "Shards" >> beam.Create(
-        [(s, None) for s in range(len(job.output_files))])
-    return ((examples, every_shard)
-            | "WithEmptyShards" >> beam.Flatten()
+    # The total and the run's inputs reach every shard through the shard key (every shard
+    # gets both, so an empty shard is written too); without defaults, which are side inputs.
+    shards = len(job.output_files)
+    total = (examples
+             | "Total" >> beam.CombineGlobally(beam.combiners.CountCombineFn()).without_defaults()
+             | "TotalToShards" >> beam.FlatMap(_to_every_shard, "total", shards))
+    run = (read
+           | "Inputs" >> beam.FlatMap(_of_kind, "input")
+           | "AllInputs" >> beam.CombineGlobally(
+               beam.combiners.ToListCombineFn()).without_defaults()
+           | "RunHash" >> beam.Map(_run_info, job, spm_sha256)
+           | "RunToShards" >> beam.FlatMap(_to_every_shard, "run", shards))
+    return ((examples, total, run)
+            | "WithTotalAndRun" >> beam.Flatten()
             | "ByShard" >> beam.GroupByKey()
-            | "Write" >> beam.FlatMap(_write_shard, job, vocab_size, spm_sha256,
-                                      pvalue.AsSingleton(total), pvalue.AsSingleton(run)))
+            | "Write" >> beam.FlatMap(_write_shard, job, vocab_size, spm_sha256))
 
 
 def _existing_outputs(job, spm_sha256) -> bool:
@@ -437,13 +464,20 @@ def pipeline_options(pipeline_args=()):
     """(`PipelineOptions` from Beam's own flags, a runner object or None). `--runner=FnApiRunner`
     (also the default) runs locally in this process or, with
     `--direct_running_mode=multi_processing --direct_num_workers=N`, in N worker processes,
-    never trying the Prism runner binary that recent DirectRunners try first."""
+    never trying the Prism runner binary that recent DirectRunners try first. `--runner=dask`
+    is Beam's Dask runner with our fixes (`data.dask_runner`), on the scheduler that
+    `--dask_client_address` names."""
     _beam()
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
     options = PipelineOptions(list(pipeline_args))
     standard = options.view_as(StandardOptions)
     runner = standard.runner
+    if runner in ("dask", "DaskRunner"):
+        from data.dask_runner import AlbertDaskRunner
+
+        standard.runner = None
+        return options, AlbertDaskRunner()
     if runner is None or runner in ("FnApiRunner", "local"):
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
@@ -490,6 +524,34 @@ def _place_sentencepiece(job, spm_sha256: str) -> None:
     FileSystems.copy([job.spm_model_file], [target])
 
 
+def _summary_from_sidecars(job, started) -> dict:
+    """The summary of a run whose runner returns no Beam counters: the counts its shards'
+    sidecars record (the same as the counters' example counts)."""
+    import json
+
+    from apache_beam.io.filesystems import FileSystems
+
+    metas = []
+    for path in job.output_files:
+        if not FileSystems.exists(F.sidecar_path(path)):
+            continue
+        with FileSystems.open(F.sidecar_path(path)) as f:
+            metas.append(json.loads(f.read().decode("utf-8")))
+    if not metas:
+        raise InputError(
+            "The inputs produced no examples; no file was written (this runner returns no "
+            "counters of why: rerun with --runner FnApiRunner to see how many documents were "
+            "not UTF-8 or empty). Inputs must be UTF-8 text, one sentence per line, a blank "
+            "line between documents.")
+    if len(metas) != len(job.output_files):
+        raise RuntimeError(f"the runner finished but wrote {len(metas)} of "
+                           f"{len(job.output_files)} shards")
+    counts = {k: sum(m["counts"][k] for m in metas) for k in STATS}
+    return {"already_complete": False, "outputs": list(job.output_files),
+            "total_examples": metas[0]["total_examples"], "counts": counts,
+            "seconds": round(time.time() - started, 2)}
+
+
 def _generate_with_beam(beam, job, tokenizer, pipeline_args, started) -> dict:
     from apache_beam.metrics.metric import MetricsFilter
 
@@ -502,13 +564,28 @@ def _generate_with_beam(beam, job, tokenizer, pipeline_args, started) -> dict:
         _place_sentencepiece(job, tokenizer.sha256)
     else:
         place_sentencepiece(job, tokenizer.sha256)
+    pipeline_args = list(pipeline_args)
+    if ("--runner=dask" in pipeline_args
+            and not any(a.startswith(("--dask_npartitions", "--dask_partition_size"))
+                        for a in pipeline_args)):
+        # one input file per partition: the runner's default puts up to 128 in one, and every
+        # later stage keeps the partitions of the files' (a file is one task's work)
+        pipeline_args.append(f"--dask_npartitions={len(job.input_files)}")
     options, runner = pipeline_options(pipeline_args)
     pipeline = beam.Pipeline(runner=runner, options=options)
     build_pipeline(pipeline, job, tokenizer.model_proto, tokenizer.vocab_size, tokenizer.sha256)
     result = pipeline.run()
-    result.wait_until_finish()
+    try:
+        result.wait_until_finish()
+    finally:
+        client = getattr(result, "client", None)  # the Dask runner's, which it leaves open
+        if client is not None:
+            client.close()
+    try:
+        metrics = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
+    except NotImplementedError:  # the Dask runner (Beam 2.77) collects no metrics
+        return _summary_from_sidecars(job, started)
     counters = dict.fromkeys(COUNTERS, 0)
-    metrics = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
     for c in metrics["counters"]:
         value = c.committed if c.committed is not None else c.attempted
         counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + int(value or 0)

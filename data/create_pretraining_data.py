@@ -36,6 +36,7 @@ from albert_tf.quiet import entry_point  # noqa: E402
 
 entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
 
+import os
 import sys
 
 from absl import app, flags  # noqa: E402
@@ -92,9 +93,17 @@ flags.DEFINE_integer("tokens_per_unit", 1_000_000,
                      "is not).")
 flags.DEFINE_bool("progress", True, "Show a progress line.")
 flags.DEFINE_string("runner", None,
-                    "Run on Apache Beam with this runner (FnApiRunner, DirectRunner, "
+                    "Run on Apache Beam with this runner (FnApiRunner, DirectRunner, dask, "
                     "DataflowRunner, FlinkRunner, SparkRunner, PortableRunner); flags this "
                     "command does not define are passed to Beam. Needs `pip install .[beam]`.")
+flags.DEFINE_string("dask_address", None,
+                    "With --runner dask: the Dask scheduler to run on (tcp://HOST:PORT); its "
+                    "workers need this package and read the inputs and write the outputs at "
+                    "the paths given (a shared file system or gs://, s3://).")
+flags.DEFINE_integer("dask_workers", None,
+                     "With --runner dask and no --dask_address: start a local Dask cluster of "
+                     "this many worker processes for the run (default: one per core) and stop "
+                     "it after.")
 FLAGS = flags.FLAGS
 
 
@@ -142,6 +151,14 @@ def main(argv):
                              "goes with its flag (--flag=value); quote a glob (--input_file "
                              "'corpus/*.txt'), which the shell otherwise expands into several "
                              "arguments, or list files comma-separated.")
+    dask = FLAGS.runner in ("dask", "DaskRunner")
+    if (FLAGS.dask_address or FLAGS.dask_workers is not None) and not dask:
+        raise app.UsageError("--dask_address and --dask_workers go with --runner dask.")
+    if FLAGS.dask_address and FLAGS.dask_workers is not None:
+        raise app.UsageError("--dask_address runs on an existing cluster, whose workers are its "
+                             "own; --dask_workers starts a local one: give one of them.")
+    if FLAGS.dask_workers is not None and FLAGS.dask_workers < 1:
+        raise app.UsageError(f"--dask_workers={FLAGS.dask_workers}: at least 1.")
     if FLAGS.runner and FLAGS.num_workers != 1:
         raise app.UsageError("--num_workers is the local generator's; on Beam the runner's own "
                              "flags set the workers (e.g. --direct_num_workers, "
@@ -179,10 +196,19 @@ def main(argv):
         if FLAGS.runner:
             from data.beam_pipeline import generate_with_beam
 
-            summary = generate_with_beam(job, [f"--runner={FLAGS.runner}"] + pipeline_args)
+            if dask:
+                from data.dask_runner import dask_cluster
+
+                workers = FLAGS.dask_workers or os.cpu_count()
+                with dask_cluster(FLAGS.dask_address, workers) as address:
+                    summary = generate_with_beam(
+                        job, ["--runner=dask", f"--dask_client_address={address}"]
+                        + pipeline_args)
+            else:
+                summary = generate_with_beam(job, [f"--runner={FLAGS.runner}"] + pipeline_args)
         else:
             summary = generate(job, num_workers=FLAGS.num_workers, progress=FLAGS.progress)
-    except (InputError, ValueError, FileNotFoundError, ImportError) as e:
+    except (InputError, ValueError, FileNotFoundError, ImportError, ConnectionError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     if summary["already_complete"]:

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -115,20 +116,18 @@ def _side_inputs(job, sample_vocab):
 
 def test_no_side_input_is_built_from_the_corpus(beam_run, sample_vocab):
     """Scale: documents reach other units through a keyed join (CoGroupByKey), never as a side
-    input every worker would hold. The side inputs are three singletons - the plan (integers per
-    document, no token), the example count and the run's input hashes - and the one-element
-    lists Beam's own global combiners read."""
+    input every worker would hold. The one side input is the plan (integers per document, no
+    token); the example count and the run's input hashes reach the writers through the shard key,
+    and the global combiners have no defaults (each a side input): a runner that computes a side
+    input inside every task that reads it (Beam's Dask runner) would redo their whole upstream."""
     from data.beam_pipeline import make_plan
 
     found = _side_inputs(beam_run["job"], sample_vocab)
     ours = {(label, kind, producer.split("/")[0]) for label, kind, producer in found
             if not label.startswith(producer.split("/")[0] + "/")}
     assert ours == {("Number", "AsSingleton", "Plan"), ("Requests", "AsSingleton", "Plan"),
-                    ("ByUnit", "AsSingleton", "Plan"), ("Examples", "AsSingleton", "Plan"),
-                    ("Write", "AsSingleton", "Total"), ("Write", "AsSingleton", "RunHash")}
-    combiner_internal = [f for f in found if f not in ours and f[0].split("/")[0] in (
-        "AllSizes", "Total", "AllInputs")]
-    assert len(combiner_internal) + len(ours) == len(found)
+                    ("ByUnit", "AsSingleton", "Plan"), ("Examples", "AsSingleton", "Plan")}
+    assert len(found) == len(ours) == 4
     # The plan: four integers per document (key, block, rank, sentences), nothing that grows
     # with the tokens.
     sizes = [(0, d, 100 + d, 3 + d % 5) for d in range(1000)] + [(1, 0, 50_000, 900)]
@@ -235,3 +234,124 @@ def test_without_runner_beam_flags_are_refused(tmp_path, sample_vocab):
          "--direct_num_workers=2"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
     assert "accepted only with --runner" in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Apache Beam on a Dask cluster (`--runner dask`, data/dask_runner.py).
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def dask_scheduler():
+    """A Dask scheduler and 2 worker processes (one thread each) on 127.0.0.1, started as a user
+    starts them (`dask scheduler`, `dask worker`): {"address", "client"}."""
+    distributed = pytest.importorskip("distributed")
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    scheduler = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+         "--port", address.rsplit(":", 1)[1], "--no-dashboard"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    workers = [subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
+         "--nworkers", "1", "--no-dashboard", "--host", "127.0.0.1"],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
+    client = None
+    try:
+        client = distributed.Client(address, timeout=60)
+        client.wait_for_workers(2, timeout=120)
+        yield {"address": address, "client": client}
+    finally:
+        if client is not None:
+            client.close()
+        for p in workers + [scheduler]:
+            p.terminate()
+        for p in workers + [scheduler]:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _split_corpus(path, directory, parts):
+    """The documents of `path` in `parts` files (document boundaries kept)."""
+    with open(path, encoding="utf-8") as f:
+        documents = f.read().strip("\n").split("\n\n")
+    os.makedirs(directory)
+    size = -(-len(documents) // parts)
+    for i in range(parts):
+        with open(os.path.join(directory, f"part{i}.txt"), "w", encoding="utf-8") as f:
+            f.write("\n\n".join(documents[i * size:(i + 1) * size]) + "\n")
+    return os.path.join(directory, "*.txt")
+
+
+def _generation_flags(inputs, output, vocab):
+    kw = GENERATION_KW
+    return [f"--input_file={inputs}", f"--output_file={output}", f"--spm_model_file={vocab}",
+            "--num_output_shards=3", f"--max_seq_length={kw['max_seq_length']}",
+            f"--max_predictions_per_seq={kw['max_predictions_per_seq']}",
+            f"--dupe_factor={kw['dupe_factor']}", f"--random_seed={kw['random_seed']}",
+            f"--tokens_per_unit={kw['tokens_per_unit']}"]
+
+
+@pytest.mark.slow
+def test_dask_cluster_writes_the_local_generators_files(dask_scheduler, prepared_corpus,
+                                                        sample_vocab, tmp_path):
+    """`--runner dask --dask_address` on a scheduler with 2 worker processes: the files and
+    sidecars of the local generator, byte for byte, the work spread over both workers."""
+    inputs = _split_corpus(prepared_corpus["wiki"], str(tmp_path / "corpus"), 4)
+    local = make_job(inputs, str(tmp_path / "local" / "wiki"), sample_vocab,
+                     num_output_shards=3, **GENERATION_KW)
+    expected = generate(local, num_workers=2, progress=False)
+    client = dask_scheduler["client"]
+    before = client.run(lambda dask_worker: dask_worker.state.executed_count)
+    result = subprocess.run(
+        [sys.executable, "-m", "data.create_pretraining_data",
+         *_generation_flags(inputs, tmp_path / "dask" / "wiki", sample_vocab),
+         "--runner", "dask", "--dask_address", dask_scheduler["address"]],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"wrote {expected['total_examples']:,} examples to 3 file(s)" in result.stdout
+    for path in local.output_files:
+        ours = str(tmp_path / "dask" / os.path.basename(path))
+        assert _read(ours) == _read(path)
+        assert json.load(open(F.sidecar_path(ours))) == json.load(open(F.sidecar_path(path)))
+    after = client.run(lambda dask_worker: dask_worker.state.executed_count)
+    assert len(after) == 2 and all(after[w] - before[w] >= 4 for w in after), (before, after)
+    # the run closed its client; the cluster is the user's and still serves
+    assert client.submit(sum, [1, 2]).result(timeout=60) == 3
+
+
+@pytest.mark.slow
+def test_unreachable_dask_scheduler_is_named_and_nothing_is_written(sample_vocab, tmp_path,
+                                                                    prepared_corpus):
+    pytest.importorskip("distributed")
+    address = f"tcp://127.0.0.1:{_free_port()}"  # nothing listens there
+    result = subprocess.run(
+        [sys.executable, "-m", "data.create_pretraining_data",
+         *_generation_flags(prepared_corpus["wiki"], tmp_path / "out" / "wiki", sample_vocab),
+         "--runner", "dask", "--dask_address", address],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert f"error: --dask_address {address}: no Dask scheduler answered within 15 s" in (
+        result.stderr)
+    assert "nothing was written" in result.stderr
+    assert not (tmp_path / "out").exists() or not os.listdir(tmp_path / "out")
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--dask_workers=2"], "--dask_address and --dask_workers go with --runner dask"),
+    (["--runner=dask", "--dask_workers=2", "--dask_address=tcp://127.0.0.1:1"],
+     "give one of them"),
+    (["--runner=dask", "--dask_workers=0"], "--dask_workers=0: at least 1"),
+])
+def test_dask_flags_are_checked(flags, message, sample_vocab, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "data.create_pretraining_data", "--input_file=x.txt",
+         f"--output_file={tmp_path}/o", f"--spm_model_file={sample_vocab}", *flags],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert message in result.stderr
