@@ -14,6 +14,7 @@ the best checkpoint: `albert_tf.actions`).
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 import time
@@ -30,6 +31,43 @@ class NonFiniteLossError(RuntimeError):
 
 class CorruptInputError(RuntimeError):
     """A training input file cannot be read (truncated, corrupt or of another schema)."""
+
+
+PREEMPTED_EXIT = 42
+
+
+class WorkerLostError(RuntimeError):
+    """A worker of a multi-worker cluster stopped answering during a step."""
+
+
+# What a collective op raises when a peer is gone: its connection refused or reset (a process
+# died), the collective timeout or the coordination service's heartbeat timeout (a host that
+# vanished), or the abort the first of those propagates to the other workers.
+_PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+                tf.errors.CancelledError, tf.errors.AbortedError)
+
+
+def lost_peer(message: str, cluster_spec=None) -> str:
+    """'worker 2 (127.0.0.1:47425)', the task a collective's error names with its address in
+    `cluster_spec` (TF_CONFIG's), or what else can be told of the peer from the message."""
+    task = re.search(r"/job:(\w+)/replica:\d+/task:(\d+)", message)
+    address = re.search(r"ipv4:([\d.]+:\d+)", message)
+    address = address.group(1) if address else None
+    if task:
+        job, index = task.group(1), int(task.group(2))
+        try:
+            address = cluster_spec.task_address(job, index)
+        except (AttributeError, ValueError, KeyError):
+            pass
+        return f"{job} {index}" + (f" ({address})" if address else "")
+    if address:
+        return address
+    aborted = re.search(r"Collective ops is aborted by: (.+)", message)
+    if aborted:  # another worker aborted the step on seeing the loss
+        return f"the step was aborted by another worker ({aborted.group(1).strip()})"
+    lines = [line.strip() for line in message.splitlines()
+             if line.strip() and not line.startswith("Graph execution error")]
+    return lines[0] if lines else "unknown"
 
 
 def is_input_error(error) -> bool:
@@ -105,8 +143,25 @@ class Controller:
             resolver = getattr(self.trainer.strategy, "cluster_resolver", None)
             if resolver is not None:
                 return tf.distribute.experimental.PreemptionCheckpointHandler(
-                    resolver, self.manager)
+                    resolver, self.manager, termination_config=tf.distribute.experimental
+                    .TerminationConfig(exit_fn=self._preempted))
         return None
+
+    def _cluster_spec(self):
+        resolver = getattr(self.trainer.strategy, "cluster_resolver", None)
+        try:
+            return resolver.cluster_spec() if resolver is not None else None
+        except (ValueError, RuntimeError):
+            return None
+
+    def _preempted(self):
+        """After the preemption handler's checkpoint of the whole cluster: say so, then exit
+        with 42, TensorFlow's restart code (its cluster tools restart a job that exits so)."""
+        print(f"Preemption notice (SIGTERM to a worker): the cluster saved "
+              f"{self.manager.latest_checkpoint} and stops with exit status {PREEMPTED_EXIT}; "
+              "restart every worker with the same command to resume.", file=sys.stderr,
+              flush=True)
+        sys.exit(PREEMPTED_EXIT)
 
     # -----------------------------------------------------------------------------------------
     def train(self, train_writer) -> dict:
@@ -180,6 +235,10 @@ class Controller:
             if not is_input_error(e):
                 raise
             self.stop_on_bad_input(e)
+        except _PEER_ERRORS as e:
+            if not self._cluster():
+                raise
+            self.stop_on_lost_worker(e, step, n)
         if not self.trainer.gate_open():
             self.stop_non_finite()
         return {k: float(v) for k, v in sums.items()}, float(loss), float(norm)
@@ -231,6 +290,17 @@ class Controller:
             f"{path} (model, optimizer and input position agree). Regenerate the file under the "
             "same name (python -m data.create_pretraining_data) or restore it, then rerun the "
             "same command to resume.")
+
+    def stop_on_lost_worker(self, error, step: int, n: int):
+        """A collective failed because a peer is gone: no checkpoint can be saved (saving is a
+        collective too); the last one is intact and every worker resumes from it."""
+        raise WorkerLostError(
+            f"A worker of the cluster stopped answering during steps {step + 1}-{step + n}: "
+            f"{lost_peer(getattr(error, 'message', str(error)), self._cluster_spec())} "
+            f"({type(error).__name__}). "
+            f"The last checkpoint, {self.manager.latest_checkpoint}, is intact; restart every "
+            "worker with the same command and TF_CONFIG to resume from it (docs/training.md, "
+            "\"When a worker dies\").")
 
     def stop_non_finite(self):
         bad = int(self.trainer.bad_step.numpy())

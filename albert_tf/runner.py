@@ -37,14 +37,15 @@ from albert_tf.ownership import OutputLock
 from albert_tf.records import temporary_name
 from albert_tf.tokenization import Tokenizer, make_tokenizer
 from albert_tf.train_lib import (CorruptInputError, NonFiniteLossError, TrainingConfig,
-                                 TrainingRun, write_dir_of)
+                                 TrainingRun, WorkerLostError, write_dir_of)
 from export.saved_model import ExportError, export_saved_model
 
 # What a command reports as "error: ..." and exit status 1 instead of a traceback: bad input
 # (data, config, checkpoint, flags: all ValueErrors), a strategy that cannot start, a run that
-# stopped on a non-finite loss or an unreadable input (a checkpoint was saved first).
+# stopped on a non-finite loss or an unreadable input (a checkpoint was saved first), a worker of
+# the cluster lost (the last checkpoint is intact).
 RUN_ERRORS = (ValueError, FileNotFoundError, StrategyError, NonFiniteLossError,
-              CorruptInputError)
+              CorruptInputError, WorkerLostError)
 
 
 class RunStopped(Exception):

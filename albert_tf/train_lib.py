@@ -29,7 +29,8 @@ import tensorflow as tf
 from albert_tf import actions, progress
 from albert_tf.checkpoints import model_kind
 from albert_tf.config import AlbertConfig
-from albert_tf.controller import Controller, CorruptInputError, NonFiniteLossError
+from albert_tf.controller import (Controller, CorruptInputError, NonFiniteLossError,
+                                  WorkerLostError)
 from albert_tf.distribute import worker_layout
 from albert_tf.input_pipeline import InputPlan, list_files
 from albert_tf.run_directory import (INPUT_PLAN_FILE, OutputDirMismatchError, RunDirectory,
@@ -38,7 +39,8 @@ from albert_tf.tasks import PretrainingTask, Task
 from albert_tf.trainer import PRECISIONS, Trainer
 
 __all__ = ["TrainingConfig", "PretrainingConfig", "TrainingRun", "PretrainingRun",
-           "NonFiniteLossError", "CorruptInputError", "OutputDirMismatchError", "PRECISIONS",
+           "NonFiniteLossError", "CorruptInputError", "WorkerLostError", "OutputDirMismatchError",
+           "PRECISIONS",
            "INPUT_PLAN_FILE", "write_dir_of", "write_text_atomically"]
 
 

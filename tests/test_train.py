@@ -161,15 +161,15 @@ def _free_port():
     raise RuntimeError("no free port below the ephemeral range")
 
 
-def _multi_worker(tmp_path, name, output_dir, extra=()):
-    """Worker arguments of a 2-process MultiWorkerMirrored run: {name-i: args}."""
+def _multi_worker(tmp_path, name, output_dir, extra=(), workers=2):
+    """Worker arguments of a MultiWorkerMirrored run of `workers` processes: {name-i: args}."""
     ports = [_free_port()]
-    while len(ports) < 2:
+    while len(ports) < workers:
         port = _free_port()
         if port not in ports:
             ports.append(port)
     runs = {}
-    for index in range(2):
+    for index in range(workers):
         tf_config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
                      "task": {"type": "worker", "index": index}}
         runs[f"{name}{index}"] = ["--strategy", "multi_worker_mirrored", "--output_dir",
@@ -211,6 +211,98 @@ def test_multi_worker_mirrored_two_processes(generated_data, tmp_path):
     assert _max_diff(w0, r0) == 0.0 and _max_diff(r0, r1) == 0.0
     assert os.path.exists(tmp_path / "out" / "ckpt-4.index")          # the chief's
     assert os.path.exists(tmp_path / "out" / ".worker-1" / "ckpt-4.index")  # worker 1's
+
+
+def _wait_for(path, procs, timeout=300):
+    deadline = time.time() + timeout
+    while not os.path.exists(path):
+        if time.time() > deadline or any(p.poll() is not None for p in procs.values()):
+            for p in procs.values():
+                p.kill()
+            pytest.fail(f"{path} did not appear: " + "; ".join(
+                f"{n}: {p.communicate()[0][-1500:]}" for n, p in procs.items()))
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_a_lost_worker_stops_the_cluster_and_the_rerun_resumes(generated_data, tmp_path):
+    """Three workers under MultiWorkerMirroredStrategy. One SIGKILLed after its step-2
+    checkpoint: the other two exit with status 1 and an error naming the lost worker and the
+    intact checkpoint, within 60 s of its death (no hang in a collective); so do they when one
+    freezes (SIGSTOP: no connection is closed, the heartbeats stop). SIGTERM to one (a
+    preemption notice): the whole cluster saves a checkpoint and exits with 42. Rerunning all
+    three resumes each from its checkpoint and ends where an uninterrupted run does (1e-6)."""
+    data = ["--files", _pattern(generated_data), "--steps", "12", "--save_every", "2",
+            "--batch", "12"]
+    killed = _multi_worker(tmp_path, "k", tmp_path / "killed", data, workers=3)
+    killed["k2"] += ["--kill_at_step", "2"]
+    procs = {name: _worker(args + ["--weights", str(tmp_path / f"{name}.npz")])
+             for name, args in killed.items()}
+    out2, _ = procs["k2"].communicate(timeout=600)
+    died = time.time()
+    assert procs["k2"].returncode == -signal.SIGKILL, out2[-3000:]
+    errors = []
+    for name in ("k0", "k1"):
+        out, _ = procs[name].communicate(timeout=600)
+        waited = time.time() - died
+        print(f"\n{name} exited {waited:.1f} s after worker 2 died")
+        assert procs[name].returncode == 1, out[-3000:]
+        assert waited < 60
+        error = [line for line in out.splitlines() if line.startswith("error: ")]
+        assert len(error) == 1 and "A worker of the cluster stopped answering during steps" in (
+            error[0]), out[-3000:]
+        assert "ckpt-2, is intact" in error[0]
+        errors.append(error[0])
+    # the worker that lost its ring neighbour names it (the other may only see the abort)
+    k2 = killed["k2"]
+    address = json.loads(k2[k2.index("--tf_config") + 1])["cluster"]["worker"][2]
+    assert any(f"worker 2 ({address})" in e for e in errors), errors
+    assert not os.path.exists(tmp_path / "killed" / "ckpt-4.index")
+    tf.train.load_checkpoint(str(tmp_path / "killed" / "ckpt-2"))  # intact
+
+    # A worker that stops answering without its connections closing (a host that froze or
+    # dropped off the network; SIGSTOP here): the coordination service's heartbeats find it.
+    frozen = _multi_worker(tmp_path, "f", tmp_path / "frozen", data, workers=3)
+    procs = {name: _worker(args + ["--weights", str(tmp_path / f"{name}.npz")])
+             for name, args in frozen.items()}
+    _wait_for(tmp_path / "frozen" / "ckpt-2.index", procs)
+    procs["f2"].send_signal(signal.SIGSTOP)
+    stopped = time.time()
+    try:
+        for name in ("f0", "f1"):
+            out, _ = procs[name].communicate(timeout=300)
+            waited = time.time() - stopped
+            print(f"{name} exited {waited:.1f} s after worker 2 froze")
+            assert procs[name].returncode == 1, out[-3000:]
+            assert waited < 60 and "error: A worker of the cluster stopped answering" in out
+    finally:
+        procs["f2"].kill()
+        procs["f2"].communicate()
+
+    terminated = _multi_worker(tmp_path, "t", tmp_path / "terminated", data, workers=3)
+    procs = {name: _worker(args + ["--weights", str(tmp_path / f"{name}.npz")])
+             for name, args in terminated.items()}
+    _wait_for(tmp_path / "terminated" / "ckpt-2.index", procs)
+    procs["t2"].send_signal(signal.SIGTERM)
+    for name, proc in procs.items():
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 42, out[-3000:]
+        assert "Preemption notice (SIGTERM to a worker): the cluster saved" in out, out[-3000:]
+
+    runs = _multi_worker(tmp_path, "u", tmp_path / "uninterrupted", data, workers=3)
+    runs.update(_multi_worker(tmp_path, "rk", tmp_path / "killed", data, workers=3))
+    runs.update(_multi_worker(tmp_path, "rt", tmp_path / "terminated", data, workers=3))
+    outputs = _run_workers(runs, tmp_path, timeout=900)
+    _assert_exits(outputs)
+    for name, (_, out) in outputs.items():
+        if name.startswith("r"):
+            assert "start=resumed" in out, out[-2000:]
+    assert "first_logged_step=4 " in outputs["rk0"][1]
+    u0, replicas = _weights(tmp_path / "u0.npz")
+    assert replicas == 3
+    for name in ("u1", "u2", "rk0", "rk1", "rk2", "rt0", "rt1", "rt2"):
+        diff = _max_diff(u0, _weights(tmp_path / f"{name}.npz")[0])
+        assert diff <= 1e-6, (name, diff)
 
 
 def _cli(args, **kwargs):

@@ -51,7 +51,7 @@ def run(strategy_name, files, output_dir, steps=4, grad_accum_steps=1, batch=8,
         from albert_tf.runner import make_exporter
 
         exporter = make_exporter(export_dir, output_dir, None, 32)
-    return PretrainingRun(cfg, strategy).run(exporter=exporter)
+    PretrainingRun(cfg, strategy).run(exporter=exporter)
 
 
 def main():
@@ -109,9 +109,14 @@ def main():
             return path
 
         tf.train.CheckpointManager.save = save_then_die
-    run(args.strategy, args.files, args.output_dir, steps=args.steps,
-        grad_accum_steps=args.grad_accum_steps, batch=args.batch, export_dir=args.export_dir,
-        input_shards=args.input_shards, save_every=args.save_every)
+    from albert_tf.runner import guarded  # as the commands report errors: one line, status 1
+
+    code = guarded(run, args.strategy, args.files, args.output_dir, steps=args.steps,
+                   grad_accum_steps=args.grad_accum_steps, batch=args.batch,
+                   export_dir=args.export_dir, input_shards=args.input_shards,
+                   save_every=args.save_every)
+    if code:
+        sys.exit(code)
     np.savez(args.weights, **{k.replace("/", "|"): v for k, v in captured["weights"].items()},
              __replicas__=np.array(captured["replicas"]),
              __losses__=np.array(captured["losses"]))
