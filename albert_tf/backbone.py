@@ -50,15 +50,23 @@ def built_backbone(backbone_or_config, dtype=None, performance: Performance | No
 
 
 class AlbertConfigSerialization:
-    """`get_config`/`from_config` for models whose constructor is `(config, dtype=None, **kw)`:
-    the config is stored as its official-key dict."""
+    """`get_config`/`from_config` for models whose constructor is `(config, dtype=None,
+    performance=None, **kw)`: the config is stored as its official-key dict, the performance
+    switches as the encoder runs them (a reloaded `.keras` model computes the same bits)."""
 
     def get_config(self):
+        encoder = getattr(self, "backbone", self).encoder
         return {"config": self.config.to_dict(), "dtype": self._dtype_arg, "name": self.name,
-                "trainable": self.trainable}
+                "trainable": self.trainable,
+                "performance": {"remove_padding": encoder.remove_padding,
+                                "recompute": encoder.recompute,
+                                "use_einsum": encoder.use_einsum}}
 
     @classmethod
     def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("performance"), dict):
+            config["performance"] = Performance(**config["performance"])
         return cls(**config)
 
 

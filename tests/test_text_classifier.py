@@ -319,6 +319,8 @@ def test_keras_file_round_trip(pretraining_run, tmp_path):
     back = keras.models.load_model(str(tmp_path / "clf.keras"))
     assert isinstance(back, AlbertTextClassifier) and back.labels == ["neg", "pos"]
     assert back.preprocessor.sequence_length == 16
+    # the performance switches travel with the file (a padded reload differs in the last bit)
+    assert back.albert_model.backbone.encoder.remove_padding is True
     np.testing.assert_array_equal(back.predict(TEXTS, verbose=0), want)
     # the same file is a checkpoint: its classifier is read whole
     again = AlbertTextClassifier.from_checkpoint(str(tmp_path / "clf.keras"), num_classes=2,
