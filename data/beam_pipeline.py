@@ -60,6 +60,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import socket
 import tempfile
 import time
 import uuid
@@ -137,7 +138,15 @@ def _read_file(element):
 
     errors = []
     count = 0
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+    try:
+        opened = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    except OSError as e:  # the launcher saw the file: this worker does not
+        raise InputError(
+            f"{path}: the worker on {socket.gethostname()} cannot read this input "
+            f"({e.strerror or e}). Every worker must see the inputs at the path the launcher "
+            "gave: a shared file system mounted at the same path, or gs://, s3://, hdfs://. "
+            "No output was written.") from None
+    with opened as f:
         for document in documents_of(lines(f), path, errors=errors):
             yield "document", ((index, count), document)
             count += 1

@@ -244,36 +244,54 @@ def _free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def dask_scheduler():
-    """A Dask scheduler and 2 worker processes (one thread each) on 127.0.0.1, started as a user
-    starts them (`dask scheduler`, `dask worker`): {"address", "client"}."""
+def _start_dask(workers, hidden=None):
+    """A Dask scheduler and `workers` worker processes (one thread each) on 127.0.0.1, started
+    as a user starts them (`dask scheduler`, `dask worker`); with `hidden`, each worker runs in
+    its own mount namespace where that directory is an empty tmpfs (a worker that does not
+    see the launcher's files). Returns (address, client, processes)."""
     distributed = pytest.importorskip("distributed")
     address = f"tcp://127.0.0.1:{_free_port()}"
     scheduler = subprocess.Popen(
         [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
          "--port", address.rsplit(":", 1)[1], "--no-dashboard"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    workers = [subprocess.Popen(
-        [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
-         "--nworkers", "1", "--no-dashboard", "--host", "127.0.0.1"],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
-    client = None
+    worker = [sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
+              "--nworkers", "1", "--no-dashboard", "--host", "127.0.0.1"]
+    if hidden:
+        worker = ["unshare", "--mount", "sh", "-c",
+                  f'mount -t tmpfs tmpfs "{hidden}" && exec "$@"', "worker", *worker]
+    processes = [scheduler] + [subprocess.Popen(
+        worker, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(workers)]
     try:
         client = distributed.Client(address, timeout=60)
-        client.wait_for_workers(2, timeout=120)
+        client.wait_for_workers(workers, timeout=120)
+    except Exception:
+        _stop(None, processes)
+        raise
+    return address, client, processes
+
+
+def _stop(client, processes):
+    if client is not None:
+        client.close()
+    for p in processes:
+        p.terminate()
+    for p in processes:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+@pytest.fixture
+def dask_scheduler():
+    """A Dask scheduler and 2 worker processes on 127.0.0.1 (`_start_dask`)."""
+    address, client, processes = _start_dask(2)
+    try:
         yield {"address": address, "client": client}
     finally:
-        if client is not None:
-            client.close()
-        for p in workers + [scheduler]:
-            p.terminate()
-        for p in workers + [scheduler]:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop(client, processes)
 
 
 def _split_corpus(path, directory, parts):
@@ -323,6 +341,32 @@ def test_dask_cluster_writes_the_local_generators_files(dask_scheduler, prepared
     assert len(after) == 2 and all(after[w] - before[w] >= 4 for w in after), (before, after)
     # the run closed its client; the cluster is the user's and still serves
     assert client.submit(sum, [1, 2]).result(timeout=60) == 3
+
+
+@pytest.mark.slow
+def test_a_dask_worker_that_cannot_read_the_inputs_is_named(prepared_corpus, sample_vocab,
+                                                            tmp_path):
+    """A worker that does not see the input files (its own mount namespace, the corpus
+    directory an empty tmpfs there): one error line naming the file and the fix, exit status 1,
+    no output written."""
+    if subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode:
+        pytest.skip("unshare --mount is not permitted here")
+    inputs = _split_corpus(prepared_corpus["wiki"], str(tmp_path / "corpus"), 2)
+    address, client, processes = _start_dask(1, hidden=str(tmp_path / "corpus"))
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "data.create_pretraining_data",
+             *_generation_flags(inputs, tmp_path / "out" / "wiki", sample_vocab),
+             "--runner", "dask", "--dask_address", address],
+            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    finally:
+        _stop(client, processes)
+    assert result.returncode == 1, result.stderr[-3000:]
+    error = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(error) == 1, result.stderr[-3000:]
+    assert f"{tmp_path / 'corpus'}/part" in error[0] and "cannot read this input" in error[0]
+    assert "Every worker must see the inputs at the path the launcher gave" in error[0]
+    assert not [n for n in os.listdir(tmp_path / "out") if "tfrecord" in n]
 
 
 @pytest.mark.slow
