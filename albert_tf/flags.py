@@ -227,6 +227,7 @@ NUMBER_RULES = {
     "num_output_shards": "positive", "masked_lm_prob": "positive_probability",
     "ngram": "positive", "dupe_factor": "positive", "short_seq_prob": "probability",
     "num_workers": "positive", "tokens_per_unit": "positive", "vocab_size": "positive",
+    "dask_workers": "positive",
     "input_sentence_size": "non_negative", "character_coverage": "positive_probability",
     "num_threads": "positive", "heldout_every": "non_negative", "version": "positive",
     "check_texts": "positive", "min_agreement": "probability", "max_examples": "positive",

@@ -157,8 +157,6 @@ def main(argv):
     if FLAGS.dask_address and FLAGS.dask_workers is not None:
         raise app.UsageError("--dask_address runs on an existing cluster, whose workers are its "
                              "own; --dask_workers starts a local one: give one of them.")
-    if FLAGS.dask_workers is not None and FLAGS.dask_workers < 1:
-        raise app.UsageError(f"--dask_workers={FLAGS.dask_workers}: at least 1.")
     if FLAGS.runner and FLAGS.num_workers != 1:
         raise app.UsageError("--num_workers is the local generator's; on Beam the runner's own "
                              "flags set the workers (e.g. --direct_num_workers, "

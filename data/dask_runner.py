@@ -86,18 +86,36 @@ class AlbertDaskRunner(DaskRunner):
 
 
 def check_scheduler(address: str, timeout: float = CONNECTION_TIMEOUT_S) -> None:
-    """Raises `ConnectionError` naming `address` when no Dask scheduler answers there."""
+    """Raises `ConnectionError` naming `address` when no Dask scheduler answers there within
+    `timeout` seconds: nothing listening, another kind of service (whose handshake would
+    otherwise wait forever), or an address that is not `tcp://HOST:PORT`."""
+    import threading
+
     from distributed import Client
 
-    try:
-        with Client(address, timeout=timeout):
-            pass
-    except (OSError, TimeoutError) as e:
+    outcome = {}
+
+    def connect():
+        try:
+            with Client(address, timeout=timeout):
+                outcome["ok"] = True
+        except Exception as e:  # noqa: BLE001 - reported below
+            outcome["error"] = e
+
+    # a daemon thread: a service that accepts the connection but never speaks Dask's protocol
+    # would keep the handshake, and the process, waiting forever
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(timeout + 5)
+    if not outcome.get("ok"):
+        error = outcome.get("error")
+        reason = (f"{error}" if error is not None and str(error)
+                  else type(error).__name__ if error is not None else "no answer")
         raise ConnectionError(
-            f"--dask_address {address}: no Dask scheduler answered within {timeout:g} s ({e}). "
-            "Start one (`dask scheduler`, then `dask worker ADDRESS` on each machine), check the "
-            "address and port, or use --dask_workers N for a local cluster; nothing was "
-            "written.") from None
+            f"--dask_address {address}: no Dask scheduler answered within {timeout:g} s "
+            f"({reason}). Give the scheduler's address as tcp://HOST:PORT (`dask scheduler` "
+            "prints it; then `dask worker ADDRESS` on each machine), check the host and port, "
+            "or use --dask_workers N for a local cluster; nothing was written.")
 
 
 @contextlib.contextmanager

@@ -390,7 +390,7 @@ def test_unreachable_dask_scheduler_is_named_and_nothing_is_written(sample_vocab
     (["--dask_workers=2"], "--dask_address and --dask_workers go with --runner dask"),
     (["--runner=dask", "--dask_workers=2", "--dask_address=tcp://127.0.0.1:1"],
      "give one of them"),
-    (["--runner=dask", "--dask_workers=0"], "--dask_workers=0: at least 1"),
+    (["--runner=dask", "--dask_workers=0"], "--dask_workers must be a finite number > 0"),
 ])
 def test_dask_flags_are_checked(flags, message, sample_vocab, tmp_path):
     result = subprocess.run(
