@@ -574,7 +574,7 @@ def _generate_with_beam(beam, job, tokenizer, pipeline_args, started) -> dict:
     else:
         place_sentencepiece(job, tokenizer.sha256)
     pipeline_args = list(pipeline_args)
-    if ("--runner=dask" in pipeline_args
+    if (any(a in ("--runner=dask", "--runner=DaskRunner") for a in pipeline_args)
             and not any(a.startswith(("--dask_npartitions", "--dask_partition_size"))
                         for a in pipeline_args)):
         # one input file per partition: the runner's default puts up to 128 in one, and every

@@ -18,7 +18,7 @@ both seen on this pipeline with a scheduler and 2 worker processes:
 `AlbertDaskRunner` translates ParDo with `run_bundle`, which builds the invoker and receivers for
 each bundle and collects the outputs after `finish_bundle`. Everything else is Beam's.
 
-What Dask does not give (docs/scaling.md): Beam metrics (the summary is read from the sidecars),
+What Dask does not give (docs/data.md, "On Dask"): Beam metrics (the summary is read from the sidecars),
 retries of a failed task with the work kept (a worker that dies loses its results; Dask reruns
 them elsewhere), autoscaling (Dask's adaptive clusters are the user's), and splitting one input
 file (a file is one task's work, as on every runner).
@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 
 import apache_beam as beam
 from apache_beam import DoFn
@@ -36,6 +37,7 @@ from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, 
 from apache_beam.runners.dask import transform_evaluator
 from apache_beam.runners.dask.dask_runner import DaskRunner
 from apache_beam.runners.dask.transform_evaluator import OneReceiver, get_windowed_value
+from distributed import Client, LocalCluster
 
 CONNECTION_TIMEOUT_S = 15
 
@@ -89,10 +91,6 @@ def check_scheduler(address: str, timeout: float = CONNECTION_TIMEOUT_S) -> None
     """Raises `ConnectionError` naming `address` when no Dask scheduler answers there within
     `timeout` seconds: nothing listening, another kind of service (whose handshake would
     otherwise wait forever), or an address that is not `tcp://HOST:PORT`."""
-    import threading
-
-    from distributed import Client
-
     outcome = {}
 
     def connect():
@@ -128,8 +126,6 @@ def dask_cluster(address: str | None, workers: int | None):
         check_scheduler(address)
         yield address
         return
-    from distributed import LocalCluster
-
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                       host="127.0.0.1", dashboard_address=":0") as cluster:
         yield cluster.scheduler_address

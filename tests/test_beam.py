@@ -370,16 +370,32 @@ def test_a_dask_worker_that_cannot_read_the_inputs_is_named(prepared_corpus, sam
 
 
 @pytest.mark.slow
-def test_unreachable_dask_scheduler_is_named_and_nothing_is_written(sample_vocab, tmp_path,
+@pytest.mark.parametrize("kind", ["nothing listens", "not a Dask scheduler", "http"])
+def test_unreachable_dask_scheduler_is_named_and_nothing_is_written(kind, sample_vocab, tmp_path,
                                                                     prepared_corpus):
+    """A port where nothing listens, a service that accepts the connection and never answers
+    (before the check's deadline, its handshake waited forever), an http:// address: one error
+    naming --dask_address, exit status 1, nothing written."""
     pytest.importorskip("distributed")
-    address = f"tcp://127.0.0.1:{_free_port()}"  # nothing listens there
-    result = subprocess.run(
-        [sys.executable, "-m", "data.create_pretraining_data",
-         *_generation_flags(prepared_corpus["wiki"], tmp_path / "out" / "wiki", sample_vocab),
-         "--runner", "dask", "--dask_address", address],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 1
+    silent = None
+    if kind == "not a Dask scheduler":
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)  # the kernel completes the handshake; nobody ever answers
+        address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+    else:
+        address = f"{'http' if kind == 'http' else 'tcp'}://127.0.0.1:{_free_port()}"
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "data.create_pretraining_data",
+             *_generation_flags(prepared_corpus["wiki"], tmp_path / "out" / "wiki",
+                                sample_vocab),
+             "--runner", "dask", "--dask_address", address],
+            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    finally:
+        if silent is not None:
+            silent.close()
+    assert result.returncode == 1, result.stderr[-3000:]
     assert f"error: --dask_address {address}: no Dask scheduler answered within 15 s" in (
         result.stderr)
     assert "nothing was written" in result.stderr
