@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from albert_tf.input_pipeline import find_unreadable_files, stream_dataset
 from albert_tf.progress import Progress
+from albert_tf.stop_signals import StopSignals
 
 
 class NonFiniteLossError(RuntimeError):
@@ -108,31 +109,13 @@ class Controller:
             lambda context: stream_dataset(plan, step, task.schema(), context), options)
         return iter(dataset)
 
-    def install_stop_signals(self) -> dict:
+    def stop_signals(self) -> StopSignals:
         """SIGTERM and SIGINT (Ctrl-C) ask the loop to save a checkpoint at the end of the
-        current loop of steps and stop (a second Ctrl-C stops at once, without saving: the last
-        checkpoint stays intact). Returns the handlers replaced. Under multi-worker and TPU
+        current loop of steps and stop; a second one ends the process at once, even inside a
+        loop of steps, without saving (`albert_tf.stop_signals`). Under multi-worker and TPU
         strategies the preemption handler owns SIGTERM."""
-        replaced = {}
-        signals = (signal.SIGINT,) if self._cluster() else (signal.SIGTERM, signal.SIGINT)
-
-        def handler(signum, frame):
-            self.stop_requested = signal.Signals(signum).name
-            # A second one takes the system's default action at once, even inside a running
-            # loop of steps (a Python handler would only run after it): the process ends
-            # without saving, and the last checkpoint stays intact.
-            signal.signal(signum, signal.SIG_DFL)
-            if signum == signal.SIGINT:
-                print("\nCtrl-C: the run saves a checkpoint at the end of this loop of steps "
-                      "and stops (Ctrl-C again stops now, without saving).", file=sys.stderr,
-                      flush=True)
-
-        for signum in signals:
-            try:
-                replaced[signum] = signal.signal(signum, handler)
-            except ValueError:  # not the main thread
-                break
-        return replaced
+        return StopSignals((signal.SIGINT,) if self._cluster()
+                           else (signal.SIGTERM, signal.SIGINT))
 
     def _cluster(self) -> bool:
         return isinstance(self.trainer.strategy, (tf.distribute.MultiWorkerMirroredStrategy,
@@ -183,33 +166,35 @@ class Controller:
         # benches (`bench/finetune_throughput.py`: "| N examples/s").
         bar = Progress("train", cfg.num_train_steps, enabled=self.verbose, every=0, start=step,
                        file=sys.stdout, label="step", rate=False)
-        previous_handlers = self.install_stop_signals()
         status = "completed"
         try:
-            while step < cfg.num_train_steps:
-                next_save = (step // cfg.save_checkpoints_steps + 1) * cfg.save_checkpoints_steps
-                n = min(cfg.iterations_per_loop, next_save - step, cfg.num_train_steps - step)
-                t0 = time.time()
-                sums, loss, norm = self.run_steps(preemption, step, n)
-                step += n
-                record = self.record(step, n, sums, loss, norm, time.time() - t0, train_writer)
-                history.append(record)
-                bar.update(n, figures=self.figures(record))
-                if step % cfg.save_checkpoints_steps == 0 or step == cfg.num_train_steps:
-                    self.log(f"saved {self.save(step)}")
-                    if self.on_checkpoint is not None:
-                        self.on_checkpoint(step)
-                if self.stop_requested:
-                    if step % cfg.save_checkpoints_steps:
-                        self.save(step)
-                    status = f"stopped ({self.stop_requested})"
-                    self.log(f"{self.stop_requested}: checkpoint saved at step {step}; rerun "
-                             "to resume.")
-                    break
+            with self.stop_signals() as stop:
+                while step < cfg.num_train_steps:
+                    every = cfg.save_checkpoints_steps
+                    next_save = (step // every + 1) * every
+                    n = min(cfg.iterations_per_loop, next_save - step,
+                            cfg.num_train_steps - step)
+                    t0 = time.time()
+                    sums, loss, norm = self.run_steps(preemption, step, n)
+                    step += n
+                    record = self.record(step, n, sums, loss, norm, time.time() - t0,
+                                         train_writer)
+                    history.append(record)
+                    bar.update(n, figures=self.figures(record))
+                    if step % cfg.save_checkpoints_steps == 0 or step == cfg.num_train_steps:
+                        self.log(f"saved {self.save(step)}")
+                        if self.on_checkpoint is not None:
+                            self.on_checkpoint(step)
+                    if stop.requested:
+                        if step % cfg.save_checkpoints_steps:
+                            self.save(step)
+                        status = f"stopped ({stop.requested})"
+                        self.stop_requested = stop.requested
+                        self.log(f"{stop.requested}: checkpoint saved at step {step}; rerun "
+                                 "to resume.")
+                        break
         finally:
             bar.close()
-            for signum, previous in previous_handlers.items():
-                signal.signal(signum, previous)
             train_writer.flush()
         return {"status": status, "step": step, "history": history}
 

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -530,6 +531,70 @@ def test_resume_on_regenerated_input_of_the_same_size_is_refused(prepared_corpus
         PretrainingRun(_config(tmp_path, first))
 
 
+_LONG_CALL = """
+import signal, sys, time
+import tensorflow as tf
+from albert_tf.stop_signals import StopSignals
+
+@tf.function(autograph=False)  # source given with -c: no AutoGraph
+def loop(n):  # one long call into TensorFlow: no Python runs in the main thread meanwhile
+    x = tf.fill([128, 128], 0.01)
+    return tf.while_loop(lambda i, s: i < n,
+                         lambda i, s: (i + 1, s + tf.reduce_sum(tf.matmul(x, x))),
+                         (tf.constant(0), tf.constant(0.0)))
+
+loop(tf.constant(1))
+with StopSignals() as stop:
+    print("in the call", flush=True)
+    start = time.time()
+    loop(tf.constant(int(sys.argv[1])))
+    print(f"call ended after {time.time() - start:.1f} s; requested {stop.requested}", flush=True)
+print(f"handler restored: {signal.getsignal(signal.SIGINT) is signal.default_int_handler}")
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_signal_ends_the_process_inside_one_long_tensorflow_call(signum):
+    """The first SIGINT/SIGTERM is acknowledged at once and recorded (the loop stops at its
+    end); the second, sent while the same tf.function call still runs, ends the process with
+    that signal's status: Python's own handler would run only after the call."""
+    name = signal.Signals(signum).name
+    proc = subprocess.Popen([sys.executable, "-c", _LONG_CALL, "100000000"], cwd=ROOT,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONPATH=ROOT))
+    watchdog = threading.Timer(120, proc.kill)  # a process that ignores both signals
+    watchdog.start()
+    try:
+        assert proc.stdout.readline() == "in the call\n"
+        time.sleep(1)
+        proc.send_signal(signum)
+        expected = "Ctrl-C: the run saves" if signum == signal.SIGINT else "SIGTERM: the run saves"
+        for line in proc.stderr:  # the acknowledgement comes while the call still runs
+            if line.startswith(expected):
+                break
+        else:
+            pytest.fail(f"no acknowledgement of {name} before the process ended")
+        sent = time.time()
+        proc.send_signal(signum)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        watchdog.cancel()
+        proc.kill()
+    assert proc.returncode == -signum and time.time() - sent < 10 and out == "", (name, out)
+
+
+def test_one_signal_inside_a_long_call_is_recorded_and_the_handlers_restored():
+    proc = subprocess.Popen([sys.executable, "-c", _LONG_CALL, "3000"], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.stdout.readline() == "in the call\n"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-2000:]
+    assert "requested SIGINT" in out and "handler restored: True" in out
+    assert err.count("Ctrl-C: the run saves a checkpoint at the end of this loop") == 1
+
+
 @pytest.mark.slow
 def test_ctrl_c_saves_and_exits_130_then_resumes(generated_data, tmp_path):
     config = tmp_path / "albert_config.json"
@@ -567,8 +632,9 @@ def test_ctrl_c_saves_and_exits_130_then_resumes(generated_data, tmp_path):
     time.sleep(1)
     sent = time.time()
     proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=60)
-    assert proc.returncode == -signal.SIGINT and time.time() - sent < 30
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGINT and time.time() - sent < 30, err[-2000:]
+    assert err.count("Ctrl-C: the run saves a checkpoint at the end of this loop") == 1
     assert tf.train.latest_checkpoint(str(tmp_path / "run")).endswith(f"ckpt-{step}")
 
 
