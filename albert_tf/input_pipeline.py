@@ -18,14 +18,9 @@ import struct
 import numpy as np
 import tensorflow as tf
 
-try:  # the C CRC-32C (a dependency); the Python one below where it is missing
-    import google_crc32c
-except ImportError:  # pragma: no cover - installed with the package
-    google_crc32c = None
-
 from albert_tf import features as F
 from albert_tf.paths import expand_patterns
-from albert_tf.records import read_sidecar
+from albert_tf.records import masked_crc32c, read_sidecar
 
 
 class DataMismatchError(ValueError):
@@ -249,32 +244,6 @@ def _permutation(n, key):
     return tf.random.experimental.stateless_shuffle(tf.range(n, dtype=tf.int64), seed=key)
 
 
-def _crc32c_python(data: bytes) -> int:
-    """CRC-32C in Python: the fallback where google-crc32c (a dependency) is not installed."""
-    table = _crc32c_python.table
-    if table is None:
-        table = _crc32c_python.table = []
-        for i in range(256):
-            c = i
-            for _ in range(8):
-                c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-            table.append(c)
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-_crc32c_python.table = None
-_crc32c = google_crc32c.value if google_crc32c is not None else _crc32c_python
-
-
-def _masked_crc32c(data: bytes) -> int:
-    """The TFRecord framing's masked CRC-32C of `data`."""
-    crc = _crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
 def count_records(path: str) -> int:
     """Records in a TFRecord file, from its framing alone: each record's 12-byte header (length
     and the length's CRC) is read and its data skipped by seeking, so counting costs a few bytes
@@ -288,7 +257,7 @@ def count_records(path: str) -> int:
             header = f.read(12)
             if len(header) == 12:
                 length, crc = struct.unpack("<QI", header)
-                if _masked_crc32c(header[:8]) != crc:
+                if masked_crc32c(header[:8]) != crc:
                     raise DataMismatchError(
                         f"{path} is not a TFRecord file or is damaged: the header of record "
                         f"{count + 1} (byte {position}) fails its checksum. Regenerate it.")

@@ -27,9 +27,15 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import uuid
 
 import numpy as np
+
+try:  # the C CRC-32C (a dependency); the Python one below where it is missing
+    import google_crc32c
+except ImportError:  # pragma: no cover - installed with the package
+    google_crc32c = None
 
 from albert_tf import features as F
 
@@ -41,7 +47,87 @@ def _gfile():
     return tf.io.gfile
 
 
+class _LocalFiles:
+    """The few `tf.io.gfile` calls `write_file` makes, for a local path, without TensorFlow."""
+
+    exists = staticmethod(os.path.exists)
+    remove = staticmethod(os.remove)
+
+    @staticmethod
+    def makedirs(path):
+        os.makedirs(path, exist_ok=True)
+
+    @staticmethod
+    def GFile(path, mode):  # noqa: N802 - tf.io.gfile's name
+        return open(path, mode, encoding="utf-8")
+
+    @staticmethod
+    def rename(source, target, overwrite=False):
+        if not overwrite and os.path.exists(target):
+            raise FileExistsError(target)
+        os.replace(source, target)
+
+
+def _files(path: str):
+    """`tf.io.gfile` for a remote path (`gs://`), `_LocalFiles` for a local one."""
+    return _gfile() if "://" in path else _LocalFiles
+
+
+def _crc32c_python(data: bytes) -> int:
+    """CRC-32C in Python: the fallback where google-crc32c (a dependency) is not installed."""
+    table = _crc32c_python.table
+    if table is None:
+        table = _crc32c_python.table = []
+        for i in range(256):
+            c = i
+            for _ in range(8):
+                c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+            table.append(c)
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+_crc32c_python.table = None
+_crc32c = google_crc32c.value if google_crc32c is not None else _crc32c_python
+
+
+def masked_crc32c(data: bytes) -> int:
+    """The TFRecord framing's masked CRC-32C of `data`."""
+    crc = _crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+class _LocalRecordWriter:
+    """An uncompressed TFRecord file on a local disk without TensorFlow: each record framed as
+    `tf.io.TFRecordWriter` frames it (length, its masked CRC-32C, the data, the data's masked
+    CRC-32C; the same bytes, tested), so a data worker need not load TensorFlow (seconds)."""
+
+    _LENGTH, _CRC = struct.Struct("<Q"), struct.Struct("<I")
+
+    def __init__(self, path: str):
+        self._file = open(path, "wb")
+
+    def write(self, record: bytes) -> None:
+        header = self._LENGTH.pack(len(record))
+        crc = self._CRC.pack
+        self._file.writelines((header, crc(masked_crc32c(header)), record,
+                               crc(masked_crc32c(record))))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._file.close()
+        return False
+
+
 def _record_writer(path: str):
+    """TensorFlow's writer for a remote path (`gs://`: `tf.io.gfile`); the local one without
+    TensorFlow otherwise."""
+    if "://" not in path:
+        return _LocalRecordWriter(path)
     import tensorflow as tf
 
     return tf.io.TFRecordWriter(path)
@@ -102,6 +188,78 @@ def encode_example(features: dict) -> bytes:
         entry = _length_delimited(1, name.encode("utf-8")) + _length_delimited(2, feature)
         entries.append(_length_delimited(1, entry))
     return _length_delimited(1, b"".join(entries))
+
+
+def _packed_varints(values: np.ndarray) -> tuple[bytes, np.ndarray]:
+    """The packed varints of each row of the int64 matrix `values`, all rows in one buffer:
+    (buffer, each row's byte length). Vectorized `_varints`: the same bytes."""
+    rows = len(values)
+    u = np.ascontiguousarray(values, np.int64).view(np.uint64).reshape(-1)
+    if u.size == 0:
+        return b"", np.zeros(rows, np.int64)
+    top = int(u.max())
+    if top < 0x80:  # one byte each (masks, segment ids, labels, positions)
+        return u.astype(np.uint8).tobytes(), np.full(rows, u.size // rows, np.int64)
+    width = (top.bit_length() + 6) // 7  # the most bytes a value takes
+    if top < 1 << 32:
+        u = u.astype(np.uint32)
+    groups = np.empty((u.size, width), np.uint8)
+    counts = np.ones(u.size, np.int64)
+    rest = u
+    for k in range(width):
+        groups[:, k] = rest & 0x7F
+        rest = rest >> 7
+        if k + 1 < width:
+            more = rest != 0
+            groups[:, k] |= more.view(np.uint8) << 7
+            counts += more
+    used = np.arange(width)[None, :] < counts[:, None]
+    return groups[used].tobytes(), counts.reshape(rows, -1).sum(1)
+
+
+def _header(field: int, length: int) -> bytes:
+    return _SMALL[(field << 3) | 2] + (_SMALL[length] if length < 65536 else _varint(length))
+
+
+def encode_examples(columns: dict) -> list[bytes]:
+    """Many `tf.train.Example`s of the same int64 and float32 features at once: {name:
+    (values [n, k], "int64" | "float32")}, row i of every feature making example i. The bytes
+    are `encode_example`'s for each row (tested); the values are encoded with numpy, a whole
+    batch per call (the data-generation workers' hot path)."""
+    names = sorted(columns)
+    num_rows = {len(columns[name][0]) for name in names}
+    if len(num_rows) > 1:
+        raise ValueError(f"encode_examples: features of different row counts {sorted(num_rows)}")
+    num_rows = num_rows.pop() if num_rows else 0
+    if num_rows == 0:
+        return []
+    parts = []  # per feature: (entry prefix, feature tag, buffer, row offsets)
+    for name in names:
+        values, dtype = columns[name]
+        if dtype == "int64":
+            buffer, lengths = _packed_varints(np.asarray(values).reshape(num_rows, -1))
+            tag = 3
+        elif dtype == "float32":
+            array = np.ascontiguousarray(values, "<f4").reshape(num_rows, -1)
+            buffer, lengths = array.tobytes(), np.full(num_rows, array.shape[1] * 4, np.int64)
+            tag = 2
+        else:
+            raise ValueError(f"encode_examples: feature {name!r} has dtype {dtype!r}; only "
+                             "int64 and float32 (encode_example takes bytes features)")
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+        parts.append((_length_delimited(1, name.encode("utf-8")), tag, buffer, offsets))
+    examples = []
+    for i in range(num_rows):
+        entries = []
+        for key, tag, buffer, offsets in parts:
+            payload = buffer[offsets[i]:offsets[i + 1]]
+            inner = _header(1, len(payload)) + payload if payload else b""
+            feature = _header(tag, len(inner)) + inner
+            entry = key + _header(2, len(feature)) + feature
+            entries.append(_header(1, len(entry)) + entry)
+        body = b"".join(entries)
+        examples.append(_header(1, len(body)) + body)
+    return examples
 
 
 def example_of(features: dict) -> bytes:
@@ -209,7 +367,9 @@ def write_file(records, path: str, meta: dict) -> None:
     name of this process and renamed (the sidecar last), so a reader never sees half a file and
     workers that write the same file into a shared directory at once never write into one
     another's."""
-    _gfile().makedirs(os.path.dirname(os.path.abspath(path)))
+    files = _files(path)
+    files.makedirs(os.path.dirname(os.path.abspath(path)) if "://" not in path
+                   else path.rsplit("/", 1)[0])
     sidecar_path = F.sidecar_path(path)
     suffix = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp_path, tmp_sidecar = temporary_name(path, suffix), temporary_name(sidecar_path, suffix)
@@ -217,14 +377,14 @@ def write_file(records, path: str, meta: dict) -> None:
         with _record_writer(tmp_path) as writer:
             for record in records:
                 writer.write(record)
-        with _gfile().GFile(tmp_sidecar, "w") as f:
+        with files.GFile(tmp_sidecar, "w") as f:
             json.dump(meta, f, indent=2)
-        _gfile().rename(tmp_path, path, overwrite=True)
-        _gfile().rename(tmp_sidecar, sidecar_path, overwrite=True)
+        files.rename(tmp_path, path, overwrite=True)
+        files.rename(tmp_sidecar, sidecar_path, overwrite=True)
     finally:
         for leftover in (tmp_path, tmp_sidecar):
-            if _gfile().exists(leftover):
-                _gfile().remove(leftover)
+            if files.exists(leftover):
+                files.remove(leftover)
 
 
 def temporary_name(path: str, suffix: str) -> str:

@@ -4,7 +4,8 @@ Three phases, each over units whose results do not depend on how many workers ru
 output is byte-identical for any `num_workers`:
 
 1. tokenize: each input file -> memory-mapped token cache (`data.token_cache`), in parallel
-   over files.
+   over files and, with several workers, over pieces of a file cut at document boundaries
+   (`tokenize_parts`).
 2. map: documents are shuffled once (seeded), cut into blocks of about `tokens_per_unit` tokens;
    each (block, dupe pass) is a unit with its own generator `default_rng([seed, block, pass])`
    (truncation, masking, the unit's shuffle); each document's chunking in a pass draws from
@@ -28,6 +29,7 @@ again within each shard, which keeps memory bounded by one shard.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -42,12 +44,13 @@ from albert_tf.paths import atomic_write
 from albert_tf import features as F
 from albert_tf.ownership import OutputLock, same_file
 from albert_tf.progress import Progress
-from albert_tf.records import encode_example, remove_temporaries, temporary_name, write_file
+from albert_tf.records import encode_examples, remove_temporaries, temporary_name, write_file
 from albert_tf.tokenization import Tokenizer, file_sha256, make_tokenizer
-from data.pretraining import (GenerationParams, Vocabulary, instance_features, instances_of_plan,
+from data.pretraining import (GenerationParams, Vocabulary, instances_features, instances_of_plan,
                               plan_document)
-from data.text_io import InputError, expand_input_patterns
-from data.token_cache import TokenStore, is_tokenized, tokenize_file
+from data.text_io import InputError, document_parts, expand_input_patterns
+from data.token_cache import (TokenStore, is_tokenized, no_documents_error, tokenize_file,
+                               tokenized_counts)
 
 REDUCE_STREAM = 0x5EED  # separates the reducers' random streams from the units'
 STRUCTURE_STREAM = 0xC4E7  # each document's chunking, per pass (`document_plan`)
@@ -122,15 +125,20 @@ def output_file_names(output_file: str, num_output_shards: int) -> list[str]:
 _WORKER = {}
 
 
-def _init_worker(spm_model_file, vocab_file, do_lower_case, cache_prefixes=None):
+def _init_worker(spm_model_file, vocab_file, do_lower_case):
     _WORKER["tokenizer"] = make_tokenizer(spm_model_file, vocab_file, do_lower_case)
     _WORKER["vocab"] = Vocabulary.from_tokenizer(_WORKER["tokenizer"])
-    if cache_prefixes is not None:
-        _WORKER["store"] = TokenStore(cache_prefixes)
 
 
-def _tokenize_task(path, cache_prefix):
-    return tokenize_file(path, _WORKER["tokenizer"], cache_prefix)
+def _worker_store(cache_prefixes) -> TokenStore:
+    """This worker's document store over `cache_prefixes` (opened once)."""
+    if _WORKER.get("store_prefixes") != cache_prefixes:
+        _WORKER["store"], _WORKER["store_prefixes"] = TokenStore(cache_prefixes), cache_prefixes
+    return _WORKER["store"]
+
+
+def _tokenize_task(path, cache_prefix, part=None):
+    return tokenize_file(path, _WORKER["tokenizer"], cache_prefix, part)
 
 
 def document_plan(job: GenerationJob, store, dupe: int, doc: int):
@@ -151,13 +159,14 @@ def unit_examples(job: GenerationJob, store, vocab, block: int, dupe: int, doc_i
     the Beam pipeline's join). The local map phase and `data.beam_pipeline` both call it."""
     rng = np.random.default_rng([job.random_seed, block, dupe])
     params = job.params
-    records, stats = [], []
+    instances = []
     for doc in doc_ids:
         chunks = document_plan(job, store, dupe, int(doc))
-        for inst in instances_of_plan(store, int(doc), chunks, params, vocab, rng, segments):
-            records.append(encode_example(instance_features(inst, params)))
-            stats.append((1, len(inst.masked_lm_positions), inst.next_sentence_label,
-                          int(inst.random_document), int(inst.short_target)))
+        instances.extend(instances_of_plan(store, int(doc), chunks, params, vocab, rng,
+                                           segments))
+    records = encode_examples(instances_features(instances, params))
+    stats = [(1, len(inst.masked_lm_positions), inst.next_sentence_label,
+              int(inst.random_document), int(inst.short_target)) for inst in instances]
     num_shards = len(job.output_files)
     offset = (block * job.dupe_factor + dupe) % num_shards
     order = rng.permutation(len(records))
@@ -167,10 +176,10 @@ def unit_examples(job: GenerationJob, store, vocab, block: int, dupe: int, doc_i
     return records, stats, grouped
 
 
-def _unit_task(job: GenerationJob, unit_dir, block, dupe, doc_ids):
+def _unit_task(job: GenerationJob, unit_dir, block, dupe, doc_ids, cache_prefixes):
     """Builds the examples of one (block, pass) unit and spills them grouped by shard."""
-    records, stats, grouped = unit_examples(job, _WORKER["store"], _WORKER["vocab"], block,
-                                            dupe, doc_ids)
+    records, stats, grouped = unit_examples(job, _worker_store(cache_prefixes),
+                                            _WORKER["vocab"], block, dupe, doc_ids)
     num_shards = len(job.output_files)
     lengths = np.array([len(records[i]) for g in grouped for i in g], np.int64)
     counts = np.array([len(g) for g in grouped], np.int64)
@@ -241,27 +250,25 @@ def _amount(result) -> int:
     return result["tokens"] if isinstance(result, dict) else int(result)
 
 
-def _run_tasks(tasks, num_workers, initargs, progress: Progress):
-    """Runs `(fn, args)` tasks, in this process when num_workers == 1; returns their results in
-    task order."""
+def _run_tasks(tasks, pool, progress: Progress):
+    """Runs `(fn, args)` tasks on the worker `pool`, or in this process when it is None
+    (`_init_worker` called first); returns their results in task order."""
     results = [None] * len(tasks)
-    if num_workers == 1 or len(tasks) <= 1:
-        _init_worker(*initargs)
+    if pool is None:
         for i, (fn, args) in enumerate(tasks):
             results[i] = fn(*args)
             progress.update(1, _amount(results[i]))
         return results
-    with _executor(num_workers, initargs) as pool:
-        futures = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(tasks)}
-        try:
-            for future in concurrent.futures.as_completed(futures):
-                i = futures[future]
-                results[i] = future.result()
-                progress.update(1, _amount(results[i]))
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
+    futures = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(tasks)}
+    try:
+        for future in concurrent.futures.as_completed(futures):
+            i = futures[future]
+            results[i] = future.result()
+            progress.update(1, _amount(results[i]))
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        raise
     return results
 
 
@@ -299,6 +306,7 @@ class _Run:
     inputs: list  # [{"path", "sha256"}]
     num_workers: int
     progress: bool
+    pool: concurrent.futures.Executor | None = None  # None: the tasks run in this process
 
     @property
     def worker_args(self):
@@ -308,16 +316,48 @@ class _Run:
         return os.path.join(self.work_dir, *parts)
 
 
+MIN_PART_BYTES = 256 << 10  # the smallest piece of a file tokenized by one task
+
+
+def tokenize_parts(input_files, num_workers: int) -> list[list[tuple]]:
+    """Per input file, the byte ranges tokenized as separate tasks (`data.text_io.
+    document_parts`): one range per file with one worker; with several, files cut at document
+    boundaries into pieces of about a (2 x num_workers)-th of the corpus (at least
+    `MIN_PART_BYTES`), so one large file does not leave the other workers idle. The token
+    caches of a file's parts, read in order, are the file's: the outputs do not depend on it."""
+    if num_workers == 1:
+        return [[(0, None)] for _ in input_files]
+    sizes = [os.path.getsize(path) for path in input_files]
+    piece = max(MIN_PART_BYTES, -(-sum(sizes) // (2 * num_workers)))
+    return [document_parts(path, -(-size // piece)) if size > piece else [(0, None)]
+            for path, size in zip(input_files, sizes)]
+
+
 def _tokenize_phase(run: _Run, created_work_dir: bool) -> list[str]:
-    """1. Each input file -> a token cache (skipping finished ones); returns the cache
-    prefixes. Bad input removes a work directory this run created (nothing left behind)."""
+    """1. Each input file (or piece of one, `tokenize_parts`) -> a token cache (skipping
+    finished ones); returns the cache prefixes in document order. Bad input removes a work
+    directory this run created (nothing left behind)."""
     job = run.job
-    prefixes = [run.path("tokens", f"{i:05d}") for i in range(len(job.input_files))]
-    todo = [(_tokenize_task, (path, prefix)) for path, prefix in zip(job.input_files, prefixes)
-            if not is_tokenized(prefix)]
+    prefixes, todo, of_file = [], [], []
+    for i, (path, parts) in enumerate(zip(job.input_files,
+                                          tokenize_parts(job.input_files, run.num_workers))):
+        for p, part in enumerate(parts):
+            whole = part == (0, None)
+            prefix = run.path("tokens", f"{i:05d}" if whole
+                              else f"{i:05d}-{p:05d}-of-{len(parts):05d}")
+            prefixes.append(prefix)
+            of_file.append(i)
+            if not is_tokenized(prefix):
+                todo.append((_tokenize_task, (path, prefix, None if whole else part)))
     bar = Progress("tokenize", len(todo), items="tokens", enabled=run.progress)
     try:
-        _run_tasks(todo, run.num_workers, run.worker_args, bar)
+        _run_tasks(todo, run.pool, bar)
+        documents = np.zeros(len(job.input_files), np.int64)
+        for prefix, i in zip(prefixes, of_file):
+            documents[i] += tokenized_counts(prefix)["documents"]
+        empty = np.flatnonzero(documents == 0)
+        if len(empty):
+            raise no_documents_error(job.input_files[int(empty[0])])
     except InputError:
         if created_work_dir:
             shutil.rmtree(run.work_dir, ignore_errors=True)
@@ -334,10 +374,10 @@ def _map_phase(run: _Run, prefixes) -> list[str]:
                              job.tokens_per_unit)
     units = [(b, d) for b in range(len(blocks)) for d in range(job.dupe_factor)]
     unit_names = [run.path("units", f"unit-{b:06d}-{d:04d}") for b, d in units]
-    todo = [(_unit_task, (job, run.path("units"), b, d, blocks[b]))
+    todo = [(_unit_task, (job, run.path("units"), b, d, blocks[b], tuple(prefixes)))
             for (b, d), name in zip(units, unit_names) if not os.path.exists(name + ".idx")]
     bar = Progress("examples", len(todo), items="examples", enabled=run.progress)
-    _run_tasks(todo, run.num_workers, run.worker_args + (prefixes,), bar)
+    _run_tasks(todo, run.pool, bar)
     bar.close()
     return unit_names
 
@@ -511,8 +551,14 @@ def _generate(job: GenerationJob, tokenizer: Tokenizer, num_workers: int,
     with open(run.path("job.json"), "w", encoding="utf-8") as f:
         json.dump({"outputs": [os.path.abspath(o) for o in job.output_files]}, f)
 
-    prefixes = _tokenize_phase(run, created_work_dir)
-    unit_names = _map_phase(run, prefixes)
+    # One pool of workers for both parallel phases (each worker starts once).
+    pool = _executor(num_workers, run.worker_args) if num_workers > 1 else None
+    if pool is None:
+        _init_worker(*run.worker_args)
+    with pool or contextlib.nullcontext():
+        run = dataclasses.replace(run, pool=pool)
+        prefixes = _tokenize_phase(run, created_work_dir)
+        unit_names = _map_phase(run, prefixes)
     totals = _reduce_phase(run, unit_names, finished, tokenizer)
     shutil.rmtree(run.work_dir, ignore_errors=True)
     return {"run_hash": run_hash, "already_complete": False, "outputs": list(job.output_files),

@@ -32,7 +32,9 @@ with P(n) proportional to 1/n falling back to shorter n-grams within the budget
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import functools
 
 import numpy as np
 from albert_tf import features as F
@@ -169,19 +171,29 @@ def word_spans(tokens: np.ndarray, vocab: Vocabulary, whole_word: bool) -> list[
     """Candidate masking units: lists of token positions forming whole words ([CLS]/[SEP]
     excluded). A piece that does not start a word continues the previous word, unless it
     follows a special token (difference 3 in the module docstring)."""
-    words = []
-    previous_special = True
-    start_mask = vocab.start_piece_mask
-    for i, token in enumerate(tokens.tolist()):
-        if token == vocab.cls_id or token == vocab.sep_id:
-            previous_special = True
-            continue
-        if whole_word and not previous_special and not start_mask[token]:
-            words[-1].append(i)
-        else:
-            words.append([i])
-        previous_special = False
-    return words
+    is_special = (tokens == vocab.cls_id) | (tokens == vocab.sep_id)
+    positions, bounds = _word_bounds(is_special, vocab.start_piece_mask[tokens], whole_word)
+    positions, bounds = positions.tolist(), bounds.tolist()
+    return [positions[bounds[k]:bounds[k + 1]] for k in range(len(bounds) - 1)]
+
+
+def _word_bounds(is_special: np.ndarray, starts_word: np.ndarray, whole_word: bool):
+    """(positions of the non-special tokens, word boundaries into them): word k is
+    positions[bounds[k]:bounds[k + 1]]. A word is a run of non-special tokens, each new one at a
+    piece that starts a word, after a special token, or at every token without whole words."""
+    positions = np.flatnonzero(~is_special)
+    after_special = np.ones(len(is_special), bool)
+    after_special[1:] = is_special[:-1]
+    new_word = after_special | starts_word if whole_word else np.ones(len(is_special), bool)
+    bounds = np.append(np.flatnonzero(new_word[positions]), len(positions))
+    return positions, bounds
+
+
+@functools.lru_cache(maxsize=None)
+def _ngram_cumulative(params: GenerationParams) -> tuple:
+    """The cumulative n-gram probabilities (Python floats: `bisect` on them equals numpy's
+    `searchsorted(side="right")` on the same float64 values)."""
+    return tuple(np.cumsum(params.ngram_probabilities).tolist())
 
 
 def create_masked_lm_predictions(tokens: np.ndarray, params: GenerationParams,
@@ -191,51 +203,57 @@ def create_masked_lm_predictions(tokens: np.ndarray, params: GenerationParams,
     Returns (output_tokens, masked_positions [ascending], masked_original_ids,
     token_boundary, unit_lengths, num_to_predict).
     """
-    output = tokens.copy()
     is_special = (tokens == vocab.cls_id) | (tokens == vocab.sep_id)
-    token_boundary = (is_special | vocab.start_piece_mask[tokens]).astype(np.int32)
-    words = word_spans(tokens, vocab, params.do_whole_word_mask)
+    starts_word = vocab.start_piece_mask[tokens]
+    token_boundary = (is_special | starts_word).astype(np.int32)
+    positions, bounds = _word_bounds(is_special, starts_word, params.do_whole_word_mask)
+    positions, bounds = positions.tolist(), bounds.tolist()
+    num_words = len(bounds) - 1
     num_to_predict = min(params.max_predictions_per_seq,
                          max(1, int(round(len(tokens) * params.masked_lm_prob))))
     ngram = params.ngram
-    pvals = params.ngram_probabilities
-    cumulative = np.cumsum(pvals)
-    starts = np.arange(len(words))
+    cumulative = _ngram_cumulative(params)
+    total = cumulative[-1]
+    starts = np.arange(num_words)
     rng.shuffle(starts)
-    covered = np.zeros(len(tokens), dtype=bool)
+    random, integers = rng.random, rng.integers
+    mask_id, replacement_ids = vocab.mask_id, vocab.replacement_ids
+    output = tokens.tolist()
+    covered = bytearray(len(positions))  # by index into `positions`
     masked = []
     unit_lengths = []
     for start in starts.tolist():
         if len(masked) >= num_to_predict:
             break
-        if covered[words[start][0]]:
+        first = bounds[start]
+        if covered[first]:
             continue  # its first word is already masked (difference 2)
         # P(n) proportional to 1/n over n = 1..ngram; the n-gram is cut at the sequence end.
-        n = int(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right")) + 1
-        n = min(n, ngram)
+        n = min(bisect.bisect_right(cumulative, random() * total) + 1, ngram)
         while True:
-            unit = [i for w in words[start:start + n] for i in w]
-            if len(masked) + len(unit) <= num_to_predict or n == 1:
+            end = bounds[min(start + n, num_words)]
+            if len(masked) + end - first <= num_to_predict or n == 1:
                 break
             n -= 1
-        if len(masked) + len(unit) > num_to_predict:
+        if len(masked) + end - first > num_to_predict:
             continue
-        if covered[unit].any():
+        if 1 in covered[first:end]:
             continue
-        covered[unit] = True
-        unit_lengths.append(len(words[start:start + n]))
-        for index in unit:
-            if rng.random() < 0.8:
-                output[index] = vocab.mask_id
-            elif rng.random() < 0.5:
+        covered[first:end] = b"\x01" * (end - first)
+        unit_lengths.append(min(n, num_words - start))
+        for index in positions[first:end]:
+            if random() < 0.8:
+                output[index] = mask_id
+            elif random() < 0.5:
                 pass  # keep the original token
             else:
-                output[index] = vocab.replacement_ids[rng.integers(len(vocab.replacement_ids))]
+                output[index] = int(replacement_ids[integers(len(replacement_ids))])
             masked.append(index)
     masked.sort()
-    positions = np.asarray(masked, np.int32)
-    return (output, positions, tokens[positions].astype(np.int32), token_boundary,
-            tuple(unit_lengths), num_to_predict)
+    masked_positions = np.asarray(masked, np.int32)
+    return (np.asarray(output, tokens.dtype), masked_positions,
+            tokens[masked_positions].astype(np.int32), token_boundary, tuple(unit_lengths),
+            num_to_predict)
 
 
 def _concat(store: Documents, doc: int, indexes) -> list:
@@ -363,25 +381,26 @@ def create_instances_from_document(store: Documents, doc_index: int, params: Gen
     return instances_of_plan(store, doc_index, chunks, params, vocab, rng)
 
 
-def instance_features(instance: Instance, params: GenerationParams) -> dict:
-    """The official TFRecord features of an instance, padded: {name: (values, dtype)}."""
-    n, k = len(instance.input_ids), len(instance.masked_lm_positions)
-    seq, preds = params.max_seq_length, params.max_predictions_per_seq
-
-    def pad(values, length):
-        out = np.zeros(length, np.int64)
-        out[: len(values)] = values
-        return out
-
-    weights = np.zeros(preds, np.float32)
-    weights[:k] = 1.0
-    return {
-        F.INPUT_IDS: (pad(instance.input_ids, seq), "int64"),
-        F.INPUT_MASK: (pad(np.ones(n, np.int64), seq), "int64"),
-        F.SEGMENT_IDS: (pad(instance.segment_ids, seq), "int64"),
-        F.TOKEN_BOUNDARY: (pad(instance.token_boundary, seq), "int64"),
-        F.MASKED_LM_POSITIONS: (pad(instance.masked_lm_positions, preds), "int64"),
-        F.MASKED_LM_IDS: (pad(instance.masked_lm_ids, preds), "int64"),
-        F.MASKED_LM_WEIGHTS: (weights, "float32"),
-        F.NEXT_SENTENCE_LABELS: (np.asarray([instance.next_sentence_label], np.int64), "int64"),
-    }
+def instances_features(instances, params: GenerationParams) -> dict:
+    """The official TFRecord features of `instances`, padded, one row per instance: {name:
+    (values [n, length], dtype)} for `albert_tf.records.encode_examples`."""
+    n, seq, preds = len(instances), params.max_seq_length, params.max_predictions_per_seq
+    columns = {name: np.zeros((n, seq), np.int64) for name in
+               (F.INPUT_IDS, F.INPUT_MASK, F.SEGMENT_IDS, F.TOKEN_BOUNDARY)}
+    positions, ids = np.zeros((n, preds), np.int64), np.zeros((n, preds), np.int64)
+    weights, labels = np.zeros((n, preds), np.float32), np.zeros((n, 1), np.int64)
+    for row, inst in enumerate(instances):
+        length, k = len(inst.input_ids), len(inst.masked_lm_positions)
+        columns[F.INPUT_IDS][row, :length] = inst.input_ids
+        columns[F.INPUT_MASK][row, :length] = 1
+        columns[F.SEGMENT_IDS][row, :length] = inst.segment_ids
+        columns[F.TOKEN_BOUNDARY][row, :length] = inst.token_boundary
+        positions[row, :k] = inst.masked_lm_positions
+        ids[row, :k] = inst.masked_lm_ids
+        weights[row, :k] = 1.0
+        labels[row, 0] = inst.next_sentence_label
+    features = {name: (values, "int64") for name, values in columns.items()}
+    features.update({F.MASKED_LM_POSITIONS: (positions, "int64"),
+                     F.MASKED_LM_IDS: (ids, "int64"), F.MASKED_LM_WEIGHTS: (weights, "float32"),
+                     F.NEXT_SENTENCE_LABELS: (labels, "int64")})
+    return features

@@ -46,23 +46,28 @@ def tokenize_document(lines, tokenizer) -> tuple[list, list]:
     return ids, ends
 
 
-def tokenize_file(path: str, tokenizer, cache_prefix: str) -> dict:
+def no_documents_error(path: str) -> InputError:
+    return InputError(
+        f"{path} holds no documents (no line with text). Inputs must be in the official "
+        "format: one sentence per line, a blank line between documents; "
+        "`python -m data.prepare_corpus` converts raw text.")
+
+
+def tokenize_file(path: str, tokenizer, cache_prefix: str, part: tuple | None = None) -> dict:
     """Tokenizes `path` into `cache_prefix.*.npy`; returns its counts. Raises `InputError` when
-    the file holds no document (nothing is written then)."""
+    the file holds no document (nothing is written then). With `part` (a byte range of
+    `data.text_io.document_parts`) only that range, which may hold no document."""
     tokens = array("i")
     sentence_ends = array("q")
     document_ends = array("q")
-    for document in read_documents(path):
+    for document in read_documents(path, part or (0, None)):
         ids, ends = tokenize_document(document, tokenizer)
         if ids:
             sentence_ends.extend(len(tokens) + end for end in ends)
             tokens.extend(ids)
             document_ends.append(len(sentence_ends))
-    if not document_ends:
-        raise InputError(
-            f"{path} holds no documents (no line with text). Inputs must be in the official "
-            "format: one sentence per line, a blank line between documents; "
-            "`python -m data.prepare_corpus` converts raw text.")
+    if not document_ends and part is None:
+        raise no_documents_error(path)
     arrays = {
         "tokens": np.frombuffer(tokens, np.int32),
         "sentences": np.concatenate([[0], np.frombuffer(sentence_ends, np.int64)]),
@@ -81,6 +86,12 @@ def is_tokenized(cache_prefix: str) -> bool:
     return os.path.exists(f"{cache_prefix}.done.json")
 
 
+def tokenized_counts(cache_prefix: str) -> dict:
+    """The counts `tokenize_file` recorded (tokens, sentences, documents)."""
+    with open(f"{cache_prefix}.done.json", encoding="utf-8") as f:
+        return json.load(f)
+
+
 class TokenStore(Documents):
     """Read-only, memory-mapped documents of several tokenized files, numbered globally in
     input-file order."""
@@ -89,7 +100,9 @@ class TokenStore(Documents):
         self._files = []
         doc_counts = []
         for prefix in cache_prefixes:
-            arrays = {name: np.load(f"{prefix}.{name}.npy", mmap_mode="r") for name in _ARRAYS}
+            # Plain arrays over the mapped pages: slicing a `np.memmap` costs microseconds.
+            arrays = {name: np.load(f"{prefix}.{name}.npy", mmap_mode="r").view(np.ndarray)
+                      for name in _ARRAYS}
             self._files.append(arrays)
             doc_counts.append(len(arrays["documents"]) - 1)
         self._doc_starts = np.concatenate([[0], np.cumsum(doc_counts)]).astype(np.int64)
@@ -117,7 +130,7 @@ class TokenStore(Documents):
         arrays, first = self._locate(doc)
         s = first + index
         sentences = arrays["sentences"]
-        return np.asarray(arrays["tokens"][sentences[s]:sentences[s + 1]])
+        return arrays["tokens"][int(sentences[s]):int(sentences[s + 1])]
 
     def document_tokens(self) -> np.ndarray:
         """int64 [num_documents]: tokens per document (for splitting work into units)."""

@@ -17,8 +17,8 @@ from albert_tf import features as F
 from albert_tf.input_pipeline import parse_fn
 from albert_tf.tokenization import CLS_ID, MASK_ID, PAD_ID, SEP_ID, Tokenizer, file_sha256
 from conftest import GENERATION_KW, ROOT, SHARED_DIR
-from data.generator import generate, make_job
-from data.text_io import InputError
+from data.generator import generate, make_job, tokenize_parts
+from data.text_io import InputError, document_parts, read_documents
 from data.token_cache import TokenStore, tokenize_file
 
 
@@ -118,6 +118,9 @@ def test_byte_identical_for_any_worker_count(generated_data, prepared_corpus, sa
                                              tmp_path):
     job = make_job(prepared_corpus["wiki"], str(tmp_path / "wiki"), sample_vocab,
                    num_output_shards=3, **GENERATION_KW)
+    # Two workers tokenize the file in pieces cut at document boundaries; one, whole.
+    assert len(tokenize_parts([prepared_corpus["wiki"]], 2)[0]) == 4
+    assert tokenize_parts([prepared_corpus["wiki"]], 1) == [[(0, None)]]
     generate(job, num_workers=1, progress=False)
     assert _bytes(job.output_files) == _bytes(generated_data["files"])  # made with 2 workers
     for a, b in zip(job.output_files, generated_data["files"]):
@@ -129,6 +132,40 @@ def test_byte_identical_for_any_worker_count(generated_data, prepared_corpus, sa
     assert all(x != y for x, y in zip(_bytes(other.output_files), _bytes(job.output_files)))
     again = generate(job, num_workers=2, progress=False)  # same job again: nothing to do
     assert again["already_complete"]
+
+
+def test_a_file_cut_at_document_boundaries_reads_as_the_whole_file(tmp_path):
+    """`document_parts` cuts only right after a blank line: the parts' documents, read one
+    after another, are the file's, for any number of parts (a BOM, CRLF, whitespace-only and
+    NBSP-only lines, runs of blank lines, a long document without any, no final newline); an
+    invalid line in a later part is named by its line in the file."""
+    docs = [[f"Sentence {d}.{j} of document {d}." for j in range(1 + d % 4)] for d in range(120)]
+    docs[17] = [f"A long document, line {j}." for j in range(150)]
+    text = ""
+    for d, doc in enumerate(docs):
+        text += "\r\n".join(doc) + "\r\n" + ["\n", " \t\n\n", "\u00a0\n", "\n\n\n"][d % 4]
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + text.rstrip("\n").encode("utf-8"))
+    whole = list(read_documents(str(path)))
+    assert len(whole) == 120 and whole[0] == docs[0]
+    counts = set()
+    for parts in range(1, 13):
+        ranges = document_parts(str(path), parts)
+        counts.add(len(ranges))
+        assert ranges[0][0] == 0 and ranges[-1][1] is None
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+        assert [doc for part in ranges for doc in read_documents(str(path), part)] == whole
+    assert max(counts) >= 8
+    lines = path.read_bytes().split(b"\n")
+    lines[-5] = b"caf\xe9 au lait"
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(InputError) as whole_error:
+        list(read_documents(str(path)))
+    with pytest.raises(InputError) as part_error:
+        for part in document_parts(str(path), 6):
+            list(read_documents(str(path), part))
+    assert str(part_error.value) == str(whole_error.value)
+    assert f"line {len(lines) - 4} is not valid UTF-8" in str(whole_error.value)
 
 
 def _cli(args, **kwargs):
@@ -212,6 +249,12 @@ def test_bad_inputs_leave_nothing_behind(prepared_corpus, sample_vocab, tmp_path
                    sample_vocab, **kw)
     with pytest.raises(InputError, match=r"blank.txt holds no documents"):
         generate(job, progress=False)
+    assert not out.exists() or os.listdir(out) == []
+    # Two workers tokenize a large blank file in pieces: no piece has a document, and the
+    # file is named as with one worker, after its pieces ran.
+    (tmp_path / "blank.txt").write_text("\n \n\n" * 200_000)
+    with pytest.raises(InputError, match=r"blank.txt holds no documents"):
+        generate(job, num_workers=2, progress=False)
     assert not out.exists() or os.listdir(out) == []
     (tmp_path / "latin1.txt").write_bytes("d\u00e9j\u00e0 vu.\n\nnext doc.\n".encode("latin-1"))
     job = make_job(str(tmp_path / "latin1.txt"), str(out / "d"), sample_vocab, **kw)
