@@ -184,6 +184,7 @@ def install() -> bool:
         except (OSError, ValueError):
             pass
         os.dup2(original, 2)  # this process's end of the pipe closes
+        _stop_resource_tracker()  # another writer that would otherwise outlive this process
         deadline = time.monotonic() + 2.0  # a child still holding the pipe must not block exit
         while time.monotonic() < deadline:
             try:
@@ -195,6 +196,21 @@ def install() -> bool:
 
     atexit.register(restore)
     return True
+
+
+def _stop_resource_tracker() -> None:
+    """Stops multiprocessing's resource tracker, if this process started one (spawned worker
+    pools do). It inherited fd 2 and lives until this process has exited, so the filter would
+    see the pipe close only then, and every command with worker processes waited out the
+    2 s deadline at exit (measured: data generation with 2 workers, 7.4 s instead of 5.0 s).
+    Stopping it runs its usual clean-up now (`ResourceTracker._stop`, CPython 3.8+)."""
+    tracker = sys.modules.get("multiprocessing.resource_tracker")
+    stop = getattr(getattr(tracker, "_resource_tracker", None), "_stop", None)
+    if stop is not None:
+        try:
+            stop()
+        except Exception:  # noqa: BLE001 - never fail an exit over it
+            pass
 
 
 def skip_exit_collection() -> None:
