@@ -65,3 +65,34 @@ def write_results(output_dir: str, name: str, results, table: str) -> None:
     with open(os.path.join(output_dir, f"{name}.md"), "w") as f:
         f.write(table)
     print(table)
+
+
+def machine() -> str:
+    """This machine in a few words: the CPU model, its cores and the vector extensions that
+    decide a figure (AVX-512, bf16, AMX)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+    except OSError:
+        return f"{os.cpu_count()} CPUs"
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines()
+                  if line.startswith("model name")), "unknown CPU")
+    flags_line = next((line for line in info.splitlines() if line.startswith("flags")), "")
+    extensions = [name for name in ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+                  if f" {name}" in flags_line]
+    return f"{model}, {os.cpu_count()} CPUs ({', '.join(extensions) or 'no AVX2'})"
+
+
+def replace_section(path: str, name: str, text: str) -> None:
+    """Rewrites the part of the Markdown file `path` between `<!-- NAME: begin -->` and
+    `<!-- NAME: end -->` with `text` (the section a benchmark generates)."""
+    begin, end = f"<!-- {name}: begin -->", f"<!-- {name}: end -->"
+    with open(path, encoding="utf-8") as f:
+        doc = f.read()
+    if begin not in doc or end not in doc:
+        raise SystemExit(f"{path} has no {begin} ... {end} section to rewrite; add the two "
+                         "markers where the generated table belongs.")
+    head, rest = doc.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f"{head}{begin}\n{text.rstrip()}\n{end}{tail}")
