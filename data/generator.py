@@ -265,9 +265,18 @@ def _run_tasks(tasks, pool, progress: Progress):
             i = futures[future]
             results[i] = future.result()
             progress.update(1, _amount(results[i]))
-    except BaseException:
+    except BaseException as error:
+        # Nothing may still write into the work directory when the caller removes it: the
+        # tasks not started are cancelled and the running ones waited for. Tasks start in
+        # order, so the first failed task in task order (the first bad file, or the first bad
+        # piece of one) is known then, and its error is raised, as one worker would.
         for f in futures:
             f.cancel()
+        concurrent.futures.wait(futures)
+        failed = [(futures[f], f.exception()) for f in futures
+                  if not f.cancelled() and f.exception() is not None]
+        if failed and isinstance(error, Exception):
+            raise min(failed, key=lambda pair: pair[0])[1] from None
         raise
     return results
 
@@ -341,10 +350,12 @@ def _tokenize_phase(run: _Run, created_work_dir: bool) -> list[str]:
     prefixes, todo, of_file = [], [], []
     for i, (path, parts) in enumerate(zip(job.input_files,
                                           tokenize_parts(job.input_files, run.num_workers))):
-        for p, part in enumerate(parts):
+        for part in parts:
             whole = part == (0, None)
+            # A piece's cache is named by its byte range: a rerun that cuts the file otherwise
+            # (another --num_workers) never takes it for another piece.
             prefix = run.path("tokens", f"{i:05d}" if whole
-                              else f"{i:05d}-{p:05d}-of-{len(parts):05d}")
+                              else f"{i:05d}-bytes-{part[0]}-{part[1] or 'end'}")
             prefixes.append(prefix)
             of_file.append(i)
             if not is_tokenized(prefix):

@@ -168,6 +168,67 @@ def test_a_file_cut_at_document_boundaries_reads_as_the_whole_file(tmp_path):
     assert f"line {len(lines) - 4} is not valid UTF-8" in str(whole_error.value)
 
 
+@pytest.mark.slow
+def test_a_rerun_that_cuts_a_file_otherwise_does_not_reuse_other_pieces(
+        prepared_corpus, sample_vocab, tmp_path, monkeypatch):
+    """A killed run's token caches of file pieces are reused only for the same byte range: a
+    rerun with another --num_workers cuts the file into as many pieces at other places, and
+    its output is still one worker's (pieces were named by their count: the rerun took them
+    for its own and dropped or repeated a part of the corpus, silently)."""
+    from data import generator
+
+    wiki = prepared_corpus["wiki"]
+    reference = make_job(wiki, str(tmp_path / "one" / "train"), sample_vocab, **GENERATION_KW)
+    generate(reference, num_workers=1, progress=False)
+    cuts = [end for _, end in document_parts(wiki, 6)[:-1]]
+    job = make_job(wiki, str(tmp_path / "two" / "train"), sample_vocab, **GENERATION_KW)
+
+    def stop(*args):
+        raise RuntimeError("killed after the tokenization")
+
+    for cut in (cuts[1], cuts[3]):  # two pieces each time, cut at other places
+        monkeypatch.setattr(generator, "tokenize_parts",
+                            lambda files, workers, cut=cut: [[(0, cut), (cut, None)]])
+        if cut == cuts[1]:
+            monkeypatch.setattr(generator, "_map_phase", stop)
+            with pytest.raises(RuntimeError, match="killed after the tokenization"):
+                generate(job, num_workers=2, progress=False)
+            monkeypatch.undo()
+        else:
+            generate(job, num_workers=2, progress=False)
+    assert _bytes(job.output_files) == _bytes(reference.output_files)
+
+
+def test_two_workers_name_the_first_bad_line_of_a_file_cut_in_pieces(sample_vocab, tmp_path,
+                                                                    monkeypatch):
+    """Pieces of a file are tokenized in parallel; an invalid line at the end of a long first
+    piece and one at the start of a short last piece are both found, and the error names the
+    first, as one worker does (the piece that failed first was named before)."""
+    from data import generator
+
+    lines = [f"Sentence number {i} of a long file." for i in range(40_000)]
+    text = "\n\n".join("\n".join(lines[i:i + 4]) for i in range(0, len(lines), 4)).encode()
+    path = tmp_path / "bad.txt"
+    path.write_bytes(text)
+    cut = document_parts(str(path), 10)[-1][0]  # the first piece: 90% of the file
+    monkeypatch.setattr(generator, "tokenize_parts",
+                        lambda files, workers: [[(0, cut), (cut, None)]] if workers > 1
+                        else [[(0, None)]])
+    raw = bytearray(text)
+    first, last = cut - 40, cut + 5  # the first piece's last sentence, the last's first
+    raw[first], raw[last] = 0xFF, 0xFE
+    path.write_bytes(bytes(raw))
+    first_line = raw[:first].count(b"\n") + 1
+    for workers in (1, 2):
+        job = make_job(str(path), str(tmp_path / f"out{workers}" / "d"), sample_vocab,
+                       **GENERATION_KW)
+        with pytest.raises(InputError, match=rf"bad.txt: line {first_line} is not valid UTF-8 "
+                                             rf"\(byte 0xff at file offset {first}\)"):
+            generate(job, num_workers=workers, progress=False)
+        out = tmp_path / f"out{workers}"
+        assert not out.exists() or os.listdir(out) == []  # the work directory removed
+
+
 def _cli(args, **kwargs):
     env = dict(os.environ, PYTHONPATH=ROOT)
     return subprocess.Popen([sys.executable, "-m", "data.create_pretraining_data", *args],
@@ -254,6 +315,18 @@ def test_bad_inputs_leave_nothing_behind(prepared_corpus, sample_vocab, tmp_path
     # file is named as with one worker, after its pieces ran.
     (tmp_path / "blank.txt").write_text("\n \n\n" * 200_000)
     with pytest.raises(InputError, match=r"blank.txt holds no documents"):
+        generate(job, num_workers=2, progress=False)
+    assert not out.exists() or os.listdir(out) == []
+    # Many small files and an empty one, two workers: the error comes while other files are
+    # still being tokenized; they are waited for before the work directory is removed (it was
+    # left behind, half removed, in 4 of 5 runs).
+    for i in range(30):
+        (tmp_path / "tiny" / f"{i:02d}.txt").parent.mkdir(exist_ok=True)
+        (tmp_path / "tiny" / f"{i:02d}.txt").write_text(f"Sentence {i}.\nAnother one.\n")
+    (tmp_path / "empty.txt").write_text("")
+    job = make_job(f"{tmp_path / 'tiny' / '*.txt'},{tmp_path / 'empty.txt'}", str(out / "d"),
+                   sample_vocab, **kw)
+    with pytest.raises(InputError, match=r"empty.txt holds no documents"):
         generate(job, num_workers=2, progress=False)
     assert not out.exists() or os.listdir(out) == []
     (tmp_path / "latin1.txt").write_bytes("d\u00e9j\u00e0 vu.\n\nnext doc.\n".encode("latin-1"))
