@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import signal
 import sys
+import threading
 import time
 
 import tensorflow as tf
@@ -82,6 +83,27 @@ def is_input_error(error) -> bool:
     return "parse" in message.lower() and ("Example" in message or "Feature" in message)
 
 
+def _quiet_peer_watcher() -> None:
+    """TensorFlow's preemption handler runs a `PeerTerminationWatcher` thread that dies with a
+    traceback when the coordination service goes away, which is what happens when a worker is
+    lost: the controller reports that itself, in one line (`WorkerLostError`), and the thread's
+    traceback, printed meanwhile, only buried it (once, cut into that line in a CI run). Such a
+    thread's TensorFlow error is dropped; every other thread's exception is printed as before.
+    Idempotent."""
+    previous = threading.excepthook
+    if getattr(previous, "quiet_peer_watcher", False):
+        return
+
+    def hook(args):
+        if (args.thread is not None and args.thread.name.startswith("PeerTerminationWatcher")
+                and isinstance(args.exc_value, tf.errors.OpError)):
+            return
+        previous(args)
+
+    hook.quiet_peer_watcher = True
+    threading.excepthook = hook
+
+
 class Controller:
     """Runs `trainer`'s steps from the input `plan` to `cfg.num_train_steps`, saving with
     `manager`, evaluating through `on_checkpoint(step)` (None: no evaluation), logging with
@@ -123,6 +145,7 @@ class Controller:
 
     def preemption_handler(self):
         if self._cluster():
+            _quiet_peer_watcher()
             resolver = getattr(self.trainer.strategy, "cluster_resolver", None)
             if resolver is not None:
                 return tf.distribute.experimental.PreemptionCheckpointHandler(
