@@ -116,7 +116,6 @@ class Controller:
         self.on_checkpoint = on_checkpoint
         self.train_iterator = None
         self.input_step = None
-        self.stop_requested = False
 
     # -----------------------------------------------------------------------------------------
     def position_input(self):
@@ -212,7 +211,6 @@ class Controller:
                         if step % cfg.save_checkpoints_steps:
                             self.save(step)
                         status = f"stopped ({stop.requested})"
-                        self.stop_requested = stop.requested
                         self.log(f"{stop.requested}: checkpoint saved at step {step}; rerun "
                                  "to resume.")
                         break

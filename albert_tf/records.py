@@ -157,8 +157,13 @@ def _varints(values) -> bytes:
     return b"".join(small[v] if 0 <= v < 65536 else _varint(v) for v in values)
 
 
+def _header(field: int, length: int) -> bytes:
+    """The tag and length of a length-delimited field."""
+    return _SMALL[(field << 3) | 2] + (_SMALL[length] if length < 65536 else _varint(length))
+
+
 def _length_delimited(field: int, payload: bytes) -> bytes:
-    return _varint((field << 3) | 2) + _varint(len(payload)) + payload
+    return _header(field, len(payload)) + payload
 
 
 def _int64_feature(values) -> bytes:
@@ -215,10 +220,6 @@ def _packed_varints(values: np.ndarray) -> tuple[bytes, np.ndarray]:
             counts += more
     used = np.arange(width)[None, :] < counts[:, None]
     return groups[used].tobytes(), counts.reshape(rows, -1).sum(1)
-
-
-def _header(field: int, length: int) -> bytes:
-    return _SMALL[(field << 3) | 2] + (_SMALL[length] if length < 65536 else _varint(length))
 
 
 def encode_examples(columns: dict) -> list[bytes]:

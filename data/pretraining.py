@@ -167,16 +167,6 @@ def truncate_seq_pair(tokens_a: list, tokens_b: list, max_num_tokens: int, rng) 
             trunc.pop()
 
 
-def word_spans(tokens: np.ndarray, vocab: Vocabulary, whole_word: bool) -> list[list[int]]:
-    """Candidate masking units: lists of token positions forming whole words ([CLS]/[SEP]
-    excluded). A piece that does not start a word continues the previous word, unless it
-    follows a special token (difference 3 in the module docstring)."""
-    is_special = (tokens == vocab.cls_id) | (tokens == vocab.sep_id)
-    positions, bounds = _word_bounds(is_special, vocab.start_piece_mask[tokens], whole_word)
-    positions, bounds = positions.tolist(), bounds.tolist()
-    return [positions[bounds[k]:bounds[k + 1]] for k in range(len(bounds) - 1)]
-
-
 def _word_bounds(is_special: np.ndarray, starts_word: np.ndarray, whole_word: bool):
     """(positions of the non-special tokens, word boundaries into them): word k is
     positions[bounds[k]:bounds[k + 1]]. A word is a run of non-special tokens, each new one at a
