@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import keras
@@ -89,6 +90,21 @@ def set_remove_padding(model, enabled: bool) -> None:
     `remove_padding` gives it the same results (tests/test_remove_padding.py)."""
     reads_padding = getattr(model, "reads_padding", False)
     getattr(model, "backbone", model).encoder.remove_padding = bool(enabled) and not reads_padding
+
+
+@contextlib.contextmanager
+def padded_computation(model):
+    """Within it, functions traced from `model` compute the padded layout (every position, the
+    attention masked), whatever its `remove_padding`: the shape a compiled (XLA) function of a
+    fixed padded length needs. The real positions' outputs are the same either way
+    (tests/test_remove_padding.py)."""
+    encoder = getattr(model, "backbone", model).encoder
+    saved = encoder.remove_padding
+    encoder.remove_padding = False
+    try:
+        yield
+    finally:
+        encoder.remove_padding = saved
 
 
 @register

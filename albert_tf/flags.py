@@ -143,6 +143,7 @@ SPECS = {
                                          "official softmax reads the padding, keeps the padded "
                                          "computation; ignored under TPUStrategy and with XLA "
                                          "(--jit_compile)."),
+    "jit_compile": Spec("bool", False, "Compile with XLA."),
     "recompute": Spec("bool", False, "Recompute each encoder layer's activations in the "
                                      "backward pass instead of keeping them: less training "
                                      "memory for about one more forward pass (same "

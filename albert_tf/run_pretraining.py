@@ -44,13 +44,14 @@ def define_flags():
     albert_flags.define(albert_flags.MODEL, albert_flags.RUN, albert_flags.EVAL,
                         albert_flags.CLUSTER, albert_flags.PERFORMANCE, "input_file",
                         "max_predictions_per_seq", "spm_model_file", "vocab_file",
+                        "jit_compile", notes={"jit_compile": "The training step."},
                         **{name: d[name] for name in (
                             "do_train", "train_batch_size", "eval_batch_size", "optimizer",
                             "learning_rate", "save_checkpoints_steps", "max_seq_length",
                             "max_predictions_per_seq", "keep_checkpoint_max",
                             "iterations_per_loop", "input_shards", "do_eval",
                             "mixed_precision", "remove_padding", "recompute", "use_einsum",
-                            "grad_accum_steps", "init_from_group0")},
+                            "grad_accum_steps", "init_from_group0", "jit_compile")},
                         random_seed=d["seed"])
     flags.DEFINE_float("poly_power", d["poly_power"], "Power of the polynomial decay.")
     flags.DEFINE_integer("num_train_steps", d["num_train_steps"], "Optimizer steps.")
@@ -62,7 +63,6 @@ def define_flags():
                        "Official online-masking ratio; only 0 (offline masking, the official "
                        "default) is supported, any other value is refused.")
     flags.DEFINE_float("tpu_connect_timeout", 60.0, "Seconds allowed for each TPU connect step.")
-    flags.DEFINE_bool("jit_compile", d["jit_compile"], "Compile the step with XLA.")
     flags.DEFINE_string("eval_input_file", None, "Evaluation TFRecords (default: --input_file).")
     flags.DEFINE_integer("export_max_seq_length", None,
                          "max_seq_length of the exported text signatures (default: "

@@ -3,6 +3,8 @@
 
     python -m bench.serving_load                      # albert-base classifier, ~12 min on 2 cores
     python -m bench.serving_load --seconds 5 --clients 1,4
+    python -m bench.serving_load --requests 1 --exports default,jit --batching none,shipped \
+        --rounds 3                                    # the one-sentence levers, alternated
 
 An albert-base classifier (8k SentencePiece vocabulary trained on the bundled novels,
 `max_seq_length` 128, remove_padding as exported by default) is exported and loaded by the C++
@@ -18,11 +20,23 @@ loader's batcher as TF Serving's batching session handles a batching_parameters 
 The floor: FLOPs of the request's real tokens (`albert_tf.analysis.flops.encoder_flops`) over
 the machine's float32 matmul peak (best of 10 at the model's shapes, `bench.compare --cases
 matmul`): no implementation answers faster on this CPU, and throughput cannot exceed peak /
-FLOPs per sentence. Writes `OUTPUT_DIR/serving_load.{json,md}`.
+FLOPs per sentence. Beside it, what the request's matmuls alone take on this machine: the
+model's per-layer matmuls at the request's tokens (the embedding projection, then L times
+[tokens, H] x [H, H] four times, [H, I] and [I, H]; float32, median of 30 calls of one graph,
+run by TensorFlow's executor (oneDNN kernels) and compiled by XLA, the faster counting) - the
+time no graph around them can go under with these kernels.
+
+`--exports`: `default` (the export as shipped) and `jit` (`--jit_compile`: a one-row request
+runs the backbone XLA-compiled at a fixed padded length; loaded with XLA on, as TF Serving's
+`--xla_cpu_compilation_enabled=true`); `jit` is measured on one-sentence requests only (other
+batches run the same graph as `default`). With `--rounds` each point is measured that many
+times, the exports alternating within each round; p50/p99 are over all rounds' latencies and
+`p50_rounds` keeps each round's p50. Writes `OUTPUT_DIR/serving_load.{json,md}`.
 """
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,7 +46,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from bench import ROOT, novels_vocab, sst2_dev_sentences, write_results  # noqa: E402
+from bench import (ROOT, call_times, machine, novels_vocab, replace_section,  # noqa: E402
+                   sst2_dev_sentences, write_results)
 
 flags.DEFINE_string("preset", "albert-base", "Model preset.")
 flags.DEFINE_integer("max_seq_length", 128, "max_seq_length of the export.")
@@ -43,11 +58,18 @@ flags.DEFINE_list("batching", ["none", "shipped", "32:2000:1", "32:0:1", "32:500
                   "none; shipped (export.saved_model.BATCHING, what batching_parameters.txt "
                   "holds); or max_batch_size:batch_timeout_micros:num_batch_threads"
                   "[:allowed_batch_sizes separated by /].")
+flags.DEFINE_list("exports", ["default"], "default (the shipped export) and/or jit (exported "
+                  "with --jit_compile, served with XLA on; one-sentence requests only).")
+flags.DEFINE_integer("rounds", 1, "Measurements of each point, the exports alternating.")
 flags.DEFINE_bool("append", False, "Add the points to OUTPUT_DIR/serving_load.json (same preset "
                   "and sequence length; a point measured again is replaced).")
 flags.DEFINE_float("seconds", 10.0, "Timed seconds per point.")
 flags.DEFINE_integer("warmup", 3, "Untimed runs per point.")
 flags.DEFINE_string("output_dir", os.path.join("bench_results", "serving_load"), "Results.")
+flags.DEFINE_string("doc", None, "A Markdown file whose generated section (--section) to rewrite "
+                    "with the table.")
+flags.DEFINE_string("section", "bench.serving_load", "The section's name in --doc (between "
+                    "<!-- NAME: begin --> and <!-- NAME: end -->).")
 FLAGS = flags.FLAGS
 
 
@@ -61,20 +83,52 @@ def _peak_gflops(work) -> dict:
     return {"gflops": row["gflops"], "shapes": row["shapes"]}
 
 
-def _export(work):
-    """(version directory, SentencePiece model) of a randomly initialized classifier."""
+def _matmul_chain_ms(dims, tokens: int) -> dict:
+    """{"graph": ms, "xla": ms}: the median of the encoder's matmuls alone at `tokens` rows, run
+    by the executor and compiled by XLA (module docstring)."""
+    import tensorflow as tf
+
+    E, H, I, L = dims["E"], dims["H"], dims["I"], dims["L"]
+    rng = tf.random.Generator.from_seed(0)
+    x = rng.normal((tokens, E))
+    w = {name: rng.normal(shape) * 0.02 for name, shape in (
+        ("embedding", (E, H)), ("q", (H, H)), ("k", (H, H)), ("v", (H, H)), ("o", (H, H)),
+        ("up", (H, I)), ("down", (I, H)))}
+
+    def chain(x):
+        h = tf.matmul(x, w["embedding"])
+        for _ in range(L):
+            h = h + sum(tf.matmul(h, w[name]) for name in ("q", "k", "v", "o"))
+            h = h + tf.matmul(tf.matmul(h, w["up"]), w["down"])
+        return h[0, 0]
+
+    times = {}
+    for name, jit in (("graph", False), ("xla", True)):
+        fn = tf.function(chain, jit_compile=jit)
+        times[name] = float(np.median(call_times(lambda: fn(x).numpy(), 5, 30)) * 1000)
+    return times
+
+
+def _export(work, jit_compile=False):
+    """(version directory, SentencePiece model) of a randomly initialized classifier (the same
+    weights for every export: the seed is fixed)."""
     import dataclasses
 
     from albert_tf import AlbertClassifier, AlbertConfig
     from albert_tf.tokenization import Tokenizer
     from export.saved_model import export_saved_model
 
-    spm = novels_vocab(work)
+    import keras
+
+    spm = os.path.join(work, "bench8k.model")
+    spm = spm if os.path.exists(spm) else novels_vocab(work)
     config = dataclasses.replace(AlbertConfig.from_preset(FLAGS.preset),
                                  vocab_size=Tokenizer(spm).vocab_size)
+    keras.utils.set_random_seed(0)
     model = AlbertClassifier(config, num_labels=2)
-    return export_saved_model(model, os.path.join(work, "classifier"), spm,
-                              max_seq_length=FLAGS.max_seq_length), spm
+    name = "classifier-jit" if jit_compile else "classifier"
+    return export_saved_model(model, os.path.join(work, name), spm,
+                              max_seq_length=FLAGS.max_seq_length, jit_compile=jit_compile), spm
 
 
 def _batching(spec: str):
@@ -94,19 +148,29 @@ def _batching(spec: str):
     return config
 
 
-def _load_point(binary, info, saved_model, text, clients, batching):
+def _load_round(binary, info, saved_model, text, clients, batching, xla, work):
     from export.cc_loader import run_load
 
-    r = run_load(binary, saved_model, info["op_libraries"], {"text": text}, clients,
-                 FLAGS.seconds, FLAGS.warmup, _batching(batching))
-    ms = r["latencies_ms"]
-    point = {"clients": clients, "batching": batching, "requests": r["requests"],
-             "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
-             "mean_ms": float(ms.mean()), "requests_per_s": r["requests"] / r["elapsed_s"],
-             "sentences_per_s": r["requests"] * r["rows_per_request"] / r["elapsed_s"]}
-    if r.get("batches"):
-        point["mean_batch_rows"] = r["batched_rows"] / r["batches"]
-        point["padded_rows"] = r["padded_rows"]
+    return run_load(binary, saved_model, info["op_libraries"], {"text": text}, clients,
+                    FLAGS.seconds, FLAGS.warmup, _batching(batching), xla=xla,
+                    workdir=tempfile.mkdtemp(prefix="load-", dir=work))
+
+
+def _point(export, clients, batching, rounds) -> dict:
+    """One point from its rounds' `run_load` results."""
+    ms = np.concatenate([r["latencies_ms"] for r in rounds])
+    requests = sum(r["requests"] for r in rounds)
+    elapsed = sum(r["elapsed_s"] for r in rounds)
+    point = {"export": export, "clients": clients, "batching": batching, "requests": requests,
+             "rounds": len(rounds), "p50_ms": float(np.percentile(ms, 50)),
+             "p99_ms": float(np.percentile(ms, 99)), "mean_ms": float(ms.mean()),
+             "p50_rounds": [float(np.percentile(r["latencies_ms"], 50)) for r in rounds],
+             "requests_per_s": requests / elapsed,
+             "sentences_per_s": requests * rounds[0]["rows_per_request"] / elapsed}
+    if rounds[0].get("batches"):
+        point["mean_batch_rows"] = (sum(r["batched_rows"] for r in rounds)
+                                    / sum(r["batches"] for r in rounds))
+        point["padded_rows"] = sum(r["padded_rows"] for r in rounds)
     return point
 
 
@@ -121,14 +185,18 @@ def main(argv):
     os.makedirs(FLAGS.output_dir, exist_ok=True)
     work = tempfile.mkdtemp(prefix="serving_load-")
     peak = _peak_gflops(work)
-    saved_model, _ = _export(work)
+    exports = {"default": _export(work)[0]}
+    if "jit" in FLAGS.exports:
+        exports["jit"] = _export(work, jit_compile=True)[0]
+    saved_model = exports["default"]
     info = tensorflow_info()
     binary = compile_loader(info, os.path.join(work, "serving_loader"))
     fn = tf.saved_model.load(saved_model).signatures["serving_default"]
     dims = model_dims(FLAGS.preset)
     results = {"preset": FLAGS.preset, "max_seq_length": FLAGS.max_seq_length,
-               "cpu_count": os.cpu_count(), "peak_gflops": peak["gflops"],
-               "seconds": FLAGS.seconds, "requests": {}}
+               "cpu_count": os.cpu_count(), "machine": machine(), "peak_gflops": peak["gflops"],
+               "peak_shapes": peak["shapes"],
+               "seconds": FLAGS.seconds, "rounds": FLAGS.rounds, "requests": {}}
     sentences = sst2_dev_sentences(max(map(int, FLAGS.requests)))
     for n in map(int, FLAGS.requests):
         text = np.array([s.encode() for s in sentences[:n]], dtype=object)
@@ -136,26 +204,39 @@ def main(argv):
         gflop = encoder_flops(dims, lengths) / 1e9
         entry = {"sentences": n, "tokens": int(lengths.sum()), "longest": int(lengths.max()),
                  "encoder_gflop": gflop, "floor_ms": gflop / peak["gflops"] * 1000,
-                 "ceiling_sentences_per_s": n / (gflop / peak["gflops"]), "points": []}
+                 "ceiling_sentences_per_s": n / (gflop / peak["gflops"]),
+                 "matmuls_alone": _matmul_chain_ms(dims, int(lengths.sum())), "points": []}
+        entry["matmuls_alone_ms"] = min(entry["matmuls_alone"].values())
         results["requests"][str(n)] = entry
         for batching in FLAGS.batching:
             config = _batching(batching)
             if config and n >= config["max_batch_size"]:
                 continue  # a request as large as the batch: batching has nothing to merge
             for clients in map(int, FLAGS.clients):
-                point = _load_point(binary, info, saved_model, text, clients, batching)
-                if config:
-                    point["config"] = config
-                entry["points"].append(point)
-                print(f"{n:2d} sentences  clients {clients:2d}  batching {batching:16s} "
-                      f"p50 {point['p50_ms']:8.1f} ms  p99 {point['p99_ms']:8.1f} ms  "
-                      f"{point['sentences_per_s']:7.1f} sentences/s"
-                      + (f"  mean batch {point['mean_batch_rows']:.1f}"
-                         if "mean_batch_rows" in point else ""), flush=True)
+                names = [e for e in FLAGS.exports if e in exports and (e == "default" or n == 1)]
+                rounds = {name: [] for name in names}
+                for _ in range(FLAGS.rounds):
+                    for name in names:
+                        rounds[name].append(_load_round(binary, info, exports[name], text,
+                                                        clients, batching, name == "jit",
+                                                        work))
+                for name in names:
+                    point = _point(name, clients, batching, rounds[name])
+                    if config:
+                        point["config"] = config
+                    entry["points"].append(point)
+                    print(f"{n:2d} sentences  {name:7s} clients {clients:2d}  batching "
+                          f"{batching:16s} p50 {point['p50_ms']:8.1f} ms  p99 "
+                          f"{point['p99_ms']:8.1f} ms  {point['sentences_per_s']:7.1f} "
+                          "sentences/s" + (f"  mean batch {point['mean_batch_rows']:.1f}"
+                                           if "mean_batch_rows" in point else ""), flush=True)
     path = os.path.join(FLAGS.output_dir, "serving_load.json")
     if FLAGS.append and os.path.exists(path):
         results = _appended(path, results)
+    shutil.rmtree(work, ignore_errors=True)  # the exports and the loads' request files
     write_results(FLAGS.output_dir, "serving_load", results, markdown(results))
+    if FLAGS.doc:
+        replace_section(FLAGS.doc, FLAGS.section, markdown(results))
     return 0
 
 
@@ -169,28 +250,42 @@ def _appended(path, results):
                          "--append adds only to the same preset and length")
     for n, entry in results["requests"].items():
         old = earlier["requests"].setdefault(n, dict(entry, points=[]))
-        new_keys = {(p["clients"], p["batching"]) for p in entry["points"]}
-        old["points"] = [p for p in old["points"]
-                         if (p["clients"], p["batching"]) not in new_keys] + entry["points"]
+        def key(p):
+            return p.get("export", "default"), p["clients"], p["batching"]
+
+        new_keys = {key(p) for p in entry["points"]}
+        old.update({k: v for k, v in entry.items() if k != "points"})
+        old["points"] = [p for p in old["points"] if key(p) not in new_keys] + entry["points"]
     return earlier
 
 
 def markdown(results) -> str:
     lines = [f"{results['preset']} classifier, `serving_default` on raw text, C++ loader (one "
              f"session, N client threads), {results['seconds']:.0f} s per point, "
-             f"{results['cpu_count']} CPUs; float32 peak {results['peak_gflops']:.0f} GFLOP/s "
-             "(best at the model's matmul shapes).", "",
-             "| request | clients | batching (max:timeout us:threads[:allowed]) | p50 ms | "
-             "p99 ms | sentences/s | mean batch | p50 / floor | throughput / ceiling |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"{results.get('machine', str(results['cpu_count']) + ' CPUs')}"
+             + (f", {results['rounds']} rounds" if results.get("rounds", 1) > 1 else "")
+             + f"; float32 peak {results['peak_gflops']:.0f} GFLOP/s "
+             "(best at the model's matmul shapes"
+             + ("; M x K x N: GFLOP/s " + ", ".join(
+                 f"{k} {v:.0f}" for k, v in results["peak_shapes"].items())
+                if "peak_shapes" in results else "") + ").", "",
+             "| request | export | clients | batching (max:timeout us:threads[:allowed]) | "
+             "p50 ms (rounds) | p99 ms | sentences/s | mean batch | p50 / floor | "
+             "throughput / ceiling |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for n, entry in results["requests"].items():
         label = (f"{n} sentence{'s' if int(n) > 1 else ''} ({entry['tokens']} tokens; floor "
-                 f"{entry['floor_ms']:.1f} ms)")
+                 f"{entry['floor_ms']:.1f} ms" + (
+                     f"; matmuls alone {entry['matmuls_alone_ms']:.1f} ms"
+                     if "matmuls_alone_ms" in entry else "") + ")")
         for p in entry["points"]:
+            spread = p.get("p50_rounds", [])
+            spread = (f" ({min(spread):.1f}-{max(spread):.1f})" if len(spread) > 1 else "")
             lines.append(
-                f"| {label} | {p['clients']} | {p['batching']} | {p['p50_ms']:.1f} | "
+                f"| {label} | {p.get('export', 'default')} | {p['clients']} | {p['batching']} | "
+                f"{p['p50_ms']:.1f}{spread} | "
                 f"{p['p99_ms']:.1f} | {p['sentences_per_s']:.1f} | "
-                f"{p.get('mean_batch_rows', float('nan')):.1f} | "
+                + (f"{p['mean_batch_rows']:.1f}" if "mean_batch_rows" in p else "") + " | "
                 f"{p['p50_ms'] / entry['floor_ms']:.1f}x | "
                 f"{p['sentences_per_s'] / entry['ceiling_sentences_per_s']:.0%} |")
     return "\n".join(lines) + "\n"

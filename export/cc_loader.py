@@ -98,13 +98,20 @@ def _launch(binary: str, saved_model: str, op_libraries, signature: str, inputs:
     return proc.stdout, outputs
 
 
+def _xla_flag(enabled: bool) -> list:
+    return ["--xla_cpu_compilation_enabled", "true"] if enabled else []  # off by default
+
+
 def run_loader(binary: str, saved_model: str, op_libraries, signature: str = "serving_default",
-               inputs: dict | None = None, workdir: str | None = None) -> dict:
-    """Loads `saved_model` and runs `signature` on `inputs` ({name: numpy array}).
+               inputs: dict | None = None, workdir: str | None = None,
+               xla: bool = False) -> dict:
+    """Loads `saved_model` and runs `signature` on `inputs` ({name: numpy array}); `xla` as TF
+    Serving's `--xla_cpu_compilation_enabled` (off: a jit_compile export fails as it does there).
 
     Returns {"stdout": ..., "signature": {"method", "inputs", "outputs"}, "outputs": {key: array}}.
     """
-    stdout, outputs = _launch(binary, saved_model, op_libraries, signature, inputs, workdir)
+    stdout, outputs = _launch(binary, saved_model, op_libraries, signature, inputs, workdir,
+                              _xla_flag(xla))
     sig = {"method": None, "inputs": {}, "outputs": {}}
     for line in stdout.splitlines():
         parts = line.split()
@@ -117,7 +124,8 @@ def run_loader(binary: str, saved_model: str, op_libraries, signature: str = "se
 
 def run_load(binary: str, saved_model: str, op_libraries, inputs: dict, clients: int,
              seconds: float, warmup: int = 3, batching: dict | None = None,
-             signature: str = "serving_default", workdir: str | None = None) -> dict:
+             signature: str = "serving_default", workdir: str | None = None,
+             xla: bool = False) -> dict:
     """`inputs` as one request sent by `clients` threads at once for `seconds` (the loader's load
     mode, `serving_loader.cc`), directly or through TF Serving's batching as `batching` configures
     it ({"max_batch_size", "batch_timeout_micros", "num_batch_threads", optional
@@ -129,7 +137,7 @@ def run_load(binary: str, saved_model: str, op_libraries, inputs: dict, clients:
     import numpy as np
 
     extra = ["--load_clients", str(clients), "--load_seconds", str(seconds), "--load_warmup",
-             str(warmup)]
+             str(warmup), *_xla_flag(xla)]
     if batching:
         extra += ["--batch_max_size", str(batching["max_batch_size"]), "--batch_timeout_micros",
                   str(batching["batch_timeout_micros"]), "--num_batch_threads",
@@ -195,6 +203,9 @@ def main(argv=None) -> int:
                         help="cpp: the C++ loader (LoadSavedModel + Session::Run, as TF Serving; "
                              "needs g++); python: tf.saved_model.load in this process; auto: cpp "
                              "when g++ is installed, else python.")
+    parser.add_argument("--xla_cpu_compilation_enabled", action="store_true",
+                        help="As TF Serving's flag of that name: needed by an export made with "
+                             "--jit_compile (the C++ loader only).")
     parser.add_argument("--output_json", default=None,
                         help="Also write {runtime, signature, outputs} here.")
     args = parser.parse_args(argv)
@@ -221,7 +232,7 @@ def main(argv=None) -> int:
             print(f"C++ loader built against TensorFlow {info['version']}, tensorflow-text "
                   f"{info['text_version']}")
             result = run_loader(binary, os.path.abspath(args.saved_model), info["op_libraries"],
-                                args.signature, inputs, work)
+                                args.signature, inputs, work, args.xla_cpu_compilation_enabled)
         else:
             result = run_in_python(os.path.abspath(args.saved_model), args.signature, inputs)
     except (LoaderError, OSError, KeyError) as e:

@@ -38,9 +38,15 @@ from export.serving import serving_module_class  # noqa: E402
 def define_flags():
     albert_flags.define(
         albert_flags.EXPORT_SOURCE, albert_flags.SQUAD_DECODING, "export_dir", "max_qa_length",
-        "null_score_diff_threshold", "remove_padding", "vocab_file", max_seq_length=None,
-        null_score_diff_threshold=None,
+        "null_score_diff_threshold", "remove_padding", "vocab_file", "jit_compile",
+        max_seq_length=None, null_score_diff_threshold=None,
         notes={"export_dir": "Versions are written under it.",
+               "remove_padding": "With --jit_compile a one-row request is padded to its "
+                                 "compiled length instead (same answers).",
+               "jit_compile": "One-row requests run the backbone compiled at a fixed padded "
+                              "length (backbones, pretrainers, classifiers; docs/serving.md); "
+                              "TF Serving must then be started with "
+                              "--xla_cpu_compilation_enabled=true.",
                "max_seq_length": "Default: min(512, max_position_embeddings).",
                "null_score_diff_threshold": "Default: always answer, as SQuAD 1.1.",
                "spm_model_file": "Default: the one found in --model_dir.",
@@ -70,7 +76,7 @@ def main(argv):
             labels=FLAGS.labels or source.get("labels"), do_lower_case=FLAGS.do_lower_case,
             allowed_ops=FLAGS.allowed_ops, serving_base_path=FLAGS.serving_base_path,
             source=source, options=options, remove_padding=FLAGS.remove_padding,
-            vocab_file=FLAGS.vocab_file)
+            vocab_file=FLAGS.vocab_file, jit_compile=FLAGS.jit_compile)
     except (ExportError, CheckpointError, UnsupportedOpError, ValueError,
             FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)

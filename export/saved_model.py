@@ -327,15 +327,17 @@ def write_serving_configs(export_dir: str, model_name: str, base_path: str | Non
 
 
 def write_warmup_requests(version_dir: str, model_name: str, requests: dict) -> str:
-    """`assets.extra/tf_serving_warmup_requests`: one `PredictionLog` per signature (predict,
-    classify or regress request), as TF Serving replays them before serving."""
+    """`assets.extra/tf_serving_warmup_requests`: one `PredictionLog` per request (predict,
+    classify or regress), as TF Serving replays them before serving; `requests` maps each
+    signature to its inputs, or to a list of inputs for several requests."""
     from tensorflow_serving.apis import (classification_pb2, input_pb2, model_pb2, predict_pb2,
                                          prediction_log_pb2, regression_pb2)
 
     path = os.path.join(version_dir, WARMUP_FILE)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with tf.io.TFRecordWriter(path) as writer:
-        for signature, inputs in requests.items():
+        for signature, inputs in ((signature, one) for signature, some in requests.items()
+                                  for one in (some if isinstance(some, list) else [some])):
             spec = model_pb2.ModelSpec(name=model_name, signature_name=signature)
             if signature in ("classify", "regress"):
                 examples = [tf.train.Example.FromString(b) for b in inputs["inputs"]]
@@ -390,7 +392,7 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
                        allowed_ops: str | None = None, serving_base_path: str | None = None,
                        source: dict | None = None, options: dict | None = None,
                        remove_padding: bool = True, threshold: float | None = None,
-                       vocab_file: str | None = None) -> str:
+                       vocab_file: str | None = None, jit_compile: bool = False) -> str:
     """Writes `model` as version `version` (default: the next integer) of `export_dir`.
 
     Args:
@@ -417,6 +419,9 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
             official `--threshold_to_export`).
         vocab_file: without `spm_model_file`, a WordPiece vocabulary (`make_tokenizer`; the
             graph tokenizes and packs with it).
+        jit_compile: a one-row request runs the backbone XLA-compiled at a fixed padded length
+            (backbones, pretrainers, classifiers; `export.serving`); TF Serving must then be
+            started with `--xla_cpu_compilation_enabled=true`. Off by default.
 
     Returns:
         The version directory written.
@@ -440,20 +445,16 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
                                     do_lower_case=do_lower_case, max_seq_length=max_seq_length,
                                     options=options, labels=labels,
                                     remove_padding=remove_padding, top_k=top_k,
+                                    jit_compile=jit_compile,
                                     text_pair=text_pair, hidden_states=hidden_states,
                                     **({} if threshold is None else {"threshold": threshold}))
         except (ValueError, TypeError) as e:
             raise ExportError(f"Cannot export the {kind} model: {e}") from None
-        record = {"model": kind, "config": model.config.to_dict(),
-                  "num_labels": module.num_labels, "labels": module.labels,
-                  "max_seq_length": max_seq_length, "top_k": module.top_k,
-                  "text_pair": text_pair, "do_lower_case": do_lower_case,
-                  "threshold": threshold, "options": module.options(),
-                  "remove_padding": bool(remove_padding),
-                  **_vocabulary_record(tokenizer),
-                  "compatible_with": {k: allowed.get(k) for k in
-                                      ("tensorflow", "tensorflow_text", "serving")},
-                  "exported_with": {"tensorflow": tf.__version__}, "source": source or {}}
+        record = _export_record(model, module, tokenizer, allowed, source,
+                                max_seq_length=max_seq_length, text_pair=text_pair,
+                                do_lower_case=do_lower_case, threshold=threshold,
+                                remove_padding=bool(remove_padding),
+                                jit_compile=bool(jit_compile))
         signatures = _write_version(module, final, model_name, tokenizer, allowed, record)
         write_serving_configs(export_dir, model_name, serving_base_path, signatures)
     except BaseException:
@@ -464,6 +465,19 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
         raise
     lock.release()
     return final
+
+
+def _export_record(model, module, tokenizer, allowed: dict, source, **settings) -> dict:
+    """`assets.extra/albert_export.json`: the model, its settings and vocabulary, the servers it
+    suits and where it came from (the signatures are added when written)."""
+    return {"model": module.kind, "config": model.config.to_dict(),
+            "num_labels": module.num_labels, "labels": module.labels,
+            "max_seq_length": settings.pop("max_seq_length"), "top_k": module.top_k,
+            **{k: settings.pop(k) for k in ("text_pair", "do_lower_case", "threshold")},
+            "options": module.options(), **settings, **_vocabulary_record(tokenizer),
+            "compatible_with": {k: allowed.get(k) for k in
+                                ("tensorflow", "tensorflow_text", "serving")},
+            "exported_with": {"tensorflow": tf.__version__}, "source": source or {}}
 
 
 def _vocabulary_record(tokenizer) -> dict:

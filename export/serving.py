@@ -60,6 +60,13 @@ pack to [CLS] [SEP].
 The encoder runs on the real tokens of the batch only (`remove_padding`, the default export;
 `AlbertEncoder`): per-token outputs at padding positions (`sequence_output`, `hidden_state_<i>`,
 a span model's logits there) are 0 or computed from 0, never read by the model's own outputs.
+
+Exported with `jit_compile=True` (opt-in; backbones, pretrainers and classifiers), a request of
+one row runs the backbone as one XLA-compiled function: its tokens padded to a fixed length
+(`jit_lengths()`: 16, 32, 64, ... and `max_position_embeddings`; one compilation per length,
+replayed by the warmup requests), the outputs cut back to the row's length. Other batches run
+the graph as without it. TF Serving runs such a model only when started with
+`--xla_cpu_compilation_enabled=true`; without it the first one-row request fails.
 """
 
 from __future__ import annotations
@@ -70,7 +77,7 @@ import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F
-from albert_tf.backbone import set_remove_padding
+from albert_tf.backbone import padded_computation, set_remove_padding
 from albert_tf.models import backbone_of, class_of
 from albert_tf.records import example_of
 from albert_tf.packing import pack_ids, pack_in_graph, packed_length, pad_features
@@ -315,6 +322,8 @@ class AlbertServingModule(tf.Module):
         remove_padding: run the encoder's per-token matmuls on the real tokens only
             (`AlbertEncoder`'s `remove_padding`; sets it on `model`, which the module owns): a
             batch of mixed lengths costs its real tokens, not batch x longest.
+        jit_compile: a one-row request runs the backbone XLA-compiled at a fixed padded length
+            (module docstring); needs TF Serving's `--xla_cpu_compilation_enabled=true`.
     """
 
     OPTIONS: tuple = ()  # the task's settings the module keeps (the export record lists them)
@@ -330,7 +339,7 @@ class AlbertServingModule(tf.Module):
 
     def __init__(self, model, spm_model_proto, do_lower_case=True, max_seq_length=512,
                  top_k=5, text_pair=False, hidden_states=False, labels=None,
-                 remove_padding=True, threshold=None):
+                 remove_padding=True, threshold=None, jit_compile=False):
         super().__init__(name="albert_serving")
         config = model.config
         problem = config.sequence_length_problem(max_seq_length, "max_seq_length")
@@ -363,13 +372,23 @@ class AlbertServingModule(tf.Module):
             raise ValueError(f"a threshold is served by classifiers, not a {kind}.")
         self.threshold = None if threshold is None else float(threshold)
         self._config = config
+        self.jit_compile = bool(jit_compile)  # the factory refuses it for the other kinds
+        self._one_row = _Untracked(None)  # the compiled backbone, traced once (`_one_row_outputs`)
+
+    def jit_lengths(self) -> list[int]:
+        """The padded lengths a one-row request runs at (`jit_compile`): 16, 32, 64, ... and
+        `max_position_embeddings`, the longest a token row may be."""
+        cap = self._config.max_position_embeddings
+        lengths = [n for n in (16 << i for i in range(16)) if n < cap]
+        return lengths + [cap]
 
     # -----------------------------------------------------------------------------------------
     def options(self) -> dict:
         return {name: getattr(self, name) for name in self.OPTIONS}
 
     def warmup_inputs(self, tokenizer) -> dict:
-        """{signature: {input name: numpy array}} of small real requests, one per signature."""
+        """{signature: {input name: numpy array}} of small real requests, one per signature
+        (with `jit_compile`, `serve_tokens` has a list: one more request per compiled length)."""
         texts = np.array([t.encode() for t in WARMUP_TEXTS], dtype=object)
         rows, tokens = _padded_tokens([pack_ids(tokenizer.encode_with_masks(t), None,
                                                 self.max_seq_length, tokenizer)
@@ -379,6 +398,13 @@ class AlbertServingModule(tf.Module):
                "serve_tokens": tokens, "serve_examples": {"examples": examples}}
         out["serving_default"] = out["serve_text_pair"] if self.text_pair else {"text": texts}
         out.update(self.head_warmup(texts, examples))
+        if self.jit_compile:  # one row of each compiled length: compiled at load, not on a user
+            filler = tokenizer.encode(WARMUP_TEXTS[0])[0]
+            out["serve_tokens"] = [out["serve_tokens"]] + [
+                {F.INPUT_IDS: np.array([[tokenizer.cls_id] + [filler] * (n - 2)
+                                        + [tokenizer.sep_id]], np.int32),
+                 F.INPUT_MASK: np.ones((1, n), np.int32),
+                 F.SEGMENT_IDS: np.zeros((1, n), np.int32)} for n in self.jit_lengths()]
         return out
 
     def head_warmup(self, texts, examples) -> dict:
@@ -411,13 +437,63 @@ class AlbertServingModule(tf.Module):
         """The signature outputs of int32 token features (see module docstring)."""
         features = self._check_tokens(features)
         inputs = {name: features[name] for name in F.BACKBONE_INPUTS}
-        backbone_out = backbone_of(self._model.value)(inputs, training=False)
+        backbone_out = self._backbone_outputs(inputs)
         out = dict(inputs)
         out.update(self.head_outputs(inputs, backbone_out))
         if self.hidden_states:
             for i, h in enumerate(backbone_out["hidden_states"]):
                 out[f"hidden_state_{i}"] = h
         return out
+
+    def _backbone_outputs(self, inputs) -> dict:
+        """The backbone's pooled and sequence outputs (and hidden states when exported), one
+        row through the compiled function when `jit_compile`."""
+        backbone = backbone_of(self._model.value)
+
+        def graph():
+            out = backbone(inputs, training=False)
+            return {key: out[key] for key in self._backbone_keys()}
+
+        if not self.jit_compile:
+            return graph()
+        return tf.cond(tf.equal(tf.shape(inputs[F.INPUT_IDS])[0], 1),
+                       lambda: self._one_row_outputs(inputs), graph)
+
+    def _backbone_keys(self) -> tuple:
+        return ("pooled_output", "sequence_output") + (
+            ("hidden_states",) if self.hidden_states else ())
+
+    def _one_row_outputs(self, inputs) -> dict:
+        """One row padded to the next of `jit_lengths`, through the XLA-compiled backbone, cut
+        back to its length."""
+        if self._one_row.value is None:
+            backbone = backbone_of(self._model.value)
+            keys = self._backbone_keys()
+
+            def padded(input_ids, input_mask, segment_ids):
+                with padded_computation(backbone):
+                    out = backbone({F.INPUT_IDS: input_ids, F.INPUT_MASK: input_mask,
+                                    F.SEGMENT_IDS: segment_ids}, training=False)
+                return {key: out[key] for key in keys}
+
+            spec = tf.TensorSpec([1, None], tf.int32)
+            self._one_row.value = tf.function(padded, jit_compile=True, autograph=False,
+                                              input_signature=[spec, spec, spec])
+        length = tf.shape(inputs[F.INPUT_IDS])[1]
+        lengths = tf.constant(self.jit_lengths(), tf.int32)
+        index = tf.minimum(tf.searchsorted(lengths, tf.reshape(length, [1]))[0],
+                           len(self.jit_lengths()) - 1)
+        pad = [[0, 0], [0, tf.maximum(lengths[index] - length, 0)]]
+        out = self._one_row.value(*(tf.pad(inputs[name], pad) for name in F.BACKBONE_INPUTS))
+        # The row's own padding (a token request's) is 0 as the graph leaves it, when it
+        # removes the padding.
+        keep = (tf.cast(inputs[F.INPUT_MASK][:, :, None], tf.float32)
+                if backbone_of(self._model.value).encoder.remove_padding else 1.0)
+        cut = {"pooled_output": out["pooled_output"],
+               "sequence_output": out["sequence_output"][:, :length] * keep}
+        if "hidden_states" in out:
+            cut["hidden_states"] = [h[:, :length] * keep for h in out["hidden_states"]]
+        return cut
 
     def head_outputs(self, inputs, backbone_out) -> dict:
         """The head's outputs from the backbone's (a backbone: its pooled and sequence output)."""
@@ -844,14 +920,17 @@ def serving_module_class(model) -> type:
 
 
 def serving_module(model, spm_model_proto, do_lower_case=True, max_seq_length=512,
-                   options=None, remove_padding=True, **kwargs):
+                   options=None, remove_padding=True, jit_compile=False, **kwargs):
     """The serving module of any registered model; `options` are the task's settings (span:
     doc_stride, max_query_length, n_best_size, max_answer_length, null_score_diff_threshold;
     multiple_choice: max_qa_length), `kwargs` the text models' (top_k, text_pair,
-    hidden_states, labels); `remove_padding` as `AlbertServingModule`."""
+    hidden_states, labels); `remove_padding` and `jit_compile` as `AlbertServingModule`."""
     options = dict(options or {})
     module = serving_module_class(model)
     kind = model.albert_kind
+    if jit_compile and not module.TEXT_MODULE:
+        raise ValueError(f"jit_compile serves one-row requests of backbones, pretrainers and "
+                         f"classifiers; a {kind} model exports without it.")
     if module.SENTENCEPIECE_ONLY and getattr(spm_model_proto, "kind",
                                              "sentencepiece") != "sentencepiece":
         raise ValueError(f"a {kind} model exports with a SentencePiece model (the official "
@@ -865,7 +944,8 @@ def serving_module(model, spm_model_proto, do_lower_case=True, max_seq_length=51
         raise ValueError(f"Options {sorted(options)} are for span and multiple-choice models, "
                          f"not a {kind}.")
     return module(model, spm_model_proto, do_lower_case=do_lower_case,
-                  max_seq_length=max_seq_length, remove_padding=remove_padding, **kwargs)
+                  max_seq_length=max_seq_length, remove_padding=remove_padding,
+                  jit_compile=jit_compile, **kwargs)
 
 
 def signature_method_names(signatures) -> dict:

@@ -12,6 +12,10 @@
 // --output_dir, writes each output as a serialized TensorProto to DIR/<output key>.pb.
 // Exit status: 0 ok, 1 load or run failure (message on stderr), 2 usage.
 //
+// XLA: as TF Serving's model server, XLA:CPU compilation is off unless
+// --xla_cpu_compilation_enabled true is given (the server's --xla_cpu_compilation_enabled=true);
+// off, a function exported with jit_compile fails at its first run, as it does in the server.
+//
 // Load mode (bench/serving_load.py): --load_clients N runs the inputs as one request from N
 // client threads at once, for --load_seconds S (after --load_warmup untimed runs), on the one
 // session, as the server's request threads do; prints each request's latency. With
@@ -50,12 +54,17 @@
 #include "tensorflow/core/protobuf/meta_graph.pb.h"
 #include "tensorflow/core/public/session_options.h"
 
+namespace tensorflow {
+void DisableXlaCompilation();  // what the model server calls without --xla_cpu_compilation_enabled
+}  // namespace tensorflow
+
 namespace {
 
 int Usage(const std::string& why) {
   std::cerr << "usage error: " << why << "\n"
             << "serving_loader --saved_model DIR [--op_library LIB.so ...] [--signature NAME] "
-               "[--input NAME=FILE ...] [--output_dir DIR]\n";
+               "[--input NAME=FILE ...] [--output_dir DIR] "
+               "[--xla_cpu_compilation_enabled true|false]\n";
   return 2;
 }
 
@@ -260,6 +269,7 @@ int RunLoad(tensorflow::Session* session, const Feeds& feeds,
 int main(int argc, char** argv) {
   std::string saved_model, signature = "serving_default", output_dir;
   int load_clients = 0, load_warmup = 3, num_batch_threads = 1;
+  bool xla_cpu_compilation_enabled = false;
   double load_seconds = 10;
   int64_t batch_max_size = 0, batch_timeout_micros = 0;
   std::vector<int64_t> allowed_batch_sizes;
@@ -293,6 +303,10 @@ int main(int argc, char** argv) {
       std::stringstream list(value);
       for (std::string item; std::getline(list, item, ',');)
         if (!item.empty()) allowed_batch_sizes.push_back(std::stoll(item));
+    } else if (arg == "--xla_cpu_compilation_enabled") {
+      if (value != "true" && value != "false")
+        return Usage("--xla_cpu_compilation_enabled takes true or false");
+      xla_cpu_compilation_enabled = value == "true";
     } else if (arg == "--input") {
       auto eq = value.find('=');
       if (eq == std::string::npos) return Usage("--input takes NAME=FILE");
@@ -302,6 +316,7 @@ int main(int argc, char** argv) {
     }
   }
   if (saved_model.empty()) return Usage("--saved_model is required");
+  if (!xla_cpu_compilation_enabled) tensorflow::DisableXlaCompilation();
 
   for (const auto& library : libraries) {
     TF_Status* status = TF_NewStatus();

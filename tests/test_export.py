@@ -522,6 +522,104 @@ def test_load_mode_and_batching_of_the_cpp_loader(exported, tmp_path, serving_lo
                                            rtol=0)
 
 
+def _assert_same_outputs(got, expected):
+    assert set(got) == set(expected)
+    for name, value in expected.items():
+        value = np.asarray(value)
+        if value.dtype.kind == "f":
+            np.testing.assert_allclose(np.asarray(got[name]), value, atol=TOL, rtol=0,
+                                       err_msg=name)
+        else:
+            np.testing.assert_array_equal(np.asarray(got[name]), value, err_msg=name)
+
+
+def _xla_functions(saved_model_dir) -> int:
+    """How many functions of a SavedModel must be compiled by XLA (`jit_compile=True`)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    return sum(1 for fn in proto.meta_graphs[0].graph_def.library.function
+               if fn.attr["_XlaMustCompile"].b)
+
+
+@pytest.mark.slow
+def test_jit_compile_export_answers_one_sentence_as_the_shipped_export(
+        exported, tmp_path, sample_vocab, serving_loader):
+    """--jit_compile: a one-row request runs the backbone XLA-compiled, padded to 16, 32 or 64
+    (max_position_embeddings) tokens, and answers as the shipped export (floats to 1e-5; ids,
+    pieces and labels equal) at every length; batches run the graph; the warmup file compiles
+    each length; the C++ loader answers the same with XLA on, and with XLA off (TF Serving
+    without --xla_cpu_compilation_enabled=true) refuses one-row requests but not batches."""
+    from export.cc_loader import LoaderError, run_loader
+
+    binary, info = serving_loader
+    tok = Tokenizer(sample_vocab)
+    one_rows = ["word", "the capital of france is [MASK] .",
+                " ".join(["house"] * 13), " ".join(["house"] * 14),  # 15, 16 tokens
+                " ".join(["house"] * 15) + " [MASK]", " ".join(["word"] * 60)]  # 18, 48 (cut)
+    lengths = [len(pack_ids(tok.encode_with_masks(t), None, MAX_SEQ, tok)[0]) for t in one_rows]
+    assert lengths == [3, 10, 15, 16, 18, MAX_SEQ]  # below, at and above the compiled lengths
+    for kind in ("pretrainer", "classifier"):
+        model, path, shipped = exported[kind]
+        jit_path = export_saved_model(model, str(tmp_path / kind), sample_vocab,
+                                      max_seq_length=MAX_SEQ, top_k=4, jit_compile=True,
+                                      labels=["neg", "neutral", "pos"] if kind == "classifier"
+                                      else None)
+        with open(os.path.join(jit_path, "assets.extra", "albert_export.json")) as f:
+            assert json.load(f)["jit_compile"] is True
+        assert _xla_functions(jit_path) == 1 and _xla_functions(path) == 0
+        jit = tf.saved_model.load(jit_path)
+        answers = []
+        for text in one_rows:
+            expected = shipped.signatures["serving_default"](text=tf.constant([text]))
+            answers.append(expected["pooled_output" if kind == "pretrainer" else "logits"])
+            _assert_same_outputs(jit.signatures["serving_default"](text=tf.constant([text])),
+                                 {k: v.numpy() for k, v in expected.items()})
+        # the outputs depend on the text, so equal answers are not equal constants
+        assert np.abs(answers[1].numpy() - answers[2].numpy()).max() > 1e-2
+        tokens = {name: tf.constant(np.array([value], np.int32)) for name, value in
+                  pad_features([2] + [50] * 61 + [3], [0] * 40 + [1] * 23, 64).items()}
+        _assert_same_outputs(jit.signatures["serve_tokens"](**tokens),  # 64: the longest
+                             {k: v.numpy() for k, v in
+                              shipped.signatures["serve_tokens"](**tokens).items()})
+        batch = tf.constant(TEXTS[:3])
+        _assert_same_outputs(jit.signatures["serving_default"](text=batch),
+                             {k: v.numpy() for k, v in
+                              shipped.signatures["serving_default"](text=batch).items()})
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    warm = [prediction_log_pb2.PredictionLog.FromString(r.numpy()).predict_log.request
+            for r in tf.data.TFRecordDataset(os.path.join(jit_path, WARMUP_FILE))]
+    assert sorted(tf.make_ndarray(r.inputs["input_ids"]).shape[1] for r in warm
+                  if r.model_spec.signature_name == "serve_tokens"
+                  and tf.make_ndarray(r.inputs["input_ids"]).shape[0] == 1) == [16, 32, 64]
+    one = {"text": np.array([one_rows[1].encode()], dtype=object)}
+    two = {"text": np.array([t.encode() for t in one_rows[:2]], dtype=object)}
+    got = run_loader(binary, jit_path, info["op_libraries"], "serving_default", one,
+                     str(tmp_path / "xla"), xla=True)["outputs"]
+    _assert_same_outputs(got, {k: v.numpy() for k, v in shipped.signatures["serving_default"](
+        text=tf.constant(one["text"])).items()})
+    with pytest.raises(LoaderError, match="XLA compilation disabled"):
+        run_loader(binary, jit_path, info["op_libraries"], "serving_default", one,
+                   str(tmp_path / "no-xla"))
+    got = run_loader(binary, jit_path, info["op_libraries"], "serving_default", two,
+                     str(tmp_path / "no-xla-batch"))["outputs"]
+    _assert_same_outputs(got, {k: v.numpy() for k, v in shipped.signatures["serving_default"](
+        text=tf.constant(two["text"])).items()})
+
+
+def test_jit_compile_is_refused_for_models_that_do_not_serve_one_row_of_text(sample_vocab):
+    from albert_tf.task_models import AlbertSpanModel
+    from export.serving import serving_module
+
+    with pytest.raises(ValueError, match="jit_compile serves one-row requests of backbones, "
+                                         "pretrainers and classifiers; a span model"):
+        serving_module(AlbertSpanModel(_config()), Tokenizer(sample_vocab), max_seq_length=32,
+                       jit_compile=True)
+
+
 @pytest.mark.slow
 def test_entry_point_exports_our_model_directory(tmp_path, sample_vocab):
     model = AlbertClassifier(_config(), num_labels=2)
