@@ -10,7 +10,7 @@ For each seed:
    weight names (`albert_tf.checkpoints.official_to_hf`), and the first `--steps` batches of its
    input stream are read once, so both sides see the same batches in the same order.
 2. A parity check before training: HF's loss on the first batch beside ours, and one update from
-   that batch at the peak learning rate (HF side: ALBERT's LAMB written out below in PyTorch
+   that batch at the peak learning rate (HF side: ALBERT's LAMB in PyTorch, `bench.torch_lamb`,
    from the official `lamb_optimizer.py`, with the official warmup/decay schedule and
    global-norm clipping at 1.0): the largest difference between the two updated models,
    relative to how far the update moved each weight.
@@ -56,8 +56,7 @@ flags.DEFINE_string("albert_config", os.path.join(ROOT, "albert_tf", "sample_dat
 FLAGS = flags.FLAGS
 
 SEQ = 64
-EXCLUDE = ("LayerNorm", "layer_norm", "bias")  # official: no decay, no trust ratio
-BETA_1, BETA_2, EPSILON, WEIGHT_DECAY, CLIP = 0.9, 0.999, 1e-6, 0.01, 1.0
+CLIP = 1.0  # the official global-norm clipping
 
 
 # ---------------------------------------------------------------------------------- PyTorch side
@@ -68,39 +67,6 @@ def official_lr(step: int, peak: float, total: int, warmup: int) -> float:
     if warmup and step < warmup:
         return peak * step / warmup
     return peak * (1.0 - min(step, total) / total)
-
-
-class TorchAlbertOptimizer:
-    """ALBERT's LAMB (`layer_adaptation=True`) or BERT's AdamW, per parameter w, gradient g:
-    m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; u = m / (sqrt(v) + eps) (no bias correction);
-    u += wd w unless excluded; r = ||w|| / ||u|| (LAMB, unless excluded; 1 if either is 0);
-    w -= lr r u. Excluded by name: LayerNorm, layer_norm, bias."""
-
-    def __init__(self, named_parameters, layer_adaptation: bool):
-        import torch
-
-        self.params = [(n, p) for n, p in named_parameters if p.requires_grad]
-        self.state = {n: (torch.zeros_like(p), torch.zeros_like(p)) for n, p in self.params}
-        self.layer_adaptation = layer_adaptation
-
-    def step(self, lr: float):
-        import torch
-
-        with torch.no_grad():
-            for name, p in self.params:
-                m, v = self.state[name]
-                g = p.grad
-                m.mul_(BETA_1).add_(g, alpha=1 - BETA_1)
-                v.mul_(BETA_2).addcmul_(g, g, value=1 - BETA_2)
-                update = m / (v.sqrt() + EPSILON)
-                excluded = any(x in name for x in EXCLUDE)
-                if not excluded:
-                    update = update + WEIGHT_DECAY * p
-                ratio = 1.0
-                if self.layer_adaptation and not excluded:
-                    w_norm, u_norm = float(p.norm()), float(update.norm())
-                    ratio = w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0
-                p.sub_(lr * ratio * update)
 
 
 def clip_by_global_norm(parameters, clip: float) -> float:
@@ -175,6 +141,8 @@ def hf_terms(hf, batch) -> dict:
 
 def hf_train(hf, batches, steps, warmup, window, log_every=100):
     """Trains on `batches` as our loop does; returns [per-window metrics] and the first loss."""
+
+    from bench.torch_lamb import TorchAlbertOptimizer
 
     optimizer = TorchAlbertOptimizer(hf.named_parameters(), FLAGS.optimizer == "lamb")
     params = [p for _, p in optimizer.params]
@@ -261,7 +229,7 @@ def judge_seed(seed: int, paths: dict, work: str) -> dict:
     batches = [{k: v.numpy() for k, v in next(iterator).items()} for _ in range(steps)]
 
     # Parity before training: the first batch, one update at the peak learning rate (no
-    # warmup, so the step is a real one), through our loop and through HF + the LAMB below.
+    # warmup, so the step is a real one), through our loop and through HF + bench.torch_lamb.
     hf = hf_model(config, state)
     check = hf_model(config, state)
     one = PretrainingRun(PretrainingConfig(**{**cfg.__dict__, "output_dir": out + "-one",
@@ -269,6 +237,8 @@ def judge_seed(seed: int, paths: dict, work: str) -> dict:
                                               "iterations_per_loop": 1, "do_eval": False}))
     ours_loss = one.run()["history"][0]["loss"]
     tf.io.gfile.rmtree(out + "-one")
+    from bench.torch_lamb import TorchAlbertOptimizer
+
     optimizer = TorchAlbertOptimizer(check.named_parameters(), FLAGS.optimizer == "lamb")
     terms = hf_terms(check, batches[0])
     loss = terms["mlm_sum"] / (terms["mlm_weight"] + 1e-5) + terms["sop_sum"] / terms["sop_count"]
