@@ -41,12 +41,14 @@ def define_flags():
         "null_score_diff_threshold", "remove_padding", "vocab_file", "jit_compile",
         max_seq_length=None, null_score_diff_threshold=None,
         notes={"export_dir": "Versions are written under it.",
-               "remove_padding": "With --jit_compile a one-row request is padded to its "
-                                 "compiled length instead (same answers).",
+               "remove_padding": "Here --jit_compile does not ignore it: requests of "
+                                 "several rows still remove the padding, and a one-row "
+                                 "request is padded to its compiled length (same answers).",
                "jit_compile": "One-row requests run the backbone compiled at a fixed padded "
                               "length (backbones, pretrainers, classifiers; docs/serving.md); "
                               "TF Serving must then be started with "
-                              "--xla_cpu_compilation_enabled=true.",
+                              "--xla_cpu_compilation_enabled=true (without it the version's "
+                              "warmup fails and it does not load).",
                "max_seq_length": "Default: min(512, max_position_embeddings).",
                "null_score_diff_threshold": "Default: always answer, as SQuAD 1.1.",
                "spm_model_file": "Default: the one found in --model_dir.",

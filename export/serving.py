@@ -66,7 +66,8 @@ one row runs the backbone as one XLA-compiled function: its tokens padded to a f
 (`jit_lengths()`: 16, 32, 64, ... and `max_position_embeddings`; one compilation per length,
 replayed by the warmup requests), the outputs cut back to the row's length. Other batches run
 the graph as without it. TF Serving runs such a model only when started with
-`--xla_cpu_compilation_enabled=true`; without it the first one-row request fails.
+`--xla_cpu_compilation_enabled=true`; without it every one-row request fails, the warmup's
+among them, which fails the version's load.
 """
 
 from __future__ import annotations
