@@ -467,14 +467,16 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
     return final
 
 
-def _export_record(model, module, tokenizer, allowed: dict, source, **settings) -> dict:
+def _export_record(model, module, tokenizer, allowed: dict, source, *, max_seq_length,
+                   text_pair, do_lower_case, threshold, remove_padding, jit_compile) -> dict:
     """`assets.extra/albert_export.json`: the model, its settings and vocabulary, the servers it
     suits and where it came from (the signatures are added when written)."""
     return {"model": module.kind, "config": model.config.to_dict(),
             "num_labels": module.num_labels, "labels": module.labels,
-            "max_seq_length": settings.pop("max_seq_length"), "top_k": module.top_k,
-            **{k: settings.pop(k) for k in ("text_pair", "do_lower_case", "threshold")},
-            "options": module.options(), **settings, **_vocabulary_record(tokenizer),
+            "max_seq_length": max_seq_length, "top_k": module.top_k, "text_pair": text_pair,
+            "do_lower_case": do_lower_case, "threshold": threshold, "options": module.options(),
+            "remove_padding": remove_padding, "jit_compile": jit_compile,
+            **_vocabulary_record(tokenizer),
             "compatible_with": {k: allowed.get(k) for k in
                                 ("tensorflow", "tensorflow_text", "serving")},
             "exported_with": {"tensorflow": tf.__version__}, "source": source or {}}

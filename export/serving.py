@@ -480,11 +480,10 @@ class AlbertServingModule(tf.Module):
             spec = tf.TensorSpec([1, None], tf.int32)
             self._one_row.value = tf.function(padded, jit_compile=True, autograph=False,
                                               input_signature=[spec, spec, spec])
-        length = tf.shape(inputs[F.INPUT_IDS])[1]
+        length = tf.shape(inputs[F.INPUT_IDS])[1]  # checked: at most the last of jit_lengths
         lengths = tf.constant(self.jit_lengths(), tf.int32)
-        index = tf.minimum(tf.searchsorted(lengths, tf.reshape(length, [1]))[0],
-                           len(self.jit_lengths()) - 1)
-        pad = [[0, 0], [0, tf.maximum(lengths[index] - length, 0)]]
+        padded_length = lengths[tf.searchsorted(lengths, tf.reshape(length, [1]))[0]]
+        pad = [[0, 0], [0, padded_length - length]]
         out = self._one_row.value(*(tf.pad(inputs[name], pad) for name in F.BACKBONE_INPUTS))
         # The row's own padding (a token request's) is 0 as the graph leaves it, when it
         # removes the padding.
