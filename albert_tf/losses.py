@@ -26,13 +26,29 @@ def _labels(features_dict, name):
     return tf.reshape(tf.cast(features_dict[name], tf.int32), [-1])
 
 
+def softmax_cross_entropy(logits, labels):
+    """Per-row cross entropy of float32 `logits` [n, classes] at int32 `labels` [n]:
+    logsumexp(logits) - logits[label], the row maximum subtracted first. Equal to
+    `tf.nn.sparse_softmax_cross_entropy_with_logits` in value and gradient to float32 rounding
+    (tests/test_models.py), and faster on CPU at the masked LM's shape ([batch x predictions,
+    vocabulary]; docs/benchmarks.md, "bench.small_training"). A label outside [0, classes)
+    is an error on CPU (the gather's) and a nan loss elsewhere (which stops the run, as that
+    op's nan does on GPU), never a silently wrong loss."""
+    shifted = logits - tf.stop_gradient(tf.reduce_max(logits, -1, keepdims=True))
+    classes = tf.shape(logits, out_type=labels.dtype)[-1]
+    valid = (labels >= 0) & (labels < classes)
+    per_row = (tf.math.log(tf.reduce_sum(tf.exp(shifted), -1))
+               - tf.gather(shifted, labels, batch_dims=1))
+    return tf.where(valid, per_row, float("nan"))
+
+
 def _per_position_mlm(outputs, features_dict):
     logits = tf.cast(outputs["mlm_logits"], tf.float32)
     vocab = tf.shape(logits)[-1]
     logits = tf.reshape(logits, [-1, vocab])
     labels = _labels(features_dict, features.MASKED_LM_IDS)
     weights = tf.reshape(tf.cast(features_dict[features.MASKED_LM_WEIGHTS], tf.float32), [-1])
-    per_position = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    per_position = softmax_cross_entropy(logits, labels)
     return logits, labels, weights, per_position
 
 

@@ -153,15 +153,35 @@ class AlbertOptimizer(keras.optimizers.Optimizer):
         inf, or an overflowing update, is never applied (and never saved)."""
         lr = self.learning_rate
         checks = [tf.math.is_finite(tf.cast(lr, tf.float32))]
+        # One replica (not TPU): `update_step` takes these values instead of computing them a
+        # second time (it runs next, in the same graph). Several replicas compute them again:
+        # there `update_step` runs per device, in the strategy's merge context.
+        strategy = tf.distribute.get_strategy()
+        keep = (strategy.num_replicas_in_sync == 1
+                and not isinstance(strategy, tf.distribute.TPUStrategy))
+        computed = {}
+        object.__setattr__(self, "_computed", computed)  # not tracked (nor checkpointed)
         for gradient, variable in zip(gradients, variables):
-            w_new = self._new_values(gradient, variable, lr)[2]
-            checks.append(tf.reduce_all(tf.math.is_finite(w_new)))
+            values = self._new_values(gradient, variable, lr)
+            if keep:
+                computed[self._var_key(variable)] = (gradient, values)
+            checks.append(tf.reduce_all(tf.math.is_finite(values[2])))
         return tf.reduce_all(tf.stack(checks))
+
+    def _take_computed(self, gradient, variable):
+        """The new values `updates_finite` computed for `variable` from this same `gradient`
+        tensor in this graph, or None (then `update_step` computes them)."""
+        kept = getattr(self, "_computed", {}).pop(self._var_key(variable), None)
+        if kept is None or kept[0] is not gradient or (
+                getattr(kept[0], "graph", None) is not tf.compat.v1.get_default_graph()):
+            return None
+        return kept[1]
 
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
         m, v = self._m[index], self._v[index]
-        m_new, v_new, w_new = self._new_values(gradient, variable, learning_rate)
+        m_new, v_new, w_new = (self._take_computed(gradient, variable)
+                               or self._new_values(gradient, variable, learning_rate))
         gate = tf.cast(self.update_gate, tf.float32) > 0.5
         self.assign(m, tf.where(gate, m_new, m))
         self.assign(v, tf.where(gate, v_new, v))

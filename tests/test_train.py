@@ -17,6 +17,7 @@ import tensorflow as tf
 from albert_tf import AlbertConfig
 from albert_tf.distribute import StrategyError, get_strategy
 from albert_tf.input_pipeline import DataMismatchError
+from albert_tf.optimization import AlbertOptimizer
 from albert_tf.train_lib import (CorruptInputError, NonFiniteLossError, OutputDirMismatchError,
                                  PretrainingConfig, PretrainingRun, TrainingConfig)
 from conftest import PRETRAINING_MODEL, ROOT, pretraining_config
@@ -862,3 +863,31 @@ def test_performance_switches_reach_the_model_through_its_constructor(generated_
                                                                           recompute=True))
     assert (span.backbone.encoder.remove_padding, span.backbone.encoder.recompute) == (False,
                                                                                       True)
+
+
+def test_one_replica_computes_each_lamb_update_once(generated_data, tmp_path, monkeypatch):
+    """One replica: the finiteness gate's new values (m, v and w of every weight) are the ones
+    the update applies, computed once per step, not twice; losses and weights are exactly
+    those of a run that computes them again in the update (the multi-replica path)."""
+    calls, results = {}, {}
+    original = AlbertOptimizer._new_values
+
+    def counted(self, gradient, variable, learning_rate):
+        calls[name] = calls.get(name, 0) + 1
+        return original(self, gradient, variable, learning_rate)
+
+    monkeypatch.setattr(AlbertOptimizer, "_new_values", counted)
+    for name in ("once", "twice"):
+        if name == "twice":
+            monkeypatch.setattr(AlbertOptimizer, "_take_computed", lambda self, g, v: None)
+        run = PretrainingRun(_config(tmp_path / name, _pattern(generated_data),
+                                     num_train_steps=3, iterations_per_loop=1,
+                                     save_checkpoints_steps=3))
+        history = run.run()["history"]
+        results[name] = ([h["loss"] for h in history], [v.numpy() for v in run.model.weights])
+        variables = len(run.model.trainable_variables)
+    assert calls == {"once": variables, "twice": 2 * variables}  # one trace of the step
+    assert results["once"][0] == results["twice"][0]
+    assert len(set(results["once"][0])) == 3  # three steps, each applied
+    for a, b in zip(results["once"][1], results["twice"][1]):
+        np.testing.assert_array_equal(a, b)
