@@ -54,6 +54,8 @@ flags.DEFINE_integer("rounds", 3, "Rounds; each runs every measurement once.")
 flags.DEFINE_list("sides", ["ours", "ours_jit", "hf_torch"], "ours: the main job's command; "
                   "ours_jit: the same with --jit_compile (XLA; opt-in); hf_torch: the peer.")
 flags.DEFINE_integer("loops", 6, "Timed loops of 50 steps per measurement (one more untimed).")
+flags.DEFINE_bool("profile", True, "Also profile one loop of ours per dtype (TensorFlow's "
+                  "profiler): where a step's time goes, by op type.")
 flags.DEFINE_integer("batches", 64, "Saved batches the PyTorch loop cycles through.")
 flags.DEFINE_string("work_dir", os.path.join("bench_results", "small_training", "work"),
                     "Records, vocabulary and runs (kept: the records are reused).")
@@ -130,6 +132,61 @@ def child_ours(spec):
     return {"loop_examples_per_s": rates[1:]}
 
 
+def child_profile(spec):
+    """One loop of 50 steps of the main job's loop (the `run_pretraining` command's settings,
+    through the library), after a warm one, under TensorFlow's profiler; the executor's op
+    events summed by op type, per step. Ops on the two inter-op threads overlap and a matmul
+    also waits for the intra-op pool, so the sum exceeds the step time: it ranks, it does not
+    partition."""
+    import collections
+    import glob
+    import tempfile
+
+    import tensorflow as tf
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    from albert_tf.config import AlbertConfig
+    from albert_tf.train_lib import PretrainingConfig, PretrainingRun
+
+    out = tempfile.mkdtemp(dir=spec["work"], prefix=f"profile-{spec['dtype']}-")
+    cfg = PretrainingConfig(
+        albert_config=AlbertConfig.from_json_file(CONFIG), input_file=spec["records"],
+        output_dir=os.path.join(out, "run"), train_batch_size=BATCH, max_seq_length=SEQ,
+        max_predictions_per_seq=PREDICTIONS, optimizer="lamb", learning_rate=LEARNING_RATE,
+        num_train_steps=LOOP * 10, num_warmup_steps=LOOP, iterations_per_loop=LOOP,
+        save_checkpoints_steps=LOOP * 10, mixed_precision=spec["dtype"], seed=1,
+        do_eval=False, verbose=False)
+    run = PretrainingRun(cfg)
+    loop = run.trainer.build_train_loop()
+    run.controller.position_input()
+    iterator = run.controller.train_iterator
+    float(loop(iterator, tf.constant(LOOP))[1])  # traced and warm
+    tf.profiler.experimental.start(os.path.join(out, "trace"))
+    start = time.perf_counter()
+    float(loop(iterator, tf.constant(LOOP))[1])
+    step_ms = (time.perf_counter() - start) * 1000 / LOOP
+    tf.profiler.experimental.stop()
+    space = xplane_pb2.XSpace()
+    with open(glob.glob(os.path.join(out, "trace", "plugins", "profile", "*",
+                                     "*.xplane.pb"))[0], "rb") as f:
+        space.ParseFromString(f.read())
+    plane = next(p for p in space.planes if p.name == "/host:CPU")
+    ms, count = collections.Counter(), collections.Counter()
+    for line in plane.lines:
+        if not line.name.startswith("tf_Compute"):
+            continue
+        for event in line.events:
+            name = plane.event_metadata[event.metadata_id].name
+            if ":" in name and not name.startswith("ExecutorState"):
+                op = name.rsplit(":", 1)[1]
+                ms[op] += event.duration_ps / 1e9 / LOOP
+                count[op] += 1
+    shutil.rmtree(out, ignore_errors=True)
+    return {"step_ms_profiled": step_ms, "ops_per_step": sum(count.values()) / LOOP,
+            "op_ms_per_step": sum(ms.values()),
+            "by_type": [[op, t, count[op] / LOOP] for op, t in ms.most_common(12)]}
+
+
 def child_hf(spec):
     import numpy as np
     import torch
@@ -193,7 +250,7 @@ def child_hf(spec):
 def run_child(spec_json: str) -> int:
     spec = json.loads(spec_json)
     result = {"data": child_data, "ours": child_ours, "ours_jit": child_ours,
-              "hf_torch": child_hf}[spec["who"]](spec)
+              "hf_torch": child_hf, "profile": child_profile}[spec["who"]](spec)
     print("RESULT " + json.dumps(result), flush=True)
     return 0
 
@@ -237,8 +294,14 @@ def main(argv):
                 row[f"{who}_ratio_per_round"] = [a / b for a, b in zip(row[who],
                                                                         row["hf_torch"])]
         rows.append(row)
+    profiles = {}
+    if FLAGS.profile:
+        for dtype in FLAGS.dtypes:
+            profiles[dtype] = measure({"who": "profile", "work": work, "dtype": dtype, **data})
+            print(f"profile {dtype}: {profiles[dtype]['step_ms_profiled']:.1f} ms a step "
+                  "profiled", flush=True)
     results = {"machine": machine(), "date": time.strftime("%Y-%m-%d"),
-               "rounds": FLAGS.rounds, "loops": FLAGS.loops, "steps_per_loop": LOOP,
+               "profiles": profiles, "rounds": FLAGS.rounds, "loops": FLAGS.loops, "steps_per_loop": LOOP,
                "batch_size": BATCH, "seq_length": SEQ, "predictions": PREDICTIONS,
                "data": data, "rows": rows}
     os.makedirs(FLAGS.output_dir, exist_ok=True)
@@ -270,6 +333,15 @@ def markdown(results) -> str:
             ratio = (f"**{statistics.median(ratios):.2f}x** ({min(ratios):.2f}-"
                      f"{max(ratios):.2f})" if ratios else "1.00x")
             lines.append(f"| {row['dtype']} | {names[who]} | {cell(row[who])} | {ratio} |")
+    for dtype, profile in results.get("profiles", {}).items():
+        lines += ["", f"Where a step of ours goes, {dtype} (one loop of "
+                  f"{results['steps_per_loop']} steps under TensorFlow's profiler, "
+                  f"{profile['step_ms_profiled']:.1f} ms a step profiled; "
+                  f"{profile['ops_per_step']:,.0f} ops a step, their times summed over the "
+                  f"executor's threads {profile['op_ms_per_step']:.1f} ms: the threads "
+                  "overlap, so the column ranks the ops, it does not split the step):", "",
+                  "| op type | ms per step (summed) | ops per step |", "|---|---|---|"]
+        lines += [f"| `{op}` | {t:.1f} | {n:,.0f} |" for op, t, n in profile["by_type"]]
     return "\n".join(lines) + "\n"
 
 
