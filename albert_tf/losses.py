@@ -28,18 +28,33 @@ def _labels(features_dict, name):
 
 def softmax_cross_entropy(logits, labels):
     """Per-row cross entropy of float32 `logits` [n, classes] at int32 `labels` [n]:
-    logsumexp(logits) - logits[label], the row maximum subtracted first. Equal to
-    `tf.nn.sparse_softmax_cross_entropy_with_logits` in value and gradient to float32 rounding
-    (tests/test_models.py), and faster on CPU at the masked LM's shape ([batch x predictions,
-    vocabulary]; docs/benchmarks.md, "bench.small_training"). A label outside [0, classes)
-    is an error on CPU (the gather's) and a nan loss elsewhere (which stops the run, as that
-    op's nan does on GPU), never a silently wrong loss."""
-    shifted = logits - tf.stop_gradient(tf.reduce_max(logits, -1, keepdims=True))
+    log(sum(exp(s))) - s[label] with s = logits - the row maximum; its gradient
+    softmax(logits) - one_hot(label), from the exponentials the forward pass kept, the label's
+    -1 written at n positions (no dense one-hot, no dense scatter of the gather's gradient).
+    Equal to `tf.nn.sparse_softmax_cross_entropy_with_logits` in value and gradient to float32
+    rounding (tests/test_models.py), and faster on CPU at the masked LM's shape ([batch x
+    predictions, vocabulary]; docs/benchmarks.md, "bench.small_training"). A label outside
+    [0, classes) is an error on CPU (the gather's) and a nan loss elsewhere (which stops the
+    run, as that op's nan does on GPU), never a silently wrong loss."""
     classes = tf.shape(logits, out_type=labels.dtype)[-1]
     valid = (labels >= 0) & (labels < classes)
-    per_row = (tf.math.log(tf.reduce_sum(tf.exp(shifted), -1))
-               - tf.gather(shifted, labels, batch_dims=1))
-    return tf.where(valid, per_row, float("nan"))
+
+    @tf.custom_gradient
+    def cross_entropy(logits):
+        shifted = logits - tf.reduce_max(logits, -1, keepdims=True)
+        exponentials = tf.exp(shifted)
+        total = tf.reduce_sum(exponentials, -1)
+        per_row = tf.math.log(total) - tf.gather(shifted, labels, batch_dims=1)
+
+        def gradient(upstream):
+            rows = tf.range(tf.shape(labels)[0], dtype=labels.dtype)
+            softmax_part = exponentials * (upstream / total)[:, tf.newaxis]
+            return tf.tensor_scatter_nd_sub(softmax_part, tf.stack([rows, labels], 1),
+                                            upstream)
+
+        return per_row, gradient
+
+    return tf.where(valid, cross_entropy(logits), float("nan"))
 
 
 def _per_position_mlm(outputs, features_dict):
