@@ -337,10 +337,10 @@ def markdown(results) -> str:
         lines += ["", f"Where a step of ours goes, {dtype} (one loop of "
                   f"{results['steps_per_loop']} steps under TensorFlow's profiler, "
                   f"{profile['step_ms_profiled']:.1f} ms a step profiled; "
-                  f"{profile['ops_per_step']:,.0f} ops a step, their times summed over the "
-                  f"executor's threads {profile['op_ms_per_step']:.1f} ms: the threads "
+                  f"{profile['ops_per_step']:,.0f} op events a step, their times summed over "
+                  f"the executor's threads {profile['op_ms_per_step']:.1f} ms: the threads "
                   "overlap, so the column ranks the ops, it does not split the step):", "",
-                  "| op type | ms per step (summed) | ops per step |", "|---|---|---|"]
+                  "| op type | ms per step (summed) | op events per step |", "|---|---|---|"]
         lines += [f"| `{op}` | {t:.1f} | {n:,.0f} |" for op, t, n in profile["by_type"]]
     return "\n".join(lines) + "\n"
 
