@@ -155,9 +155,10 @@ class AlbertOptimizer(keras.optimizers.Optimizer):
         checks = [tf.math.is_finite(tf.cast(lr, tf.float32))]
         # One replica (not TPU): `update_step` takes these values instead of computing them a
         # second time (it runs next, in the same graph). Several replicas compute them again:
-        # there `update_step` runs per device, in the strategy's merge context.
+        # there `update_step` runs per device, in the strategy's merge context. So does Keras's
+        # own `weight_decay` option, which changes the weights between the two.
         strategy = tf.distribute.get_strategy()
-        keep = (strategy.num_replicas_in_sync == 1
+        keep = (strategy.num_replicas_in_sync == 1 and self.weight_decay is None
                 and not isinstance(strategy, tf.distribute.TPUStrategy))
         computed = {}
         object.__setattr__(self, "_computed", computed)  # not tracked (nor checkpointed)

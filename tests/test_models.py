@@ -237,6 +237,20 @@ def test_softmax_cross_entropy_equals_tensorflows_in_value_and_gradient():
         assert np.ptp(theirs) > 0  # rows differ
         np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-6 * scale)
         np.testing.assert_allclose(our_grad, their_grad, atol=1e-6)
+        if scale == 30.0:  # compiled by XLA: the same gradient
+            @tf.function(jit_compile=True)
+            def compiled(x):
+                with tf.GradientTape() as tape:
+                    tape.watch(x)
+                    total = tf.reduce_sum(upstream * losses.softmax_cross_entropy(x, labels))
+                return tape.gradient(total, x)
+
+            np.testing.assert_allclose(compiled(logits).numpy(), their_grad, atol=1e-6)
+    empty = tf.zeros((0, 5), tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(empty)
+        total = tf.reduce_sum(losses.softmax_cross_entropy(empty, tf.zeros((0,), tf.int32)))
+    assert float(total) == 0.0 and tape.gradient(total, empty).shape == (0, 5)
     logits = tf.constant(rng.normal(size=(2, 5)), tf.float32)
     with pytest.raises(tf.errors.InvalidArgumentError):  # CPU: the gather's error
         losses.softmax_cross_entropy(logits, tf.constant([1, 5]))

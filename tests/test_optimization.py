@@ -136,6 +136,44 @@ def test_closed_gate_changes_nothing():
     assert all(float(tf.reduce_max(tf.abs(m))) == 0.0 for m in opt._m)
 
 
+
+@pytest.mark.parametrize("keras_weight_decay", [None, 0.5])
+def test_the_gates_values_are_applied_only_when_nothing_changes_the_weights_between(
+        keras_weight_decay, monkeypatch):
+    """In one traced step the update applies the new values `updates_finite` computed (the
+    gate's), unless Keras's own `weight_decay` option changes the weights in between: then they
+    are computed again, so the decay is not lost. Either way the weights equal those of the
+    update computed afresh."""
+    results = {}
+    for reuse in (True, False):
+        if not reuse:
+            monkeypatch.setattr(AlbertOptimizer, "_take_computed", lambda self, g, v: None)
+        variable = keras.Variable([1.0, -2.0, 3.0], name="kernel")
+        opt = AlbertOptimizer(learning_rate=0.1, weight_decay=keras_weight_decay)
+        opt.build([variable])
+        taken = []
+        original = AlbertOptimizer.update_step
+
+        def update_step(self, gradient, var, learning_rate, taken=taken):
+            taken.append(bool(self._computed))
+            return original(self, gradient, var, learning_rate)
+
+        monkeypatch.setattr(AlbertOptimizer, "update_step", update_step)
+
+        @tf.function
+        def step(gradient):
+            finite = opt.updates_finite([gradient], [variable])
+            opt.apply([gradient], [variable])
+            return finite
+
+        assert bool(step(tf.constant([0.5, 0.25, -1.0])))
+        results[reuse] = (variable.numpy(), taken)
+        monkeypatch.setattr(AlbertOptimizer, "update_step", original)
+    np.testing.assert_array_equal(results[True][0], results[False][0])
+    assert np.abs(results[True][0] - [1.0, -2.0, 3.0]).min() > 1e-3  # the step moved them
+    assert results[True][1] == [keras_weight_decay is None]  # reused only without it
+
+
 def test_schedule_values():
     s = WarmupPolynomialDecay(1e-3, num_train_steps=100, num_warmup_steps=10)
     values = {step: float(s(step)) for step in (0, 5, 9, 10, 55, 100, 150)}

@@ -865,10 +865,17 @@ def test_performance_switches_reach_the_model_through_its_constructor(generated_
                                                                                       True)
 
 
-def test_one_replica_computes_each_lamb_update_once(generated_data, tmp_path, monkeypatch):
+@pytest.mark.parametrize("settings", [
+    pytest.param({}, id="float32"),
+    pytest.param({"mixed_precision": "float16"}, id="float16", marks=pytest.mark.slow),
+    pytest.param({"jit_compile": True}, id="xla", marks=pytest.mark.slow)])
+def test_one_replica_computes_each_lamb_update_once(generated_data, tmp_path, monkeypatch,
+                                                    settings):
     """One replica: the finiteness gate's new values (m, v and w of every weight) are the ones
     the update applies, computed once per step, not twice; losses and weights are exactly
-    those of a run that computes them again in the update (the multi-replica path)."""
+    those of a run that computes them again in the update (the multi-replica path). Also with
+    float16's loss scale between the gate and the update, and with the step compiled by
+    XLA."""
     calls, results = {}, {}
     original = AlbertOptimizer._new_values
 
@@ -882,7 +889,7 @@ def test_one_replica_computes_each_lamb_update_once(generated_data, tmp_path, mo
             monkeypatch.setattr(AlbertOptimizer, "_take_computed", lambda self, g, v: None)
         run = PretrainingRun(_config(tmp_path / name, _pattern(generated_data),
                                      num_train_steps=3, iterations_per_loop=1,
-                                     save_checkpoints_steps=3))
+                                     save_checkpoints_steps=3, **settings))
         history = run.run()["history"]
         results[name] = ([h["loss"] for h in history], [v.numpy() for v in run.model.weights])
         variables = len(run.model.trainable_variables)
