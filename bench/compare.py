@@ -24,12 +24,16 @@ Cases:
 
 - `matmul`: the peak, measured at the model's own matmul shapes ([tokens, H] x [H, H], [H, I],
   [I, H] for the batch's tokens and for one 20-token sentence): the best of `--peak_runs` timed
-  calls of each shape; the peak is the best shape's.
+  calls of each shape; the peak is the best shape's. Also the padded batch's "matmuls alone"
+  floor (`_matmul_floor`): the forward and the training step if only their matmuls took time,
+  each at its own shape's and layout's best rate, printed beside each padded row.
 - `forward`: the pretraining model's forward pass (no gradient).
 - `train`: one training step. Ours runs its loop's step (`albert_tf.train_lib`: forward,
   backward, clipping, LAMB) on the saved batches, and again as `albert_tf_recompute`
-  (`TrainingConfig.recompute`). Hugging Face's `AlbertForPreTraining` with AdamW (its MLM head
-  scores every position, not only the masked ones); keras-hub's `AlbertMaskedLM` with Adam (MLM
+  (`TrainingConfig.recompute`) and `albert_tf_ops_gelu` (GELU's backward as TensorFlow ops,
+  the step before its fused backward: the same-run baseline). Hugging Face's
+  `AlbertForPreTraining` with AdamW (its MLM head scores every position, not only the masked
+  ones); keras-hub's `AlbertMaskedLM` with Adam (MLM
   on the masked positions, no sentence-order head).
 - `serving` (ours): the exported SavedModel's `serving_default` on raw text, one sentence and a
   batch of 32 (`bench.serving_latency`).
@@ -66,7 +70,9 @@ flags.DEFINE_integer("predictions", 20, "Masked positions per sequence.")
 flags.DEFINE_list("dtypes", ["float32", "bfloat16"], "Precisions.")
 flags.DEFINE_list("implementations", ["albert_tf", "albert_tf_recompute", "hf_torch",
                                        "keras_hub"],
-                  "Who runs (albert_tf_recompute: training only, TrainingConfig.recompute).")
+                  "Who runs (albert_tf_recompute: training only, TrainingConfig.recompute; "
+                  "albert_tf_ops_gelu: training only, our step with GELU's backward as "
+                  "TensorFlow ops, as before 2026-11-27, the baseline of the fused one).")
 flags.DEFINE_list("cases", ["matmul", "forward", "train", "serving"], "What runs.")
 flags.DEFINE_bool("jit_compile", False, "albert_tf: compile the forward pass and the training "
                   "step with XLA (PretrainingConfig.jit_compile).")
@@ -85,7 +91,8 @@ flags.DEFINE_integer("timeout", 1800, "Seconds allowed to one measurement.")
 flags.DEFINE_string("child", None, "(internal) one measurement, as JSON.")
 FLAGS = flags.FLAGS
 
-from albert_tf.analysis.flops import FORMULA, forward_flops, model_dims  # noqa: E402
+from albert_tf.analysis.flops import (FORMULA, encoder_flops, forward_flops,  # noqa: E402
+                                      model_dims)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -128,22 +135,65 @@ def _cycle(batches):
 
 
 def child_matmul(spec):
-    """The best of `peak_runs` timed calls of each of the model's matmul shapes."""
+    """The best of `peak_runs` timed calls of each of the model's matmul shapes, and the padded
+    batch's matmul floor (`_matmul_floor`)."""
     import tensorflow as tf
 
     dtype = tf.bfloat16 if spec["dtype"] == "bfloat16" else tf.float32
     d = spec["dims"]
+
+    def best_s(f, *args):
+        return _median_time(lambda: f(*args).numpy(), spec["warmup"] + 3,
+                            spec["peak_runs"])["min_s"]
+
+    def rand(*shape):
+        return tf.cast(tf.random.normal(shape), dtype)
+
+    plain = tf.function(lambda a, b: tf.matmul(a, b))
     shapes = {}
     for m in (20, spec["B"] * spec["S"]):
         for k, n in ((d["H"], d["H"]), (d["H"], d["I"]), (d["I"], d["H"])):
-            a = tf.cast(tf.random.normal((m, k)), dtype)
-            b = tf.cast(tf.random.normal((k, n)), dtype)
-            f = tf.function(lambda a, b: tf.matmul(a, b))
-            t = _median_time(lambda: f(a, b).numpy(), spec["warmup"] + 3, spec["peak_runs"])
-            shapes[f"{m}x{k}x{n}"] = 2 * m * k * n / t["min_s"] / 1e9
+            shapes[f"{m}x{k}x{n}"] = 2 * m * k * n / best_s(plain, rand(m, k), rand(k, n)) / 1e9
     best = max(shapes, key=shapes.get)
     return {"gflops": shapes[best], "best_shape": best, "shapes": shapes,
-            "runs_per_shape": spec["peak_runs"]}
+            "runs_per_shape": spec["peak_runs"], "floor": _matmul_floor(spec, best_s, rand)}
+
+
+def _matmul_floor(spec, best_s, rand):
+    """The padded batch's forward and training step if nothing but their matmuls took time,
+    each matmul at the best rate TensorFlow reaches for its own shape and layout: per layer the
+    dense projections ([T, K] x [K, N] for the Q, K, V, output and FFN weights, T = B*S tokens;
+    a training step adds the input gradient dY W^T and the weight gradient X^T dY, timed as
+    such) and the attention core (scores and context, batched per head; its backward counted
+    as two more of the same), times L; the rest of the FLOPs (the E -> H projection, the MLM
+    head, the pooler: under 3% at albert-base) at the peak, added by `_aggregate`. The FLOPs
+    are the formula's, so the floor's fraction of the peak is the most any implementation
+    could reach on this machine with these kernels."""
+    import tensorflow as tf
+
+    d, B, S, P = spec["dims"], spec["B"], spec["S"], spec["P"]
+    T, H, I, L, heads = B * S, d["H"], d["I"], d["L"], d["heads"]
+    fwd = tf.function(lambda a, b: tf.matmul(a, b))
+    d_in = tf.function(lambda dy, w: tf.matmul(dy, w, transpose_b=True))
+    d_w = tf.function(lambda x, dy: tf.matmul(x, dy, transpose_a=True))
+    forward = train = 0.0
+    rates = {}
+    for (k, n), count in (((H, H), 4), ((H, I), 1), ((I, H), 1)):
+        x, w, dy = rand(T, k), rand(k, n), rand(T, n)
+        times = {"forward": best_s(fwd, x, w), "input_grad": best_s(d_in, dy, w),
+                 "weight_grad": best_s(d_w, x, dy)}
+        rates.update({f"{T}x{k}x{n} {name}": 2 * T * k * n / t / 1e9
+                      for name, t in times.items()})
+        forward += count * times["forward"]
+        train += count * sum(times.values())
+    # The layouts AlbertAttention uses: [b, n, q, d] x [b, n, d, k], then [b, n, q, k] x
+    # [b, n, k, d].
+    q, k = rand(B, heads, S, H // heads), rand(B, heads, H // heads, S)
+    core = best_s(fwd, q, k) + best_s(fwd, rand(B, heads, S, S), q)
+    rates[f"attention core {B}x{heads}x{S}x{H // heads}"] = 4 * B * S * S * H / core / 1e9
+    rest = forward_flops(d, B, S, P) - encoder_flops(d, [S] * B) + 2 * T * d["E"] * H
+    return {"forward_s": L * (forward + core), "train_s": L * (train + 3 * core),
+            "rest_forward_gflop": rest / 1e9, "rates_gflops": rates, "tokens": T}
 
 
 def child_albert_tf(spec):
@@ -153,6 +203,10 @@ def child_albert_tf(spec):
     from albert_tf import AlbertConfig, AlbertPretrainer
 
     if spec["case"] == "train":
+        if spec["who"] == "albert_tf_ops_gelu":  # the previous backward: no XLA-fused GELU
+            from albert_tf.layers import common
+
+            common._gelu_grad_fused = common._gelu_grad
         return _albert_tf_train(spec, recompute=spec["who"] == "albert_tf_recompute")
     keras.mixed_precision.set_global_policy(
         "mixed_bfloat16" if spec["dtype"] == "bfloat16" else "float32")
@@ -392,7 +446,8 @@ def child_serving(spec):
 def run_child(spec_json: str) -> int:
     spec = json.loads(spec_json)
     fn = {"matmul": child_matmul, "albert_tf": child_albert_tf,
-          "albert_tf_recompute": child_albert_tf, "hf_torch": child_hf_torch,
+          "albert_tf_recompute": child_albert_tf, "albert_tf_ops_gelu": child_albert_tf,
+          "hf_torch": child_hf_torch,
           "keras_hub": child_keras_hub, "serving": child_serving,
           "data": _save_batches}[spec["who"]]
     result = fn(spec)
@@ -432,7 +487,7 @@ def _plan(python, peer_python):
         for dt in FLAGS.dtypes:
             for padding in FLAGS.padding:
                 for who in FLAGS.implementations:
-                    if who == "albert_tf_recompute" and case != "train":
+                    if who in ("albert_tf_recompute", "albert_tf_ops_gelu") and case != "train":
                         continue  # the same forward as albert_tf
                     plan.append((who, case, dt, padding,
                                  python if who.startswith("albert_tf") else peer_python))
@@ -447,7 +502,7 @@ def _useful_gflop(dims, data, P):
         lengths) / 1e9
 
 
-def _aggregate(key, results, data, dims, P, peaks):
+def _aggregate(key, results, data, dims, P, peaks, floors=None):
     """One row from the rounds' results of one measurement."""
     who, case, dt, padding = key
     ok = [r for r in results if "error" not in r]
@@ -474,6 +529,12 @@ def _aggregate(key, results, data, dims, P, peaks):
                examples_per_s=B / row["median_s"], gflops=useful / row["median_s"])
     if dt in peaks:
         row["fraction_of_peak"] = row["gflops"] / peaks[dt]
+        floor = (floors or {}).get(dt)
+        if floor and padding == "padded":  # the matmuls alone, at their own shapes' rates
+            calls = 3 if case == "train" else 1
+            row["matmul_floor_s"] = (floor["train_s" if case == "train" else "forward_s"]
+                                     + calls * floor["rest_forward_gflop"] / peaks[dt])
+            row["floor_fraction_of_peak"] = useful / row["matmul_floor_s"] / peaks[dt]
     return row
 
 
@@ -536,7 +597,13 @@ def main(argv):
     for (who, case, dt, _), results in per_round.items():
         if case == "matmul" and any("gflops" in x for x in results):
             peaks[dt] = max(x["gflops"] for x in results if "gflops" in x)
-    rows = [_aggregate(key, results, data, dims, P, peaks) for key, results in per_round.items()]
+    floors = {}  # the fastest round's floor of each dtype
+    for (who, case, dt, _), results in per_round.items():
+        found = [x["floor"] for x in results if case == "matmul" and "floor" in x]
+        if found:
+            floors[dt] = min(found, key=lambda f: f["train_s"])
+    rows = [_aggregate(key, results, data, dims, P, peaks, floors)
+            for key, results in per_round.items()]
     _ratios(rows, per_round)
     if "serving" in FLAGS.cases:
         rows.append({"implementation": "serving", "case": "serving", "dtype": "float32",
@@ -549,6 +616,7 @@ def main(argv):
                "useful_forward_gflop": _useful_gflop(dims, data, P),
                "padded_forward_gflop": forward_flops(dims, B, S, P) / 1e9,
                "cpu_count": os.cpu_count(), "cpu_flags": _cpu_flags(), "peaks_gflops": peaks,
+               "matmul_floors": floors,
                "rows": rows, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
     write_results(FLAGS.output_dir, "compare", results, markdown(results))
     chart(results, os.path.join(FLAGS.output_dir, "compare.png"))
@@ -582,9 +650,13 @@ def markdown(results) -> str:
              f"{results['useful_forward_gflop']:.1f} GFLOP per forward, "
              f"{results['padded_forward_gflop']:.1f} padded. Peak: best of "
              f"{results['peak_runs']} calls at the model's matmul shapes.", "",
+             "Matmuls alone: the padded batch's matmuls, each at the best rate TensorFlow "
+             "reaches for its own shape and layout (a training step's input and weight "
+             "gradients timed as such), everything else free: the time no implementation "
+             "using these kernels can beat, and its fraction of the peak.", "",
              "| side | case | dtype | padding | tokens computed | median s (rounds) | "
-             "useful GFLOP/s | of peak | vs ours | peak RSS MB |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "useful GFLOP/s | of peak | matmuls alone: s, of peak | vs ours | peak RSS MB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def fmt(v, spec):
         return format(v, spec) if isinstance(v, (int, float)) else "-"
@@ -593,7 +665,7 @@ def markdown(results) -> str:
         if "error" in r:
             lines.append(f"| {r['implementation']} | {r['case']} | {r['dtype']} | "
                          f"{r.get('padding', '-')} | failed: "
-                         f"{r['error'].splitlines()[-1][:80] if r['error'] else ''} | | | | | |")
+                         f"{r['error'].splitlines()[-1][:80] if r['error'] else ''} | | | | | | |")
             continue
         if r["case"] == "serving":
             peak = results["peaks_gflops"].get("float32")
@@ -604,21 +676,29 @@ def markdown(results) -> str:
                     f"(longest {c['longest']}) | p50 {c['p50_ms'] / 1000:.4f} (p99 "
                     f"{c['p99_ms'] / 1000:.4f}) | "
                     f"{fmt(c['encoder_gflop_real_tokens'] / c['p50_ms'] * 1000, '.1f')} | "
-                    f"{fmt(floor / (c['p50_ms'] / 1000) if floor else None, '.0%')} | | "
+                    f"{fmt(floor / (c['p50_ms'] / 1000) if floor else None, '.0%')} | | | "
                     f"{fmt(r.get('peak_rss_mb'), '.0f')} |")
             continue
         if r["case"] == "matmul":
             lines.append(f"| matmul peak | best of {r['runs_per_shape']} at {r['best_shape']} | "
-                         f"{r['dtype']} | - | - | - | {r['gflops']:.1f} | 100% | | "
+                         f"{r['dtype']} | - | - | - | {r['gflops']:.1f} | 100% | | | "
                          f"{fmt(r.get('peak_rss_mb'), '.0f')} |")
             lines.append(f"| matmul | model shapes (M x K x N: GFLOP/s) | {r['dtype']} | | | "
                          + ", ".join(f"{k}: {v:.0f}" for k, v in r["shapes"].items())
-                         + " | | | | |")
+                         + " | | | | | |")
+            floor = results.get("matmul_floors", {}).get(r["dtype"])
+            if floor:
+                lines.append(f"| matmul | the floor's shapes and layouts (GFLOP/s) | "
+                             f"{r['dtype']} | | | " + ", ".join(
+                                 f"{k}: {v:.0f}" for k, v in floor["rates_gflops"].items())
+                             + " | | | | | |")
             continue
         lines.append(f"| {r['implementation']} | {r['case']} | {r['dtype']} | {r['padding']} | "
                      f"{r['tokens_computed']:.0f} | {r['median_s']:.3f} ({r['round_min_s']:.3f}-"
                      f"{r['round_max_s']:.3f}) | {fmt(r.get('gflops'), '.1f')} | "
                      f"{fmt(r.get('fraction_of_peak'), '.0%')} | "
+                     + (f"{r['matmul_floor_s']:.3f}, {r['floor_fraction_of_peak']:.0%} | "
+                        if "matmul_floor_s" in r else "- | ") +
                      f"{fmt(r.get('ours_time_over_theirs'), '.2f')} | "
                      f"{fmt(r.get('peak_rss_mb'), '.0f')} |")
     return "\n".join(lines) + "\n"

@@ -217,6 +217,50 @@ def test_gelu_tanh_lean_equals_autodiff():
     np.testing.assert_allclose(tf.cast(gb, tf.float64).numpy(), exact, rtol=2 ** -8, atol=1e-5)
 
 
+def _xla_calls(concrete) -> int:
+    """Calls of XLA-compiled functions in a traced function's graph and its functions."""
+    graph = concrete.graph.as_graph_def()
+    nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
+    return sum(1 for n in nodes if n.attr["_XlaMustCompile"].b)
+
+
+def test_gelu_gradient_fused_where_the_shape_is_known_and_equal_either_way():
+    """The training GELU's backward runs as one XLA-compiled function where x's shape is known
+    when the graph is built (padded batches) and as TensorFlow ops where it is not (the
+    padding-free layers): each is picked where it should be, different inputs give different
+    gradients, and the two agree within a float32 rounding of the value (the left tail, where
+    1 + tanh cancels, within 2e-5, the bound the test above allows autodiff) and within one
+    bfloat16 rounding in bfloat16."""
+    from albert_tf.layers.common import gelu_tanh_lean
+
+    rng = np.random.default_rng(11)
+    x = rng.normal(scale=3.0, size=(64, 96)).astype("float32")
+    x[0, :5] = [0.0, 1e-7, -1e-7, 10.0, -10.0]
+    dy = rng.normal(size=x.shape).astype("float32")
+
+    def backward(x, dy):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = gelu_tanh_lean(x)
+        return tape.gradient(y, x, output_gradients=dy)
+
+    for dtype in (tf.float32, tf.bfloat16):
+        known = tf.function(backward).get_concrete_function(
+            tf.TensorSpec(x.shape, dtype), tf.TensorSpec(x.shape, dtype))
+        unknown = tf.function(backward).get_concrete_function(
+            tf.TensorSpec([None, x.shape[1]], dtype), tf.TensorSpec([None, x.shape[1]], dtype))
+        assert (_xla_calls(known), _xla_calls(unknown)) == (1, 0)
+        xs, dys = tf.cast(x, dtype), tf.cast(dy, dtype)
+        fused = tf.cast(known(xs, dys), tf.float64).numpy()
+        plain = tf.cast(unknown(xs, dys), tf.float64).numpy()
+        other = tf.cast(known(xs + tf.cast(0.5, dtype), dys), tf.float64).numpy()
+        assert np.abs(other - fused).max() > 0.1
+        if dtype == tf.float32:
+            np.testing.assert_allclose(fused, plain, rtol=2e-6, atol=2e-5)
+        else:  # each the float32 value rounded once to bfloat16: one unit apart at most
+            np.testing.assert_allclose(fused, plain, rtol=2 ** -7, atol=2e-5)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("remove_padding", [False, True])
 def test_recompute_replays_dropout_and_equals_the_plain_step(remove_padding, monkeypatch):
