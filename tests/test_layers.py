@@ -225,16 +225,18 @@ def _xla_calls(concrete) -> int:
 
 
 def test_gelu_gradient_fused_where_the_shape_is_known_and_equal_either_way():
-    """The training GELU's backward runs as one XLA-compiled function where x's shape is known
-    when the graph is built (padded batches) and as TensorFlow ops where it is not (the
-    padding-free layers): each is picked where it should be, different inputs give different
-    gradients, and the two agree within a float32 rounding of the value (the left tail, where
-    1 + tanh cancels, within 2e-5, the bound the test above allows autodiff) and within one
-    bfloat16 rounding in bfloat16."""
+    """The training GELU's backward runs as one XLA-compiled function: directly where x's
+    shape is known when the graph is built (padded batches), on rows padded to a bucket where
+    only the token count is unknown (the padding-free layers: bit for bit the direct one,
+    whatever the count, 0 included), and as TensorFlow ops where even the last dimension is
+    unknown. Each is picked where it should be, different inputs give different gradients, and
+    the fused values agree with the ops within a float32 rounding of the value (the left tail,
+    where 1 + tanh cancels, within 2e-5, the bound the test above allows autodiff) and within
+    one bfloat16 rounding in bfloat16."""
     from albert_tf.layers.common import gelu_tanh_lean
 
     rng = np.random.default_rng(11)
-    x = rng.normal(scale=3.0, size=(64, 96)).astype("float32")
+    x = rng.normal(scale=3.0, size=(100, 96)).astype("float32")
     x[0, :5] = [0.0, 1e-7, -1e-7, 10.0, -10.0]
     dy = rng.normal(size=x.shape).astype("float32")
 
@@ -244,15 +246,20 @@ def test_gelu_gradient_fused_where_the_shape_is_known_and_equal_either_way():
             y = gelu_tanh_lean(x)
         return tape.gradient(y, x, output_gradients=dy)
 
+    def traced(shape, dtype):
+        spec = tf.TensorSpec(shape, dtype)
+        return tf.function(backward).get_concrete_function(spec, spec)
+
     for dtype in (tf.float32, tf.bfloat16):
-        known = tf.function(backward).get_concrete_function(
-            tf.TensorSpec(x.shape, dtype), tf.TensorSpec(x.shape, dtype))
-        unknown = tf.function(backward).get_concrete_function(
-            tf.TensorSpec([None, x.shape[1]], dtype), tf.TensorSpec([None, x.shape[1]], dtype))
-        assert (_xla_calls(known), _xla_calls(unknown)) == (1, 0)
+        known, rows = traced(x.shape, dtype), traced([None, x.shape[1]], dtype)
+        ops = traced([None, None], dtype)
+        assert [_xla_calls(f) for f in (known, rows, ops)] == [1, 1, 0]
         xs, dys = tf.cast(x, dtype), tf.cast(dy, dtype)
         fused = tf.cast(known(xs, dys), tf.float64).numpy()
-        plain = tf.cast(unknown(xs, dys), tf.float64).numpy()
+        plain = tf.cast(ops(xs, dys), tf.float64).numpy()
+        for n in (100, 64, 63, 1, 0):  # a bucket's size, one over, one row, none
+            np.testing.assert_array_equal(tf.cast(rows(xs[:n], dys[:n]), tf.float64).numpy(),
+                                          fused[:n])
         other = tf.cast(known(xs + tf.cast(0.5, dtype), dys), tf.float64).numpy()
         assert np.abs(other - fused).max() > 0.1
         if dtype == tf.float32:
