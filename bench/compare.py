@@ -210,7 +210,7 @@ def child_albert_tf(spec):
         if spec["who"] == "albert_tf_ops_gelu":  # the previous backward: no XLA-fused GELU
             from albert_tf.layers import common
 
-            common._gelu_grad_fused = common._gelu_grad
+            common._gelu_grad_fused = common._gelu_grad_bucketed = common._gelu_grad
         return _albert_tf_train(spec, recompute=spec["who"] == "albert_tf_recompute")
     keras.mixed_precision.set_global_policy(
         "mixed_bfloat16" if spec["dtype"] == "bfloat16" else "float32")

@@ -228,11 +228,12 @@ def test_gelu_gradient_fused_where_the_shape_is_known_and_equal_either_way():
     """The training GELU's backward runs as one XLA-compiled function: directly where x's
     shape is known when the graph is built (padded batches), on rows padded to a bucket where
     only the token count is unknown (the padding-free layers: bit for bit the direct one,
-    whatever the count, 0 included), and as TensorFlow ops where even the last dimension is
-    unknown. Each is picked where it should be, different inputs give different gradients, and
+    whatever the count, 0 included; eager calls too, without a compilation per shape), and as
+    TensorFlow ops where even the last dimension is unknown. Each is picked where it should be, different inputs give different gradients, and
     the fused values agree with the ops within a float32 rounding of the value (the left tail,
     where 1 + tanh cancels, within 2e-5, the bound the test above allows autodiff) and within
     one bfloat16 rounding in bfloat16."""
+    from albert_tf.layers import common
     from albert_tf.layers.common import gelu_tanh_lean
 
     rng = np.random.default_rng(11)
@@ -260,6 +261,13 @@ def test_gelu_gradient_fused_where_the_shape_is_known_and_equal_either_way():
         for n in (100, 64, 63, 1, 0):  # a bucket's size, one over, one row, none
             np.testing.assert_array_equal(tf.cast(rows(xs[:n], dys[:n]), tf.float64).numpy(),
                                           fused[:n])
+        # Eagerly every shape is known: the rows go to buckets too, so 20 row counts retrace
+        # nothing after the first two (reduce_retracing) and compile once, with the same bits.
+        traces = common._gelu_grad_fused.experimental_get_tracing_count()
+        for n in range(10, 30):
+            np.testing.assert_array_equal(
+                tf.cast(backward(xs[:n], dys[:n]), tf.float64).numpy(), fused[:n])
+        assert common._gelu_grad_fused.experimental_get_tracing_count() - traces <= 2
         other = tf.cast(known(xs + tf.cast(0.5, dtype), dys), tf.float64).numpy()
         assert np.abs(other - fused).max() > 0.1
         if dtype == tf.float32:

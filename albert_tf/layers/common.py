@@ -48,21 +48,21 @@ def gelu_tanh_lean(x):
     d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) c (1 + 3 a x^2), t = tanh(c (x + a x^3)).
     Written as TensorFlow ops that is some 20 passes over a [tokens, I] tensor; it runs as one
     XLA-compiled function instead (`_gelu_grad_fused`: one pass), directly where `x`'s shape is
-    known when the graph is built (padded batches), with the tokens padded to one of a few
+    fixed when the graph is built (padded batches), with the tokens padded to one of a few
     sizes where it is not (`_gelu_grad_bucketed`: the padding-free layers, whose token count
-    changes from batch to batch; XLA compiles once per shape, about 40 ms here). The
-    TensorFlow ops (`_gelu_grad`) remain for an unknown last dimension. Both are within a
+    changes from batch to batch, and eager calls; XLA compiles once per shape, about 40 ms
+    here). The TensorFlow ops (`_gelu_grad`) remain for an unknown last dimension. Both are within a
     float32 rounding of each other and as close to the float64 derivative as autodiff
     (tests/test_layers.py).
     """
     y = tf.nn.gelu(x, approximate=True)
 
     def grad(dy):
-        if x.shape.is_fully_defined():
-            return _gelu_grad_fused(x, dy)
         if x.shape.rank is None or x.shape[-1] is None:
             return _gelu_grad(x, dy)
-        return _gelu_grad_bucketed(x, dy)
+        if x.shape.is_fully_defined() and not tf.executing_eagerly():
+            return _gelu_grad_fused(x, dy)  # a graph's fixed shape: one compilation
+        return _gelu_grad_bucketed(x, dy)  # eager calls too: a shape each would compile each
 
     return y, grad
 
@@ -76,21 +76,24 @@ def _gelu_grad(x, dy):
     return tf.cast(tf.cast(dy, tf.float32) * d, dy.dtype)
 
 
-_gelu_grad_fused = tf.function(_gelu_grad, jit_compile=True)
+_gelu_grad_fused = tf.function(_gelu_grad, jit_compile=True, reduce_retracing=True)
 
 
 def _gelu_grad_bucketed(x, dy):
-    """`_gelu_grad_fused` where the number of rows (tokens) is known only when the graph runs:
-    the rows are padded up to a multiple of max(64, 2^(floor(log2 rows) - 3)) (8 sizes per
-    octave: at most 12.5% more rows, none when already a multiple), so XLA compiles once per
-    size, not once per batch; the padding rows are cut off again. Elementwise, so each row's
-    values are the fused function's."""
+    """`_gelu_grad_fused` where the number of rows (tokens) is known only when the graph runs
+    (or each eager call brings its own): the rows are padded up to a multiple of
+    max(64, 2^(floor(log2 rows) - 3)) (from 512 rows on, 8 sizes per octave and at most 12.5%
+    more rows; below, a multiple of 64; none added to a multiple), so XLA compiles once per
+    size, not once per batch; the padding rows are cut off again (a pad of x and dy and a
+    slice: three copies besides the fused pass). Elementwise, so each row's values are the
+    fused function's. The octave is computed in float64: exact for any row count."""
     width = x.shape[-1]
     shape = tf.shape(x)
     rows_x, rows_dy = tf.reshape(x, [-1, width]), tf.reshape(dy, [-1, width])
     n = tf.shape(rows_x)[0]
-    octave = tf.floor(tf.math.log(tf.cast(tf.maximum(n, 1), tf.float32)) / math.log(2.0))
-    step = tf.cast(tf.maximum(64.0, tf.pow(2.0, octave - 3.0)), tf.int32)
+    octave = tf.floor(tf.math.log(tf.cast(tf.maximum(n, 1), tf.float64)) / math.log(2.0))
+    step = tf.cast(tf.maximum(tf.constant(64.0, tf.float64), tf.pow(tf.constant(2.0, tf.float64),
+                                                                    octave - 3.0)), tf.int32)
     pad = [[0, (step - n % step) % step], [0, 0]]
     out = _gelu_grad_fused(tf.pad(rows_x, pad), tf.pad(rows_dy, pad))
     return tf.reshape(out[:n], shape)
