@@ -229,10 +229,10 @@ def test_gelu_gradient_fused_where_the_shape_is_known_and_equal_either_way():
     shape is known when the graph is built (padded batches), on rows padded to a bucket where
     only the token count is unknown (the padding-free layers: bit for bit the direct one,
     whatever the count, 0 included; eager calls too, without a compilation per shape), and as
-    TensorFlow ops where even the last dimension is unknown. Each is picked where it should be, different inputs give different gradients, and
-    the fused values agree with the ops within a float32 rounding of the value (the left tail,
-    where 1 + tanh cancels, within 2e-5, the bound the test above allows autodiff) and within
-    one bfloat16 rounding in bfloat16."""
+    TensorFlow ops where even the last dimension is unknown. Each is picked where it should be,
+    different inputs give different gradients, and the fused values agree with the ops within a
+    float32 rounding of the value (the left tail, where 1 + tanh cancels, within 2e-5, the
+    bound the test above allows autodiff) and within one bfloat16 rounding in bfloat16."""
     from albert_tf.layers import common
     from albert_tf.layers.common import gelu_tanh_lean
 
@@ -258,7 +258,7 @@ def test_gelu_gradient_fused_where_the_shape_is_known_and_equal_either_way():
         xs, dys = tf.cast(x, dtype), tf.cast(dy, dtype)
         fused = tf.cast(known(xs, dys), tf.float64).numpy()
         plain = tf.cast(ops(xs, dys), tf.float64).numpy()
-        for n in (100, 64, 63, 1, 0):  # a bucket's size, one over, one row, none
+        for n in (100, 64, 63, 1, 0):  # padded to 128, a bucket's own size, padded, 1, none
             np.testing.assert_array_equal(tf.cast(rows(xs[:n], dys[:n]), tf.float64).numpy(),
                                           fused[:n])
         # Eagerly every shape is known: the rows go to buckets too, so 20 row counts retrace

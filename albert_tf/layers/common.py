@@ -51,9 +51,9 @@ def gelu_tanh_lean(x):
     fixed when the graph is built (padded batches), with the tokens padded to one of a few
     sizes where it is not (`_gelu_grad_bucketed`: the padding-free layers, whose token count
     changes from batch to batch, and eager calls; XLA compiles once per shape, about 40 ms
-    here). The TensorFlow ops (`_gelu_grad`) remain for an unknown last dimension. Both are within a
-    float32 rounding of each other and as close to the float64 derivative as autodiff
-    (tests/test_layers.py).
+    here). The TensorFlow ops (`_gelu_grad`) remain for an unknown last dimension. Both are
+    within a float32 rounding of each other and as close to the float64 derivative as
+    autodiff (tests/test_layers.py).
     """
     y = tf.nn.gelu(x, approximate=True)
 
