@@ -10,7 +10,7 @@ import keras
 from albert_tf import features
 from albert_tf.config import AlbertConfig
 from albert_tf.layers import AlbertEmbedding, AlbertEncoder
-from albert_tf.layers.common import truncated_normal
+from albert_tf.layers.common import Dense, truncated_normal
 from albert_tf.registry import RegisteredModel, register
 from albert_tf.weight_names import backbone_weights
 
@@ -168,7 +168,7 @@ class AlbertBackbone(RegisteredModel, AlbertConfigSerialization, keras.Model):
             initializer_range=config.initializer_range, layer_norm_epsilon=LAYER_NORM_EPSILON,
             remove_padding=performance.remove_padding, recompute=performance.recompute,
             use_einsum=performance.use_einsum, dtype=dtype, name="encoder")
-        pooler = keras.layers.Dense(
+        pooler = Dense(
             config.hidden_size, activation="tanh",
             kernel_initializer=truncated_normal(config.initializer_range), dtype=dtype,
             name="pooler")

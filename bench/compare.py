@@ -31,10 +31,12 @@ Cases:
 - `train`: one training step. Ours runs its loop's step (`albert_tf.train_lib`: forward,
   backward, clipping, LAMB) on the saved batches, and again as `albert_tf_recompute`
   (`TrainingConfig.recompute`) and `albert_tf_ops_gelu` (GELU's backward as TensorFlow ops,
-  the step before its fused backward: the same-run baseline). Hugging Face's
-  `AlbertForPreTraining` with AdamW (its MLM head scores every position, not only the masked
-  ones); keras-hub's `AlbertMaskedLM` with Adam (MLM
-  on the masked positions, no sentence-order head).
+  the step before its fused backward: the same-run baseline) and `albert_tf_keras_dense` (the
+  dense layers as Keras runs them: under mixed precision the shared block's weights cast on
+  every call and the bfloat16 bias gradients by `BiasAddGrad`; the step before the cast-once
+  weights, the same-run baseline). Hugging Face's `AlbertForPreTraining` with AdamW (its MLM
+  head scores every position, not only the masked ones); keras-hub's `AlbertMaskedLM` with Adam
+  (MLM on the masked positions, no sentence-order head).
 - `serving` (ours): the exported SavedModel's `serving_default` on raw text, one sentence and a
   batch of 32 (`bench.serving_latency`).
 
@@ -72,7 +74,11 @@ flags.DEFINE_list("implementations", ["albert_tf", "albert_tf_recompute", "hf_to
                                        "keras_hub"],
                   "Who runs (albert_tf_recompute: training only, TrainingConfig.recompute; "
                   "albert_tf_ops_gelu: training only, our step with GELU's backward as "
-                  "TensorFlow ops, as before 2026-11-27, the baseline of the fused one).")
+                  "TensorFlow ops, as before 2026-11-27, the baseline of the fused one; "
+                  "albert_tf_keras_dense: training only, the dense layers as Keras runs them, "
+                  "the step before the cast-once weights: under mixed precision the shared "
+                  "block's weights cast on every call and bfloat16 bias gradients by "
+                  "BiasAddGrad).")
 flags.DEFINE_list("cases", ["matmul", "forward", "train", "serving"], "What runs.")
 flags.DEFINE_bool("jit_compile", False, "albert_tf: compile the forward pass and the training "
                   "step with XLA (PretrainingConfig.jit_compile).")
@@ -94,6 +100,8 @@ flags.DEFINE_string("doc_section", "bench.compare", "The section's name: its mar
 flags.DEFINE_integer("timeout", 1800, "Seconds allowed to one measurement.")
 flags.DEFINE_string("child", None, "(internal) one measurement, as JSON.")
 FLAGS = flags.FLAGS
+# Our step again with one thing changed: training only (the forward is albert_tf's).
+TRAINING_ONLY = ("albert_tf_recompute", "albert_tf_ops_gelu", "albert_tf_keras_dense")
 
 from albert_tf.analysis.flops import (FORMULA, encoder_flops, forward_flops,  # noqa: E402
                                       model_dims)
@@ -211,6 +219,11 @@ def child_albert_tf(spec):
             from albert_tf.layers import common
 
             common._gelu_grad_fused = common._gelu_grad_bucketed = common._gelu_grad
+        if spec["who"] == "albert_tf_keras_dense":  # the dense layers as Keras runs them
+            from albert_tf.layers import common, transformer
+
+            transformer.CAST_SHARED_WEIGHTS_ONCE = False
+            common.add_bias = transformer.add_bias = lambda x, bias: keras.ops.add(x, bias)
         return _albert_tf_train(spec, recompute=spec["who"] == "albert_tf_recompute")
     keras.mixed_precision.set_global_policy(
         "mixed_bfloat16" if spec["dtype"] == "bfloat16" else "float32")
@@ -451,6 +464,7 @@ def run_child(spec_json: str) -> int:
     spec = json.loads(spec_json)
     fn = {"matmul": child_matmul, "albert_tf": child_albert_tf,
           "albert_tf_recompute": child_albert_tf, "albert_tf_ops_gelu": child_albert_tf,
+          "albert_tf_keras_dense": child_albert_tf,
           "hf_torch": child_hf_torch,
           "keras_hub": child_keras_hub, "serving": child_serving,
           "data": _save_batches}[spec["who"]]
@@ -491,7 +505,7 @@ def _plan(python, peer_python):
         for dt in FLAGS.dtypes:
             for padding in FLAGS.padding:
                 for who in FLAGS.implementations:
-                    if who in ("albert_tf_recompute", "albert_tf_ops_gelu") and case != "train":
+                    if who in TRAINING_ONLY and case != "train":
                         continue  # the same forward as albert_tf
                     plan.append((who, case, dt, padding,
                                  python if who.startswith("albert_tf") else peer_python))

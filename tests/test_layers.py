@@ -330,3 +330,175 @@ def test_recompute_replays_dropout_and_equals_the_plain_step(remove_padding, mon
     assert all((a != b).any() for a, b in zip(start, plain_state))  # every generator drew
     inference = model(inputs, training=False)["sequence_output"].numpy()
     assert np.abs(plain - inference)[mask.astype(bool)].mean() > 0.1  # dropout was on
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16", "float32"])
+def test_dense_equals_keras_dense_with_the_bias_gradient_summed_in_float32(policy):
+    """Our `Dense` is `keras.layers.Dense` (the same weights give the same outputs and kernel
+    gradients, bit for bit, in eager and graph mode) except for the bias gradient under
+    bfloat16: it is the float32 sum of the rows rounded once (equal to the float64 sum rounded
+    to bfloat16 for all 3,072 units), where TensorFlow's `BiasAddGrad`, which Keras's layer
+    gets, accumulates in bfloat16 and rounds most sums wrongly (under a fifth right here, errors
+    of many units on sums of some 300). float16 and float32 are Keras's own op."""
+    from albert_tf.layers.common import Dense
+
+    rng = np.random.default_rng(3)
+    x = tf.constant(rng.normal(size=(8, 128, 64)).astype(np.float32))
+    dy = tf.constant((rng.normal(size=(8, 128, 3072)) + 0.3).astype(np.float32))
+    layers = [cls(3072, kernel_initializer="glorot_uniform", bias_initializer="random_normal",
+                  dtype=policy) for cls in (keras.layers.Dense, Dense)]
+    for layer in layers:
+        layer.build((None, None, 64))
+    layers[1].set_weights(layers[0].get_weights())
+
+    def step(layer, x):
+        with tf.GradientTape() as tape:
+            y = layer(x)
+        grads = tape.gradient(y, [layer.kernel, layer.bias], output_gradients=tf.cast(dy, y.dtype))
+        return [tf.cast(t, tf.float64) for t in [y] + grads]
+
+    def run(layer, x, graph=False):
+        return [np.asarray(t) for t in (tf.function(step) if graph else step)(layer, x)]
+
+    for mode in ("eager", "graph"):
+        keras_run, ours = [run(layer, x, mode == "graph") for layer in layers]
+        np.testing.assert_array_equal(ours[0], keras_run[0])
+        np.testing.assert_array_equal(ours[1], keras_run[1])
+        assert np.abs(ours[1]).max() > 1.0
+        if policy != "mixed_bfloat16":
+            np.testing.assert_array_equal(ours[2], keras_run[2])
+            continue
+        # the bias gradient: the gradient reaching it is dy in bfloat16, summed over 1,024 rows
+        rows = np.asarray(tf.cast(tf.cast(dy, tf.bfloat16), tf.float64)).reshape(-1, 3072)
+        exact = np.asarray(tf.cast(tf.cast(rows.sum(0), tf.bfloat16), tf.float64))
+        np.testing.assert_array_equal(ours[2], exact)
+        assert (keras_run[2] == exact).mean() < 0.2
+        assert np.abs(keras_run[2] - exact).max() > 4.0
+    other = run(layers[1], x + 1.0)
+    assert np.abs(other[0] - ours[0]).max() > 0.1
+
+
+def test_float32_sum_of_the_calls_gradients_is_autodiffs_bit_for_bit():
+    """`_cast_once`'s gradient sums the calls' gradients as autodiff sums them for a variable
+    read once per call: `tf.add_n`'s order for 1 to 41 terms (values over four decades, so
+    other orders round differently), and with the tape's early sums: a float32 variable of
+    7M elements cast to float16 in each of 12 chained calls (its gradients pass 128 MB at the
+    fifth), bit for bit."""
+    from albert_tf.layers.transformer import _add_n_in_order, _sum_in_float32_fused
+
+    rng = np.random.default_rng(11)
+    for n in range(1, 42):
+        xs = [tf.constant(rng.normal(size=4096).astype(np.float32) * 10 ** rng.uniform(-2, 2))
+              for _ in range(n)]
+        expected = tf.add_n(xs).numpy()
+        np.testing.assert_array_equal(tf.function(_add_n_in_order, jit_compile=True)(xs),
+                                      expected)
+        if n > 2:
+            assert not np.array_equal(sum(x.numpy() for x in reversed(xs)), expected)
+
+    size = 7 * 1024 * 1024
+    variable = tf.Variable(rng.normal(size=size).astype(np.float32))
+    scales = [tf.constant(rng.normal(size=size).astype(np.float16)) for _ in range(12)]
+    with tf.GradientTape() as tape:
+        h = tf.zeros([size], tf.float16)
+        for scale in scales:
+            h = tf.tanh(h) + tf.cast(variable, tf.float16) * scale
+        loss = tf.reduce_sum(tf.cast(h, tf.float32))
+    expected = tape.gradient(loss, variable).numpy()
+    # each call's gradient: its scale times the backward of the later calls' tanh chain
+    upstream, per_call = tf.ones([size], tf.float16), []
+    for scale, h_in in reversed(list(zip(scales, _chain_inputs(variable, scales)))):
+        per_call.append(upstream * scale)
+        upstream = upstream * (1 - tf.tanh(h_in) ** 2)
+    np.testing.assert_array_equal(_sum_in_float32_fused(*per_call).numpy(), expected)
+    left_to_right = tf.add_n([tf.cast(g, tf.float32) for g in per_call]).numpy()
+    assert not np.array_equal(left_to_right, expected)
+
+
+def _chain_inputs(variable, scales):
+    """The input h of each call of the chain in the test above."""
+    h, inputs = tf.zeros(variable.shape, tf.float16), []
+    for scale in scales:
+        inputs.append(h)
+        h = tf.tanh(h) + tf.cast(variable, tf.float16) * scale
+    return inputs
+
+
+def _weight_casts(graph) -> int:
+    """Casts of a variable's value to a 16-bit float in a traced graph."""
+    return sum(op.type == "Cast" and op.inputs[0].op.type == "ReadVariableOp"
+               and op.outputs[0].dtype in (tf.bfloat16, tf.float16)
+               for op in graph.get_operations())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_shared_weights_cast_once_equal_the_casts_on_every_call(policy, monkeypatch):
+    """Under mixed precision a shared sublayer's weights are cast once per forward pass, and each
+    call's weight gradient is cast back and the L summed in float32 in autodiff's order, in one
+    fused pass (`_cast_once`), where Keras casts them on every call. The training step's
+    sequence output and every gradient equal the casts on every call bit for bit, with dropout
+    on, for each sharing mode (12 layers on one block; 2 groups of 2 inner blocks; attention or
+    FFN shared; none), with and without `remove_padding` and `recompute`. Grappler's
+    arithmetic rewrites are off for the comparison: they reassociate the 16-bit GELU differently
+    in every graph (graph and eager mode differ by them too); the next test compares with them
+    on. The traced step casts each shared weight once, not once per call."""
+    from albert_tf import AlbertBackbone, AlbertConfig
+    from albert_tf.layers import transformer
+
+    saved = tf.config.optimizer.get_experimental_options()
+    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
+    try:
+        mask = (np.arange(9)[None, :] < np.array([9, 4, 1, 6])[:, None]).astype(np.int32)
+        ids = RNG.integers(1, 37, (4, 9)).astype(np.int32) * mask
+        for sharing, layers, groups, inner, casts_saved in (
+                ("all", 12, 1, 1, 11 * 12), ("all", 3, 2, 2, 2 * 12),
+                ("attention", 4, 2, 1, 2 * 8), ("ffn", 3, 1, 1, 2 * 4), ("none", 3, 1, 1, 0)):
+            model = AlbertBackbone(AlbertConfig(
+                vocab_size=37, embedding_size=6, hidden_size=16, num_hidden_layers=layers,
+                num_attention_heads=2, intermediate_size=24, num_hidden_groups=groups,
+                inner_group_num=inner, sharing=sharing, initializer_range=0.3,
+                hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1), dtype=policy)
+            generators = [v for v in model.variables if "seed_generator" in v.path]
+            for remove_padding, recompute in ((False, False), (True, True), (True, False)):
+                model.encoder.remove_padding, model.encoder.recompute = remove_padding, recompute
+                runs, casts = {}, {}
+                for once in (False, True):
+                    monkeypatch.setattr(transformer, "CAST_SHARED_WEIGHTS_ONCE", once)
+                    step = tf.function(lambda x: _sum_of_squares_step(model, x))
+                    inputs = {"input_ids": tf.constant(ids), "input_mask": tf.constant(mask),
+                              "segment_ids": tf.constant(ids % 2)}
+                    traced = step.get_concrete_function(inputs)
+                    casts[once] = _weight_casts(traced.graph)
+                    start = [v.numpy() for v in generators]
+                    runs[once] = [np.asarray(t, np.float32) for t in
+                                  tf.nest.flatten(tf.nest.map_structure(
+                                      lambda t: tf.cast(tf.convert_to_tensor(t), tf.float32),
+                                      step(inputs)))]
+                    for variable, value in zip(generators, start):
+                        variable.assign(value)
+                if recompute:  # the calls' casts run again in the backward pass; one does not
+                    assert casts[False] - casts[True] >= casts_saved, (sharing, casts)
+                else:
+                    assert casts[False] - casts[True] == casts_saved, (sharing, casts)
+                assert len(runs[True]) == 1 + len(model.trainable_variables)
+                for a, b in zip(runs[False], runs[True]):
+                    np.testing.assert_array_equal(b, a, err_msg=f"{sharing} {layers} {groups} "
+                                                  f"{inner} {remove_padding} {recompute}")
+                assert all(np.abs(g).max() > 0 for g in runs[True][1:])  # every weight learns
+                assert max(np.abs(g).max() for g in runs[True][1:]) > 0.1
+            other = _sum_of_squares_step(model, {"input_ids": tf.constant((ids + 1) * mask),
+                                                 "input_mask": tf.constant(mask),
+                                                 "segment_ids": tf.constant(ids % 2)})
+            assert np.abs(np.asarray(tf.cast(other[0], tf.float32)) - runs[True][0]).max() > 0.1
+    finally:
+        tf.config.optimizer.set_experimental_options(saved)
+
+
+def _sum_of_squares_step(model, inputs):
+    """The training forward's sequence output and the gradients of a loss on it."""
+    with tf.GradientTape() as tape:
+        out = model(inputs, training=True)
+        loss = (tf.reduce_sum(tf.cast(out["sequence_output"], tf.float32) ** 2)
+                + tf.reduce_sum(tf.cast(out["pooled_output"], tf.float32)))
+    return [out["sequence_output"]] + tape.gradient(loss, model.trainable_variables)

@@ -1,4 +1,4 @@
-"""Helpers shared by the ALBERT layers: initializer and activation lookup."""
+"""Helpers shared by the ALBERT layers: initializer, activation lookup, and the dense layer."""
 
 from __future__ import annotations
 
@@ -30,6 +30,32 @@ def get_activation(name: str):
     if name == "linear":
         return keras.activations.linear
     raise ValueError(f"`hidden_act` must be one of {ACTIVATIONS}. Received: {name!r}")
+
+
+def add_bias(x, bias):
+    """`x + bias` with `bias` [units] broadcast over the last axis: what `keras.layers.Dense`
+    computes, and with its op (`BiasAdd`) except in bfloat16, where it is a plain `AddV2`: the
+    same values, but the bias gradient becomes a `Sum`, which accumulates bfloat16 in float32
+    and rounds once, where TensorFlow's CPU `BiasAddGrad` accumulates in bfloat16 (at 1,024
+    rows it rounds under a tenth of the sums correctly; tests/test_layers.py)."""
+    bias = tf.convert_to_tensor(bias)  # a Keras variable: cast to the compute dtype in a call
+    if x.dtype == tf.bfloat16:
+        return tf.add(x, tf.cast(bias, x.dtype))
+    return keras.ops.add(x, bias)
+
+
+@keras.saving.register_keras_serializable(package="albert_tf")
+class Dense(keras.layers.Dense):
+    """`keras.layers.Dense` (the same variables, config and values) whose bias gradient under a
+    bfloat16 compute dtype is summed in float32 (`add_bias`)."""
+
+    def call(self, inputs, training=None):
+        x = keras.ops.matmul(inputs, self.kernel)
+        if self.bias is not None:
+            x = add_bias(x, self.bias)
+        if self.activation is not None:
+            x = self.activation(x)
+        return x
 
 
 _GELU_C = math.sqrt(2.0 / math.pi)

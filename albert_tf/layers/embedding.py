@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from albert_tf.layers.common import truncated_normal
+from albert_tf.layers.common import Dense, truncated_normal
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")
@@ -71,7 +71,7 @@ class AlbertEmbedding(keras.layers.Layer):
                                             name="dropout")
         self.projection = None
         if embedding_size != hidden_size:
-            self.projection = keras.layers.Dense(
+            self.projection = Dense(
                 hidden_size, kernel_initializer=init, dtype=self.dtype_policy,
                 name="embedding_hidden_mapping_in")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from albert_tf.layers.common import get_activation, truncated_normal
+from albert_tf.layers.common import Dense, get_activation, truncated_normal
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")
@@ -47,7 +47,7 @@ class AlbertMaskedLMHead(keras.layers.Layer):
         self.layer_norm_epsilon = layer_norm_epsilon
 
         self.activation = get_activation(hidden_act)
-        self.dense = keras.layers.Dense(
+        self.dense = Dense(
             embedding_size, kernel_initializer=truncated_normal(initializer_range),
             dtype=self.dtype_policy, name="transform_dense")
         self.layer_norm = keras.layers.LayerNormalization(

@@ -13,14 +13,21 @@ import math
 
 import keras
 import tensorflow as tf
+from keras.src.backend import AutocastScope
 
 from albert_tf.config import (ATTENTION_SHARED_MODES, FFN_SHARED_MODES, SHARING_MODES,
                               layer_group)
-from albert_tf.layers.common import gelu_tanh_lean, get_activation, truncated_normal
+from albert_tf.layers.common import (Dense, add_bias, gelu_tanh_lean, get_activation,
+                                     truncated_normal)
 
 # Added to the attention logits of padded keys (official value; HF uses dtype-min, which gives
 # the same softmax because exp(-10000) underflows to 0 in float32).
 MASK_ADDER = -10000.0
+
+# Cast a shared sublayer's weights once per forward pass under mixed precision
+# (`AlbertEncoder._cast_shared_weights`); False: on every call, as Keras does (the baseline of
+# `bench.compare`'s `albert_tf_cast_per_call`).
+CAST_SHARED_WEIGHTS_ONCE = True
 
 
 def _dropout(layer: keras.layers.Dropout, x, training, seed=None, token_indices=None,
@@ -49,6 +56,92 @@ def _dropout(layer: keras.layers.Dropout, x, training, seed=None, token_indices=
 
     return tf.nn.experimental.general_dropout(x, rate=layer.rate,
                                               uniform_sampler=gathered_uniform)
+
+
+def _project(dense: Dense, x, weights=None):
+    """`dense(x)`; with `weights`, its (kernel, bias) already in the compute dtype
+    (`_cast_once`), the ops `Dense` runs on its autocast variables: the same values."""
+    if weights is None:
+        return dense(x)
+    kernel, bias = weights
+    x = tf.cast(x, kernel.dtype)  # as Keras casts a layer's floating inputs
+    return add_bias(keras.ops.matmul(x, kernel), bias)
+
+
+# TensorFlow's tape sums a tensor's gradients early, to free memory, once more than this many
+# are waiting and they hold more than this many bytes (counted 4 per element): tape.h.
+_TAPE_AGGREGATE_COUNT, _TAPE_AGGREGATE_BYTES = 4, 128 * 1024 * 1024
+
+
+def _add_n_in_order(xs):
+    """`tf.add_n(xs)` with the additions in the CPU `AddN` kernel's order, whatever compiles
+    it: the first n mod 8 inputs (8 where that is 0, 9 where it is 1 and n > 8) left to right,
+    then each further 8 summed left to right and added to the total."""
+    first = len(xs) % 8 or 8
+    if first == 1 and len(xs) > 8:
+        first = 9
+    total = xs[0]
+    for x in xs[1:first]:
+        total = total + x
+    for start in range(first, len(xs), 8):
+        chunk = xs[start]
+        for x in xs[start + 1:start + 8]:
+            chunk = chunk + x
+        total = total + chunk
+    return total
+
+
+def _sum_in_float32(*grads):
+    """The float32 sum of `grads` (in the order autodiff delivers them), each cast to float32
+    first, with the additions autodiff makes for a float32 variable read once per call: the
+    tape's early sums where they would happen and `AddN`'s order in each (bit for bit)."""
+    pending, elements = [], grads[0].shape.num_elements()
+    for grad in grads:
+        pending.append(tf.cast(grad, tf.float32))
+        if (len(pending) > _TAPE_AGGREGATE_COUNT
+                and len(pending) * elements * 4 > _TAPE_AGGREGATE_BYTES):
+            pending = [_add_n_in_order(pending)]
+    return _add_n_in_order(pending)
+
+
+_sum_in_float32_fused = tf.function(_sum_in_float32, jit_compile=True)
+
+
+def _cast_once(denses, dtype, uses):
+    """The kernels and biases of `denses` cast to `dtype` once, for `uses` calls of a shared
+    sublayer: a list of `uses` lists of (kernel, bias), one per dense.
+
+    Under mixed precision Keras casts a layer's float32 variables on every call: a shared block
+    called L times casts its weights L times and each call's weight gradient back, and the L
+    float32 gradients are then summed. Here the forward casts once; the gradient casts each
+    call's gradient to float32 and sums them in float32 as autodiff does (last call first,
+    `_sum_in_float32`), in one fused pass: the same values."""
+    with AutocastScope(None):  # the float32 variables themselves (read once, on the tape)
+        values = [tf.convert_to_tensor(v) for d in denses for v in (d.kernel, d.bias)]
+    n = len(values)
+
+    @tf.custom_gradient
+    def fan_out(*values):
+        cast = [tf.cast(v, dtype) for v in values]
+
+        def grad(*dys):
+            return [_sum_in_float32_fused(*[dys[u * n + i] for u in reversed(range(uses))])
+                    for i in range(n)]
+
+        return [c for _ in range(uses) for c in cast], grad
+
+    flat = fan_out(*values)
+    return [[(flat[u * n + 2 * j], flat[u * n + 2 * j + 1]) for j in range(len(denses))]
+            for u in range(uses)]
+
+
+def _plain_dense(dense) -> bool:
+    """Whether `_project` may run `dense` on cast weights: ours (`Dense`), a bias, no LoRA, not
+    quantized, no activation."""
+    return (isinstance(dense, Dense) and dense.use_bias
+            and dense.activation in (None, keras.activations.linear)
+            and not getattr(dense, "lora_enabled", False)
+            and getattr(dense, "quantization_mode", None) is None)
 
 
 def _draw_seed(layer: keras.layers.Dropout, training):
@@ -108,7 +201,7 @@ class AlbertAttention(keras.layers.Layer):
         self.head_size = hidden_size // num_attention_heads
 
         init = truncated_normal(initializer_range)
-        dense = lambda name: keras.layers.Dense(  # noqa: E731
+        dense = lambda name: Dense(  # noqa: E731
             hidden_size, kernel_initializer=init, dtype=self.dtype_policy, name=name)
         self.query = dense("query")
         self.key = dense("key")
@@ -128,6 +221,9 @@ class AlbertAttention(keras.layers.Layer):
         self.layer_norm.build(shape)
         self.built = True
 
+    def dense_layers(self):
+        return [self.query, self.key, self.value, self.output_dense]
+
     def _split_heads(self, x, batch, seq):
         return tf.reshape(x, [batch, seq, self.num_attention_heads, self.head_size])
 
@@ -136,7 +232,7 @@ class AlbertAttention(keras.layers.Layer):
                 _draw_seed(self.output_dropout, training))
 
     def call(self, x, attention_bias=None, training=None, token_indices=None,
-             dropout_seeds=(None, None)):
+             dropout_seeds=(None, None), cast_weights=None):
         if token_indices is None:
             batch, seq = tf.shape(x)[0], tf.shape(x)[1]
             padded = lambda t: t  # noqa: E731
@@ -152,9 +248,10 @@ class AlbertAttention(keras.layers.Layer):
         # "bnqk,bknd->bqnd", whose lowering transposes more slowly (`python -m
         # bench.attention_layout`; figures in docs/benchmarks.md).
         # `use_einsum` (the official flag) computes them as those einsums.
-        q = self._split_heads(padded(self.query(x)), batch, seq)  # [b, q, n, d]
-        k = self._split_heads(padded(self.key(x)), batch, seq)
-        v = self._split_heads(padded(self.value(x)), batch, seq)
+        weights = cast_weights or (None,) * 4  # query, key, value, output: `dense_layers`
+        q = self._split_heads(padded(_project(self.query, x, weights[0])), batch, seq)
+        k = self._split_heads(padded(_project(self.key, x, weights[1])), batch, seq)
+        v = self._split_heads(padded(_project(self.value, x, weights[2])), batch, seq)
         if self.use_einsum:
             scores = tf.einsum("bqnd,bknd->bnqk", q, k)
         else:
@@ -174,7 +271,8 @@ class AlbertAttention(keras.layers.Layer):
         context = tf.reshape(context, [batch, seq, self.hidden_size])
         if token_indices is not None:
             context = tf.gather_nd(context, token_indices)
-        out = _dropout(self.output_dropout, self.output_dense(context), training,
+        out = _dropout(self.output_dropout, _project(self.output_dense, context, weights[3]),
+                       training,
                        dropout_seeds[1], token_indices,
                        None if token_indices is None else shape)
         return self.layer_norm(out + tf.cast(x, out.dtype))
@@ -221,10 +319,10 @@ class AlbertFeedForward(keras.layers.Layer):
 
         init = truncated_normal(initializer_range)
         self.activation = get_activation(hidden_act)
-        self.intermediate = keras.layers.Dense(
+        self.intermediate = Dense(
             intermediate_size, kernel_initializer=init, dtype=self.dtype_policy,
             name="intermediate")
-        self.output_dense = keras.layers.Dense(
+        self.output_dense = Dense(
             hidden_size, kernel_initializer=init, dtype=self.dtype_policy, name="output_dense")
         self.dropout = keras.layers.Dropout(hidden_dropout_prob, dtype=self.dtype_policy,
                                             name="dropout")
@@ -240,15 +338,19 @@ class AlbertFeedForward(keras.layers.Layer):
     def draw_seeds(self, training):
         return (_draw_seed(self.dropout, training),)
 
+    def dense_layers(self):
+        return [self.intermediate, self.output_dense]
+
     def call(self, x, training=None, dropout_seeds=(None,), token_indices=None,
-             padded_shape=None):
-        h = self.intermediate(x)
+             padded_shape=None, cast_weights=None):
+        weights = cast_weights or (None, None)  # intermediate, output: `dense_layers`
+        h = _project(self.intermediate, x, weights[0])
         # Training keeps only GELU's input for its gradient (gelu_tanh_lean: same forward bits);
         # inference and export use the plain op.
         lean = training is True and self.hidden_act in ("gelu", "gelu_new")
         h = gelu_tanh_lean(h) if lean else self.activation(h)
-        out = _dropout(self.dropout, self.output_dense(h), training, dropout_seeds[0],
-                       token_indices, padded_shape)
+        out = _dropout(self.dropout, _project(self.output_dense, h, weights[1]), training,
+                       dropout_seeds[0], token_indices, padded_shape)
         return self.layer_norm(out + tf.cast(x, out.dtype))
 
     def compute_output_shape(self, input_shape):
@@ -386,28 +488,59 @@ class AlbertEncoder(keras.layers.Layer):
             token_indices = tf.cast(tf.where(tf.not_equal(input_mask, 0)), tf.int32)
             shape = tf.shape(x)
             x = tf.gather_nd(x, token_indices)
+        blocks = [[(self.attention_layers[self.attention_owner(l) * self.inner_group_num + i],
+                    self.ffn_layers[self.ffn_owner(l) * self.inner_group_num + i])
+                   for i in range(self.inner_group_num)] for l in range(self.num_hidden_layers)]
+        cast_weights = self._cast_shared_weights(blocks)
         hidden_states = [x]
-        for layer_index in range(self.num_hidden_layers):
-            a = self.attention_owner(layer_index) * self.inner_group_num
-            f = self.ffn_owner(layer_index) * self.inner_group_num
-            blocks = [(self.attention_layers[a + inner], self.ffn_layers[f + inner])
-                      for inner in range(self.inner_group_num)]
+        for layer_blocks in blocks:
             seeds = [(attention.draw_seeds(training), ffn.draw_seeds(training))
-                     for attention, ffn in blocks]
+                     for attention, ffn in layer_blocks]
+            # Each sublayer's weights cast for this call, or None (`_cast_shared_weights`); as
+            # arguments, so `tf.recompute_grad` differentiates them.
+            weights = [(cast_weights[id(attention)].pop(0) if id(attention) in cast_weights
+                        else None,
+                        cast_weights[id(ffn)].pop(0) if id(ffn) in cast_weights else None)
+                       for attention, ffn in layer_blocks]
+            flat = tf.nest.flatten(weights)
+            tensors = [t for t in flat if t is not None]
 
-            def layer(h, blocks=blocks, seeds=seeds):
-                for (attention, ffn), (attention_seeds, ffn_seeds) in zip(blocks, seeds):
+            def layer(h, *tensors, blocks=layer_blocks, seeds=seeds, structure=weights,
+                      flat=flat):
+                given = iter(tensors)
+                weights = tf.nest.pack_sequence_as(
+                    structure, [None if t is None else next(given) for t in flat])
+                for (attention, ffn), (attention_seeds, ffn_seeds), (a_w, f_w) in zip(
+                        blocks, seeds, weights):
                     h = attention(h, attention_bias, training=training,
-                                  token_indices=token_indices, dropout_seeds=attention_seeds)
+                                  token_indices=token_indices, dropout_seeds=attention_seeds,
+                                  cast_weights=a_w)
                     h = ffn(h, training=training, dropout_seeds=ffn_seeds,
-                            token_indices=token_indices, padded_shape=shape)
+                            token_indices=token_indices, padded_shape=shape, cast_weights=f_w)
                 return h
 
-            x = (tf.recompute_grad(layer) if self.recompute and training is True else layer)(x)
+            run = tf.recompute_grad(layer) if self.recompute and training is True else layer
+            x = run(x, *tensors)
             hidden_states.append(x)
         if token_indices is not None:
             hidden_states = [tf.scatter_nd(token_indices, h, shape) for h in hidden_states]
         return hidden_states
+
+    def _cast_shared_weights(self, blocks):
+        """Under mixed precision, each sublayer called more than once gets its dense weights
+        cast to the compute dtype once for all its calls (`_cast_once`: the same values,
+        fewer casts): {id(sublayer): [per call, in order, a list of (kernel, bias)]}. Empty
+        where the variables are already in the compute dtype."""
+        if not CAST_SHARED_WEIGHTS_ONCE or self.compute_dtype == self.variable_dtype:
+            return {}
+        calls = {}
+        for layer_blocks in blocks:
+            for sublayers in layer_blocks:
+                for sublayer in sublayers:
+                    calls.setdefault(id(sublayer), [sublayer, 0])[1] += 1
+        return {key: _cast_once(sublayer.dense_layers(), sublayer.compute_dtype, uses)
+                for key, (sublayer, uses) in calls.items()
+                if uses > 1 and all(_plain_dense(d) for d in sublayer.dense_layers())}
 
     def compute_output_shape(self, x_shape, input_mask_shape=None):
         return [tuple(x_shape)] * (self.num_hidden_layers + 1)
