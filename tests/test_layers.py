@@ -441,8 +441,8 @@ def test_shared_weights_cast_once_equal_the_casts_on_every_call(policy, monkeypa
     on, for each sharing mode (12 layers on one block; 2 groups of 2 inner blocks; attention or
     FFN shared; none), with and without `remove_padding` and `recompute`. Grappler's
     arithmetic rewrites are off for the comparison: they reassociate the 16-bit GELU differently
-    in every graph (graph and eager mode differ by them too); the next test compares with them
-    on. The traced step casts each shared weight once, not once per call."""
+    in every graph (graph and eager mode differ by them too). The traced step casts each shared
+    weight once, not once per call."""
     from albert_tf import AlbertBackbone, AlbertConfig
     from albert_tf.layers import transformer
 

@@ -403,6 +403,10 @@ class AlbertEncoder(keras.layers.Layer):
     the layer runs and replayed, so the masks, outputs and gradients are those of the plain
     computation, bit for bit.
 
+    Under mixed precision a sublayer called at several depths gets its dense weights cast to
+    the compute dtype once per call of the encoder, not once per depth, with the float32
+    gradient autodiff gives the per-depth casts (`_cast_once`; `CAST_SHARED_WEIGHTS_ONCE`).
+
     Call args:
         x: [batch, seq, H], the projected embeddings.
         input_mask: int [batch, seq], 1 for real tokens, 0 for padding (right-padded).
