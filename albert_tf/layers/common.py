@@ -57,6 +57,13 @@ class Dense(keras.layers.Dense):
             x = self.activation(x)
         return x
 
+    def quantize(self, mode=None, type_check=True, config=None):
+        # Keras's Dense refuses to quantize a subclass (it might change what `call` computes),
+        # and `Model.quantize` turns that into a warning and skips the layer. A quantized layer
+        # runs Keras's own `quantized_call`, not the `call` above, so it is Keras's layer.
+        del type_check
+        super().quantize(mode, type_check=False, config=config)
+
 
 _GELU_C = math.sqrt(2.0 / math.pi)
 _GELU_A = 0.044715
