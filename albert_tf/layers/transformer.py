@@ -26,7 +26,7 @@ MASK_ADDER = -10000.0
 
 # Cast a shared sublayer's weights once per forward pass under mixed precision
 # (`AlbertEncoder._cast_shared_weights`); False: on every call, as Keras does (the baseline of
-# `bench.compare`'s `albert_tf_cast_per_call`).
+# `bench.compare`'s `albert_tf_keras_dense`).
 CAST_SHARED_WEIGHTS_ONCE = True
 
 
@@ -272,8 +272,7 @@ class AlbertAttention(keras.layers.Layer):
         if token_indices is not None:
             context = tf.gather_nd(context, token_indices)
         out = _dropout(self.output_dropout, _project(self.output_dense, context, weights[3]),
-                       training,
-                       dropout_seeds[1], token_indices,
+                       training, dropout_seeds[1], token_indices,
                        None if token_indices is None else shape)
         return self.layer_norm(out + tf.cast(x, out.dtype))
 
@@ -492,9 +491,10 @@ class AlbertEncoder(keras.layers.Layer):
             token_indices = tf.cast(tf.where(tf.not_equal(input_mask, 0)), tf.int32)
             shape = tf.shape(x)
             x = tf.gather_nd(x, token_indices)
-        blocks = [[(self.attention_layers[self.attention_owner(l) * self.inner_group_num + i],
-                    self.ffn_layers[self.ffn_owner(l) * self.inner_group_num + i])
-                   for i in range(self.inner_group_num)] for l in range(self.num_hidden_layers)]
+        inner = self.inner_group_num
+        blocks = [[(self.attention_layers[self.attention_owner(depth) * inner + i],
+                    self.ffn_layers[self.ffn_owner(depth) * inner + i]) for i in range(inner)]
+                  for depth in range(self.num_hidden_layers)]
         cast_weights = self._cast_shared_weights(blocks)
         hidden_states = [x]
         for layer_blocks in blocks:
