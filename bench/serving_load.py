@@ -26,10 +26,21 @@ model's per-layer matmuls at the request's tokens (the embedding projection, the
 run by TensorFlow's executor (oneDNN kernels) and compiled by XLA, the faster counting) - the
 time no graph around them can go under with these kernels.
 
-`--exports`: `default` (the export as shipped) and `jit` (`--jit_compile`: a one-row request
+What else bounds it (each request): "weights read", the same chain at one row: reading the
+weights L times at the rate TensorFlow's own one-row products read them, the time no float32
+answer goes under whatever its FLOPs; and "int8 matmuls alone", the chain at the request's rows
+with int8 weights and each row quantized per call as Keras's int8 `Dense` does (`ops.matmul` of
+int8 by int8 to int32, XLA-compiled: TensorFlow's executor has no fast int8 kernel).
+
+`--exports`: `default` (the export as shipped), `jit` (`--jit_compile`: a one-row request
 runs the backbone XLA-compiled at a fixed padded length; loaded with XLA on, as TF Serving's
-`--xla_cpu_compilation_enabled=true`); `jit` is measured on one-sentence requests only (other
-batches run the same graph as `default`). With `--rounds` each point is measured that many
+`--xla_cpu_compilation_enabled=true`) and `int8` (a lever measured, not an export option: the
+`jit` export of the same weights with every `Dense` quantized by Keras's `quantize("int8")`
+after the export's host copy; its other batches run the int8 products in TensorFlow's
+executor). `jit` and `int8` are measured on one-sentence requests only (other batches run the
+same graph as `default`). With `int8`, `--agreement` SST-2 dev sentences go one at a time
+through `default`'s and `int8`'s `serving_default` (Python) for the share of equal labels and
+the largest probability difference, and one 32-sentence request through each is timed. With `--rounds` each point is measured that many
 times, the exports alternating within each round; p50/p99 are over all rounds' latencies and
 `p50_rounds` keeps each round's p50. Writes `OUTPUT_DIR/serving_load.{json,md}`.
 """
@@ -58,8 +69,11 @@ flags.DEFINE_list("batching", ["none", "shipped", "32:2000:1", "32:0:1", "32:500
                   "none; shipped (export.saved_model.BATCHING, what batching_parameters.txt "
                   "holds); or max_batch_size:batch_timeout_micros:num_batch_threads"
                   "[:allowed_batch_sizes separated by /].")
-flags.DEFINE_list("exports", ["default"], "default (the shipped export) and/or jit (exported "
-                  "with --jit_compile, served with XLA on; one-sentence requests only).")
+flags.DEFINE_list("exports", ["default"], "default (the shipped export), jit (exported "
+                  "with --jit_compile, served with XLA on) and/or int8 (jit with the Dense "
+                  "layers quantized by Keras; a measured lever); jit and int8 one-sentence "
+                  "requests only.")
+flags.DEFINE_integer("agreement", 872, "SST-2 dev sentences int8 is compared with default on.")
 flags.DEFINE_integer("rounds", 1, "Measurements of each point, the exports alternating.")
 flags.DEFINE_bool("append", False, "Add the points to OUTPUT_DIR/serving_load.json (same preset "
                   "and sequence length; a point measured again is replaced).")
@@ -83,9 +97,11 @@ def _peak_gflops(work) -> dict:
     return {"gflops": row["gflops"], "shapes": row["shapes"]}
 
 
-def _matmul_chain_ms(dims, tokens: int) -> dict:
+def _matmul_chain_ms(dims, tokens: int, int8: bool = False) -> dict:
     """{"graph": ms, "xla": ms}: the median of the encoder's matmuls alone at `tokens` rows, run
-    by the executor and compiled by XLA (module docstring)."""
+    by the executor and compiled by XLA (module docstring); `int8`: {"xla": ms} of the chain with
+    int8 weights and rows quantized per call, as Keras's int8 `Dense` computes."""
+    import keras
     import tensorflow as tf
 
     E, H, I, L = dims["E"], dims["H"], dims["I"], dims["L"]
@@ -94,31 +110,57 @@ def _matmul_chain_ms(dims, tokens: int) -> dict:
     w = {name: rng.normal(shape) * 0.02 for name, shape in (
         ("embedding", (E, H)), ("q", (H, H)), ("k", (H, H)), ("v", (H, H)), ("o", (H, H)),
         ("up", (H, I)), ("down", (I, H)))}
+    quantized = {name: keras.quantizers.abs_max_quantize(kernel, axis=0)
+                 for name, kernel in w.items()}
+
+    def matmul(h, name):
+        if not int8:
+            return tf.matmul(h, w[name])
+        kernel, kernel_scale = quantized[name]
+        rows, row_scale = keras.quantizers.abs_max_quantize(h, axis=-1)
+        return tf.cast(keras.ops.matmul(rows, kernel), tf.float32) / (row_scale * kernel_scale)
 
     def chain(x):
-        h = tf.matmul(x, w["embedding"])
+        h = matmul(x, "embedding")
         for _ in range(L):
-            h = h + sum(tf.matmul(h, w[name]) for name in ("q", "k", "v", "o"))
-            h = h + tf.matmul(tf.matmul(h, w["up"]), w["down"])
+            h = h + sum(matmul(h, name) for name in ("q", "k", "v", "o"))
+            h = h + matmul(matmul(h, "up"), "down")
         return h[0, 0]
 
     times = {}
-    for name, jit in (("graph", False), ("xla", True)):
+    for name, jit in (("xla", True),) if int8 else (("graph", False), ("xla", True)):
         fn = tf.function(chain, jit_compile=jit)
         times[name] = float(np.median(call_times(lambda: fn(x).numpy(), 5, 30)) * 1000)
     return times
 
 
-def _export(work, jit_compile=False):
+def _weights_bytes(dims) -> int:
+    """float32 bytes of the weights the encoder's matmuls read for one request (the embedding
+    projection once, the shared layer's L times)."""
+    E, H, I, L = dims["E"], dims["H"], dims["I"], dims["L"]
+    return 4 * (E * H + L * (4 * H * H + 2 * H * I))
+
+
+def _export(work, jit_compile=False, int8=False):
     """(version directory, SentencePiece model) of a randomly initialized classifier (the same
-    weights for every export: the seed is fixed)."""
+    weights for every export: the seed is fixed); `int8`: its Dense layers quantized by Keras
+    after the export's host copy (a lever measured here; `export_saved_model` has no such
+    option)."""
+    import contextlib
     import dataclasses
+    from unittest import mock
 
     from albert_tf import AlbertClassifier, AlbertConfig
     from albert_tf.tokenization import Tokenizer
+    from export import saved_model
     from export.saved_model import export_saved_model
 
     import keras
+
+    def quantized_copy(model, host_copy=saved_model.host_copy):
+        copy = host_copy(model)
+        copy.quantize("int8", filters=lambda layer: isinstance(layer, keras.layers.Dense))
+        return copy
 
     spm = os.path.join(work, "bench8k.model")
     spm = spm if os.path.exists(spm) else novels_vocab(work)
@@ -126,9 +168,37 @@ def _export(work, jit_compile=False):
                                  vocab_size=Tokenizer(spm).vocab_size)
     keras.utils.set_random_seed(0)
     model = AlbertClassifier(config, num_labels=2)
-    name = "classifier-jit" if jit_compile else "classifier"
-    return export_saved_model(model, os.path.join(work, name), spm,
-                              max_seq_length=FLAGS.max_seq_length, jit_compile=jit_compile), spm
+    name = "classifier" + ("-jit" if jit_compile else "") + ("-int8" if int8 else "")
+    with (mock.patch.object(saved_model, "host_copy", quantized_copy) if int8
+          else contextlib.nullcontext()):
+        return export_saved_model(model, os.path.join(work, name), spm,
+                                  max_seq_length=FLAGS.max_seq_length,
+                                  jit_compile=jit_compile), spm
+
+
+def _int8_agreement(default, int8) -> dict:
+    """`int8`'s answers against `default`'s on SST-2 dev sentences one at a time, and one
+    32-sentence request's time through each."""
+    import tensorflow as tf
+
+    functions = {name: tf.saved_model.load(path).signatures["serving_default"]
+                 for name, path in (("default", default), ("int8", int8))}
+    sentences = sst2_dev_sentences(FLAGS.agreement)
+    probabilities = {name: np.concatenate([fn(text=tf.constant([s.encode()]))["probabilities"]
+                                           .numpy() for s in sentences])
+                     for name, fn in functions.items()}
+    batch = tf.constant([s.encode() for s in sst2_dev_sentences(32)])
+    batch_s = {name: float(np.median(call_times(lambda: fn(text=batch)["probabilities"].numpy(),
+                                                1, 3)))
+               for name, fn in functions.items()}
+    labels = {name: p.argmax(1) for name, p in probabilities.items()}
+    return {"sentences": len(sentences),
+            "label_agreement": float(np.mean(labels["default"] == labels["int8"])),
+            "max_probability_difference": float(np.abs(probabilities["default"]
+                                                       - probabilities["int8"]).max()),
+            "default_probability_margin_median": float(np.median(
+                np.abs(probabilities["default"][:, 1] - probabilities["default"][:, 0]))),
+            "batch_of_32_s": batch_s}
 
 
 def _batching(spec: str):
@@ -188,6 +258,8 @@ def main(argv):
     exports = {"default": _export(work)[0]}
     if "jit" in FLAGS.exports:
         exports["jit"] = _export(work, jit_compile=True)[0]
+    if "int8" in FLAGS.exports:
+        exports["int8"] = _export(work, jit_compile=True, int8=True)[0]
     saved_model = exports["default"]
     info = tensorflow_info()
     binary = compile_loader(info, os.path.join(work, "serving_loader"))
@@ -197,6 +269,8 @@ def main(argv):
                "cpu_count": os.cpu_count(), "machine": machine(), "peak_gflops": peak["gflops"],
                "peak_shapes": peak["shapes"],
                "seconds": FLAGS.seconds, "rounds": FLAGS.rounds, "requests": {}}
+    if "int8" in exports:
+        results["int8_agreement"] = _int8_agreement(exports["default"], exports["int8"])
     sentences = sst2_dev_sentences(max(map(int, FLAGS.requests)))
     for n in map(int, FLAGS.requests):
         text = np.array([s.encode() for s in sentences[:n]], dtype=object)
@@ -207,6 +281,14 @@ def main(argv):
                  "ceiling_sentences_per_s": n / (gflop / peak["gflops"]),
                  "matmuls_alone": _matmul_chain_ms(dims, int(lengths.sum())), "points": []}
         entry["matmuls_alone_ms"] = min(entry["matmuls_alone"].values())
+        weights_read = _matmul_chain_ms(dims, 1)
+        entry["weights_read"] = {"bytes": _weights_bytes(dims), "ms": weights_read,
+                                 "gb_per_s": _weights_bytes(dims) / min(weights_read.values())
+                                 / 1e6}
+        entry["weights_read_ms"] = min(weights_read.values())
+        if "int8" in exports:
+            entry["int8_matmuls_alone_ms"] = _matmul_chain_ms(dims, int(lengths.sum()),
+                                                              int8=True)["xla"]
         results["requests"][str(n)] = entry
         for batching in FLAGS.batching:
             config = _batching(batching)
@@ -218,7 +300,7 @@ def main(argv):
                 for _ in range(FLAGS.rounds):
                     for name in names:
                         rounds[name].append(_load_round(binary, info, exports[name], text,
-                                                        clients, batching, name == "jit",
+                                                        clients, batching, name != "default",
                                                         work))
                 for name in names:
                     point = _point(name, clients, batching, rounds[name])
@@ -277,7 +359,13 @@ def markdown(results) -> str:
         label = (f"{n} sentence{'s' if int(n) > 1 else ''} ({entry['tokens']} tokens; floor "
                  f"{entry['floor_ms']:.1f} ms" + (
                      f"; matmuls alone {entry['matmuls_alone_ms']:.1f} ms"
-                     if "matmuls_alone_ms" in entry else "") + ")")
+                     if "matmuls_alone_ms" in entry else "") + (
+                     f"; weights read {entry['weights_read_ms']:.1f} ms "
+                     f"({entry['weights_read']['bytes'] / 1e6:.0f} MB at "
+                     f"{entry['weights_read']['gb_per_s']:.1f} GB/s)"
+                     if "weights_read_ms" in entry else "") + (
+                     f"; int8 matmuls alone {entry['int8_matmuls_alone_ms']:.1f} ms"
+                     if "int8_matmuls_alone_ms" in entry else "") + ")")
         for p in entry["points"]:
             spread = p.get("p50_rounds", [])
             spread = (f" ({min(spread):.1f}-{max(spread):.1f})" if len(spread) > 1 else "")
@@ -288,6 +376,16 @@ def markdown(results) -> str:
                 + (f"{p['mean_batch_rows']:.1f}" if "mean_batch_rows" in p else "") + " | "
                 f"{p['p50_ms'] / entry['floor_ms']:.1f}x | "
                 f"{p['sentences_per_s'] / entry['ceiling_sentences_per_s']:.0%} |")
+    agreement = results.get("int8_agreement")
+    if agreement:
+        lines += ["", f"int8 against default, {agreement['sentences']} SST-2 dev sentences one "
+                  f"at a time: the same label on {agreement['label_agreement']:.1%}, "
+                  "probabilities within "
+                  f"{agreement['max_probability_difference']:.4f} (default's median margin "
+                  f"between the classes {agreement['default_probability_margin_median']:.4f}); "
+                  "one 32-sentence request: default "
+                  f"{agreement['batch_of_32_s']['default']:.2f} s, int8 "
+                  f"{agreement['batch_of_32_s']['int8']:.2f} s."]
     return "\n".join(lines) + "\n"
 
 
