@@ -26,9 +26,10 @@ model's per-layer matmuls at the request's tokens (the embedding projection, the
 run by TensorFlow's executor (oneDNN kernels) and compiled by XLA, the faster counting) - the
 time no graph around them can go under with these kernels.
 
-What else bounds it (each request): "weights read", the same chain at one row: reading the
+What else bounds it: "weights read", the same chain at one row (measured once): reading the
 weights L times at the rate TensorFlow's own one-row products read them, the time no float32
-answer goes under whatever its FLOPs; and "int8 matmuls alone", the chain at the request's rows
+answer of these kernels goes under whatever its FLOPs; and "int8 matmuls alone", the chain at
+the request's rows
 with int8 weights and each row quantized per call as Keras's int8 `Dense` does (`ops.matmul` of
 int8 by int8 to int32, XLA-compiled: TensorFlow's executor has no fast int8 kernel).
 
@@ -40,7 +41,8 @@ after the export's host copy; its other batches run the int8 products in TensorF
 executor). `jit` and `int8` are measured on one-sentence requests only (other batches run the
 same graph as `default`). With `int8`, `--agreement` SST-2 dev sentences go one at a time
 through `default`'s and `int8`'s `serving_default` (Python) for the share of equal labels and
-the largest probability difference, and one 32-sentence request through each is timed. With `--rounds` each point is measured that many
+the largest probability difference, and one 32-sentence request through each is timed (Python's
+`tf.saved_model.load`, not the C++ loader). With `--rounds` each point is measured that many
 times, the exports alternating within each round; p50/p99 are over all rounds' latencies and
 `p50_rounds` keeps each round's p50. Writes `OUTPUT_DIR/serving_load.{json,md}`.
 """
@@ -272,6 +274,9 @@ def main(argv):
     if "int8" in exports:
         results["int8_agreement"] = _int8_agreement(exports["default"], exports["int8"])
     sentences = sst2_dev_sentences(max(map(int, FLAGS.requests)))
+    one_row = _matmul_chain_ms(dims, 1)  # the weights read: the same for every request
+    weights_read = {"bytes": _weights_bytes(dims), "ms": one_row,
+                    "gb_per_s": _weights_bytes(dims) / min(one_row.values()) / 1e6}
     for n in map(int, FLAGS.requests):
         text = np.array([s.encode() for s in sentences[:n]], dtype=object)
         lengths = fn(text=tf.constant(text))["input_mask"].numpy().sum(1)
@@ -281,11 +286,8 @@ def main(argv):
                  "ceiling_sentences_per_s": n / (gflop / peak["gflops"]),
                  "matmuls_alone": _matmul_chain_ms(dims, int(lengths.sum())), "points": []}
         entry["matmuls_alone_ms"] = min(entry["matmuls_alone"].values())
-        weights_read = _matmul_chain_ms(dims, 1)
-        entry["weights_read"] = {"bytes": _weights_bytes(dims), "ms": weights_read,
-                                 "gb_per_s": _weights_bytes(dims) / min(weights_read.values())
-                                 / 1e6}
-        entry["weights_read_ms"] = min(weights_read.values())
+        entry["weights_read"] = weights_read
+        entry["weights_read_ms"] = min(weights_read["ms"].values())
         if "int8" in exports:
             entry["int8_matmuls_alone_ms"] = _matmul_chain_ms(dims, int(lengths.sum()),
                                                               int8=True)["xla"]
@@ -338,6 +340,8 @@ def _appended(path, results):
         new_keys = {key(p) for p in entry["points"]}
         old.update({k: v for k, v in entry.items() if k != "points"})
         old["points"] = [p for p in old["points"] if key(p) not in new_keys] + entry["points"]
+    if "int8_agreement" in results:
+        earlier["int8_agreement"] = results["int8_agreement"]
     return earlier
 
 
