@@ -506,6 +506,36 @@ def test_export_refuses_another_kind_and_follows_the_umask(exported, sample_voca
     assert os.stat(target / "models.config").st_mode & 0o777 == 0o600
 
 
+def test_a_quantized_model_is_refused_by_name_and_nothing_is_written(sample_vocab, tmp_path):
+    """Keras's quantize() swaps a Dense kernel for int8 values and scales the official-name
+    table does not cover: exports, TF1 and Hugging Face writers refuse the model naming the
+    quantized layers and the fix, not with the table's internal coverage error."""
+    import keras
+
+    from albert_tf.checkpoints.hf import hf_state_dict
+    from albert_tf.checkpoints.tf1 import write_tf1_checkpoint
+    from export.saved_model import ExportError, export_saved_model
+
+    model = AlbertClassifier(export_config(), num_labels=2)
+    model.quantize("int8", filters=lambda layer: isinstance(layer, keras.layers.Dense))
+    dense = len({id(layer) for layer in model._flatten_layers()
+                 if isinstance(layer, keras.layers.Dense)})
+    message = (rf"{dense} layers of the classifier model are quantized by Keras's quantize\(\) "
+               r"\(.*\); checkpoints, conversions and SavedModel exports hold the float32 "
+               r"weights\. Write, convert or export the model before quantizing it")
+    with pytest.raises(ExportError, match="Cannot export the classifier model: " + message):
+        export_saved_model(model, str(tmp_path / "sst2"), sample_vocab, max_seq_length=32)
+    with pytest.raises(ValueError, match=message):
+        write_tf1_checkpoint(model, str(tmp_path / "tf1"))
+    with pytest.raises(ValueError, match=message):
+        hf_state_dict(model)
+    assert sorted(os.listdir(tmp_path)) == []
+    # The same model unquantized is written: every weight under its official name.
+    float_model = AlbertClassifier(export_config(), num_labels=2)
+    prefix = write_tf1_checkpoint(float_model, str(tmp_path / "tf1"))
+    assert len(tf.train.list_variables(prefix)) == len(float_model.weights) == 75
+
+
 @pytest.mark.slow
 def test_resume_on_regenerated_input_of_the_same_size_is_refused(prepared_corpus, sample_vocab,
                                                                   tmp_path):

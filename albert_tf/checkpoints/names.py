@@ -39,8 +39,19 @@ def model_kind(model) -> str:
 def model_weights(model) -> list[NamedWeight]:
     """The official names of every variable of `model` (any `model_kind`);
     checks that the table covers every variable exactly once (the contract cannot drift
-    silently)."""
+    silently). A model with layers quantized by Keras's `quantize()` (int8 kernels and scales
+    the table does not name) is refused by name (ValueError)."""
     model_kind(model)
+    quantized = {id(layer): layer.path for layer in model._flatten_layers()
+                 if getattr(layer, "quantization_mode", None)}
+    if quantized:
+        paths = sorted(quantized.values())
+        raise ValueError(
+            f"{len(paths)} layers of the {model_kind(model)} model are quantized by Keras's "
+            f"quantize() ({', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''}); "
+            "checkpoints, conversions and SavedModel exports hold the float32 weights. Write, "
+            "convert or export the model before quantizing it (for int8 inference export the "
+            "float32 model to TFLite with --quantize dynamic_int8).")
     named = model.official_weights()  # each model owns its names
     ids = [id(w.variable) for w in named]
     model_ids = {id(v) for v in model.weights}

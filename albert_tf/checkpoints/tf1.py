@@ -165,9 +165,9 @@ def write_tf1_checkpoint(model, output_dir: str, name: str = TF1_CHECKPOINT_NAME
     `load_tf_weights_in_albert`. Returns the checkpoint prefix."""
     import tensorflow as tf
 
+    named = model_weights(model)  # a model it cannot write is refused before any directory
     tf.io.gfile.makedirs(output_dir)
     prefix = os.path.join(output_dir, name)
-    named = model_weights(model)
     tensors = [tf.constant(w.to_official(w.variable.numpy())) for w in named]
     tf.raw_ops.SaveV2(prefix=prefix, tensor_names=[w.official_name for w in named],
                       shape_and_slices=[""] * len(named), tensors=tensors)
