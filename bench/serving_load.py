@@ -29,9 +29,9 @@ time no graph around them can go under with these kernels.
 What else bounds it: "weights read", the same chain at one row (measured once): reading the
 weights L times at the rate TensorFlow's own one-row products read them, the time no float32
 answer of these kernels goes under whatever its FLOPs; and "int8 matmuls alone", the chain at
-the request's rows
-with int8 weights and each row quantized per call as Keras's int8 `Dense` does (`ops.matmul` of
-int8 by int8 to int32, XLA-compiled: TensorFlow's executor has no fast int8 kernel).
+the request's rows with int8 weights and each row quantized per call as Keras's int8 `Dense`
+does (`ops.matmul` of int8 by int8 to int32, XLA-compiled: TensorFlow's executor has no fast
+int8 kernel).
 
 `--exports`: `default` (the export as shipped), `jit` (`--jit_compile`: a one-row request
 runs the backbone XLA-compiled at a fixed padded length; loaded with XLA on, as TF Serving's
@@ -113,7 +113,7 @@ def _matmul_chain_ms(dims, tokens: int, int8: bool = False) -> dict:
         ("embedding", (E, H)), ("q", (H, H)), ("k", (H, H)), ("v", (H, H)), ("o", (H, H)),
         ("up", (H, I)), ("down", (I, H)))}
     quantized = {name: keras.quantizers.abs_max_quantize(kernel, axis=0)
-                 for name, kernel in w.items()}
+                 for name, kernel in w.items()} if int8 else {}
 
     def matmul(h, name):
         if not int8:
@@ -274,9 +274,9 @@ def main(argv):
     if "int8" in exports:
         results["int8_agreement"] = _int8_agreement(exports["default"], exports["int8"])
     sentences = sst2_dev_sentences(max(map(int, FLAGS.requests)))
-    one_row = _matmul_chain_ms(dims, 1)  # the weights read: the same for every request
-    weights_read = {"bytes": _weights_bytes(dims), "ms": one_row,
-                    "gb_per_s": _weights_bytes(dims) / min(one_row.values()) / 1e6}
+    one_row, weights_bytes = _matmul_chain_ms(dims, 1), _weights_bytes(dims)  # every request's
+    weights_read = {"bytes": weights_bytes, "ms": one_row,
+                    "gb_per_s": weights_bytes / min(one_row.values()) / 1e6}
     for n in map(int, FLAGS.requests):
         text = np.array([s.encode() for s in sentences[:n]], dtype=object)
         lengths = fn(text=tf.constant(text))["input_mask"].numpy().sum(1)

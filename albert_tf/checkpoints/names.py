@@ -41,13 +41,13 @@ def model_weights(model) -> list[NamedWeight]:
     checks that the table covers every variable exactly once (the contract cannot drift
     silently). A model with layers quantized by Keras's `quantize()` (int8 kernels and scales
     the table does not name) is refused by name (ValueError)."""
-    model_kind(model)
+    kind = model_kind(model)
     quantized = {id(layer): layer.path for layer in model._flatten_layers()
                  if getattr(layer, "quantization_mode", None)}
     if quantized:
         paths = sorted(quantized.values())
         raise ValueError(
-            f"{len(paths)} layers of the {model_kind(model)} model are quantized by Keras's "
+            f"{len(paths)} layers of the {kind} model are quantized by Keras's "
             f"quantize() ({', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''}); "
             "checkpoints, conversions and SavedModel exports hold the float32 weights. Write, "
             "convert or export the model before quantizing it (for int8 inference export the "
