@@ -36,6 +36,9 @@ class CorruptInputError(RuntimeError):
 
 
 PREEMPTED_EXIT = 42
+# A training record's figures of the loop itself (`Controller.record`); the rest are the task's.
+LOOP_FIGURES = ("step", "loss", "grad_norm", "learning_rate", "examples_per_second",
+                "loss_scale", "skipped_steps")
 
 
 class WorkerLostError(RuntimeError):
@@ -220,11 +223,14 @@ class Controller:
         return {"status": status, "step": step, "history": history}
 
     def figures(self, record: dict) -> str:
-        """The progress figures of a loop of steps: loss, the task's, learning rate, gradient
-        norm and the loop's examples/s."""
-        return (f"loss {record['loss']:.4f} | {self.trainer.task.progress(record)} | "
-                f"lr {record['learning_rate']:.3e} | gnorm {record['grad_norm']:.3f} | "
-                f"{record['examples_per_second']:,.1f} examples/s")
+        """The progress figures of a loop of steps, each once: loss (the loop's last step),
+        the task's training metrics (`Task.progress`), learning rate, gradient norm and the
+        loop's examples/s."""
+        task = {name: value for name, value in record.items() if name not in LOOP_FIGURES}
+        return " | ".join(part for part in (
+            f"loss {record['loss']:.4f}", self.trainer.task.progress(task),
+            f"lr {record['learning_rate']:.3e}", f"gnorm {record['grad_norm']:.3f}",
+            f"{record['examples_per_second']:,.1f} examples/s") if part)
 
     def run_steps(self, preemption, step: int, n: int):
         """(summed terms, loss, gradient norm) of `n` steps from `step` in one call; a bad

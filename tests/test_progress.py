@@ -3,9 +3,16 @@ benches read), a tqdm bar on one, messages above the bar, nothing when disabled.
 
 import io
 import re
+from types import SimpleNamespace
 
-from albert_tf import progress
+import numpy as np
+
+from albert_tf import AlbertConfig, progress
+from albert_tf.controller import Controller
 from albert_tf.progress import Progress
+from albert_tf.tasks.classification import ClassificationTask
+from albert_tf.tasks.race import RaceTask
+from albert_tf.tasks.tagging import TaggingTask
 
 
 def test_off_a_terminal_one_whole_line_per_update_and_no_redraws():
@@ -65,3 +72,41 @@ def test_disabled_shows_nothing(capsys):
     assert out.getvalue() == ""
     progress.echo("plain")
     assert capsys.readouterr().out == "plain\n"
+
+
+def _training_line(task, sums) -> str:
+    """`Controller.figures` of a loop's record, as `Controller.record` builds it."""
+    record = dict(step=20, loss=0.6513, grad_norm=1.25, learning_rate=1.5e-4,
+                  examples_per_second=123.4, **task.metrics(sums))
+    return Controller.figures(SimpleNamespace(trainer=SimpleNamespace(task=task)), record)
+
+
+def test_training_lines_name_each_figure_once_and_only_figures_computed_in_training():
+    """A fine-tuning progress line named the loop's step and loss again and the learning rate
+    twice (`loss 0.6513 | step 20.0000 | loss 0.6513 | ... learning_rate 0.0001 ... lr`), and a
+    tagging line showed `entity_f1 0.0000` at every loop (entity scores are computed in
+    evaluation only)."""
+    config = AlbertConfig(vocab_size=50, hidden_size=8, num_attention_heads=2,
+                          intermediate_size=16, embedding_size=4)
+    lines = {
+        "classification": _training_line(ClassificationTask("sst-2", config, 16), {
+            "loss_sum": 13.0, "count": 20.0, "correct_sum": 11.0}),
+        "tagging": _training_line(TaggingTask(config, ["B-PER", "I-PER", "O"], 16), {
+            "loss_sum": 30.0, "token_count": 60.0, "correct_sum": 45.0}),
+        "race": _training_line(RaceTask(config, 16), {
+            "loss_sum": 26.0, "count": 20.0, "correct_sum": 9.0}),
+    }
+    assert lines == {
+        "classification": "loss 0.6513 | accuracy 0.5500 | lr 1.500e-04 | gnorm 1.250 | "
+                          "123.4 examples/s",
+        "tagging": "loss 0.6513 | token_accuracy 0.7500 | lr 1.500e-04 | gnorm 1.250 | "
+                   "123.4 examples/s",
+        "race": "loss 0.6513 | accuracy 0.4500 | lr 1.500e-04 | gnorm 1.250 | "
+                "123.4 examples/s"}
+    # evaluation still gets the entity scores
+    task = TaggingTask(config, ["B-PER", "I-PER", "O"], 16)
+    collected = {"real": np.ones(1), "label": np.array([[0, 1, 2]]),
+                 "prediction": np.array([[0, 1, 2]]), "window_index": np.zeros(1, int),
+                 "labelled": np.ones((1, 3), int)}
+    metrics = task.metrics({"loss_sum": 1.0, "token_count": 3.0, "correct_sum": 3.0}, collected)
+    assert metrics["entity_f1"] == 1.0 and metrics["token_accuracy"] == 1.0

@@ -39,6 +39,7 @@ class Task:
     name = "task"
     term_names: tuple = ()
     metric_names: tuple = ()
+    loss_name = "cross_entropy"  # the metric that is the training loss (not repeated in progress)
     best_metric = ""
     examples_term = ""
     model_inputs: tuple = ()
@@ -81,7 +82,10 @@ class Task:
         raise NotImplementedError
 
     def progress(self, metrics) -> str:
-        return " | ".join(f"{name} {metrics[name]:.4f}" for name in self.metric_names)
+        """The task's figures on a training progress line, from `metrics` (`metrics(sums)` of
+        the loop): each once, the loss left to the line's own `loss`."""
+        return " | ".join(f"{name} {value:.4f}" for name, value in metrics.items()
+                          if isinstance(value, float) and name != self.loss_name)
 
     def initialize(self, model, path: str, init_from_group0: bool = False) -> dict:
         """`--init_checkpoint`: fills `model` strictly by official weight names."""

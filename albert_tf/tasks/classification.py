@@ -198,6 +198,3 @@ class ClassificationTask(LabelledTask):
         elif not self.glue_task.is_regression:
             metrics["accuracy"] = float(sums["correct_sum"]) / count
         return metrics
-
-    def progress(self, metrics):
-        return " | ".join(f"{k} {v:.4f}" for k, v in metrics.items())

@@ -381,9 +381,6 @@ class RaceTask(LabelledTask):
                                          collected["level"], collected["real"] > 0.5))
         return metrics
 
-    def progress(self, metrics):
-        return " | ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, float))
-
 
 def race_accuracy(predictions, labels, levels, real=None) -> dict:
     """Accuracy overall and per level (`levels`: 0 middle, 1 high) over the real examples, with

@@ -355,17 +355,15 @@ class TaggingTask(LabelledTask):
         tokens = max(float(sums["token_count"]), 1.0)
         metrics = {"cross_entropy": float(sums["loss_sum"]) / tokens,
                    "token_accuracy": float(sums["correct_sum"]) / tokens}
-        if self.entities:
-            metrics.update(entity_precision=0.0, entity_recall=0.0, entity_f1=0.0)
-            if collected:
-                real = collected["real"] > 0
-                names = np.array(self.labels, dtype=object)
-                true, predicted = (sentences_of_windows(
-                    names[collected[key][real]], collected["window_index"][real],
-                    collected["labelled"][real]) for key in ("label", "prediction"))
-                scores = entity_scores(true, predicted)
-                metrics.update(entity_precision=scores["precision"],
-                               entity_recall=scores["recall"], entity_f1=scores["f1"])
+        if self.entities and collected:  # entity scores need whole sentences: evaluation only
+            real = collected["real"] > 0
+            names = np.array(self.labels, dtype=object)
+            true, predicted = (sentences_of_windows(
+                names[collected[key][real]], collected["window_index"][real],
+                collected["labelled"][real]) for key in ("label", "prediction"))
+            scores = entity_scores(true, predicted)
+            metrics.update(entity_precision=scores["precision"],
+                           entity_recall=scores["recall"], entity_f1=scores["f1"])
         return metrics
 
     def predict_tags(self, model, path: str, batch_size: int, preprocessor, windows) -> list:
