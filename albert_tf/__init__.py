@@ -32,4 +32,4 @@ __all__ = ["AlbertConfig", "AlbertBackbone", "AlbertPretrainer", "AlbertClassifi
            "AlbertTextClassifier", "AlbertTextTagger", "AlbertTextPreprocessor",
            "load_pretrained", "PRESETS", "SHARING_MODES"]
 __version__ = "0.1.0"
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, imports_tensorflow=True)

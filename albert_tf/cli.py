@@ -34,10 +34,15 @@ COMMANDS = {
 }
 
 
+# absl's help flags; `-h`, which absl does not define, is taken as --help.
+HELP_FLAGS = ("--help", "-?", "--helpshort", "--helpfull", "--helpxml")
+
+
 def run_command(main, define_flags=None, flags_parser=None) -> None:
     """What every command's `cli()` does: define its flags, parse them (absl; `flags_parser`
     replaces the parser, e.g. to pass unknown flags on to Beam), run `main`, exit with its
-    status."""
+    status. `--help` (or `-h`) prints the help and exits 0; a usage error (a required flag
+    missing) is one line and the hint to --help, status 1, not the whole help."""
     from absl import app
 
     if define_flags is not None:
@@ -45,6 +50,11 @@ def run_command(main, define_flags=None, flags_parser=None) -> None:
     experiment.define_config_file_flag()
     check_numbers()
     _own_flags_in_help(sys.argv[0])
+    sys.argv[1:] = ["--help" if arg == "-h" else arg for arg in sys.argv[1:]]
+    # absl exits 1 after printing the help (and after a flag parsing error) through its hook
+    # `_exit_before_main`: asking for help succeeds.
+    asked_for_help = any(arg.split("=")[0] in HELP_FLAGS for arg in sys.argv[1:])
+    app._exit_before_main = lambda status: sys.exit(0 if asked_for_help else status)
     main = functools.partial(_with_config_file, main)
     if flags_parser:  # the command takes the arguments absl leaves (e.g. Beam's flags)
         sys.exit(app.run(functools.partial(_guarded, main),
@@ -82,11 +92,18 @@ def _parse_or_exit(flags_parser, argv):
 
 
 def _guarded(main, argv):
-    """`main(argv)`; an operating-system error (a read-only or full disk, a path blocked by a
-    file, a permission) is printed as one line naming the path, exit status 1, not a traceback
+    """`main(argv)`; a usage error (absl's UsageError: a required flag missing, an argument
+    that is not a flag) is one line and the hint to --help (absl would print the whole help
+    above it); an operating-system error (a read-only or full disk, a path blocked by a file,
+    a permission) is printed as one line naming the path, exit status 1, not a traceback
     (`ALBERT_TF_VERBOSE=1` shows the traceback)."""
+    from absl import app
+
     try:
         return main(argv)
+    except app.UsageError as e:
+        print(f"error: {e}\nRun `{_program()} --help` for the flags.", file=sys.stderr)
+        return e.exitcode
     except KeyboardInterrupt:
         if os.environ.get("ALBERT_TF_VERBOSE"):
             raise
@@ -113,6 +130,15 @@ def _guarded(main, argv):
         print(f"error: {message}. Check the path and its permissions, or choose another.",
               file=sys.stderr)
         return 1
+
+
+def _program() -> str:
+    """How the user started this command: `python -m MODULE`, else the script's name."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name and spec.name != "__main__":
+        return f"python -m {spec.name.removesuffix('.__main__')}"
+    scripts = {module: script for script, module in COMMANDS.items()}
+    return scripts.get(sys.argv[0], os.path.basename(sys.argv[0]))  # `_runner` renames argv[0]
 
 
 # tf.errors raised by file operations (matched by name: TensorFlow is not imported here).

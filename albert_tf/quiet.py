@@ -24,9 +24,13 @@ stdout and stderr at the same instant may reach a shared terminal in the other o
 travel separately, as they do through any pipe).
 
 It is installed by the command layer only: the console scripts (`albert_tf.cli`) and
-`python -m` of an entry module (`entry_point(__name__)` at its top). Importing the library from
-
-your own code changes nothing. `ALBERT_TF_VERBOSE=1` turns the filter off.
+`python -m` of an entry module (`entry_point(__name__)` at its top). The Python API gets the
+same lines dropped without a filter process: the first use of a model class from the package
+(`from albert_tf import AlbertTextClassifier`, `albert_tf.AlbertBackbone`, ...) imports
+TensorFlow through `import_tensorflow`, which holds fd 2 in a temporary file for the import and
+the device probe that prints the cuInit line, then writes back every other line in order; fd 2
+is the program's own again before the class is returned. A program that imported TensorFlow
+itself first has seen the lines already. `ALBERT_TF_VERBOSE=1` turns both off.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 import time
 
 # The pre-initialisation lines, by their message (glog prefix: severity, date, time, thread,
@@ -149,7 +154,7 @@ def install() -> bool:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if _state["pid"] is not None:
         return True
-    if os.environ.get("ALBERT_TF_VERBOSE", "") not in ("", "0") or not hasattr(os, "fork"):
+    if _verbose() or not hasattr(os, "fork"):
         return False
     gpu_present = has_nvidia_device()
     try:
@@ -196,6 +201,46 @@ def install() -> bool:
 
     atexit.register(restore)
     return True
+
+
+def _verbose() -> bool:
+    return os.environ.get("ALBERT_TF_VERBOSE", "") not in ("", "0")
+
+
+def import_tensorflow() -> None:
+    """Imports TensorFlow and probes its devices with this process's fd 2 held in a temporary
+    file, then writes what was printed back to fd 2 without the start-up lines (`is_noise`),
+    in order. Does nothing when TensorFlow is imported already, the filter is on (`install`)
+    or `ALBERT_TF_VERBOSE` is set; sets `TF_CPP_MIN_LOG_LEVEL=2` unless it is set. The device
+    probe (`tf.config.list_physical_devices`) is what prints the cuInit line; it leaves the
+    devices and threads configurable (`tf.config.set_visible_devices` still works after it)."""
+    if "tensorflow" in sys.modules or _state["pid"] is not None or _verbose():
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    gpu_present = has_nvidia_device()
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no fd 2: nothing to filter
+        import tensorflow  # noqa: F401
+        return
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()
+        finally:
+            try:
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            lines = re.split(rb"(?<=\n)", capture.read())
+            _write_all(2, b"".join(line for line in lines if line and not is_noise(
+                line.decode("utf-8", "replace"), gpu_present)))
 
 
 def _stop_resource_tracker() -> None:
