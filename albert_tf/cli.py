@@ -50,16 +50,23 @@ def run_command(main, define_flags=None, flags_parser=None) -> None:
     experiment.define_config_file_flag()
     check_numbers()
     _own_flags_in_help(sys.argv[0])
-    sys.argv[1:] = ["--help" if arg == "-h" else arg for arg in sys.argv[1:]]
-    # absl exits 1 after printing the help (and after a flag parsing error) through its hook
-    # `_exit_before_main`: asking for help succeeds.
-    asked_for_help = any(arg.split("=")[0] in HELP_FLAGS for arg in sys.argv[1:])
-    app._exit_before_main = lambda status: sys.exit(0 if asked_for_help else status)
+    help_exits_zero()
     main = functools.partial(_with_config_file, main)
     if flags_parser:  # the command takes the arguments absl leaves (e.g. Beam's flags)
         sys.exit(app.run(functools.partial(_guarded, main),
                          flags_parser=functools.partial(_parse_or_exit, flags_parser)))
     sys.exit(app.run(functools.partial(_guarded, functools.partial(_no_arguments, main))))
+
+
+def help_exits_zero() -> None:
+    """Asking an absl program for help (`--help`, `-h`, `--helpfull`, ...) succeeds: absl exits
+    1 after printing the help (and after a flag parsing error, which keeps its 1) through its
+    hook `_exit_before_main`. `-h`, which absl does not define, is taken as --help."""
+    from absl import app
+
+    sys.argv[1:] = ["--help" if arg == "-h" else arg for arg in sys.argv[1:]]
+    asked_for_help = any(arg.split("=")[0] in HELP_FLAGS for arg in sys.argv[1:])
+    app._exit_before_main = lambda status: sys.exit(0 if asked_for_help else status)
 
 
 def _with_config_file(main, argv):

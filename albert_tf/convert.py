@@ -1,4 +1,4 @@
-"""Convert ALBERT checkpoints: Google's TF1 checkpoints / TF-Hub modules and Hugging Face folders
+r"""Convert ALBERT checkpoints: Google's TF1 checkpoints / TF-Hub modules and Hugging Face folders
 to our format, and any of them to an official name-based TF1 checkpoint or a Hugging Face folder.
 
     python -m albert_tf.convert --source tf1 --input albert_base/model.ckpt-best \

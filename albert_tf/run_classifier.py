@@ -1,4 +1,4 @@
-"""Fine-tuning on GLUE (cola, mnli, mismnli, mrpc, qnli, qqp, rte, sst-2, sts-b, wnli) through
+r"""Fine-tuning on GLUE (cola, mnli, mismnli, mrpc, qnli, qqp, rte, sst-2, sts-b, wnli) through
 the one training loop, under any tf.distribute strategy.
 
 Flag names are the official google-research/albert `run_classifier.py` ones (with

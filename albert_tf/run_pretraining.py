@@ -1,4 +1,4 @@
-"""ALBERT pretraining (masked LM + sentence order) under any tf.distribute strategy.
+r"""ALBERT pretraining (masked LM + sentence order) under any tf.distribute strategy.
 
 Flag names are the official google-research/albert `run_pretraining.py` ones, so an official
 command line works with the module name changed; `--use_tpu --tpu_name=NAME` maps to

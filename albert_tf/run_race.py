@@ -1,4 +1,4 @@
-"""Fine-tuning on RACE (multiple-choice reading comprehension) through the one training loop.
+r"""Fine-tuning on RACE (multiple-choice reading comprehension) through the one training loop.
 
 Flag names are the official google-research/albert `run_race.py` ones (with
 `--distribution_strategy`/`--tpu` added):

@@ -1,4 +1,4 @@
-"""Fine-tuning on SQuAD v1.1 through the one training loop.
+r"""Fine-tuning on SQuAD v1.1 through the one training loop.
 
 Flag names are the official google-research/albert `run_squad_v1.py` ones (with
 `--distribution_strategy`/`--tpu` added):

@@ -1,4 +1,4 @@
-"""Fine-tuning on SQuAD v2.0 through the one training loop.
+r"""Fine-tuning on SQuAD v2.0 through the one training loop.
 
 Flag names are the official google-research/albert `run_squad_v2.py` ones, with BERT's
 `--null_score_diff_threshold` and `--distribution_strategy`/`--tpu` added:

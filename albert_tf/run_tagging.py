@@ -1,4 +1,4 @@
-"""Token classification (named entities, part of speech) through the one training loop:
+r"""Token classification (named entities, part of speech) through the one training loop:
 
     python -m albert_tf.run_tagging --train_file wnut17/train.conll \
         --dev_file wnut17/dev.conll --test_file wnut17/test.conll \

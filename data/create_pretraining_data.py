@@ -1,4 +1,4 @@
-"""Create ALBERT pretraining TFRecords: n-gram masked LM + sentence-order prediction.
+r"""Create ALBERT pretraining TFRecords: n-gram masked LM + sentence-order prediction.
 
 Flag names follow the official google-research/albert `create_pretraining_data.py`, so an
 official command line works with the module name changed:

@@ -1,4 +1,4 @@
-"""Turn raw text (books, articles) into the official pretraining input format: one sentence per
+r"""Turn raw text (books, articles) into the official pretraining input format: one sentence per
 line, a blank line between documents.
 
     # Project Gutenberg books: one document per file, paragraphs separated by blank lines.

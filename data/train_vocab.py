@@ -1,4 +1,4 @@
-"""Train an ALBERT SentencePiece vocabulary (unigram) with the official special ids.
+r"""Train an ALBERT SentencePiece vocabulary (unigram) with the official special ids.
 
     python -m data.train_vocab --input_file 'corpus/*.txt' --model_prefix vocab/30k-clean \
         --vocab_size 30000 --do_lower_case

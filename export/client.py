@@ -1,4 +1,4 @@
-"""A client for ALBERT models served by TensorFlow Serving, over REST or gRPC.
+r"""A client for ALBERT models served by TensorFlow Serving, over REST or gRPC.
 
     python -m export.client predict --server localhost:8501 --model albert \
         --text "ALBERT shares its layers."

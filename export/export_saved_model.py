@@ -1,4 +1,4 @@
-"""Export an ALBERT model as a SavedModel for TensorFlow Serving (raw text in, predictions out).
+r"""Export an ALBERT model as a SavedModel for TensorFlow Serving (raw text in, predictions out).
 
     python -m export.export_saved_model --model_dir converted/albert_base \
         --export_dir exports/albert_base

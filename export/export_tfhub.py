@@ -1,4 +1,4 @@
-"""Export an ALBERT model as a TF Hub pair: a preprocessing SavedModel and a trainable encoder.
+r"""Export an ALBERT model as a TF Hub pair: a preprocessing SavedModel and a trainable encoder.
 
     python -m export.export_tfhub --init_checkpoint albert_base/model.ckpt-best \
         --spm_model_file albert_base/30k-clean.model --export_dir hub/albert_base

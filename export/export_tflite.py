@@ -1,4 +1,4 @@
-"""Export an ALBERT model as a TensorFlow Lite file that takes raw text (or token ids).
+r"""Export an ALBERT model as a TensorFlow Lite file that takes raw text (or token ids).
 
     python -m export.export_tflite --model_dir exports/sst2 --output sst2.tflite
     python -m export.export_tflite --model_dir exports/sst2 --output sst2_int8.tflite \

@@ -1,4 +1,4 @@
-"""Keeping exported graphs loadable by the TF Serving release users run.
+r"""Keeping exported graphs loadable by the TF Serving release users run.
 
 A SavedModel that uses an op (or an op attribute) newer than the server's TensorFlow fails at load
 with "Op type not registered" (tensorflow/serving#2267). The newest TF Serving release, 2.20, is

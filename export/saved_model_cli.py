@@ -1,4 +1,4 @@
-"""`saved_model_cli` with tensorflow-text's ops registered, so it can show and run exports whose
+r"""`saved_model_cli` with tensorflow-text's ops registered, so it can show and run exports whose
 graphs tokenize in-graph:
 
     python -m export.saved_model_cli show --dir exports/albert/1 --all
@@ -12,6 +12,8 @@ entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_
 
 import sys
 
+from albert_tf.cli import help_exits_zero
+
 
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
@@ -19,6 +21,7 @@ def cli():
     from tensorflow.python.tools import saved_model_cli
 
     sys.argv[0] = "saved_model_cli"
+    help_exits_zero()
     sys.exit(saved_model_cli.main())
 
 

@@ -1,7 +1,9 @@
 """Commands: TensorFlow's start-up noise filtered out of our commands' stderr (and nothing else),
 console scripts installed by `pip install .` that work from any directory."""
 
+import ast
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -11,6 +13,7 @@ import time
 import pytest
 
 from albert_tf import quiet
+from albert_tf.cli import COMMANDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOISE = [
@@ -34,6 +37,23 @@ KEPT = [
     "W1122 10:00:00.000000   29056 port.cc",  # not a whole log line of the listed kind
     "Traceback (most recent call last):",
 ]
+
+
+def test_help_examples_keep_their_line_continuations():
+    """A command's help prints its module docstring: an example written over several lines
+    with a trailing backslash in a plain string was joined into one line of runs of spaces
+    (`--dev_file wnut17/dev.conll         --test_file ...` in run_tagging --help)."""
+    collapsed = {}
+    for module in sorted(set(COMMANDS.values())):
+        path = os.path.join(ROOT, *module.split(".")) + ".py"
+        if not os.path.exists(path):
+            path = os.path.join(ROOT, *module.split("."), "__main__.py")
+        with open(path, encoding="utf-8") as f:
+            doc = ast.get_docstring(ast.parse(f.read()), clean=False) or ""
+        collapsed.update({module: line for line in doc.splitlines()
+                          if re.search(r"\S {4,}--", line)})
+    assert collapsed == {}
+    assert len(COMMANDS) == 19
 
 
 def test_noise_patterns():
