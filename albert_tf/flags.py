@@ -113,10 +113,9 @@ SPECS = {
     "iterations_per_loop": Spec("integer", 1000, "Steps per host call (one tf.function call "
                                                  "runs this many)."),
     "dropout_prob": Spec("float", 0.1, "Dropout on the task head's input."),
-    "export_dir": Spec("string", None, "Export SavedModels for TF Serving to BASE/NAME (a new "
-                                       "version under it); after training: the final model "
-                                       "to EXPORT_DIR, the best (with --do_eval) to "
-                                       "EXPORT_DIR_best."),
+    "export_dir": Spec("string", None, "Export SavedModels for TF Serving: each export is a "
+                                       "new version directory under its base (EXPORT_DIR/1, "
+                                       "EXPORT_DIR/2, ...)."),
     # Cluster: where the run executes.
     "distribution_strategy": Spec("enum", "default", "tf.distribute strategy.", STRATEGIES),
     "tpu": Spec("string", None, "TPU name, grpc://host:port, or 'local'."),
@@ -185,6 +184,11 @@ PERFORMANCE = ("mixed_precision", "remove_padding", "recompute", "use_einsum",
 SQUAD_DECODING = ("doc_stride", "max_query_length", "n_best_size", "max_answer_length")
 EXPORT_SOURCE = ("model_dir", "checkpoint", "spm_model_file", "do_lower_case", "max_seq_length",
                  "labels", "text_pair", "top_k")
+
+# What a fine-tuning command (one with --do_predict) does with a flag, unless it says otherwise.
+DEFAULT_NOTES = {"export_dir": "This command exports one model to EXPORT_DIR: the one it "
+                               "predicts with (the best evaluated checkpoint where --do_eval "
+                               "kept one, else the last)."}
 
 _DEFINE = {"string": flags.DEFINE_string, "integer": flags.DEFINE_integer,
            "float": flags.DEFINE_float, "bool": flags.DEFINE_bool, "list": flags.DEFINE_list}
@@ -267,7 +271,8 @@ def define(*groups, kinds=None, notes=None, **defaults):
     for name in dict.fromkeys(names):
         spec = SPECS[name]
         kind, default = kinds.get(name, spec.kind), defaults.get(name, spec.default)
-        help_text = f"{spec.help} {notes[name]}" if name in notes else spec.help
+        note = notes.get(name, DEFAULT_NOTES.get(name) if "do_predict" in names else None)
+        help_text = f"{spec.help} {note}" if note else spec.help
         if name in FLAGS:  # a command module imported twice in one process (tests)
             continue
         if kind == "enum":

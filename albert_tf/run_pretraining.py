@@ -44,7 +44,10 @@ def define_flags():
     albert_flags.define(albert_flags.MODEL, albert_flags.RUN, albert_flags.EVAL,
                         albert_flags.CLUSTER, albert_flags.PERFORMANCE, "input_file",
                         "max_predictions_per_seq", "spm_model_file", "vocab_file",
-                        "jit_compile", notes={"jit_compile": "The training step."},
+                        "jit_compile", notes={"jit_compile": "The training step.",
+                               "export_dir": "After training: the final model to EXPORT_DIR, "
+                                             "the best evaluated one (with --do_eval) to "
+                                             "EXPORT_DIR_best."},
                         **{name: d[name] for name in (
                             "do_train", "train_batch_size", "eval_batch_size", "optimizer",
                             "learning_rate", "save_checkpoints_steps", "max_seq_length",

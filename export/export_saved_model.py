@@ -40,8 +40,7 @@ def define_flags():
         albert_flags.EXPORT_SOURCE, albert_flags.SQUAD_DECODING, "export_dir", "max_qa_length",
         "null_score_diff_threshold", "remove_padding", "vocab_file", "jit_compile",
         max_seq_length=None, null_score_diff_threshold=None,
-        notes={"export_dir": "Versions are written under it.",
-               "remove_padding": "Here --jit_compile does not ignore it: requests of "
+        notes={"remove_padding": "Here --jit_compile does not ignore it: requests of "
                                  "several rows still remove the padding, and a one-row "
                                  "request is padded to its compiled length (same answers).",
                "jit_compile": "One-row requests run the backbone compiled at a fixed padded "

@@ -264,12 +264,21 @@ def test_console_scripts_from_outside_the_repository(installed, tmp_path):
                 "albert-serving-loader": "--saved_model", "albert-saved-model-cli": "saved_model_cli",
                 "albert-ops-check": "serving_ops_tf2.20.json"}
     assert sorted(expected) == sorted(COMMANDS)
+    helps = {}
     for script, flag in expected.items():
         proc = subprocess.run([os.path.join(installed["bin"], script), "--help"],
                               capture_output=True, text=True, cwd=str(tmp_path), env=env)
         assert proc.returncode == 0, (script, proc.stderr[-2000:])  # absl's own exits 1
         assert flag in proc.stdout, (script, proc.stdout[-2000:], proc.stderr[-2000:])
+        helps[script] = " ".join(proc.stdout.split())
         assert not any(quiet.is_noise(line) for line in proc.stderr.splitlines()), script
+    # --export_dir's help says what each command writes (it said EXPORT_DIR_best everywhere)
+    assert ("This command exports one model to EXPORT_DIR: the one it predicts with (the best "
+            "evaluated checkpoint where --do_eval kept one, else the last).") in helps[
+        "albert-classifier"]
+    assert "EXPORT_DIR_best" not in helps["albert-classifier"] + helps["albert-race"]
+    assert ("After training: the final model to EXPORT_DIR, the best evaluated one (with "
+            "--do_eval) to EXPORT_DIR_best.") in helps["albert-pretrain"]
     # a missing flag: one line and the hint to --help (absl printed the whole help above it)
     proc = subprocess.run([os.path.join(installed["bin"], "albert-classifier"), "--do_train"],
                           capture_output=True, text=True, cwd=str(tmp_path), env=env)
