@@ -188,8 +188,10 @@ def _jsonable(value):
     return value.tolist()
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    """The command's arguments (also what tests/test_readme.py checks the README against)."""
+    parser = argparse.ArgumentParser(prog="python -m export.cc_loader",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--saved_model", required=True, help="A version directory.")
     parser.add_argument("--python", default=sys.executable,
                         help="Python whose tensorflow wheel to build against (e.g. a TF 2.20 env).")
@@ -208,7 +210,11 @@ def main(argv=None) -> int:
                              "--jit_compile (the C++ loader only).")
     parser.add_argument("--output_json", default=None,
                         help="Also write {runtime, signature, outputs} here.")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     runtime = args.runtime
     if runtime == "auto":
         runtime = "cpp" if shutil.which("g++") else "python"

@@ -788,10 +788,19 @@ def _fill_examples(container, examples):
         container.append(example_pb2.Example.FromString(example_of(features)))
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["predict", "fill_mask", "classify", "regress",
-                                            "signatures"])
+COMMANDS = {"predict": "a signature's outputs as JSON (default serving_default)",
+            "fill_mask": "the top pieces of each [MASK] (a pretrainer's export)",
+            "classify": "label:score of each text (a classifier's export)",
+            "regress": "the score of each text (a regression head's export)",
+            "signatures": "the signatures the model serves"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command's arguments (also what tests/test_readme.py checks the README against)."""
+    parser = argparse.ArgumentParser(prog="python -m export.client",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", nargs="?", choices=list(COMMANDS), metavar="COMMAND",
+                        help="; ".join(f"{name}: {what}" for name, what in COMMANDS.items()))
     parser.add_argument("--server", default="localhost",
                         help="host[:port] or [IPv6]:port, optionally after http:// or https:// "
                              "(TLS, REST and gRPC; the certificate is verified). Default port: "
@@ -818,7 +827,16 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=30.0,
                         help="Seconds for each request as a whole (connecting, sending, reading "
                              "the answer).")
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:
+        parser.error("name a command first, one of " + ", ".join(COMMANDS) + "; e.g. python -m "
+                     "export.client classify --server localhost:8501 --model sst2 --text "
+                     "'a gripping film'")
     # gRPC core's own INFO lines (a failed TLS handshake) would come before the one-line error.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     try:
