@@ -8,6 +8,8 @@ to our format, and any of them to an official name-based TF1 checkpoint or a Hug
         --output tf1_export/
     python -m albert_tf.convert --source albert_tf --input runs/sst2_model --target hf \
         --output hf_sst2/     # transformers.AlbertForSequenceClassification.from_pretrained
+    python -m albert_tf.convert --input model.keras --target hf --output hf_clf/
+                              # clf.save("model.keras"): its SentencePiece model and labels too
 
 TF-Hub modules are read, not written: `--target tf1` writes the checkpoint and
 albert_config.json that the official export_to_tfhub.py turns into a module.
@@ -31,18 +33,25 @@ from albert_tf.flags import FLAGS  # noqa: E402
 
 
 def define_flags():
-    flags.DEFINE_enum("source", None, ["tf1", "hf", "albert_tf"],
+    flags.DEFINE_enum("source", "auto", ["auto", "tf1", "hf", "albert_tf"],
                       "Input format: official TF1 checkpoint or TF-Hub module, Hugging Face "
-                      "save_pretrained folder, or an albert_tf directory / .keras file.")
+                      "save_pretrained folder, or albert_tf's (our directory, a .keras file "
+                      "of AlbertTextClassifier / AlbertTextTagger or of a model, a training "
+                      "run's --output_dir, DIR:best, RUN/ckpt-N). auto: from what is there.")
     flags.DEFINE_string("input", None, "Checkpoint prefix, file or directory to read.")
     albert_flags.define("output", "albert_config_file", "overwrite", "do_lower_case",
+                        "spm_model_file", do_lower_case=None,
                         notes={"output": "A directory (must be new or empty).",
+                               "spm_model_file": "Default: the source's (a .keras model's, "
+                                                 "the .model in its directory); copied into "
+                                                 "every target.",
                                "overwrite": "Here: a non-empty --output directory.",
                                "albert_config_file": "Default: albert_config.json beside a TF1 "
                                                      "checkpoint; config.json of a Hugging Face "
                                                      "folder.",
                                "do_lower_case": "Here: --target hf, the tokenizer_config.json "
-                                                "of its AlbertTokenizer."})
+                                                "of its AlbertTokenizer. Default: the "
+                                                "source's (a .keras model's), else true."})
     flags.DEFINE_enum("target", "albert_tf", ["albert_tf", "tf1", "hf"],
                       "Output format: our directory format, an official name-based TF1 "
                       "checkpoint (model.ckpt + albert_config.json), or a Hugging Face folder "
@@ -53,7 +62,7 @@ def define_flags():
                       "Model to build (a registered kind). auto: from the checkpoint (Hugging "
                       "Face: its architectures; otherwise the heads present). backbone drops "
                       "the heads (reported as skipped).")
-    flags.mark_flags_as_required(["source", "input", "output"])
+    flags.mark_flags_as_required(["input", "output"])
 
 
 def main(argv):
@@ -61,7 +70,8 @@ def main(argv):
     try:
         summary = convert(FLAGS.source, FLAGS.input, FLAGS.output, target=FLAGS.target,
                           albert_config_file=FLAGS.albert_config_file, model=FLAGS.model,
-                          overwrite=FLAGS.overwrite, do_lower_case=FLAGS.do_lower_case)
+                          overwrite=FLAGS.overwrite, do_lower_case=FLAGS.do_lower_case,
+                          spm_model_file=FLAGS.spm_model_file)
     except (CheckpointError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -31,7 +31,8 @@ from albert_tf.checkpoints import CheckpointError  # noqa: E402
 from albert_tf.cli import run_command  # noqa: E402
 from albert_tf.flags import FLAGS  # noqa: E402
 from export.ops_check import UnsupportedOpError  # noqa: E402
-from export.saved_model import ExportError, export_saved_model, load_for_export  # noqa: E402
+from export.saved_model import (ExportError, export_saved_model, load_for_export,  # noqa: E402
+                                lower_case)
 from export.serving import serving_module_class  # noqa: E402
 
 
@@ -39,7 +40,7 @@ def define_flags():
     albert_flags.define(
         albert_flags.EXPORT_SOURCE, albert_flags.SQUAD_DECODING, "export_dir", "max_qa_length",
         "null_score_diff_threshold", "remove_padding", "vocab_file", "jit_compile",
-        max_seq_length=None, null_score_diff_threshold=None,
+        max_seq_length=None, null_score_diff_threshold=None, do_lower_case=None,
         notes={"remove_padding": "Here --jit_compile does not ignore it: requests of "
                                  "several rows still remove the padding, and a one-row "
                                  "request is padded to its compiled length (same answers).",
@@ -48,9 +49,16 @@ def define_flags():
                               "TF Serving must then be started with "
                               "--xla_cpu_compilation_enabled=true (without it the version's "
                               "warmup fails and it does not load).",
-               "max_seq_length": "Default: min(512, max_position_embeddings).",
+               "max_seq_length": "Default: a .keras model's sequence_length, else min(512, "
+                                 "max_position_embeddings).",
+               "do_lower_case": "Default: the source's (a .keras model's), else true.",
                "null_score_diff_threshold": "Default: always answer, as SQuAD 1.1.",
-               "spm_model_file": "Default: the one found in --model_dir.",
+               "model_dir": "Any saved form: our model directory, a .keras file of "
+                            "AlbertTextClassifier / AlbertTextTagger, a training run's "
+                            "--output_dir or DIR:best, an official TF1 checkpoint, a Hugging "
+                            "Face folder.",
+               "spm_model_file": "Default: the one --model_dir carries (a .keras model's, the "
+                                 ".model beside it).",
                "vocab_file": "Without --spm_model_file: the WordPiece vocabulary the graph "
                              "tokenizes with (the Chinese models' vocab_chinese.txt)."})
     flags.DEFINE_integer("version", None, "Version number (default: the next integer).")
@@ -68,13 +76,14 @@ def main(argv):
     try:
         model, spm, source = load_for_export(FLAGS.model_dir, FLAGS.checkpoint,
                                              FLAGS.spm_model_file, FLAGS.vocab_file)
-        max_seq_length = FLAGS.max_seq_length or min(512, model.config.max_position_embeddings)
+        max_seq_length = (FLAGS.max_seq_length or source.get("max_seq_length")
+                          or min(512, model.config.max_position_embeddings))
         options = {name: getattr(FLAGS, name)
                    for name in serving_module_class(model).EXPORT_FLAGS} or None
         path = export_saved_model(
             model, FLAGS.export_dir, spm, version=FLAGS.version, max_seq_length=max_seq_length,
             top_k=FLAGS.top_k, text_pair=FLAGS.text_pair, hidden_states=FLAGS.hidden_states,
-            labels=FLAGS.labels or source.get("labels"), do_lower_case=FLAGS.do_lower_case,
+            labels=FLAGS.labels or source.get("labels"), do_lower_case=lower_case(source),
             allowed_ops=FLAGS.allowed_ops, serving_base_path=FLAGS.serving_base_path,
             source=source, options=options, remove_padding=FLAGS.remove_padding,
             vocab_file=FLAGS.vocab_file, jit_compile=FLAGS.jit_compile)

@@ -28,20 +28,24 @@ from albert_tf import flags as albert_flags  # noqa: E402
 from albert_tf.checkpoints import CheckpointError  # noqa: E402
 from albert_tf.cli import run_command  # noqa: E402
 from albert_tf.flags import FLAGS  # noqa: E402
-from export.saved_model import ExportError, load_for_export  # noqa: E402
+from export.saved_model import ExportError, load_for_export, lower_case  # noqa: E402
 from export.tflite import TFLiteExportError, export_tflite  # noqa: E402
 
 
 def define_flags():
     albert_flags.define(
         albert_flags.EXPORT_SOURCE, "output", max_seq_length=None, text_pair=None,
+        do_lower_case=None,
         notes={"model_dir": "Or one of our SavedModel exports (BASE/NAME or "
-                            "BASE/NAME/VERSION).",
+                            "BASE/NAME/VERSION), a .keras file of AlbertTextClassifier, a "
+                            "training run's --output_dir or DIR:best, an official TF1 "
+                            "checkpoint, a Hugging Face folder.",
+               "do_lower_case": "Default: the source's (a .keras model's), else true.",
                "output": "The .tflite file.",
                "max_seq_length": "Default: the SavedModel's, else min(512, "
                                  "max_position_embeddings).",
                "text_pair": "Default: as the SavedModel.",
-               "spm_model_file": "Default: the one found with --model_dir."})
+               "spm_model_file": "Default: the one --model_dir carries."})
     flags.DEFINE_enum("quantize", "none", ["none", "float16", "dynamic_int8"],
                       "Weights as float32 (none), float16, or int8 with dynamic-range kernels.")
     flags.DEFINE_enum("inputs", "text", ["text", "tokens"],
@@ -73,7 +77,7 @@ def main(argv):
                                inputs=FLAGS.inputs, max_seq_length=max_seq_length,
                                top_k=FLAGS.top_k, text_pair=text_pair,
                                labels=FLAGS.labels or source.get("labels"),
-                               do_lower_case=FLAGS.do_lower_case, source=source,
+                               do_lower_case=lower_case(source), source=source,
                                check_texts=FLAGS.check_texts,
                                min_agreement=FLAGS.min_agreement)
     except (ExportError, TFLiteExportError, CheckpointError, ValueError,

@@ -10,9 +10,10 @@
 A version is written under a hidden temporary name and renamed when complete (TF Serving only
 watches numeric names, so it never sees half a version); an existing version is never replaced.
 
-Sources (`load_for_export`): our model directory (`python -m albert_tf.convert` output or a
-fine-tuned model), a `.keras` file, or a pretraining `--output_dir` (its latest checkpoint, or
-`best/`), each with the SentencePiece model found beside it unless one is given.
+Sources (`load_for_export`): one of our exports, or any saved form `read_source` reads (a
+`.keras` file of `AlbertTextClassifier` / `AlbertTextTagger`, a training `--output_dir`, its
+`best/`, our model directory, an official TF1 checkpoint, a Hugging Face folder), each with the
+SentencePiece model and labels it carries unless they are given.
 
 Whatever the source's strategy or dtype policy, the exported model is a fresh float32 host copy
 (`host_copy`): variables created under TPUStrategy or MirroredStrategy are read once and
@@ -21,7 +22,6 @@ assigned to a plain model, so the SavedModel serves on a CPU.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
@@ -36,8 +36,8 @@ from export.ops_check import check_saved_model_ops, load_allowed_ops
 from export.serving import (WARMUP_TEXTS, AlbertServingModule, serving_module,  # noqa: F401
                             signature_method_names)
 from albert_tf.paths import atomic_write
-from albert_tf.checkpoints import (CheckpointError, FORMAT_FILE, build_model, load_pretrained,
-                                   model_kind, model_weights, read_training_checkpoint)
+from albert_tf.checkpoints import CheckpointError, build_model, model_kind, model_weights
+from albert_tf.checkpoints.conversion import read_source
 from albert_tf.config import AlbertConfig
 from albert_tf.ownership import OutputLock, current_umask
 from albert_tf.tokenization import Tokenizer, make_tokenizer
@@ -54,31 +54,17 @@ class ExportError(ValueError):
 
 # ---------------------------------------------------------------------------------------------
 # Sources.
-def _find_spm(*directories) -> str | None:
-    for directory in directories:
-        found = sorted(glob.glob(os.path.join(directory, "*.model")))
-        if found:
-            return found[0]
-    return None
-
-
-def _restore_pretraining_checkpoint(output_dir: str, checkpoint: str):
-    """`read_training_checkpoint` (the pretrainer of a pretraining `--output_dir`), its errors
-    as `ExportError` with the export flag to use."""
-    try:
-        return read_training_checkpoint(output_dir, checkpoint)
-    except CheckpointError as e:
-        hint = " Use --checkpoint latest." if checkpoint == "best" else ""
-        raise ExportError(f"{e}{hint}") from None
-
-
 def load_for_export(path: str, checkpoint: str = "latest", spm_model_file: str | None = None,
                     vocab_file: str | None = None):
     """(model, SentencePiece model path, source record) for any model the project produces.
 
     Args:
-        path: our model directory, a `.keras` file, or a pretraining output directory.
-        checkpoint: for a pretraining output directory: "latest", "best", or a checkpoint prefix.
+        path: one of our SavedModel exports (BASE/NAME or BASE/NAME/N), or any saved form
+            `albert_tf.checkpoints.conversion.read_source` reads: a `.keras` file of
+            `AlbertTextClassifier` / `AlbertTextTagger`, a training run's --output_dir
+            (`DIR:best`, `RUN/ckpt-N`), our model directory, an official TF1 checkpoint or
+            TF-Hub module, a Hugging Face folder; its labels and vocabulary travel with it.
+        checkpoint: for a training run's --output_dir: "latest", "best", or a prefix.
         spm_model_file: the SentencePiece model; default: the one found beside the source.
         vocab_file: without `spm_model_file`, a WordPiece vocabulary: no SentencePiece model is
             looked for, and the path returned is None (`export_saved_model(...,
@@ -107,30 +93,15 @@ def _load_model_for_export(path: str, checkpoint: str, spm_model_file: str | Non
         if not os.path.exists(spm_model_file):
             raise ExportError(f"SentencePiece model not found: {spm_model_file}")
         return model, spm_model_file, record
-    if path.endswith(".keras") or os.path.exists(os.path.join(path, FORMAT_FILE)):
-        model = load_pretrained(path)
-        record["type"] = "albert_tf"
-        directory = os.path.dirname(path) if path.endswith(".keras") else path
-        if os.path.exists(os.path.join(path, FORMAT_FILE)):
-            with open(os.path.join(path, FORMAT_FILE), encoding="utf-8") as f:
-                stored = json.load(f)
-            labels = stored.get("labels")
-            if stored.get("sentencepiece_model") and spm_model_file != "":
-                spm_model_file = spm_model_file or os.path.join(path,
-                                                                stored["sentencepiece_model"])
-        found = _find_spm(directory)
-    elif os.path.exists(os.path.join(path, "albert_config.json")):
-        model, prefix = _restore_pretraining_checkpoint(path, checkpoint)
-        record.update(type="pretraining_output_dir", checkpoint=prefix)
-        found = _find_spm(path)
-    elif not os.path.exists(path):
-        raise ExportError(f"No such model: {path}")
-    else:
-        raise ExportError(
-            f"{path} is neither an albert_tf model directory (no albert_tf.json), a .keras file, "
-            "nor a pretraining --output_dir (no albert_config.json). Convert official or Hugging "
-            "Face checkpoints first: python -m albert_tf.convert --source {tf1,hf} --input ... "
-            "--output DIR")
+    try:
+        read = read_source(path, checkpoint=checkpoint)
+    except CheckpointError as e:
+        hint = " Use --checkpoint latest." if checkpoint == "best" else ""
+        raise ExportError(f"{e}{hint}") from None
+    model, labels = read.model, read.labels
+    record.update(read.record, max_seq_length=read.max_seq_length,
+                  do_lower_case=read.do_lower_case)
+    found = read.spm_model_file
     record["labels"] = labels
     if spm_model_file == "":
         return model, None, record
@@ -141,6 +112,16 @@ def _load_model_for_export(path: str, checkpoint: str, spm_model_file: str | Non
     if not os.path.exists(spm_model_file):
         raise ExportError(f"SentencePiece model not found: {spm_model_file}")
     return model, spm_model_file, record
+
+
+def lower_case(source: dict) -> bool:
+    """--do_lower_case of an export command: the flag where given, else what the source
+    records (a `.keras` model's preprocessor, an export's), else true."""
+    from albert_tf.flags import FLAGS
+
+    if FLAGS.do_lower_case is not None:
+        return FLAGS.do_lower_case
+    return source.get("do_lower_case") is not False
 
 
 def exported_version(path: str) -> str | None:

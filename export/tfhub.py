@@ -35,8 +35,7 @@ import tensorflow as tf
 from albert_tf.backbone import AlbertBackbone
 from albert_tf.checkpoints import CONFIG_FILE, CheckpointError, initialize_backbone
 from albert_tf.checkpoints.conversion import TFHUB_RECORD
-from albert_tf.checkpoints.conversion import checkpoint_config, split_run_checkpoint
-from albert_tf.checkpoints.ours import find_sentencepiece
+from albert_tf.checkpoints.conversion import carried_tokenizer, checkpoint_config
 from albert_tf.features import INPUT_IDS, INPUT_MASK, SEGMENT_IDS
 from albert_tf.ownership import current_umask
 from albert_tf.packing import PAIR_SPECIAL_TOKENS, SINGLE_SPECIAL_TOKENS, pack_in_graph
@@ -69,18 +68,13 @@ def load_backbone(path: str, albert_config_file: str | None = None,
     official TF1 checkpoint or TF-Hub module, a Hugging Face folder, our model directory or
     `.keras` file, a training `--output_dir` (`DIR:best`) or one of its checkpoints, read
     strictly by `initialize_backbone` (the heads dropped). The SentencePiece model defaults to
-    the one beside the source (or in its assets/)."""
+    the one the source carries (`carried_tokenizer`: a `.keras` model's, the one beside the
+    source or in its assets/)."""
     config = checkpoint_config(path, albert_config_file)
     with tf.device("/cpu:0"):
         backbone = AlbertBackbone(config, name="albert")
     report = initialize_backbone(backbone, path)
-    if not spm_model_file:
-        base = os.fspath(path).removesuffix(":best")
-        directory = base if os.path.isdir(base) else os.path.dirname(base)
-        run = split_run_checkpoint(base)
-        directory = run[0] if run else directory
-        spm_model_file = find_sentencepiece(directory) or find_sentencepiece(
-            os.path.join(directory, "assets"))
+    spm_model_file = spm_model_file or carried_tokenizer(path)["spm_model_file"]
     if not spm_model_file:
         raise ExportError(f"No SentencePiece model beside {path}; pass --spm_model_file.")
     if not os.path.exists(spm_model_file):

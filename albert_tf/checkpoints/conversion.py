@@ -3,6 +3,7 @@ reported. The formats themselves live in `tf1`, `hf` and `ours`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -17,10 +18,11 @@ from albert_tf.checkpoints.hf import (HF_FILES, config_from_hf, hf_architectures
                                       load_hf_state_dict, read_hf_folder, write_hf_folder)
 from albert_tf.checkpoints.names import model_kind, model_weights
 from albert_tf.checkpoints.ours import (CONFIG_FILE, FORMAT_FILE, TF1_FILES, check_replaceable,
-                                        find_sentencepiece, load_pretrained, save_albert_tf)
+                                        find_sentencepiece, keras_file_config, load_pretrained,
+                                        save_albert_tf)
 from albert_tf.checkpoints.tf1 import (TF1Checkpoint, key_of_with_group0_fallback,
                                        load_tf1_checkpoint, official_config,
-                                       write_tf1_checkpoint)
+                                       resolve_tf1_checkpoint, write_tf1_checkpoint)
 from albert_tf.config import AlbertConfig
 from albert_tf.models import as_kind
 
@@ -294,37 +296,173 @@ def is_training_output_dir(path: str) -> bool:
 
 def _training_run(path: str) -> tuple[str, str] | None:
     """(run directory, checkpoint) when `path` is a training loop's --output_dir (its best
-    evaluated checkpoint, else its latest: the one its runners export) or one checkpoint of
-    one (`RUN/ckpt-N`, `RUN/best/ckpt-best`); else None."""
+    evaluated checkpoint, else its latest: the one its runners export; `DIR:best` its best)
+    or one checkpoint of one (`RUN/ckpt-N`, `RUN/best/ckpt-best`); else None."""
+    if path.endswith(":best") and is_training_output_dir(path[: -len(":best")]):
+        return path[: -len(":best")], "best"
     if os.path.isdir(path) and is_training_output_dir(path):
         best = os.path.exists(os.path.join(path, "best", "ckpt-best.index"))
         return path, "best" if best else "latest"
     return split_run_checkpoint(path)
 
 
-def _load_source(source: str, input_path: str, albert_config_file: str | None, kind: str):
-    """(model with weights, SentencePiece model path or None, source record)."""
-    run = _training_run(input_path)
-    if run is not None and source != "albert_tf":
-        raise CheckpointError(f"{input_path} is a training run's --output_dir (or one of its "
+def check_path(path: str) -> str:
+    """`path` (a `DIR:best` suffix aside) as given, or CheckpointError "no such path: PATH"
+    where nothing is there (a TF1 prefix is there when its `.index` is)."""
+    path = os.fspath(path)
+    plain = path.removesuffix(":best")
+    if "://" in plain or os.path.exists(plain) or tf.io.gfile.exists(plain + ".index"):
+        return path
+    raise CheckpointError(f"no such path: {plain}")
+
+
+def source_format(path: str) -> str:
+    """The format of a source, from what is there: "albert_tf" (our directory, a `.keras`
+    file, a training run's --output_dir or one of its checkpoints, `DIR:best`), "hf" (a
+    folder with config.json) or "tf1" (an official checkpoint or TF-Hub module)."""
+    path = check_path(path)
+    if path.endswith(".keras") or os.path.exists(os.path.join(path, FORMAT_FILE)) \
+            or _training_run(path):
+        return "albert_tf"
+    if os.path.exists(os.path.join(path, "config.json")):
+        return "hf"
+    try:
+        resolve_tf1_checkpoint(path)
+    except CheckpointError as e:
+        raise CheckpointError(
+            f"{path} is neither an albert_tf model directory (no {FORMAT_FILE}), a .keras "
+            f"file, a training run's --output_dir ({CONFIG_FILE} and ckpt-N), a Hugging Face "
+            f"folder (config.json) nor an official TF1 checkpoint ({e})") from None
+    return "tf1"
+
+
+@dataclasses.dataclass
+class Source:
+    """A model read from any saved form (`read_source`) and what travels with it: the
+    tokenizer (SentencePiece model, or a WordPiece vocabulary), the class or tag names, the
+    text settings a `.keras` model recorded; `record` says what was read, `report` which
+    weights were assigned and which entries skipped."""
+
+    model: object
+    spm_model_file: str | None
+    record: dict
+    report: dict
+    labels: list | None = None
+    vocab_file: str | None = None
+    do_lower_case: bool | None = None
+    max_seq_length: int | None = None
+
+
+def _keras_settings(path: str) -> dict:
+    """What a `.keras` file of `AlbertTextClassifier` / `AlbertTextTagger` records beside the
+    model: its preprocessor's vocabulary paths and settings, its labels (none for a bare
+    ALBERT model)."""
+    config = keras_file_config(path).get("config", {})
+    pre = (config.get("preprocessor") or {}).get("config", {})
+    return {"spm_model_file": pre.get("spm_model_file"), "vocab_file": pre.get("vocab_file"),
+            "do_lower_case": pre.get("do_lower_case"),
+            "max_seq_length": pre.get("sequence_length"), "labels": config.get("labels")}
+
+
+def _recorded_labels(directory: str) -> list | None:
+    """The class or tag names a run (labels.json), our directory (albert_tf.json "labels")
+    or a Hugging Face folder (config.json's id2label, unless HF's default LABEL_i) records,
+    else None."""
+    for name, key in (("labels.json", None), (FORMAT_FILE, "labels")):
+        file = os.path.join(directory, name)
+        if os.path.isfile(file):
+            with open(file, encoding="utf-8") as f:
+                value = json.load(f)
+            value = value.get(key) if key and isinstance(value, dict) else value
+            if isinstance(value, list) and value:
+                return value
+    hf_config = os.path.join(directory, "config.json")
+    if os.path.isfile(hf_config):  # a Hugging Face folder's id2label, unless HF's LABEL_i
+        with open(hf_config, encoding="utf-8") as f:
+            id2label = json.load(f).get("id2label") or {}
+        names = [id2label.get(str(i)) for i in range(len(id2label))]
+        if names and all(names) and names != [f"LABEL_{i}" for i in range(len(names))]:
+            return names
+    return None
+
+
+def carried_tokenizer(path: str) -> dict:
+    """{"spm_model_file", "vocab_file", "do_lower_case"} a source carries (None where it
+    carries none): the SentencePiece model a `.keras` model recorded (its path), our
+    directory's or a run's copy, the `.model` beside a TF1 checkpoint or in a TF-Hub module's
+    assets/, a Hugging Face folder's spiece.model."""
+    path = check_path(path)
+    if path.endswith(".keras"):
+        settings = _keras_settings(path)
+        for key in ("spm_model_file", "vocab_file"):
+            if settings[key] and not os.path.exists(settings[key]):
+                raise CheckpointError(f"{path} tokenizes with {key}={settings[key]!r}, which is "
+                                      f"gone (a .keras file records the path, not the file): "
+                                      "put it back there or pass --spm_model_file.")
+        return {k: settings[k] for k in ("spm_model_file", "vocab_file", "do_lower_case")}
+    run = _training_run(path)
+    directory = run[0] if run else path if os.path.isdir(path) else os.path.dirname(path)
+    if os.path.basename(directory) == "variables":  # a TF-Hub module's variables/variables
+        directory = os.path.dirname(directory)
+    spm = find_sentencepiece(directory) or find_sentencepiece(os.path.join(directory, "assets"))
+    return {"spm_model_file": spm, "vocab_file": None, "do_lower_case": None}
+
+
+def read_source(path: str, source: str = "auto", albert_config_file: str | None = None,
+                kind: str = "auto", checkpoint: str | None = None) -> Source:
+    """The model of any saved form, with what travels with it (`Source`): the one reader of
+    `convert`, the exports and the Python API. `path`: a `.keras` file of
+    `AlbertTextClassifier` / `AlbertTextTagger` (or of an ALBERT model), a training run's
+    --output_dir (its best checkpoint, else its latest), `DIR:best`, `RUN/ckpt-N`, our model
+    directory, an official TF1 checkpoint or TF-Hub module, or a Hugging Face folder.
+    `source`: "auto" (from what is there, `source_format`) or the format it must be;
+    `kind`: the model to build ("auto": the one stored); `checkpoint`: of a run, "latest",
+    "best" or a prefix (default: as `_training_run`)."""
+    path = check_path(path)
+    found = source_format(path)
+    source = found if source == "auto" else source
+    if found == "albert_tf" and _training_run(path) and source != "albert_tf":
+        raise CheckpointError(f"{path} is a training run's --output_dir (or one of its "
                               f"checkpoints), not a {source} checkpoint: convert it with "
                               "--source albert_tf.")
+    if kind not in ("auto",) + MODEL_KINDS:
+        raise CheckpointError(f"Unknown model kind {kind!r}; choose auto or one of {MODEL_KINDS}.")
+    if source not in ("tf1", "hf", "albert_tf"):
+        raise CheckpointError(f"Unknown source {source!r}; choose auto, tf1, hf or albert_tf.")
+    model, record, report = _read_model(source, path, albert_config_file, kind, checkpoint)
+    tokenizer = carried_tokenizer(path)
+    settings = _keras_settings(path) if path.endswith(".keras") else {}
+    run = _training_run(path)
+    directory = run[0] if run else path if os.path.isdir(path) else None
+    labels = settings.get("labels") or (_recorded_labels(directory) if directory else None)
+    if labels is None and isinstance(getattr(model, "labels", None), list):
+        labels = model.labels
+    record["skipped"] = report["skipped"]
+    return Source(model, tokenizer["spm_model_file"], record, report, labels=labels,
+                  vocab_file=tokenizer["vocab_file"], do_lower_case=tokenizer["do_lower_case"],
+                  max_seq_length=settings.get("max_seq_length"))
+
+
+def _read_model(source: str, input_path: str, albert_config_file: str | None, kind: str,
+                checkpoint: str | None):
+    """(model with weights, source record, report) of `read_source`."""
+    run = _training_run(input_path)
     if source == "tf1":
-        checkpoint = TF1Checkpoint(input_path)
-        directory = os.path.dirname(checkpoint.prefix)
-        if checkpoint.prefix.endswith(os.path.join("variables", "variables")):
+        tf1 = TF1Checkpoint(input_path)
+        directory = os.path.dirname(tf1.prefix)
+        if tf1.prefix.endswith(os.path.join("variables", "variables")):
             directory = os.path.dirname(directory)  # TF-Hub module: <module>/variables/variables
         config_path = albert_config_file or os.path.join(directory, CONFIG_FILE)
         if not os.path.exists(config_path):
+            config_path = os.path.join(directory, "assets", CONFIG_FILE)
+        if not os.path.exists(config_path):
             raise CheckpointError(
-                f"No albert_config.json beside {checkpoint.prefix}; pass --albert_config_file.")
+                f"No albert_config.json beside {tf1.prefix}; pass --albert_config_file.")
         config = AlbertConfig.from_json_file(config_path)
-        kind = checkpoint.kind() if kind == "auto" else kind
-        model = build_model(kind, config, checkpoint.num_labels())
-        report = load_tf1_checkpoint(model, checkpoint)
-        spm = find_sentencepiece(directory) or find_sentencepiece(
-            os.path.join(directory, "assets"))
-        record = {"type": "tf1", "path": checkpoint.prefix, "hub_module": checkpoint.hub_module,
+        kind = tf1.kind() if kind == "auto" else kind
+        model = build_model(kind, config, tf1.num_labels())
+        report = load_tf1_checkpoint(model, tf1)
+        record = {"type": "tf1", "path": tf1.prefix, "hub_module": tf1.hub_module,
                   "albert_config_file": config_path}
     elif source == "hf":
         config, state, weights_file = read_hf_folder(input_path)
@@ -335,46 +473,41 @@ def _load_source(source: str, input_path: str, albert_config_file: str | None, k
             else None
         model = build_model(kind, config, num_labels)
         report = load_hf_state_dict(model, state, weights_file)
-        spm = find_sentencepiece(input_path)
         record = {"type": "hf", "path": weights_file}
-    elif source == "albert_tf" and run is not None:  # the model the run trains
-        model, prefix = read_training_checkpoint(*run)
+    elif run is not None:  # the model the run trains
+        which = checkpoint if checkpoint and os.path.isdir(input_path) else run[1]
+        model, prefix = read_training_checkpoint(run[0], which)
         model = model if kind == "auto" else as_kind(model, kind)
         report = {"assigned": [w.official_name for w in model_weights(model)], "skipped": {}}
-        spm = find_sentencepiece(run[0])
-        record = {"type": "albert_tf_run", "path": os.path.abspath(prefix)}
-    elif source == "albert_tf":
+        record = {"type": "albert_tf_run", "path": os.path.abspath(prefix),
+                  "checkpoint": os.path.abspath(prefix)}
+    else:
         model = load_pretrained(input_path)
         model = model if kind == "auto" else as_kind(model, kind)
         report = {"assigned": [w.official_name for w in model_weights(model)], "skipped": {}}
-        spm = None if input_path.endswith(".keras") else find_sentencepiece(input_path)
         record = {"type": "albert_tf", "path": os.path.abspath(input_path)}
-    else:
-        raise CheckpointError(f"Unknown source {source!r}; choose tf1, hf or albert_tf.")
-    record["skipped"] = report["skipped"]
-    return model, spm, record, report
-
-
-def _stored_labels(source: str, input_path: str):
-    """The class names our model directory records (albert_tf.json "labels"), else None."""
-    path = os.path.join(input_path, FORMAT_FILE)
-    if source != "albert_tf" or not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f).get("labels")
+    return model, record, report
 
 
 def convert(source: str, input_path: str, output_dir: str, target: str = "albert_tf",
             albert_config_file: str | None = None, model: str = "auto",
-            overwrite: bool = False, do_lower_case: bool = True) -> dict:
-    """Converts a checkpoint between formats. Returns a summary dict (model kind, counts,
-    skipped entries, output path). `target` "hf" writes a Hugging Face folder
-    (`write_hf_folder`; `do_lower_case` is its tokenizer's)."""
-    if model not in ("auto",) + MODEL_KINDS:
-        raise CheckpointError(f"Unknown model kind {model!r}; choose auto or one of {MODEL_KINDS}.")
-    keras_model, spm, record, report = _load_source(source, input_path, albert_config_file, model)
+            overwrite: bool = False, do_lower_case: bool | None = None,
+            spm_model_file: str | None = None) -> dict:
+    """Converts a checkpoint between formats (`source` "auto": from what is there). Returns a
+    summary dict (model kind, counts, skipped entries, output path). The tokenizer travels
+    into every target: the source's (`read_source`), or `spm_model_file` where given.
+    `target` "hf" writes a Hugging Face folder (`write_hf_folder`; `do_lower_case` is its
+    tokenizer's, default the source's, else True)."""
+    read = read_source(input_path, source, albert_config_file, model)
+    keras_model, record, report = read.model, read.record, read.report
+    spm = spm_model_file or read.spm_model_file
+    if spm and not os.path.isfile(spm):
+        raise CheckpointError(f"no such path: {spm} (--spm_model_file)")
+    if do_lower_case is None:
+        do_lower_case = True if read.do_lower_case is None else read.do_lower_case
     if target == "albert_tf":
-        written = save_albert_tf(keras_model, output_dir, spm, record, overwrite=overwrite)
+        written = save_albert_tf(keras_model, output_dir, spm, record, overwrite=overwrite,
+                                 labels=read.labels)
     elif target == "tf1":
         config = official_config(keras_model.config)  # refuses what official code cannot read
         check_replaceable(os.path.abspath(output_dir), overwrite, TF1_FILES)
@@ -385,9 +518,9 @@ def convert(source: str, input_path: str, output_dir: str, target: str = "albert
     elif target == "hf":
         check_replaceable(os.path.abspath(output_dir), overwrite, HF_FILES)
         written = write_hf_folder(keras_model, output_dir, spm, do_lower_case=do_lower_case,
-                                  labels=_stored_labels(source, input_path))
+                                  labels=read.labels)
     else:
         raise CheckpointError(f"Unknown target {target!r}; choose albert_tf, tf1 or hf.")
     return {"model": model_kind(keras_model), "weights": len(report["assigned"]),
             "parameters": keras_model.count_params(), "skipped": report["skipped"],
-            "sentencepiece_model": spm, "output": written}
+            "sentencepiece_model": spm, "labels": read.labels, "output": written}

@@ -18,7 +18,9 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
 
+import albert_tf
 from albert_tf.checkpoints.common import CheckpointError, build_model
 from albert_tf.checkpoints.names import model_kind
 from albert_tf.config import AlbertConfig
@@ -63,9 +65,11 @@ def find_sentencepiece(directory: str) -> str | None:
 
 
 def save_albert_tf(model, output_dir: str, sentencepiece_model: str | None = None,
-                   source: dict | None = None, overwrite: bool = False) -> str:
+                   source: dict | None = None, overwrite: bool = False,
+                   labels: list | None = None) -> str:
     """Writes `model` in our format (see module docstring), atomically: into a temporary
-    directory renamed into place, so a failed write leaves nothing under `output_dir`."""
+    directory renamed into place, so a failed write leaves nothing under `output_dir`.
+    `labels`: the class or tag names, recorded (albert_tf.json "labels")."""
     output_dir = os.path.abspath(output_dir)
     check_replaceable(output_dir, overwrite, OURS_FILES)
     parent = os.path.dirname(output_dir)
@@ -77,6 +81,8 @@ def save_albert_tf(model, output_dir: str, sentencepiece_model: str | None = Non
         kind = model_kind(model)
         record = {"format": "albert_tf", "format_version": FORMAT_VERSION, "model": kind,
                   "num_labels": getattr(model, "num_labels", None), "source": source or {}}
+        if labels:
+            record["labels"] = list(labels)
         if sentencepiece_model:
             shutil.copy(sentencepiece_model, tmp)
             record["sentencepiece_model"] = os.path.basename(sentencepiece_model)
@@ -107,9 +113,11 @@ def load_pretrained(path: str, backbone_only: bool = False, dtype=None):
 
     path = os.fspath(path)
     if path.endswith(".keras"):
-        if not os.path.exists(path):
-            raise CheckpointError(f"No such file: {path}")
-        model = keras.models.load_model(path, safe_mode=True)
+        keras_file_config(path)  # its classes checked (ours or Keras's) before Keras reads it
+        try:
+            model = keras.models.load_model(path, safe_mode=True)
+        except TypeError as e:  # a class Keras cannot find among its own and ours
+            raise CheckpointError(f"{path} cannot be loaded: {str(e)[:300]}") from None
         # a Keras task (`AlbertTextClassifier`) saved whole: the ALBERT model it wraps
         model = getattr(model, "albert_model", model)
     else:
@@ -135,3 +143,46 @@ def load_pretrained(path: str, backbone_only: bool = False, dtype=None):
     if backbone_only:
         return backbone_of(model)
     return model
+
+
+def keras_file_config(path: str) -> dict:
+    """The config (config.json) of a `.keras` file, read as JSON without building anything,
+    after checking that every class it names is Keras's or one of albert_tf's exported models
+    (`AlbertTextClassifier`, `AlbertTextTagger`, the ALBERT models), whose modules are then
+    imported so Keras finds them registered. A class of any other module (`{"module": "os",
+    "class_name": "system"}`) is refused with its name: nothing of the file is run."""
+    if not os.path.isfile(path):
+        raise CheckpointError(f"no such path: {path}")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read("config.json"))
+    except (zipfile.BadZipFile, KeyError, ValueError) as e:
+        raise CheckpointError(f"{path} is not a Keras model file (a zip with config.json): "
+                              f"{e}") from None
+    ours = set(albert_tf.__all__)
+    for obj in _keras_objects(config):
+        module, name = str(obj.get("module") or ""), str(obj["class_name"])
+        registered = str(obj.get("registered_name") or "")
+        if not module or module == "keras" or module.startswith("keras."):
+            continue  # Keras's own (no module: its built-ins and registered objects only)
+        if module.split(".")[0] == "albert_tf" and registered.startswith("albert_tf>"):
+            if name in ours:  # an exported model: its module registers it (and its parts)
+                getattr(albert_tf, name)
+            continue
+        raise CheckpointError(
+            f"{path} names the class {name!r} of module {module!r}, which is neither Keras's "
+            "nor albert_tf's: it is not loaded (nothing of the file was run). Load only "
+            ".keras files saved from albert_tf models.")
+    return config
+
+
+def _keras_objects(config):
+    """Every serialized object (a dict with "class_name") in a `.keras` config."""
+    if isinstance(config, dict):
+        if "class_name" in config:
+            yield config
+        for value in config.values():
+            yield from _keras_objects(value)
+    elif isinstance(config, list):
+        for value in config:
+            yield from _keras_objects(value)
