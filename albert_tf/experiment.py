@@ -317,7 +317,8 @@ class ExperimentConfig:
 _PATH_SETTINGS = frozenset({
     "albert_config_file", "spm_model_file", "vocab_file", "init_checkpoint",
     "albert_hub_module_handle", "model_dir", "input_file", "eval_input_file", "output_dir",
-    "export_dir", "data_dir", "cached_dir", "train_file", "predict_file", "eval_file",
+    "export_dir", "data_dir", "cached_dir", "train_file", "dev_file", "test_file",
+    "predict_file", "eval_file",
     "train_feature_file", "predict_feature_file", "predict_feature_left_file", "output_file"})
 
 

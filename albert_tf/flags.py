@@ -84,6 +84,9 @@ SPECS = {
                                          "the SQuAD JSON (or zip) for run_squad_*; the "
                                          "features TFRecord for run_race (written if "
                                          "absent)."),
+    "dev_file": Spec("string", None, "The file to evaluate on (--do_eval)."),
+    "test_file": Spec("string", None, "The file to predict (--do_predict); it may lack the "
+                                      "labels."),
     "num_train_files": Spec("integer", 8, "Files the training features are written as "
                                           "(consecutive blocks of the seeded order), so that up "
                                           "to this many input pipelines (workers, TPU hosts; "
@@ -229,7 +232,8 @@ NUMBER_RULES = {
     "num_keep_checkpoint": "positive", "train_examples": "non_negative",
     "dropout_rate": "dropout", "num_train_epochs": "positive",
     "warmup_proportion": "probability", "start_n_top": "positive", "end_n_top": "positive",
-    "num_output_shards": "positive", "masked_lm_prob": "positive_probability",
+    "num_output_shards": "positive", "num_labels": "non_negative",
+    "masked_lm_prob": "positive_probability",
     "ngram": "positive", "dupe_factor": "positive", "short_seq_prob": "probability",
     "num_workers": "positive", "tokens_per_unit": "positive", "vocab_size": "positive",
     "dask_workers": "positive",

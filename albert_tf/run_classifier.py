@@ -1,5 +1,6 @@
-r"""Fine-tuning on GLUE (cola, mnli, mismnli, mrpc, qnli, qqp, rte, sst-2, sts-b, wnli) through
-the one training loop, under any tf.distribute strategy.
+r"""Fine-tuning on GLUE (cola, mnli, mismnli, mrpc, qnli, qqp, rte, sst-2, sts-b, wnli), or on
+your own CSV, TSV or JSON Lines files (`--task_name custom`), through the one training loop,
+under any tf.distribute strategy.
 
 Flag names are the official google-research/albert `run_classifier.py` ones (with
 `--distribution_strategy`/`--tpu` added), so an official command line works with the module
@@ -22,6 +23,24 @@ with `--export_dir` a SavedModel whose `serving_default` takes raw text (and who
 `official_serving_default` answers the official export's tf.Example requests). Rerun the same
 command to resume.
 
+Your own data: `--task_name custom` reads `--train_file`, `--dev_file` and `--test_file`
+(`.csv`, `.tsv` or `.jsonl`, by extension; `albert_tf.tasks.tables`), the text from
+`--text_a_column` (and `--text_b_column` for pairs), the label from `--label_column`:
+
+    python -m albert_tf.run_classifier --task_name custom --train_file train.csv \
+        --dev_file dev.csv --test_file test.csv --text_a_column text --label_column topic \
+        --init_checkpoint albert_base --output_dir runs/topics --do_train --do_eval \
+        --do_predict --export_dir exports/topics ...
+
+The labels are the training file's, sorted (integers in numeric order), kept as
+OUTPUT_DIR/labels.json (so a later `--do_eval`, `--do_predict` or `--export_dir` run without
+`--train_file` uses the same ids); `--num_labels 1` makes the label a number (regression).
+`eval_results.json` holds accuracy (two labels: also F1 of the second label and Matthews
+correlation; regression: Pearson and Spearman); `--do_predict` writes `predictions.jsonl` (per
+test row: its index, texts, the predicted label's name and each label's probability); the export
+answers the label names (`classify`). A file that cannot be used is an error naming the file,
+line and column.
+
 As official, `--export_dir` alone (no --do_train, --do_eval, --do_predict) is an action: it
 exports the run in `--output_dir` (its best evaluated checkpoint, else its latest; the official
 runner exports `OUTPUT_DIR/model.ckpt-best`), and stops with an error when that directory holds
@@ -32,16 +51,17 @@ from albert_tf.quiet import entry_point  # noqa: E402
 
 entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
 
-import math
-import os
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
 
-from absl import flags  # noqa: E402
+from absl import app, flags  # noqa: E402
 
 from albert_tf.tasks import glue  # noqa: E402
 from albert_tf import flags as albert_flags  # noqa: E402
 from albert_tf.tasks.classification import ClassificationTask, write_split_features  # noqa: E402
-from albert_tf.runner import (command, task_exporter, model_and_tokenizer,  # noqa: E402
-                              run_task, training_config)
+from albert_tf.runner import (PRETRAINED, command, task_exporter,  # noqa: E402
+                              model_and_tokenizer, run_labels, run_task, training_config)
 
 SUBMISSION_NAMES = {"cola": "CoLA", "sst-2": "SST-2", "mrpc": "MRPC", "qqp": "QQP",
                     "sts-b": "STS-B", "mnli": "MNLI-m", "mismnli": "MNLI-mm", "qnli": "QNLI",
@@ -53,7 +73,20 @@ def define_flags():
     albert_flags.define(albert_flags.MODEL, albert_flags.VOCAB, albert_flags.RUN, albert_flags.EVAL,
                         albert_flags.FINETUNING,
                         albert_flags.CLUSTER, albert_flags.PERFORMANCE, "task_name", "data_dir",
-                        "train_step", "warmup_step")
+                        "train_step", "warmup_step", "train_file", "dev_file", "test_file",
+                        notes={"task_name": "A GLUE task, or custom: your own files "
+                                            "(--train_file, --dev_file, --test_file).",
+                               "data_dir": "GLUE tasks (not custom).",
+                               "train_file": "run_classifier --task_name custom: a .csv, .tsv "
+                                             "or .jsonl file (its labels are the model's)."})
+    flags.DEFINE_string("text_a_column", None, "--task_name custom: the column of the text "
+                        "(the first text of a pair).")
+    flags.DEFINE_string("text_b_column", None, "--task_name custom: the column of the second "
+                        "text of a pair (none: one text per example).")
+    flags.DEFINE_string("label_column", "label", "--task_name custom: the column of the label.")
+    flags.DEFINE_integer("num_labels", 0, "--task_name custom: 1 for regression (the label is a "
+                         "number); 0: the labels are the training file's (a number > 1 is "
+                         "checked against them).")
     flags.DEFINE_string("cached_dir", None, "Where the feature TFRecords go (default: "
                         "--output_dir).")
     flags.DEFINE_integer("train_examples", 0, "Fine-tune on the first N examples of the train "
@@ -65,7 +98,10 @@ def define_flags():
 
 
 def write_predictions(output_dir, task, examples, predictions, probabilities):
-    """GLUE submission file `<TASK>.tsv` and the official `test_results.tsv`."""
+    """GLUE submission file `<TASK>.tsv` and the official `test_results.tsv`; your own data's
+    `predictions.jsonl` (`write_custom_predictions`)."""
+    if glue.is_custom(task.name):
+        return write_custom_predictions(output_dir, task, examples, predictions, probabilities)
     name = SUBMISSION_NAMES[task.name]
     path = os.path.join(output_dir, f"{name}.tsv")
     with open(path, "w", encoding="utf-8") as f:
@@ -81,8 +117,61 @@ def write_predictions(output_dir, task, examples, predictions, probabilities):
     return path
 
 
+PREDICTIONS_FILE = "predictions.jsonl"
+
+
+def write_custom_predictions(output_dir, task, examples, predictions, probabilities):
+    """OUTPUT_DIR/predictions.jsonl: per test example (in the file's order) its `index`, texts
+    (`text_a`, `text_b` for pairs), the `prediction` (the label's name; regression: the
+    number) and, for classification, `probabilities` by label name."""
+    path = os.path.join(output_dir, PREDICTIONS_FILE)
+    assert len(predictions) == len(examples)
+    with open(path, "w", encoding="utf-8") as f:
+        for i, (example, value) in enumerate(zip(examples, predictions)):
+            row = {"index": i, "text_a": example.text_a}
+            if example.text_b is not None:
+                row["text_b"] = example.text_b
+            if task.is_regression:
+                row["prediction"] = float(value)
+            else:
+                row["prediction"] = task.labels[int(value)]
+                row["probabilities"] = {name: round(float(p), 6)
+                                        for name, p in zip(task.labels, probabilities[i])}
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path
+
+
+def custom_task(exp) -> glue.GlueTask:
+    """`--task_name custom`: the task of your own files (`glue.custom_task`), its labels the
+    training file's (`glue.label_set`), kept in OUTPUT_DIR/labels.json (`run_labels`): a run
+    without --do_train reads them there."""
+    files = {"train": exp.train_file, "dev": exp.dev_file, "test": exp.test_file}
+    for action, split in (("do_train", "train"), ("do_eval", "dev"), ("do_predict", "test")):
+        if exp.get(action) and not files[split]:
+            raise ValueError(f"--task_name custom --{action} needs --{split}_file (a .csv, "
+                             ".tsv or .jsonl file).")
+    reads = exp.do_train or exp.do_eval or exp.do_predict
+    if reads and not exp.text_a_column:
+        raise ValueError("--task_name custom needs --text_a_column: the column of the text "
+                         "(and --text_b_column for pairs, --label_column for the label).")
+    if exp.num_labels == 1:
+        return glue.custom_task(None, exp.text_a_column, exp.text_b_column, exp.label_column,
+                                files)
+    trained = None
+    if exp.do_train:
+        trained = glue.label_set(glue.read_table_examples(
+            exp.train_file, exp.text_a_column, exp.text_b_column, exp.label_column, "train"))
+    labels = run_labels(exp.output_dir, trained, exp.train_file)
+    if exp.num_labels and exp.num_labels != len(labels):
+        raise ValueError(f"--num_labels {exp.num_labels}, and the training file has "
+                         f"{len(labels)} labels {labels}: drop --num_labels (the labels are "
+                         "the training file's), or fix the file.")
+    return glue.custom_task(labels, exp.text_a_column, exp.text_b_column, exp.label_column,
+                            files)
+
+
 def run(exp):
-    task = glue.get_task(exp.task_name)
+    task = custom_task(exp) if glue.is_custom(exp.task_name) else glue.get_task(exp.task_name)
     config, tokenizer = model_and_tokenizer(exp)
     splits = [s for s, on in (("train", exp.do_train), ("dev", exp.do_eval),
                               ("test", exp.do_predict)) if on]
@@ -113,11 +202,20 @@ def run(exp):
         print(f"predictions of {len(examples):,} test examples: {written}")
 
 
+def check(exp):
+    """What the command line must give beyond the required flags (absl's UsageError)."""
+    albert_flags.require_an_action(export=True)
+    if not glue.is_custom(exp.task_name) and not exp.data_dir:
+        raise app.UsageError(f"--data_dir is required for the GLUE task {exp.task_name} "
+                             "(--task_name custom reads --train_file, --dev_file, --test_file).")
+
+
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
-    command(run, define_flags, required=("task_name", "data_dir", "albert_config_file",
-                                         "spm_model_file|vocab_file", "output_dir"),
-            check=lambda exp: albert_flags.require_an_action(export=True))
+    command(run, define_flags, required=("task_name", f"albert_config_file|{PRETRAINED}",
+                                         f"spm_model_file|vocab_file|{PRETRAINED}",
+                                         "output_dir"),
+            check=check)
 
 
 if __name__ == "__main__":

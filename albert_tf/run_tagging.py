@@ -27,19 +27,17 @@ from albert_tf.quiet import entry_point  # noqa: E402
 
 entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
 
-import json  # noqa: E402
 import os  # noqa: E402
 
 from absl import flags  # noqa: E402
 
 from albert_tf import flags as albert_flags  # noqa: E402
-from albert_tf.runner import (command, task_exporter, model_and_tokenizer,  # noqa: E402
-                              run_task, training_config, write_json)
+from albert_tf.runner import (PRETRAINED, command, task_exporter,  # noqa: E402
+                              model_and_tokenizer, run_labels, run_task, training_config,
+                              write_json)
 from albert_tf.tasks import conll  # noqa: E402
 from albert_tf.tasks.tagging import (TaggingPreprocessor, TaggingTask,  # noqa: E402
                                      score_sentences, write_examples)
-
-LABELS_FILE = "labels.json"
 
 
 def define_flags():
@@ -47,37 +45,22 @@ def define_flags():
     albert_flags.define(albert_flags.MODEL, albert_flags.VOCAB, albert_flags.RUN,
                         albert_flags.EVAL, albert_flags.FINETUNING, albert_flags.CLUSTER,
                         albert_flags.PERFORMANCE, "train_step", "warmup_step", "train_file",
+                        "dev_file", "test_file",
                         max_seq_length=128,
                         notes={"train_file": "run_tagging: a CoNLL or CoNLL-U file (its tags "
-                                             "are the model's tag set)."})
-    flags.DEFINE_string("dev_file", None, "CoNLL or CoNLL-U file to evaluate on (--do_eval).")
-    flags.DEFINE_string("test_file", None, "CoNLL or CoNLL-U file to tag (--do_predict); its "
-                        "tags, if it has any, are scored.")
+                                             "are the model's tag set).",
+                               "dev_file": "run_tagging: CoNLL or CoNLL-U.",
+                               "test_file": "run_tagging: CoNLL or CoNLL-U; its tags, if it "
+                                            "has any, are scored."})
     flags.DEFINE_float("classifier_dropout_prob", 0.1, "Dropout on the sequence output before "
                        "the tagging layer (Hugging Face's name).")
 
 
 def tag_set(exp, output_dir: str, train_sentences) -> list:
     """The tag set: the training file's (written to OUTPUT_DIR/labels.json), else the one a
-    training run left there."""
-    path = os.path.join(output_dir, LABELS_FILE)
-    if train_sentences is not None:
-        labels = conll.label_list(train_sentences)
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                kept = json.load(f)
-            if kept != labels:
-                raise ValueError(f"--train_file {exp.train_file} has the tags {labels}, but "
-                                 f"{path} (an earlier run in --output_dir) has {kept}; use "
-                                 "another --output_dir.")
-        os.makedirs(output_dir, exist_ok=True)
-        write_json(path, labels)
-        return labels
-    if not os.path.exists(path):
-        raise ValueError(f"No tag set: give --train_file, or an --output_dir where a training "
-                         f"run wrote {LABELS_FILE}.")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    training run left there (`run_labels`)."""
+    return run_labels(output_dir, None if train_sentences is None
+                      else conll.label_list(train_sentences), exp.train_file, kind="tag set")
 
 
 def read_splits(exp) -> dict:
@@ -153,7 +136,8 @@ def run(exp):
 
 def cli():
     """The command (`python -m albert_tf.run_tagging`)."""
-    command(run, define_flags, required=("albert_config_file", "spm_model_file|vocab_file",
+    command(run, define_flags, required=(f"albert_config_file|{PRETRAINED}",
+                                         f"spm_model_file|vocab_file|{PRETRAINED}",
                                          "output_dir"),
             check=lambda exp: albert_flags.require_an_action(export=True))
 

@@ -264,6 +264,34 @@ def write_json(path: str, value) -> None:
         json.dump(value, f, indent=2, ensure_ascii=False)
 
 
+LABELS_FILE = "labels.json"
+
+
+def run_labels(output_dir: str, labels, train_file: str | None, kind: str = "labels") -> list:
+    """The class names of a fine-tuning run whose labels come from its training file (run_tagging's
+    tags, run_classifier's own data): `labels` (the training file's, in id order) written to
+    OUTPUT_DIR/labels.json, or, with `labels` None (no training file this time), the list a
+    training run wrote there, so a later --do_eval, --do_predict or --export_dir uses the same
+    ids. A training file of other labels than the run's is an error (its ids would differ)."""
+    path = os.path.join(output_dir, LABELS_FILE)
+    kept = None
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            kept = json.load(f)
+    if labels is None:
+        if kept is None:
+            raise ValueError(f"No {kind}: give --train_file, or an --output_dir where a "
+                             f"training run wrote {LABELS_FILE}.")
+        return kept
+    labels = list(labels)
+    if kept is not None and kept != labels:
+        raise ValueError(f"--train_file {train_file} has the {kind} {labels}, but {path} (an "
+                         f"earlier run in --output_dir) has {kept}; use another --output_dir.")
+    os.makedirs(output_dir, exist_ok=True)
+    write_json(path, labels)
+    return labels
+
+
 def format_metrics(metrics: dict) -> str:
     return ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                      for k, v in metrics.items())

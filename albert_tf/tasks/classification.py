@@ -88,8 +88,8 @@ def write_examples(examples, task: glue.GlueTask, tokenizer, max_seq_length: int
     appends `is_real_example = 0` examples up to a multiple of it."""
     schema = classifier_schema(max_seq_length, task.is_regression)
     digest = hashlib.sha256(json.dumps(
-        [task.name, max_seq_length, shuffle_seed, pad_to_multiple, tokenizer.sha256,
-         tokenizer.do_lower_case, FEATURES_REVISION,
+        [task.name, task.labels, max_seq_length, shuffle_seed, pad_to_multiple,
+         tokenizer.sha256, tokenizer.do_lower_case, FEATURES_REVISION,
          [(e.guid, e.text_a, e.text_b, e.label) for e in examples]],
         ensure_ascii=False).encode()).hexdigest()
     num_files = files_for(len(examples), num_files)
@@ -124,7 +124,8 @@ def write_split_features(task: glue.GlueTask, tokenizer, data_dir, cache_dir, ma
                          splits, seed, eval_batch_size, predict_batch_size, num_train_files=1,
                          train_examples=0):
     """{split: (TFRecord paths, comma-separated; sidecar; examples)} for the requested GLUE
-    splits of `data_dir` (kept when up to date): training in `num_train_files` files, its first
+    splits of `data_dir` (a `glue.custom_task`'s: its own files; kept when up to date):
+    training in `num_train_files` files, its first
     `train_examples` examples only when that is positive; dev and test padded to whole
     batches."""
     written = {}
@@ -133,7 +134,8 @@ def write_split_features(task: glue.GlueTask, tokenizer, data_dir, cache_dir, ma
         if split == "train" and train_examples:
             if not 0 < train_examples <= len(examples):
                 raise ValueError(f"--train_examples={train_examples}: the train split of "
-                                 f"{data_dir} has {len(examples)} examples; give 1 to "
+                                 f"{glue.task_file(task, data_dir, split)} has "
+                                 f"{len(examples)} examples; give 1 to "
                                  f"{len(examples)}, or 0 for all.")
             examples = examples[:train_examples]
         path = os.path.join(cache_dir, f"{split}.tfrecord")

@@ -26,6 +26,12 @@ Task names are the official processors' (`cola`, `mnli`, `mismnli`, `mrpc`, `qnl
 the GLUE root as in the official runner (`DATA_DIR/MRPC/train.tsv`, MNLI's files under
 `DATA_DIR/MNLI`), or the task's own folder (`DATA_DIR/train.tsv`): `task_file` takes the one that
 exists.
+
+Your own data (`custom_task`, run_classifier's `--task_name custom`): CSV, TSV or JSON Lines
+files (`albert_tf.tasks.tables`) whose columns are named (`text_a_column`, `text_b_column`,
+`label_column`); the labels are the training file's (`label_set`: sorted, integers in numeric
+order), or a float for regression; `read_table_examples` reads them, its errors naming the file,
+line and column.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ import numpy as np
 from absl import logging
 from scipy import stats
 from sklearn import metrics as sklearn_metrics
+
+from albert_tf.tasks.tables import read_table, table_format
 
 BOM = b"\xef\xbb\xbf"
 
@@ -78,6 +86,7 @@ class GlueTask:
     # Labelled rows with too few columns are skipped, as the official processor does (QQP's
     # train.tsv has a few), instead of being an error; the count is logged.
     skip_short_rows: bool = False
+    best: str = ""  # the metric that picks the best checkpoint, where not GLUE's (`main_metric`)
 
     @property
     def is_regression(self) -> bool:
@@ -118,9 +127,137 @@ ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "sts": "sts-b", "mnli-m": "mnli",
 
 def get_task(name: str) -> GlueTask:
     key = ALIASES.get(name.lower(), name.lower())
+    if key == CUSTOM:
+        raise GlueDataError(f"Task {name!r} is your own files' and has no fixed labels: it is "
+                            "made by custom_task() from the training file (run_classifier "
+                            "--task_name custom --train_file F --text_a_column NAME "
+                            "--label_column NAME).")
     if key not in TASKS:
-        raise GlueDataError(f"Unknown GLUE task {name!r}; choose one of {sorted(TASKS)}.")
+        raise GlueDataError(f"Unknown GLUE task {name!r}; choose one of {sorted(TASKS)}, or "
+                            f"{CUSTOM!r} for your own CSV, TSV or JSON Lines files "
+                            "(--train_file, --dev_file, --test_file, --text_a_column, "
+                            "--label_column).")
     return TASKS[key]
+
+
+# ---------------------------------------------------------------------------------------------
+# Your own data: a table (CSV, TSV, JSON Lines: `albert_tf.tasks.tables`) whose columns are named.
+CUSTOM = "custom"
+
+
+def is_custom(name: str) -> bool:
+    """Whether the task name `name` is your own files' (`custom_task`)."""
+    return bool(name) and name.lower() == CUSTOM
+
+
+def custom_task(labels, text_a_column: str, text_b_column: str | None = None,
+                label_column: str = "label", files: dict | None = None) -> GlueTask:
+    """The task of your own table files: `labels` the class names (index = id; `label_set` of
+    the training file), or None for regression (a float label); `files` split -> path. Two
+    classes are scored as MRPC is (accuracy, F1 of the second label, Matthews correlation),
+    more by accuracy; the best checkpoint by accuracy (regression: Pearson)."""
+    if labels is not None and len(labels) < 2:
+        raise GlueDataError(f"A classification task needs 2 or more labels; the training file "
+                            f"has {list(labels)}. For a number to predict, give --num_labels 1 "
+                            "(regression).")
+    binary = labels is not None and len(labels) == 2
+    return GlueTask(CUSTOM, "", None if labels is None else tuple(labels), text_a_column,
+                    text_b_column, label_column, dict(files or {}), positive_f1=binary,
+                    matthews=binary, best="pearson" if labels is None else "accuracy")
+
+
+def _label_key(label: str):
+    """Integer labels ("2", "10") in numeric order, then the rest in text order."""
+    try:
+        return (0, int(label), "")
+    except ValueError:
+        return (1, 0, label)
+
+
+def label_set(examples) -> list[str]:
+    """The sorted distinct labels of `examples` (integers in numeric order): the class names
+    of a task trained on them, index = id."""
+    return sorted({e.label for e in examples}, key=_label_key)
+
+
+def _table_label(raw, where: str, flag: str, regression: bool, labels, source):
+    if raw is None or not str(raw).strip():
+        raise GlueDataError(f"{where}: the label is empty ({flag}); give every row a label, "
+                            "or remove the row.")
+    raw = str(raw).strip()
+    if regression:
+        try:
+            value = float(raw)
+        except ValueError:
+            value = float("nan")
+        if not np.isfinite(value):
+            raise GlueDataError(f"{where}: label {raw!r} is not a finite number, and a "
+                                "regression task (--num_labels 1) predicts numbers.")
+        return value
+    if labels is not None and raw not in labels:
+        raise GlueDataError(f"{where}: label {raw!r} is not one of the {len(labels)} labels "
+                            f"{list(labels)} of {source}; a model predicts only the labels it "
+                            "was trained on (fix the label, or add examples of it to the "
+                            "training file).")
+    return raw
+
+
+def read_table_examples(path: str, text_a_column: str, text_b_column: str | None = None,
+                        label_column: str | None = "label", split: str = "train",
+                        labels=None, regression: bool = False,
+                        labels_from: str = "the training file") -> list[InputExample]:
+    """The examples of a table file (`albert_tf.tasks.tables.read_table`: CSV, TSV or JSON
+    Lines by extension): texts from `text_a_column` (and `text_b_column`), the label from
+    `label_column` (a class name, or a finite number with `regression`); a label outside
+    `labels` (when given; `labels_from` says whose they are) is an error. `split` "test": the
+    label column may be absent (labels None). Every error names the file, line and column:
+    a column the file does not have (the columns it has listed), an empty text or label."""
+    columns, rows = read_table(path)
+    header_line = rows[0][0] if table_format(path) == "jsonl" else None
+    wanted = [(text_a_column, "--text_a_column"), (text_b_column, "--text_b_column"),
+              (label_column, "--label_column")]
+    has_label = label_column is not None
+    if split == "test" and has_label and label_column not in columns:
+        has_label = False  # a test file may hold texts only
+    if header_line is None:  # CSV/TSV: the header names the columns once
+        for name, flag in wanted:
+            if name is not None and (name != label_column or has_label) and name not in columns:
+                raise GlueDataError(f"{path}: line {_header_line(path)}: no column {name!r} "
+                                    f"({flag}); the file's columns are {columns}.")
+    examples = []
+    for number, row in rows:
+        texts = []
+        for name, flag in wanted[:2]:
+            if name is None:
+                texts.append(None)
+                continue
+            if name not in row:
+                raise GlueDataError(f"{path}: line {number}: no column {name!r} ({flag}); the "
+                                    f"line's columns are {list(row)}.")
+            value = row[name]
+            if value is None or not value.strip():
+                raise GlueDataError(f"{path}: line {number}, column {name!r}: the text is "
+                                    "empty; fill it in or remove the row.")
+            texts.append(value.strip())
+        label = None
+        if has_label:
+            if label_column not in row:
+                raise GlueDataError(f"{path}: line {number}: no column {label_column!r} "
+                                    f"(--label_column); the line's columns are {list(row)}.")
+            label = _table_label(row[label_column], f"{path}: line {number}, column "
+                                 f"{label_column!r}", "--label_column", regression, labels,
+                                 labels_from)
+        examples.append(InputExample(f"{split}-{len(examples)}", texts[0], texts[1], label))
+    return examples
+
+
+def _header_line(path: str) -> int:
+    """The line of a CSV/TSV file's header (its first non-blank line)."""
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
+        for number, line in enumerate(f, start=1):
+            if line.strip():
+                return number
+    return 1
 
 
 def read_tsv(path: str) -> list[tuple[int, list[str]]]:
@@ -177,8 +314,12 @@ def _score(raw: str, path: str, number: int) -> float:
 
 def read_examples(task: GlueTask | str, path: str, split: str) -> list[InputExample]:
     """The examples of one file of `task`; `split` ("train", "dev", "test") names the guids and
-    says whether labels are expected (not in "test")."""
+    says whether labels are expected (not in "test"). A `custom_task`'s files are tables
+    (`read_table_examples`)."""
     task = get_task(task) if isinstance(task, str) else task
+    if task.name == CUSTOM:
+        return read_table_examples(path, task.a, task.b, task.label, split, task.labels,
+                                   task.is_regression)
     rows = read_tsv(path)
     is_test = split == "test"
     header_row = task.test_header if is_test else task.header
@@ -226,6 +367,11 @@ def task_file(task: GlueTask | str, data_dir: str, split: str) -> str:
     """The file of `split`: `data_dir/<folder>/<file>` when `data_dir` is the GLUE root (the
     official runner's --data_dir), `data_dir/<file>` when it is the task's folder."""
     task = get_task(task) if isinstance(task, str) else task
+    if task.name == CUSTOM:
+        if not task.files.get(split):
+            raise GlueDataError(f"No {split} file: give --{split}_file (a .csv, .tsv or "
+                                ".jsonl file).")
+        return task.files[split]
     candidates = [os.path.join(data_dir, task.folder, task.files[split]),
                   os.path.join(data_dir, task.files[split])]
     for path in candidates:
@@ -312,6 +458,8 @@ def metric_names(task: GlueTask | str) -> tuple:
 def main_metric(task: GlueTask | str) -> str:
     """The metric GLUE ranks a task by (and that picks the best checkpoint)."""
     task = get_task(task) if isinstance(task, str) else task
+    if task.best:
+        return task.best
     if task.is_regression:
         return "pearson"
     if task.matthews:

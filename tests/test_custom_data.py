@@ -1,0 +1,276 @@
+"""Your own data: the table reader (CSV, TSV, JSON Lines), its errors, and `run_classifier
+--task_name custom` end to end on a three-class sentence set made here (not GLUE)."""
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags
+
+from albert_tf import AlbertConfig
+from albert_tf.tasks import glue
+from albert_tf.tasks.tables import TableError, read_table
+
+TINY = dict(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+            num_attention_heads=4, intermediate_size=40, max_position_embeddings=64)
+
+
+def _write(path, data: bytes) -> str:
+    with open(path, "wb") as f:
+        f.write(data)
+    return str(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The reader.
+def test_csv_with_bom_crlf_quotes_and_separators_inside_fields(tmp_path):
+    path = _write(tmp_path / "a.csv",
+                  b'\xef\xbb\xbftext,label\r\n"a, b\r\nc",x\r\nplain "q" text,y\r\n\r\n'
+                  b'"with ""quote""\tand tab",x')
+    assert read_table(path) == (["text", "label"], [
+        (2, {"text": "a, b\nc", "label": "x"}),
+        (4, {"text": 'plain "q" text', "label": "y"}),
+        (6, {"text": 'with "quote"\tand tab', "label": "x"})])
+
+
+def test_tsv_quoted_tab_and_comma(tmp_path):
+    path = _write(tmp_path / "a.tsv", b'sentence\tother\tlabel\n"a\tb"\t1\tx\nc, d\t"2\n3"\ty')
+    assert read_table(path) == (["sentence", "other", "label"], [
+        (2, {"sentence": "a\tb", "other": "1", "label": "x"}),
+        (3, {"sentence": "c, d", "other": "2\n3", "label": "y"})])
+
+
+def test_jsonl_numbers_as_text_crlf_and_blank_lines(tmp_path):
+    path = _write(tmp_path / "a.jsonl", b'\xef\xbb\xbf{"text": "hi, \\"you\\"", "label": 2}\r\n\n'
+                                        b'{"text": "yo\\tthere", "label": 10, "ok": true}')
+    assert read_table(path) == (["text", "label"], [
+        (1, {"text": 'hi, "you"', "label": "2"}),
+        (3, {"text": "yo\tthere", "label": "10", "ok": "true"})])
+    examples = glue.read_table_examples(path, "text")
+    assert [(e.guid, e.text_a, e.label) for e in examples] == [
+        ("train-0", 'hi, "you"', "2"), ("train-1", "yo\tthere", "10")]
+    assert glue.label_set(examples) == ["2", "10"]  # integers in numeric order
+
+
+def test_pairs_regression_and_a_test_file_without_labels(tmp_path):
+    train = _write(tmp_path / "t.csv", b"q,p,score\nwho,me,1.5\nwhy, not,-2e-1\n")
+    examples = glue.read_table_examples(train, "q", "p", "score", regression=True)
+    assert [(e.text_a, e.text_b, e.label) for e in examples] == [("who", "me", 1.5),
+                                                                 ("why", "not", -0.2)]
+    test = _write(tmp_path / "test.tsv", b"q\tp\nwho\tme\n")
+    examples = glue.read_table_examples(test, "q", "p", "score", split="test")
+    assert [(e.guid, e.text_a, e.text_b, e.label) for e in examples] == [
+        ("test-0", "who", "me", None)]
+    assert glue.label_set(glue.read_table_examples(
+        _write(tmp_path / "l.csv", b"t,l\na,b\nc,a\nd,b\n"), "t", label_column="l")) == ["a", "b"]
+
+
+BAD_FILES = [
+    ("a.csv", b"text,topic\nhi,x\n", dict(),
+     "a.csv: line 1: no column 'label' (--label_column); the file's columns are "
+     "['text', 'topic']."),
+    ("a.tsv", b"sentence\tlabel\nhi\tx\n", dict(text_a_column="text"),
+     "a.tsv: line 1: no column 'text' (--text_a_column); the file's columns are "
+     "['sentence', 'label']."),
+    ("a.jsonl", b'{"text": "a", "label": "x"}\n{"txt": "b", "label": "x"}\n', dict(),
+     "a.jsonl: line 2: no column 'text' (--text_a_column); the line's columns are "
+     "['txt', 'label']."),
+    ("a.csv", b"text,label\nhi,x\n  ,y\n", dict(),
+     "a.csv: line 3, column 'text': the text is empty; fill it in or remove the row."),
+    ("a.jsonl", b'{"text": "a", "label": "x"}\n{"text": null, "label": "x"}\n', dict(),
+     "a.jsonl: line 2, column 'text': the text is empty; fill it in or remove the row."),
+    ("a.csv", b"text,label\nhi,x\nho,\n", dict(),
+     "a.csv: line 3, column 'label': the label is empty (--label_column); give every row a "
+     "label, or remove the row."),
+    ("a.jsonl", b'{"text": "a", "label": "x"}\n{"text": "b", "label": "x"\n', dict(),
+     "a.jsonl: line 2, column 27: not valid JSON (Expecting ',' delimiter); each line must be "
+     "one JSON object."),
+    ("a.jsonl", b'["a", "x"]\n', dict(),
+     "a.jsonl: line 1 is a JSON list, not an object; each line must be one object of column: "
+     'value, e.g. {"text": "...", "label": "..."}.'),
+    ("a.csv", b"text,label\nhi,x\nhi, there,y\n", dict(),
+     "a.csv: line 3 has 3 field(s) and the header (line 1) has 2 ['text', 'label']: quote a "
+     "field that holds a comma. The row: ['hi', ' there', 'y']"),
+    ("a.tsv", b"text\tlabel\n\"open\tx\nmore\n", dict(),
+     "a.tsv: line 2: unexpected end of data (a quote opened and not closed? a field with the "
+     "separator, a quote or a line break must be quoted, a quote inside it doubled: "
+     '"say ""hi""").'),
+    ("a.csv", b"text,text\nhi,x\n", dict(),
+     "a.csv: line 1: the header names column 'text' twice (columns 1 and 2)."),
+    ("a.csv", b"text,label\n\n", dict(), "a.csv holds no rows below its header."),
+    ("a.csv", b"text,label\nh\xe9,x\n", dict(),
+     "a.csv: line 2 is not valid UTF-8 (byte 0xe9 at column 2); save the file as UTF-8."),
+    ("a.txt", b"text,label\nhi,x\n", dict(),
+     "a.txt: the format is taken from the extension, and '.txt' is not one of .csv, .jsonl, "
+     ".ndjson, .tab, .tsv: rename the file (.csv comma-separated, .tsv tab-separated, .jsonl "
+     "one JSON object per line)."),
+    ("a.csv", b"text,score\nhi,high\n", dict(label_column="score", regression=True),
+     "a.csv: line 2, column 'score': label 'high' is not a finite number, and a regression "
+     "task (--num_labels 1) predicts numbers."),
+    ("dev.csv", b"text,label\nhi,x\nho,z\n", dict(labels=("x", "y"), split="dev"),
+     "dev.csv: line 3, column 'label': label 'z' is not one of the 2 labels ['x', 'y'] of the "
+     "training file; a model predicts only the labels it was trained on (fix the label, or add "
+     "examples of it to the training file)."),
+]
+
+
+@pytest.mark.parametrize("name,data,kwargs,message", BAD_FILES,
+                         ids=[f"{i}-{b[0]}" for i, b in enumerate(BAD_FILES)])
+def test_bad_files_give_the_file_line_and_column(tmp_path, name, data, kwargs, message):
+    path = _write(tmp_path / name, data)
+    kwargs = dict({"text_a_column": "text"}, **kwargs)
+    with pytest.raises((TableError, glue.GlueDataError)) as error:
+        glue.read_table_examples(path, **kwargs)
+    assert str(error.value) == f"{tmp_path}/{message}"
+
+
+def test_custom_task_labels_metrics_and_lookup():
+    binary = glue.custom_task(["neg", "pos"], "text")
+    assert glue.metric_names(binary) == ("accuracy", "f1", "matthews_corr")
+    assert glue.main_metric(binary) == "accuracy"
+    three = glue.custom_task(["a", "b", "c"], "text")
+    assert glue.metric_names(three) == ("accuracy",) and glue.main_metric(three) == "accuracy"
+    regression = glue.custom_task(None, "text")
+    assert glue.metric_names(regression) == ("pearson", "spearman")
+    assert glue.main_metric(regression) == "pearson" and regression.num_labels == 1
+    assert glue.main_metric("cola") == "matthews_corr"  # GLUE's tasks unchanged
+    with pytest.raises(glue.GlueDataError, match=r"Unknown GLUE task 'mydata'; choose one of "
+                                                 r".*, or 'custom' for your own CSV, TSV or "
+                                                 r"JSON Lines files"):
+        glue.get_task("mydata")
+    with pytest.raises(glue.GlueDataError, match=r"needs 2 or more labels; the training file "
+                                                 r"has \['only'\]"):
+        glue.custom_task(["only"], "text")
+
+
+# ---------------------------------------------------------------------------------------------
+# run_classifier --task_name custom, end to end.
+TOPICS = {
+    "food": "bread soup cheese apples dinner kitchen baked spicy".split(),
+    "sport": "football goal match team runner race coach stadium".split(),
+    "weather": "rain snow storm cloudy sunny wind forecast thunder".split(),
+}
+FILLER = ("the a old new house river walked quietly under over table seven green letter "
+          "morning station garden window paper stone city road music evening we they saw "
+          "and then again today").split()
+
+
+def _sentences(n, seed):
+    """(sentence, topic) pairs: filler words with three cue words of the topic, the topics
+    unevenly drawn (majority 0.45) so the majority class is a real baseline."""
+    rng = np.random.default_rng(seed)
+    names = sorted(TOPICS)
+    out = []
+    for _ in range(n):
+        topic = names[rng.choice(3, p=[0.45, 0.3, 0.25])]
+        words = list(rng.choice(FILLER, rng.integers(5, 11)))
+        for cue in rng.choice(TOPICS[topic], 3, replace=False):
+            words.insert(int(rng.integers(len(words) + 1)), str(cue))
+        out.append((" ".join(words).capitalize() + ".", topic))
+    return out
+
+
+def run_classifier(*args) -> int:
+    """`python -m albert_tf.run_classifier ARGS` in this process (its `cli`): the exit status.
+    The flags it defines are removed after, so that the next call (or another command's test
+    in this process) defines its own."""
+    from albert_tf import run_classifier as command
+
+    before, argv = set(flags.FLAGS), sys.argv
+    sys.argv = ["run_classifier", *args]
+    try:
+        command.cli()
+    except SystemExit as e:
+        return e.code
+    finally:
+        sys.argv = argv
+        for name in set(flags.FLAGS) - before:
+            delattr(flags.FLAGS, name)
+    return 0
+
+
+@pytest.fixture(scope="module")
+def custom_run(tmp_path_factory, sample_vocab):
+    """run_classifier --task_name custom on a CSV train file, a TSV dev file and a JSON Lines
+    test file without labels, from random weights: train, eval, predict, export."""
+    tmp = tmp_path_factory.mktemp("custom")
+    train, dev, test = _sentences(360, 1), _sentences(150, 2), _sentences(30, 3)
+    with open(tmp / "train.csv", "w", encoding="utf-8", newline="") as f:
+        f.write("id,sentence,topic\r\n")
+        for i, (text, topic) in enumerate(train):
+            f.write(f'{i},"{text}",{topic}\r\n')
+    with open(tmp / "dev.tsv", "w", encoding="utf-8") as f:
+        f.write("topic\tsentence\n" + "".join(f"{t}\t{s}\n" for s, t in dev))
+    with open(tmp / "test.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"sentence": s}) + "\n" for s, _ in test)
+    AlbertConfig(**TINY).to_json_file(tmp / "albert_config.json")
+    out, export = tmp / "run", tmp / "exports" / "topics"
+    common = ["--task_name", "custom", "--albert_config_file", str(tmp / "albert_config.json"),
+              "--spm_model_file", sample_vocab, "--output_dir", str(out),
+              "--text_a_column", "sentence", "--label_column", "topic",
+              "--max_seq_length", "32", "--eval_batch_size", "50", "--predict_batch_size", "16"]
+    status = run_classifier(
+        *common, "--train_file", str(tmp / "train.csv"), "--dev_file", str(tmp / "dev.tsv"),
+        "--test_file", str(tmp / "test.jsonl"), "--do_train", "--do_eval", "--do_predict",
+        "--train_batch_size", "16", "--learning_rate", "5e-4", "--train_step", "1000",
+        "--warmup_step", "100", "--save_checkpoints_steps", "1000", "--iterations_per_loop",
+        "250", "--num_train_files", "1", "--random_seed", "3", "--export_dir", str(export))
+    assert status == 0
+    return dict(tmp=tmp, out=out, export=export, common=common, dev=dev, test=test)
+
+
+@pytest.mark.slow
+def test_custom_three_classes_beat_the_majority_and_answer_label_names(custom_run):
+    """The command learns a three-class topic set from random weights well beyond its majority
+    class (dev accuracy >= majority + 0.3; measured 1.000 against 0.460), writes the sorted
+    labels, the metrics, predictions by label name, and an export whose `classify` answers the
+    label names with the probabilities `--do_predict` wrote."""
+    import tensorflow_text  # noqa: F401
+
+    out, dev, test = custom_run["out"], custom_run["dev"], custom_run["test"]
+    assert json.load(open(out / "labels.json")) == ["food", "sport", "weather"]
+    results = json.load(open(out / "eval_results.json"))
+    majority = max(np.mean([t == name for _, t in dev]) for name in TOPICS)
+    print(f"\ncustom topics: dev accuracy {results['accuracy']:.3f}, majority {majority:.3f}")
+    assert results["task"] == "custom" and results["examples"] == 150
+    assert results["global_step"] == 1000 and "f1" not in results  # three classes: accuracy
+    assert results["accuracy"] >= majority + 0.3
+    rows = [json.loads(line) for line in open(out / "predictions.jsonl", encoding="utf-8")]
+    assert [r["index"] for r in rows] == list(range(30))
+    assert [r["text_a"] for r in rows] == [s for s, _ in test]
+    assert sum(r["prediction"] == t for r, (_, t) in zip(rows, test)) >= 30 * (majority + 0.3)
+    assert all(set(r["probabilities"]) == set(TOPICS) for r in rows)
+    assert all(r["prediction"] == max(r["probabilities"], key=r["probabilities"].get)
+               for r in rows)
+    version = custom_run["export"] / "1"
+    classify = tf.saved_model.load(str(version)).signatures["classify"]
+    from albert_tf.records import example_of
+    requests = [example_of({"text": s}) for s, _ in test]
+    served = classify(inputs=tf.constant(requests))
+    assert served["classes"].numpy()[0].tolist() == [b"food", b"sport", b"weather"]
+    scores = served["scores"].numpy()
+    written = np.array([[r["probabilities"][name] for name in sorted(TOPICS)] for r in rows])
+    np.testing.assert_allclose(scores, written, atol=2e-5)
+
+
+@pytest.mark.slow
+def test_a_later_run_reuses_labels_json_and_dev_labels_are_checked(custom_run, capsys):
+    """--do_eval without --train_file scores with the labels the training run kept (the same
+    accuracy); a dev label the training file lacks is an error naming file, line and column."""
+    tmp, out, common = custom_run["tmp"], custom_run["out"], custom_run["common"]
+    before = json.load(open(out / "eval_results.json"))
+    os.remove(out / "eval_results.json")
+    assert run_classifier(*common, "--dev_file", str(tmp / "dev.tsv"), "--do_eval") == 0
+    again = json.load(open(out / "eval_results.json"))
+    assert again["accuracy"] == before["accuracy"] and again["examples"] == 150
+    bad = tmp / "bad_dev.tsv"
+    bad.write_text("topic\tsentence\nsport\tA goal.\nmusic\tA song.\n", encoding="utf-8")
+    capsys.readouterr()
+    assert run_classifier(*common, "--dev_file", str(bad), "--do_eval") == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: {bad}: line 3, column 'topic': label 'music' is not one of the 3 labels "
+        "['food', 'sport', 'weather'] of the training file; a model predicts only the labels "
+        "it was trained on (fix the label, or add examples of it to the training file).")
