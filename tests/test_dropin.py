@@ -25,6 +25,7 @@ from conftest import ROOT, SHARED_DIR, assert_spread, random_batch, randomize, t
 from export.serving import OFFICIAL_SIGNATURE
 
 GLUE_ROOT = os.path.join(SHARED_DIR, "data", "glue")
+SST2 = os.path.join(ROOT, "albert_tf", "sample_data", "glue", "SST-2")
 TINY = dict(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
             num_attention_heads=4, intermediate_size=40, max_position_embeddings=64)
 # The task names of the official run_classifier.py's `processors`.
@@ -52,6 +53,7 @@ def test_every_official_task_name_and_folder():
         "CoLA", "MNLI", "MRPC", "QNLI", "QQP", "RTE", "SST-2", "STS-B", "WNLI"}
 
 
+@pytest.mark.needs_shared("data/glue")
 @pytest.mark.parametrize("task", ["cola", "sst-2", "rte", "sts-b"])
 def test_data_dir_is_the_glue_root_or_the_task_folder(task):
     """--data_dir as the official runner takes it (the GLUE root: ROOT/SST-2/dev.tsv) and as a
@@ -85,7 +87,7 @@ def _mnli_row(i, header, label, sentences):
 
 def _glue_root_with_mnli(root, n_train=48, n_dev=21, n_test=13):
     """A GLUE root holding MNLI with the official columns (sentences from the bundled SST-2)."""
-    sentences = [e.text_a for e in glue.load_split("sst-2", GLUE_ROOT, "dev")]
+    sentences = [e.text_a for e in glue.load_split("sst-2", SST2, "dev")]
     labels = ("contradiction", "entailment", "neutral")
     mnli = os.path.join(root, "MNLI")
     _write_tsv(os.path.join(mnli, "train.tsv"), MNLI_TRAIN,
@@ -296,6 +298,7 @@ def _export_alone(common, tmp_path, config, sample_vocab, best, first_export):
     np.testing.assert_allclose(first["logits"].numpy(), logits, atol=1e-5, rtol=0)
 
 
+@pytest.mark.needs_shared("data/glue")
 @pytest.mark.slow
 def test_official_flags_that_cannot_act_fail_with_the_fix(tmp_path, sample_vocab):
     """A hub URL (nothing is downloaded), TPU flags without a TPU, both a hub module and an

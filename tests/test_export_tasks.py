@@ -92,6 +92,7 @@ def _served_answers(loaded, questions, answers, null_odds):
     return got, answered
 
 
+@pytest.mark.needs_shared("data/squad")
 @pytest.mark.slow
 def test_squad_export_answers_as_the_python_prediction_path(squad_export, sample_vocab):
     """60 real SQuAD 2.0 dev questions (each context cut into several windows): the exported
@@ -129,6 +130,7 @@ def test_squad_export_answers_as_the_python_prediction_path(squad_export, sample
         "max_answer_length": MAX_ANSWER, "null_score_diff_threshold": threshold}
 
 
+@pytest.mark.needs_shared("data/squad")
 @pytest.mark.slow
 def test_in_graph_alignment_equals_python_on_squad_contexts(sample_vocab):
     """Every SQuAD 2.0 dev context: the in-graph piece ids and character spans equal
@@ -158,6 +160,7 @@ def test_in_graph_alignment_equals_python_on_squad_contexts(sample_vocab):
     assert same / len(contexts) >= 0.97
 
 
+@pytest.mark.needs_shared("data/squad")
 def test_squad_export_bad_and_unusual_input(squad_export):
     _, _, loaded, _, _ = squad_export
     answer = loaded.signatures["serving_default"]
@@ -234,6 +237,7 @@ def test_race_export_equals_the_python_features_and_model(race_export, sample_vo
                                              options=tf.constant([["x", "y", "z"]]))
 
 
+@pytest.mark.needs_shared("data/squad")
 @pytest.mark.slow
 def test_task_warmup_requests_replay(squad_export, race_export):
     from tensorflow_serving.apis import prediction_log_pb2
@@ -251,6 +255,7 @@ def test_task_warmup_requests_replay(squad_export, race_export):
         assert seen == set(loaded.signatures) == {"serving_default", "serve_tokens"}
 
 
+@pytest.mark.needs_shared("data/squad")
 @pytest.mark.slow
 def test_task_exports_load_from_cpp_the_way_tf_serving_does(squad_export, race_export,
                                                               tmp_path, serving_loader):
@@ -286,6 +291,7 @@ def test_task_exports_load_from_cpp_the_way_tf_serving_does(squad_export, race_e
                                atol=TOL, rtol=0)
 
 
+@pytest.mark.needs_shared("data/squad")
 @pytest.mark.slow
 def test_entry_point_exports_a_span_model_directory(squad_export, sample_vocab, tmp_path):
     """Our model format holds span models; `python -m export.export_saved_model` exports one
@@ -317,6 +323,7 @@ def test_entry_point_exports_a_span_model_directory(squad_export, sample_vocab, 
     np.testing.assert_allclose(got["null_odds"].numpy(), want["null_odds"].numpy(), atol=1e-5)
 
 
+@pytest.mark.needs_shared("data/squad")
 @pytest.mark.slow
 def test_answer_class_model_export_answers_as_the_python_prediction_path(sample_vocab,
                                                                           tmp_path):

@@ -14,9 +14,10 @@ from albert_tf.tasks.classification import (ClassificationTask, write_examples,
                                             write_split_features)
 from albert_tf.tokenization import Tokenizer
 from albert_tf.train_lib import TrainingConfig, TrainingRun
-from conftest import SHARED_DIR
+from conftest import ROOT, SHARED_DIR
 
 GLUE_DIR = os.path.join(SHARED_DIR, "data", "glue")
+SST2 = os.path.join(ROOT, "albert_tf", "sample_data", "glue", "SST-2")  # dev.tsv: the GLUE one
 TINY = dict(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
             num_attention_heads=4, intermediate_size=40, max_position_embeddings=64)
 
@@ -32,6 +33,7 @@ def _config(tmp_path, train, dev, **changes):
     return TrainingConfig(**values)
 
 
+@pytest.mark.needs_shared("data/glue")
 @pytest.mark.slow
 def test_sst2_slice_is_learned_to_every_example_and_padding_is_not_scored(tmp_path,
                                                                             sample_vocab):
@@ -55,6 +57,7 @@ def test_sst2_slice_is_learned_to_every_example_and_padding_is_not_scored(tmp_pa
     assert best["accuracy"] == 1.0 and best["global_step"] == 60
 
 
+@pytest.mark.needs_shared("data/glue")
 @pytest.mark.slow
 def test_sts_b_regression_slice(tmp_path, sample_vocab):
     task = glue.get_task("sts-b")
@@ -123,6 +126,7 @@ def test_classifier_backbone_from_every_pretrained_source(tmp_path):
         np.testing.assert_array_equal(a, b.numpy())
 
 
+@pytest.mark.needs_shared("data/glue")
 @pytest.mark.slow
 def test_run_classifier_command_line(tmp_path, sample_vocab):
     """The official command line on RTE's original files, initialised from a pretraining
@@ -176,6 +180,7 @@ def test_run_classifier_command_line(tmp_path, sample_vocab):
     np.testing.assert_allclose(probs[0].sum(), 1.0, atol=1e-5)
 
 
+@pytest.mark.needs_shared("data/glue")
 @pytest.mark.slow
 def test_run_classifier_on_two_workers_equals_one_device(tmp_path, sample_vocab):
     """`run_classifier --distribution_strategy multi_worker_mirrored` in 2 processes sharing one
@@ -249,6 +254,7 @@ def test_run_classifier_on_two_workers_equals_one_device(tmp_path, sample_vocab)
     assert not [n for n in os.listdir(tmp_path / "workers") if ".tmp-" in n]
 
 
+@pytest.mark.needs_shared("data/glue")
 @pytest.mark.slow
 def test_train_examples_takes_the_first_labels_only(tmp_path, sample_vocab):
     """`run_classifier --train_examples N`: the training features are exactly those of the
@@ -318,7 +324,7 @@ def test_records_of_another_task_length_or_vocabulary_are_refused(tmp_path, samp
     from albert_tf.input_pipeline import DataMismatchError
 
     task = glue.get_task("sst-2")
-    examples = glue.load_split(task, os.path.join(GLUE_DIR, "SST-2"), "dev")[:20]
+    examples = glue.load_split(task, SST2, "dev")[:20]
     path = str(tmp_path / "dev.tfrecord")
     write_examples(examples, task, Tokenizer(sample_vocab), 32, path)
     fits = ClassificationTask("sst-2", AlbertConfig(**TINY), 32).check_files([path])

@@ -377,6 +377,7 @@ OFFICIAL_SCRIPT = os.path.join(SHARED_DIR, "official_albert", "albert",
                                "create_pretraining_data.py")
 
 
+@pytest.mark.needs_shared("official_albert")
 @pytest.mark.slow
 def test_command_line_with_official_flags(prepared_corpus, sample_vocab, tmp_path):
     """Every flag the official script defines is one of ours (plus --num_workers here)."""

@@ -12,6 +12,7 @@ from conftest import SHARED_DIR
 GLUE_DIR = os.path.join(SHARED_DIR, "data", "glue")
 
 
+@pytest.mark.needs_shared("data/glue")
 @pytest.mark.parametrize("task,directory,counts", [
     ("sst-2", "SST-2", {"train": (67349, {"1": 37569, "0": 29780}),
                         "dev": (872, {"1": 444, "0": 428}), "test": (1821, {None: 1821})}),
@@ -39,6 +40,7 @@ def test_shipped_classification_files(task, directory, counts):
     assert (dev[0].text_a, dev[0].text_b, dev[0].label) == first
 
 
+@pytest.mark.needs_shared("data/glue")
 def test_shipped_sts_b_scores():
     directory = os.path.join(GLUE_DIR, "STS-B")
     train, dev = (glue.load_split("sts-b", directory, s) for s in ("train", "dev"))

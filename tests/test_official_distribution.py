@@ -18,6 +18,7 @@ import pytest
 
 from bench import data_distribution as D
 
+pytestmark = pytest.mark.needs_shared("official_albert")
 ARTICLES = 20
 SETTING = D.Setting(max_seq_length=256, dupe_factor=1, seeds=(1, 2, 3), reference_seeds=120)
 

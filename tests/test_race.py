@@ -55,6 +55,7 @@ def squad_paragraphs():
     return [p for article in data[:3] for p in article["paragraphs"][:3]]
 
 
+@pytest.mark.needs_shared("data/squad")
 def test_reader_counts_labels_and_the_blank_rule(tmp_path, squad_paragraphs):
     counts = write_race(tmp_path, {"train": {"middle": squad_paragraphs[:2],
                                              "high": squad_paragraphs[2:4]}})
@@ -78,6 +79,7 @@ def test_reader_counts_labels_and_the_blank_rule(tmp_path, squad_paragraphs):
     assert race.read_split(str(tmp_path), "train") == examples
 
 
+@pytest.mark.needs_shared("data/squad")
 @pytest.mark.parametrize("damage, message", [
     (lambda p: p.update(options=[o[:3] for o in p["options"]]), "has 3 options"),
     (lambda p: p["answers"].__setitem__(0, "E"), "answer 'E' is not one of"),
@@ -113,6 +115,7 @@ def test_malformed_files_are_named(tmp_path, squad_paragraphs, damage, message):
     assert str(error.value).startswith(f"{path}: ")
 
 
+@pytest.mark.needs_shared("data/squad")
 def test_a_malformed_passage_of_json_lines_is_named_by_its_line(tmp_path, squad_paragraphs):
     """In a file of one passage per line (all.txt), the error names the line and the question."""
     write_race(tmp_path, {"dev": {"middle": squad_paragraphs[:1], "high": squad_paragraphs[1:3]}})
@@ -128,6 +131,7 @@ def test_a_malformed_passage_of_json_lines_is_named_by_its_line(tmp_path, squad_
                                 "'ABCD', not a list of 4 strings.")
 
 
+@pytest.mark.needs_shared("data/squad")
 def test_non_utf8_and_missing_directories_are_named(tmp_path, squad_paragraphs):
     write_race(tmp_path, {"dev": {"middle": squad_paragraphs[:1], "high": squad_paragraphs[1:2]}})
     (tmp_path / "RACE/dev/high/0.txt").write_bytes(b"\xff\xfe{}")
@@ -137,6 +141,7 @@ def test_non_utf8_and_missing_directories_are_named(tmp_path, squad_paragraphs):
         race.read_split(str(tmp_path), "test")
 
 
+@pytest.mark.needs_shared("data/squad")
 def test_all_txt_per_level_reads_as_the_passage_files(tmp_path, squad_paragraphs):
     """The preprocessed RACE layout the official runner also reads (every .txt of a level read
     as JSON lines): one `all.txt` per level holding every passage, one per line, gives the same
@@ -266,6 +271,7 @@ def test_multiple_choice_logits_are_the_classifier_on_each_option():
     assert model.classifier.classifier_head.kernel.shape == (32, 1)
 
 
+@pytest.mark.needs_shared("data/squad")
 @pytest.mark.slow
 def test_a_tiny_model_learns_a_race_slice_with_the_level_breakdown(tmp_path, squad_paragraphs,
                                                                     sample_vocab):
@@ -301,6 +307,7 @@ def test_a_tiny_model_learns_a_race_slice_with_the_level_breakdown(tmp_path, squ
     assert weighted == pytest.approx(metrics["accuracy"], abs=1e-9)
 
 
+@pytest.mark.needs_shared("data/squad")
 @pytest.mark.slow
 def test_run_race_command_line(tmp_path, squad_paragraphs, sample_vocab):
     counts = write_race(tmp_path / "data", {

@@ -59,6 +59,7 @@ def _train_and_predict_flags(tmp_path, config, sample_vocab, epochs, export):
             "--iterations_per_loop", "10", "--export_dir", str(tmp_path / "exports" / export)]
 
 
+@pytest.mark.needs_shared("data/squad")
 @pytest.mark.slow
 @pytest.mark.parametrize("version", ["v1.1", "v2.0"])
 def test_answer_spans_map_to_pieces_that_decode_to_the_answer(version, sample_vocab):
@@ -359,6 +360,7 @@ def test_an_answer_starts_where_its_window_has_the_most_context():
     assert best_spans(start_logits, end_logits, feature, 4, 5)[0][1:] == (4, 4)
 
 
+@pytest.mark.needs_shared("data/squad")
 @pytest.mark.slow
 def test_a_tiny_model_learns_a_squad_slice(tmp_path, sample_vocab):
     """Heads, labels, windows and decoding connect: 22 questions of two dev articles, contexts
@@ -400,6 +402,7 @@ def test_a_tiny_model_learns_a_squad_slice(tmp_path, sample_vocab):
     assert metrics["f1"] >= 90.0
 
 
+@pytest.mark.needs_shared("data/squad")
 @pytest.mark.slow
 def test_run_squad_v1_command_line(tmp_path, sample_vocab):
     """The official command line on a SQuAD slice: predictions.json in the official format for
@@ -433,6 +436,7 @@ def test_run_squad_v1_command_line(tmp_path, sample_vocab):
     _assert_export_answers(tmp_path / "exports" / "alone" / "1", questions, predictions)
 
 
+@pytest.mark.needs_shared("data/squad")
 @pytest.mark.slow
 def test_run_squad_v2_command_line_null_odds_and_best_threshold(tmp_path, sample_vocab):
     """SQuAD v2.0 through the official command line (BERT's null-score head, --v2_head
@@ -585,6 +589,7 @@ def test_beam_decoding_keeps_the_official_valid_spans():
     assert answers == {"q": ""}
 
 
+@pytest.mark.needs_shared("data/squad")
 @pytest.mark.slow
 def test_run_squad_v2_with_the_official_answer_class_head(tmp_path, sample_vocab):
     """`run_squad_v2` (the official model by default, beam 3 x 3): trains on a

@@ -7,6 +7,7 @@ its own characters; the expected texts below are the official alignment's on the
 (`align_context_in_graph`) give the same spans."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from albert_tf.tasks.squad import align_context, align_context_in_graph, predict_answers
@@ -31,6 +32,7 @@ def _question(context, answer, number):
             "answer_starts": [context.index(answer)]}
 
 
+@pytest.mark.needs_shared("official_albert")
 def test_answers_map_to_their_own_characters_as_official(sample_vocab):
     """The gold answer of every question (a training label) maps to pieces whose characters in
     the context are the answer itself, and a prediction of those pieces is answered with that

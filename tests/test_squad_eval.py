@@ -21,6 +21,7 @@ def dev_v2():
     return S.load_dataset(os.path.join(SQUAD_DIR, "dev-v2.0.json.zip"))
 
 
+@pytest.mark.needs_shared("data/squad")
 def test_gold_answers_score_100_on_the_real_dev_sets(dev_v1, dev_v2):
     q1 = S.questions(dev_v1)
     assert len(q1) == 10570

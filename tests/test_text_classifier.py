@@ -48,7 +48,9 @@ def pretraining_run(tmp_path_factory, sample_vocab):
     return _pretraining_run(str(tmp_path_factory.mktemp("text_clf") / "run"), sample_vocab)
 
 
-@pytest.mark.parametrize("task_name,length", [("sst-2", 24), ("sts-b", 24), ("rte", 64)])
+@pytest.mark.parametrize("task_name,length", [
+    ("sst-2", 24), *(pytest.param(name, length, marks=pytest.mark.needs_shared("data/glue"))
+                     for name, length in (("sts-b", 24), ("rte", 64)))])
 def test_preprocessor_features_equal_run_classifier_features(sample_vocab, task_name, length):
     """Real GLUE sentences and pairs (truncated longest first at these lengths), tokenized and
     packed in the graph, equal `run_classifier`'s Python features exactly."""

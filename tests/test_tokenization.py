@@ -11,11 +11,11 @@ import tensorflow as tf
 from albert_tf.tokenization import (CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID, Tokenizer,
                                     preprocess_text)
 from albert_tf.tasks import glue
-from conftest import GUTENBERG, SHARED_DIR, WIKITEXT
+from conftest import GUTENBERG, ROOT, SHARED_DIR, WIKITEXT
 from data.text_io import expand_input_patterns, read_text_lines
 
 OFFICIAL_ALBERT = os.path.join(SHARED_DIR, "official_albert")
-SST2_DEV = os.path.join(SHARED_DIR, "data", "glue", "SST-2", "dev.tsv")
+SST2_DEV = os.path.join(ROOT, "albert_tf", "sample_data", "glue", "SST-2", "dev.tsv")
 
 
 def official_module(name):
@@ -171,6 +171,7 @@ def test_start_piece_mask_is_the_official_rule_over_the_whole_vocabulary(sample_
         assert is_start_piece(piece) == _official_is_start_piece_sp(piece) == starts, piece
 
 
+@pytest.mark.needs_shared("official_albert")
 def test_sst2_dev_tokenizes_as_the_official_code(sample_vocab):
     """All 872 SST-2 dev sentences: the official classifier path (`process_text` =
     `preprocess_text(text, lower=True)`, then `FullTokenizer.tokenize` = `encode_pieces`, then

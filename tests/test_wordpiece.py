@@ -96,6 +96,7 @@ def vocab_file(tmp_path_factory, official):
     return path
 
 
+@pytest.mark.needs_shared("official_albert")
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_tokens_and_ids_are_the_official_ones(official, vocab_file, do_lower_case):
     """Every sentence, cased and uncased: the official FullTokenizer's tokens and ids."""
@@ -120,6 +121,7 @@ def test_tokens_and_ids_are_the_official_ones(official, vocab_file, do_lower_cas
                                                       "Ångström")
 
 
+@pytest.mark.needs_shared("official_albert")
 def test_in_graph_equals_python(vocab_file):
     """The in-graph tokenizer gives the Python ids for every sentence, cased and uncased (the
     word-final sigma included: TensorFlow's lowering is ICU's whole-string one); so does
@@ -141,6 +143,7 @@ def test_in_graph_equals_python(vocab_file):
         103, tok.vocab["##b"]]
 
 
+@pytest.mark.needs_shared("official_albert")
 def test_special_ids_and_masking_tables_come_from_the_vocabulary(vocab_file):
     tok = WordPieceTokenizer(vocab_file)
     assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 100, 101, 102,
@@ -157,6 +160,7 @@ def test_special_ids_and_masking_tables_come_from_the_vocabulary(vocab_file):
     assert len(replace) == tok.vocab_size - 104
 
 
+@pytest.mark.needs_shared("official_albert")
 def test_vocabulary_file_is_read_as_official_load_vocab(tmp_path, official):
     """Duplicate lines keep their first id (ids count distinct tokens), a blank line is " ",
     a line's first field is the token (a SentencePiece .vocab's scores are ignored)."""
@@ -249,6 +253,7 @@ def _check_records(path, judge, documents, seq, preds):
     return records, masked
 
 
+@pytest.mark.needs_shared("official_albert")
 def test_generation_with_a_wordpiece_vocabulary(tmp_path, official, vocab_file):
     """`--vocab_file` without `--spm_model_file`: the records' ids, masks undone, are the
     official FullTokenizer's tokens of the text ([CLS] 101, [SEP] 102, [MASK] 103); the sidecar
@@ -269,6 +274,7 @@ def test_generation_with_a_wordpiece_vocabulary(tmp_path, official, vocab_file):
     assert copied.read_bytes() == open(vocab_file, "rb").read()
 
 
+@pytest.mark.needs_shared("official_albert")
 @pytest.mark.slow
 def test_generation_command_takes_vocab_file_alone(tmp_path, official, vocab_file):
     """The official command line of a WordPiece model; neither vocabulary flag is refused."""
@@ -291,6 +297,7 @@ def test_generation_command_takes_vocab_file_alone(tmp_path, official, vocab_fil
 
 # ---------------------------------------------------------------------------------------------
 # Fine-tuning features.
+@pytest.mark.needs_shared("official_albert")
 def test_fine_tuning_features_are_the_official_tokens(official, vocab_file):
     """GLUE pairs and single sentences, and RACE questions, packed with a WordPiece vocabulary:
     [CLS] A [SEP] B [SEP] of the official tokens, [CLS] 101 and [SEP] 102 (the vocabulary's),
@@ -333,6 +340,7 @@ SERVED = ["今天[MASK]情很好。", "The capital of France is [MASK].", "Mixed
 SERVED_B = ["天气很好", "", "English and 中文 together, with punctuation!", "ไทย", "b"]
 
 
+@pytest.mark.needs_shared("official_albert")
 @pytest.mark.slow
 def test_saved_model_on_raw_text_equals_the_python_path(tmp_path, vocab_file):
     """A pretrainer exported with --vocab_file alone: serving_default and serve_text_pair pack
@@ -377,6 +385,7 @@ def test_saved_model_on_raw_text_equals_the_python_path(tmp_path, vocab_file):
                 tok.ids_to_pieces(best)
 
 
+@pytest.mark.needs_shared("official_albert")
 @pytest.mark.slow
 def test_run_classifier_with_a_wordpiece_vocabulary(tmp_path, vocab_file):
     """`run_classifier --vocab_file` (no --spm_model_file) on Chinese sentence pairs: it
