@@ -74,6 +74,28 @@ def _load(cls, path, heads_unused=False):
     return model.eval()
 
 
+
+def test_sentencepiece_model_pb2_imports():
+    """`from sentencepiece import sentencepiece_model_pb2` (which transformers' fast ALBERT
+    tokenizer imports to convert spiece.model) works under the pinned protobuf: sentencepiece
+    0.2.3's module is protobuf 7 gencode and raised VersionError under protobuf 6.33. The module
+    reads a model trained here: its pieces and special ids."""
+    import io
+
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(["the cat sat on the mat", "a dog ate the bone"] * 20),
+        model_writer=model, vocab_size=20, model_type="unigram", pad_id=0, unk_id=1,
+        bos_id=-1, eos_id=-1, control_symbols=["[CLS]", "[SEP]", "[MASK]"], minloglevel=2)
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(model.getvalue())
+    assert len(proto.pieces) == 20
+    assert [p.piece for p in proto.pieces[:5]] == ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
+    assert proto.trainer_spec.vocab_size == 20
+
 @pytest.mark.slow
 @pytest.mark.parametrize("changes", [dict(sharing="all"), dict(sharing="none", inner_group_num=1),
                                      dict(embedding_size=24)],
