@@ -166,6 +166,96 @@ def test_in_graph_windows_equal_python_windows(sample_vocab):
 
 
 # ---------------------------------------------------------------------------------------------
+# Records: the writer's bytes against the window rule written out in plain Python.
+class CountingTokenizer(PieceTokenizer):
+    """`PieceTokenizer` with what `write_examples` records of a tokenizer, counting its
+    `encode` calls."""
+
+    sha256, do_lower_case, vocab_size = "0" * 64, False, 1000
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def encode(self, word):
+        self.calls += 1
+        return super().encode(word)
+
+
+def plain_records(tokenizer, labels, max_seq_length, sentences, seed, pad_to_multiple):
+    """The records of `write_examples`, computed without its code: each word's pieces (none:
+    [UNK]), word i in window floor(s_i / B) of its sentence, a window's pieces cut to B between
+    [CLS] and [SEP], each word's tag at its first piece; serialized by TensorFlow's protobuf."""
+    budget, windows = max_seq_length - 2, []
+    for s in sentences:
+        pieces = [tokenizer.encode(word) or [tokenizer.unk_id] for word in s.words]
+        starts = np.cumsum([0] + [len(p) for p in pieces[:-1]]).tolist()
+        members = {}
+        for i, start in enumerate(starts):
+            members.setdefault(start // budget, []).append(i)
+        for index, words in enumerate(members.values()):
+            ids = [p for i in words for p in pieces[i]][:budget]
+            n = len(ids) + 2
+            label = [IGNORE] * max_seq_length
+            for i in words:
+                label[starts[i] - starts[words[0]] + 1] = labels.index(s.tags[i])
+            windows.append({F.INPUT_IDS: [tokenizer.cls_id, *ids, tokenizer.sep_id]
+                            + [0] * (max_seq_length - n),
+                            F.INPUT_MASK: [1] * n + [0] * (max_seq_length - n),
+                            F.SEGMENT_IDS: [0] * max_seq_length, F.LABEL_IDS: label,
+                            F.IS_REAL_EXAMPLE: [1], "window_index": [index]})
+    order = np.random.default_rng([seed, 0x7A6]).permutation(len(windows)).tolist()
+    pad = {name: [0] * len(v) for name, v in windows[0].items()}
+    pad[F.LABEL_IDS] = [IGNORE] * max_seq_length
+    rows = [windows[i] for i in order] + [pad] * ((-len(windows)) % pad_to_multiple)
+    return [tf.train.Example(features=tf.train.Features(feature={
+        name: tf.train.Feature(int64_list=tf.train.Int64List(value=v))
+        for name, v in row.items()})).SerializeToString(deterministic=True) for row in rows]
+
+
+def assert_records_equal_plain_python(tokenizer, tmp_path, lengths=(16, 64)):
+    from albert_tf.tasks.tagging import write_examples
+
+    sentences = conll.read_tagged_file(WNUT_TRAIN)[0] + conll.read_tagged_file(EWT_TRAIN)[0]
+    labels = conll.label_list(sentences)
+    for length in lengths:
+        pre = TaggingPreprocessor(tokenizer, labels, length)
+        meta = write_examples(sentences, pre, str(tmp_path / f"{length}.tfrecord"), "x",
+                              shuffle_seed=5, pad_to_multiple=16)
+        expected = plain_records(tokenizer, labels, length, sentences, 5, 16)
+        with tf.io.TFRecordWriter(str(tmp_path / f"{length}.plain")) as writer:
+            for record in expected:
+                writer.write(record)
+        assert meta["sentences"] == 450 and meta["num_examples"] == len(expected)
+        assert meta["split_sentences"] > 0  # windows cut at both lengths
+        with open(meta["files"][0], "rb") as f, open(tmp_path / f"{length}.plain", "rb") as g:
+            assert f.read() == g.read()
+
+
+def test_records_equal_the_rule_in_plain_python_and_ops_run_once(tmp_path, monkeypatch):
+    # the bundled WNUT-17 and EWT slices (450 sentences, 8,920 words), 3-character pieces
+    tokenizer = CountingTokenizer()
+    runs = []
+    original = TaggingPreprocessor._windows_of_pieces
+    monkeypatch.setattr(TaggingPreprocessor, "_windows_of_pieces",
+                        lambda self, *a, **k: runs.append(1) or original(self, *a, **k))
+    assert_records_equal_plain_python(tokenizer, tmp_path, lengths=(16,))
+    # one run of the window ops for the file, each distinct word tokenized once (the writer
+    # before ran the ops once per sentence and tokenized every word: 450 runs, 8,920 calls)
+    sentences = conll.read_tagged_file(WNUT_TRAIN)[0] + conll.read_tagged_file(EWT_TRAIN)[0]
+    words = [w for s in sentences for w in s.words]
+    assert len(runs) == 1 and len(words) == 8920
+    assert tokenizer.calls - len(words) == len(set(words)) == 3085
+
+
+@pytest.mark.slow
+def test_records_with_sentencepiece_equal_the_rule_in_plain_python(sample_vocab, tmp_path):
+    from albert_tf.tokenization import Tokenizer
+
+    assert_records_equal_plain_python(Tokenizer(sample_vocab), tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
 # Metrics. Figures from seqeval 1.2.2, installed by hand (it is not a dependency):
 #   pip install --target /tmp/site setuptools_scm
 #   PYTHONPATH=/tmp/site pip install --no-build-isolation --no-deps --target /tmp/site seqeval

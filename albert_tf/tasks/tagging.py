@@ -34,7 +34,8 @@ import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.packing import for_batches, pack_in_graph, ragged_rows
-from albert_tf.records import files_for, read_cached, to_example, write_records
+from albert_tf.records import (encode_examples, files_for, read_cached, to_example,
+                               write_records)
 from albert_tf.tasks.base import SUM, LabelledTask
 from albert_tf.tasks.entity_metrics import entity_scores, is_bio, token_accuracy
 from albert_tf.token_classifier import AlbertTokenClassifier
@@ -91,20 +92,24 @@ class TaggingPreprocessor:
         tag; `where` names the sentence (file and line) in the message."""
         return self.windows_of([(words, tags, where)])[0]
 
-    def windows_of(self, sentences, batch_size: int = 1024) -> list:
+    def windows_of(self, sentences, batch_size: int = 4096) -> list:
         """[[Window] per sentence] of `(words, tags or None, where)` triples (`windows`' checks
-        on each): the Python tokenizer's pieces of each word, cut into windows by the graph's
-        rule (`_windows_of_pieces`, the one `windows_in_graph` runs in the SavedModel)."""
+        on each): the Python tokenizer's pieces of each word (each distinct word tokenized
+        once), cut into windows by the graph's rule (`_windows_of_pieces`, the one
+        `windows_in_graph` runs in the SavedModel), `batch_size` sentences per run of the
+        ops."""
         checked = [self._checked(list(words), tags, where) for words, tags, where in sentences]
         pieces_fn = for_batches(self._windows_of_pieces, len(checked), batch_size, 1,
                                 tf.TensorSpec([None], tf.int64))
+        encode, pieces = self.tokenizer.encode, {}
         out = []
         for begin in range(0, len(checked), batch_size):
             batch = checked[begin:begin + batch_size]
             words = [word for words, _ in batch for word in words]
             rows = np.repeat(np.arange(len(batch), dtype=np.int64), [len(w) for w, _ in batch])
-            got = {k: v.numpy() for k, v in pieces_fn(
-                ragged_rows([self.tokenizer.encode(word) for word in words]), rows).items()}
+            ids = [pieces[word] if word in pieces else pieces.setdefault(word, encode(word))
+                   for word in words]
+            got = {k: v.numpy() for k, v in pieces_fn(ragged_rows(ids), rows).items()}
             out += self._sentence_windows(batch, got)
         return out
 
@@ -121,27 +126,31 @@ class TaggingPreprocessor:
         return words, tags
 
     def _sentence_windows(self, batch, got: dict) -> list:
-        """[[Window] per sentence] of `_windows_of_pieces`' numpy output for `batch`."""
-        out, word = [], 0
-        first_window = 0
+        """[[Window] per sentence] of `_windows_of_pieces`' numpy output for `batch` (the
+        windows of a sentence are consecutive, numbered in word order)."""
+        window, position = got["window"].astype(np.int64), got["position"].astype(np.int64)
+        num_windows, length = got[F.INPUT_MASK].shape
+        padded = {name: np.pad(got[name], ((0, 0), (0, self.max_seq_length - length))).tolist()
+                  for name in F.BACKBONE_INPUTS}  # the ops pad with 0 to the longest window
+        tag_ids = []
         for words, tags in batch:
-            windows = {}
-            for i in range(len(words)):
-                w = int(got["window"][word + i])
-                if w not in windows:
-                    n = int(got[F.INPUT_MASK][w].sum())
-                    features = {name: got[name][w, :n].tolist()
-                                + [0] * (self.max_seq_length - n)
-                                for name in F.BACKBONE_INPUTS}
-                    features[F.LABEL_IDS] = [IGNORE] * self.max_seq_length
-                    windows[w] = Window(features, i, [], w - first_window)
-                position = int(got["position"][word + i])
-                windows[w].positions.append(position)
-                if tags is not None:
-                    windows[w].features[F.LABEL_IDS][position] = self.label_ids[tags[i]]
-            word += len(words)
-            first_window += len(windows)
-            out.append(list(windows.values()))
+            tag_ids += ([IGNORE] * len(words) if tags is None
+                        else [self.label_ids[tag] for tag in tags])
+        labels = np.full((num_windows, self.max_seq_length), IGNORE, np.int64)
+        labels[window, position] = tag_ids
+        labels = labels.tolist()
+        lengths = [len(words) for words, _ in batch]
+        starts = np.cumsum([0] + lengths[:-1])  # each sentence's first word
+        first = np.searchsorted(window, np.arange(num_windows))  # each window's first word
+        sentence = np.repeat(np.arange(len(batch)), lengths)[first]  # each window's sentence
+        index = np.arange(num_windows) - np.searchsorted(sentence, sentence)
+        first_word = (first - starts[sentence]).tolist()
+        positions = np.split(position, first[1:])
+        out = [[] for _ in batch]
+        for w, s in enumerate(sentence.tolist()):
+            features = {name: padded[name][w] for name in F.BACKBONE_INPUTS}
+            features[F.LABEL_IDS] = labels[w]
+            out[s].append(Window(features, first_word[w], positions[w].tolist(), int(index[w])))
         return out
 
     def join(self, windows, predicted_ids) -> list:
@@ -234,8 +243,8 @@ def write_examples(sentences, preprocessor: TaggingPreprocessor, path: str, sour
     `is_real_example = 0` examples up to a multiple of it."""
     schema = tagging_schema(preprocessor.max_seq_length)
     tokenizer = preprocessor.tokenizer
-    windows = [preprocessor.windows(s.words, s.tags, f"{source}, line {s.line_numbers[0]}")
-               for s in sentences]
+    windows = preprocessor.windows_of(
+        [(s.words, s.tags, f"{source}, line {s.line_numbers[0]}") for s in sentences])
     digest = hashlib.sha256(json.dumps(
         [TASK_NAME, preprocessor.max_seq_length, preprocessor.labels, shuffle_seed,
          pad_to_multiple, tokenizer.sha256, tokenizer.do_lower_case, FEATURES_REVISION,
@@ -252,11 +261,12 @@ def write_examples(sentences, preprocessor: TaggingPreprocessor, path: str, sour
     order = np.arange(len(flat))
     if shuffle_seed is not None:
         order = np.random.default_rng([shuffle_seed, 0x7A6]).permutation(len(flat))
-    records = []
-    for i in order.tolist():
-        features = dict(flat[i].features, **{F.IS_REAL_EXAMPLE: [1],
-                                              WINDOW_INDEX: [flat[i].index]})
-        records.append(to_example(features, schema))
+    ordered = [flat[i] for i in order.tolist()]
+    columns = {name: ([w.features[name] for w in ordered], schema[name][1])
+               for name in (*F.BACKBONE_INPUTS, F.LABEL_IDS)}
+    columns[F.IS_REAL_EXAMPLE] = ([[1]] * len(ordered), schema[F.IS_REAL_EXAMPLE][1])
+    columns[WINDOW_INDEX] = ([[w.index] for w in ordered], schema[WINDOW_INDEX][1])
+    records = encode_examples(columns)  # to_example's bytes, all windows at once
     padding = (-len(records)) % pad_to_multiple
     pad = {name: [0] * length for name, (length, _) in schema.items()}
     pad[F.LABEL_IDS] = [IGNORE] * preprocessor.max_seq_length
