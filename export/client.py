@@ -795,11 +795,19 @@ COMMANDS = {"predict": "a signature's outputs as JSON (default serving_default)"
             "signatures": "the signatures the model serves"}
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        if "required: COMMAND" in message:  # argparse's words name no command
+            message = ("name a command first, one of " + ", ".join(COMMANDS) + "; e.g. python "
+                       "-m export.client classify --server localhost:8501 --model sst2 --text "
+                       "'a gripping film'")
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command's arguments (also what tests/test_readme.py checks the README against)."""
-    parser = argparse.ArgumentParser(prog="python -m export.client",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", nargs="?", choices=list(COMMANDS), metavar="COMMAND",
+    parser = _Parser(prog="python -m export.client", description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=list(COMMANDS), metavar="COMMAND",
                         help="; ".join(f"{name}: {what}" for name, what in COMMANDS.items()))
     parser.add_argument("--server", default="localhost",
                         help="host[:port] or [IPv6]:port, optionally after http:// or https:// "
@@ -831,12 +839,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.error("name a command first, one of " + ", ".join(COMMANDS) + "; e.g. python -m "
-                     "export.client classify --server localhost:8501 --model sst2 --text "
-                     "'a gripping film'")
+    args = build_parser().parse_args(argv)
     # gRPC core's own INFO lines (a failed TLS handshake) would come before the one-line error.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     try:
