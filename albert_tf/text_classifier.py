@@ -6,6 +6,7 @@ commands write.
                                                sequence_length=128)
     clf.compile()                      # the official fine-tuning optimizer and schedule
     clf.fit(x=texts, y=labels, batch_size=32, epochs=3, validation_data=(dev_x, dev_y))
+    clf.fit(x="train.csv", validation_data="dev.csv")   # your own files (below)
     probs = clf.predict(["a gripping film", "dull and flat"])   # [2, num_classes]
     clf.export(EXPORT_BASE)            # BASE/NAME/<version>, as --export_dir writes
 
@@ -21,6 +22,15 @@ Pieces shared with the commands, never copied: the checkpoint readers
 (`export.saved_model.export_saved_model`, imported by `_export` when it is called: `export/`
 builds on this package, so a library module of `albert_tf` may not import it at load time,
 docs/architecture.md; that method is the one place that reaches it).
+
+Your own files: `fit`, `evaluate` and `predict` also take the path of a CSV, TSV or JSON Lines
+file (`x="train.csv"`, `validation_data="dev.tsv"`; a `str` with one of those extensions that
+names a file, or any `os.PathLike`), read by the reader of `run_classifier --task_name custom`
+(`albert_tf.tasks.glue.read_table_examples`): the text from the column `text_a_column`
+(default "text"; `text_b_column` for pairs), the label from `label_column` (default "label"),
+names given to `from_checkpoint`. A model without `labels` takes the training file's (sorted,
+integers in numeric order; as many as `num_classes`); a label outside the model's is an error
+naming the file, line and column. `predict`'s file may lack the label column.
 
 `RawTextModel` holds what does not depend on the task (checkpoint reading, `compile`, `fit`,
 `evaluate`, the export); `albert_tf.text_tagger.AlbertTextTagger` is its other subclass.
@@ -48,6 +58,8 @@ from albert_tf.classifier import AlbertClassifier
 from albert_tf.flags import SPECS
 from albert_tf.optimization import KerasFitOptimizer, OffsetSchedule, WarmupPolynomialDecay
 from albert_tf.preprocessing import AlbertTextPreprocessor, text_columns
+from albert_tf.tasks import glue
+from albert_tf.tasks.tables import EXTENSIONS
 from albert_tf.train_lib import TrainingConfig
 
 # `run_classifier`'s defaults (its flags; the loop's for clipping and weight decay).
@@ -401,7 +413,8 @@ class AlbertTextClassifier(RawTextModel):
     probabilities (softmax of the logits), or the value for regression [n, 1].
     """
 
-    def __init__(self, classifier, preprocessor, labels=None, **kwargs):
+    def __init__(self, classifier, preprocessor, labels=None, text_a_column="text",
+                 text_b_column=None, label_column="label", **kwargs):
         inputs = dict(classifier.input)
         logits = classifier(inputs)["logits"]
         super().__init__(inputs=inputs, outputs=logits, **kwargs)
@@ -413,6 +426,8 @@ class AlbertTextClassifier(RawTextModel):
         self.classifier = classifier
         self.preprocessor = preprocessor
         self.labels = list(labels) if labels is not None else None
+        self.text_a_column, self.text_b_column = text_a_column, text_b_column
+        self.label_column = label_column
         self.text_pair = None  # what `fit` was given, for the export's serving_default
         self._pairs = None  # what the last dataset was made of
         self.init_report = None
@@ -426,7 +441,8 @@ class AlbertTextClassifier(RawTextModel):
     def from_checkpoint(cls, checkpoint, spm_model_file=None, num_classes=2,
                         sequence_length=128, albert_config_file=None, vocab_file=None,
                         do_lower_case=True, dropout_rate=FINE_TUNING_DEFAULTS["dropout_rate"],
-                        labels=None, init_from_group0=False):
+                        labels=None, init_from_group0=False, text_a_column="text",
+                        text_b_column=None, label_column="label"):
         """A classifier initialised from `checkpoint`, any source `--init_checkpoint` takes: a
         pretraining or fine-tuning run's output directory (`DIR:best`, `DIR/ckpt-N`), an
         official TF1 checkpoint or TF-Hub module directory, a Hugging Face folder, our model
@@ -434,11 +450,14 @@ class AlbertTextClassifier(RawTextModel):
         `num_classes` keeps its head). The config comes from the checkpoint
         (`checkpoint_config`) unless `albert_config_file` is given; `spm_model_file` defaults
         to the `.model` file in the checkpoint's directory (a run keeps its own there).
-        `num_classes=1` is regression (STS-B)."""
+        `num_classes=1` is regression (STS-B). `text_a_column`, `text_b_column` and
+        `label_column` name the columns of the files `fit`, `evaluate` and `predict` may be
+        given (the module docstring)."""
         return cls._build_from_checkpoint(
             AlbertClassifier, num_classes, checkpoint, spm_model_file, sequence_length,
             albert_config_file, vocab_file, do_lower_case, dropout_rate, init_from_group0,
-            labels=labels)
+            labels=labels, text_a_column=text_a_column, text_b_column=text_b_column,
+            label_column=label_column)
 
     def _default_loss_and_metrics(self):
         """Sparse categorical cross entropy on the logits and accuracy (regression: mean
@@ -451,9 +470,78 @@ class AlbertTextClassifier(RawTextModel):
     def _trained_on(self) -> None:
         self.text_pair = self._pairs  # the export serves what the last `fit` trained on
 
+    def get_config(self):
+        return dict(super().get_config(), text_a_column=self.text_a_column,
+                    text_b_column=self.text_b_column, label_column=self.label_column)
+
+    # -----------------------------------------------------------------------------------------
+    # Your own files.
+    @staticmethod
+    def _is_file(x, labelled: bool) -> bool:
+        """Whether `x` names a table file: any `os.PathLike`; a `str` with a table extension
+        that is a file (or, for `fit`, whose labels come with it, any such `str`)."""
+        if isinstance(x, os.PathLike):
+            return True
+        if not isinstance(x, str) or os.path.splitext(x)[1].lower() not in EXTENSIONS:
+            return False
+        return labelled or os.path.isfile(x)
+
+    def _file_data(self, x, y, split: str):
+        """(texts, labels) of the table file `x` (`glue.read_table_examples`, the columns the
+        model names); `x`, `y` as they are when `x` is not a file. "train": a model without
+        labels takes the file's (`glue.label_set`); "test": the labels may be absent (None)."""
+        if not self._is_file(x, labelled=split != "test"):
+            return x, y
+        path = os.fspath(x)
+        if y is not None:
+            raise ValueError(f"{path}: the file holds the labels (its column "
+                             f"{self.label_column!r}); `y` must be None.")
+        regression = self.num_classes == 1
+        adopt = split == "train" and self.labels is None and not regression
+        examples = glue.read_table_examples(
+            path, self.text_a_column, self.text_b_column,
+            None if split == "test" else self.label_column, split,
+            labels=None if adopt else self.labels, regression=regression,
+            labels_from="the model (its `labels`)")
+        if adopt:
+            found = glue.label_set(examples)
+            if len(found) != self.num_classes:
+                raise ValueError(f"{path} has {len(found)} labels {found}, and the model has "
+                                 f"{self.num_classes} classes: build it with "
+                                 f"from_checkpoint(..., num_classes={len(found)}).")
+            self.labels = found
+        texts = [e.text_a if e.text_b is None else (e.text_a, e.text_b) for e in examples]
+        if any(e.label is None for e in examples):
+            return texts, None
+        if regression:
+            return texts, [e.label for e in examples]
+        if self.labels is None:
+            raise ValueError(f"{path}: the model has no label names to map the file's labels "
+                             "to ids: fit it on a file first, or give from_checkpoint(..., "
+                             "labels=[...]).")
+        ids = {name: i for i, name in enumerate(self.labels)}
+        return texts, np.array([ids[e.label] for e in examples], np.int32)
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, validation_data=None, **kwargs):
+        """Keras `fit` (`RawTextModel.fit`); `x` (and `validation_data`) may be a table file's
+        path (the module docstring)."""
+        x, y = self._file_data(x, y, "train")
+        if validation_data is not None and self._is_file(validation_data, labelled=True):
+            validation_data = self._file_data(validation_data, None, "dev")
+        return super().fit(x, y, batch_size=batch_size, epochs=epochs,
+                           validation_data=validation_data, **kwargs)
+
+    def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+        """Keras `evaluate` (`RawTextModel.evaluate`); `x` may be a table file's path."""
+        if not kwargs.get("_use_cached_eval_dataset"):
+            x, y = self._file_data(x, y, "dev")
+        return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight,
+                                **kwargs)
+
     def predict(self, x, batch_size=None, **kwargs):
         """Probabilities [n, num_classes] (softmax of the logits); regression: the value
-        [n, 1]."""
+        [n, 1]. `x` may be a table file's path (its label column, if any, is not read)."""
+        x, _ = self._file_data(x, None, "test")
         logits = super().predict(self._dataset(x, None, None, batch_size or 32, shuffle=False),
                                  **kwargs)
         if self.num_classes == 1:
