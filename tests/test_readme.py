@@ -28,12 +28,12 @@ from test_text_tagger import _readme_example as tagger_example
 
 with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as _f:
     README = _f.read()
-BLOCKS = re.findall(r"```(\w+)\n(.*?)```", README, re.S)
+BLOCKS = re.findall(r"```(\w*)\n(.*?)```", README, re.S)
 PROSE = re.sub(r"```.*?```", "", README, flags=re.S)
 # Inline code of the prose, line breaks inside a span joined as the Markdown renders them.
 SPANS = [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", PROSE)]
-COMMAND_START = re.compile(r"^(\S*python[\d.]*|\S*pip|docker|tensorflow_model_server|curl|apt"
-                           r"|apt-get|sudo|bash)\s")
+COMMAND_START = re.compile(r"^((\S*python[\d.]*|\S*pip|docker|tensorflow_model_server|curl|apt"
+                           r"|apt-get|sudo|bash)\s|albert-[\w-]+(\s|$))")  # albert-*: scripts
 
 
 def shell_commands() -> list[str]:
@@ -246,7 +246,11 @@ RUN_HERE = {"albert_tf.params": ["11,683,584", "109,081,344"]}  # ALBERT-base 12
 
 def check(command, config, monkeypatch):
     """What checked the README's `command` (a sentence), or a failure naming it."""
+    from albert_tf.cli import COMMANDS
+
     words = _words(command)
+    if words[0] in COMMANDS:  # a console script: its module's command
+        words = ["python", "-m", COMMANDS[words[0]], *words[1:]]
     program = os.path.basename(words[0])
     if re.fullmatch(r"python[\d.]*", program) and words[1:3] == ["-m", "venv"]:
         return "the standard library's venv"
@@ -297,6 +301,8 @@ NOT_ABSL = {"export.saved_model_cli": "TensorFlow's saved_model_cli, its own arg
 
 
 def test_every_shell_command_of_the_readme_runs_or_parses(pytestconfig, monkeypatch):
+    kinds = {language for language, _ in BLOCKS}
+    assert kinds <= {"bash", "python"}, f"README code block(s) {kinds} not classified here"
     commands = shell_commands()
     # The README's two commands, the Commands table and the steps of a real run at least.
     assert len(commands) >= 30 and any("export.client classify" in c for c in commands)
