@@ -258,12 +258,19 @@ def test_custom_three_classes_beat_the_majority_and_answer_label_names(custom_ru
 
 @pytest.mark.slow
 def test_a_later_run_reuses_labels_json_and_dev_labels_are_checked(custom_run, capsys):
-    """--do_eval without --train_file scores with the labels the training run kept (the same
-    accuracy); a dev label the training file lacks is an error naming file, line and column."""
+    """--do_eval without --train_file, its task flags in a --config_file (YAML), scores with the
+    labels the training run kept (the same accuracy); a dev label the training file lacks is an
+    error naming file, line and column."""
     tmp, out, common = custom_run["tmp"], custom_run["out"], custom_run["common"]
     before = json.load(open(out / "eval_results.json"))
     os.remove(out / "eval_results.json")
-    assert run_classifier(*common, "--dev_file", str(tmp / "dev.tsv"), "--do_eval") == 0
+    (tmp / "eval.yaml").write_text(
+        "task:\n  task_name: custom\n  dev_file: " + str(tmp / "dev.tsv") + "\n"
+        "  text_a_column: sentence\n  label_column: topic\n"
+        "model:\n  max_seq_length: 32\ntrainer:\n  do_eval: true\n  eval_batch_size: 50\n",
+        encoding="utf-8")
+    assert run_classifier(*common[common.index("--albert_config_file"):common.index(
+        "--text_a_column")], "--config_file", str(tmp / "eval.yaml")) == 0
     again = json.load(open(out / "eval_results.json"))
     assert again["accuracy"] == before["accuracy"] and again["examples"] == 150
     bad = tmp / "bad_dev.tsv"
@@ -275,6 +282,36 @@ def test_a_later_run_reuses_labels_json_and_dev_labels_are_checked(custom_run, c
         "['food', 'sport', 'weather'] of the training file; a model predicts only the labels "
         "it was trained on (fix the label, or add examples of it to the training file).")
 
+
+
+@pytest.mark.slow
+def test_custom_regression_reports_correlations_and_numbers(custom_run):
+    """--num_labels 1: the label is a number (here the sentence's word count; pairs from two
+    columns), scored by Pearson and Spearman; predictions.jsonl holds numbers; no labels.json."""
+    tmp = custom_run["tmp"]
+    rows = _sentences(40, 5)
+    with open(tmp / "scores.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps({"a": s, "b": t, "n": len(s.split())}) + "\n" for s, t in rows)
+    out = tmp / "regression"
+    args = ["--task_name", "custom", "--num_labels", "1", "--text_a_column", "a",
+            "--text_b_column", "b", "--label_column", "n", "--albert_config_file",
+            str(tmp / "albert_config.json"), "--spm_model_file",
+            custom_run["common"][custom_run["common"].index("--spm_model_file") + 1],
+            "--output_dir", str(out), "--max_seq_length", "32", "--train_file",
+            str(tmp / "scores.jsonl"), "--dev_file", str(tmp / "scores.jsonl"), "--test_file",
+            str(tmp / "scores.jsonl"), "--do_train", "--do_eval", "--do_predict",
+            "--train_batch_size", "8", "--eval_batch_size", "8", "--predict_batch_size", "8",
+            "--train_step", "10", "--save_checkpoints_steps", "10", "--iterations_per_loop", "10",
+            "--num_train_files", "1"]
+    assert run_classifier(*args) == 0
+    results = json.load(open(out / "eval_results.json"))
+    assert {"mse", "pearson", "spearman"} <= set(results) and "accuracy" not in results
+    assert results["examples"] == 40 and -1 <= results["pearson"] <= 1
+    rows_out = [json.loads(line) for line in open(out / "predictions.jsonl", encoding="utf-8")]
+    assert [(r["text_a"], r["text_b"]) for r in rows_out] == rows
+    assert all(isinstance(r["prediction"], float) and "probabilities" not in r
+               for r in rows_out)
+    assert not (out / "labels.json").exists()
 
 # ---------------------------------------------------------------------------------------------
 # AlbertTextClassifier on the same files.
