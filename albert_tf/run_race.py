@@ -31,8 +31,8 @@ from absl import app, flags  # noqa: E402
 
 from albert_tf import flags as albert_flags
 from albert_tf.tasks import race  # noqa: E402
-from albert_tf.runner import (command, task_exporter, model_and_tokenizer,  # noqa: E402
-                              run_task, training_config, write_json)
+from albert_tf.runner import (PRETRAINED, command, task_exporter,  # noqa: E402
+                              model_and_tokenizer, run_task, training_config, write_json)
 
 
 def define_flags():
@@ -119,8 +119,9 @@ def check_flags(exp):
 
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
-    command(run, define_flags, required=("data_dir", "albert_config_file",
-                                         "spm_model_file|vocab_file", "output_dir"),
+    command(run, define_flags, required=("data_dir", f"albert_config_file|{PRETRAINED}",
+                                         f"spm_model_file|vocab_file|{PRETRAINED}",
+                                         "output_dir"),
             check=check_flags)
 
 

@@ -26,6 +26,7 @@ from absl import logging
 from albert_tf.paths import atomic_write
 from albert_tf.backbone import Performance
 from albert_tf.checkpoints import CheckpointError
+from albert_tf.checkpoints.conversion import carried_tokenizer, checkpoint_config
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import StrategyError, get_strategy, tf_config_worker
 from albert_tf import experiment
@@ -106,7 +107,7 @@ def _checked(body, exp: ExperimentConfig):
     --output_dir, or a multi-worker run's worker directory in it) for the whole command:
     features, checkpoints, evaluations and predictions alike."""
     if "init_checkpoint" in exp:
-        pretrained_source(exp)
+        carried_vocabulary(exp, pretrained_source(exp))
     name = check_cluster_flags(exp) if "distribution_strategy" in exp else None
     if not exp.get("output_dir"):
         return body(exp)
@@ -119,12 +120,38 @@ def _checked(body, exp: ExperimentConfig):
         return body(exp)
 
 
+# The pretrained source, which carries the config and the vocabulary that
+# --albert_config_file and --spm_model_file otherwise give (a fine-tuning command's `required`).
+PRETRAINED = "init_checkpoint|albert_hub_module_handle"
+
+
+def carried_vocabulary(exp: ExperimentConfig, pretrained: str | None) -> None:
+    """Without --spm_model_file and --vocab_file, the SentencePiece model the pretrained
+    source carries (`carried_tokenizer`: a `.keras` model's, the `.model` of a run, of our
+    directory, beside a TF1 checkpoint, a Hugging Face folder's spiece.model) becomes the
+    run's --spm_model_file (so config.yaml, the run's copy and the export name it)."""
+    if not pretrained or "spm_model_file" not in exp or exp.spm_model_file \
+            or exp.get("vocab_file"):
+        return
+    spm = carried_tokenizer(pretrained)["spm_model_file"]
+    if not spm:
+        raise ValueError(f"--init_checkpoint {pretrained} carries no SentencePiece model; pass "
+                         "--spm_model_file (or --vocab_file for a WordPiece vocabulary).")
+    section = next(s for s in experiment.SECTIONS if "spm_model_file" in getattr(exp, s))
+    getattr(exp, section)["spm_model_file"] = spm
+
+
 def model_and_tokenizer(exp: ExperimentConfig) -> tuple[AlbertConfig, Tokenizer]:
-    """--albert_config_file and the tokenizer of the official flags (`make_tokenizer`:
+    """--albert_config_file (without it, the config the --init_checkpoint source carries:
+    `checkpoint_config`) and the tokenizer of the official flags (`make_tokenizer`:
     --spm_model_file, with the official --vocab_file checked against it where one is given; or
     --vocab_file alone, a WordPiece vocabulary), checked against each other and against
     --max_seq_length."""
-    config = AlbertConfig.from_json_file(exp.albert_config_file)
+    pretrained = pretrained_source(exp) if "init_checkpoint" in exp else None
+    if pretrained and not exp.albert_config_file:
+        config = checkpoint_config(pretrained)
+    else:
+        config = AlbertConfig.from_json_file(exp.albert_config_file)
     tokenizer = make_tokenizer(exp.spm_model_file, exp.get("vocab_file"), exp.do_lower_case)
     if tokenizer.vocab_size != config.vocab_size:
         flag = "--spm_model_file" if exp.spm_model_file else "--vocab_file"

@@ -40,8 +40,9 @@ from absl import app, flags
 from albert_tf import flags as albert_flags
 from albert_tf.distribute import tf_config_worker
 from albert_tf.tasks.squad import evaluation as squad_eval
-from albert_tf.runner import (command, task_exporter, model_and_tokenizer,
-                              model_for_prediction, run_task, training_config, write_json)
+from albert_tf.runner import (PRETRAINED, command, task_exporter,
+                              model_and_tokenizer, model_for_prediction, run_task,
+                              training_config, write_json)
 from albert_tf.features import sidecar_path
 from albert_tf.records import read_cached, shard_paths
 from albert_tf.tasks.squad import (SquadTask, SquadV2Task, build_features, features_digest,
@@ -311,6 +312,7 @@ def check_flags(exp, version: int):
 def cli(version: int):
     """`run_squad_v1` (version 1) and `run_squad_v2` (version 2)."""
     command(functools.partial(run, version=version), functools.partial(define_flags, version),
-            required=("albert_config_file", "spm_model_file", "output_dir"),
+            required=(f"albert_config_file|{PRETRAINED}", f"spm_model_file|{PRETRAINED}",
+                      "output_dir"),
             check=functools.partial(check_flags, version=version),
             name=f"albert_tf.run_squad_v{version}")

@@ -59,7 +59,7 @@ def initialize_from_checkpoint(model, path: str, init_from_group0: bool = False)
 def _path_and_checkpoint(path) -> tuple[str, str]:
     """(path, checkpoint) of an `--init_checkpoint` value: `DIR:best` is a run's best
     checkpoint, `RUN/ckpt-N` one checkpoint of a run, anything else "latest" of `path`."""
-    path = os.fspath(path)
+    path = check_path(path)
     which = "latest"
     if path.endswith(":best"):
         path, which = path[: -len(":best")], "best"
@@ -240,7 +240,7 @@ def carried_config(path: str) -> tuple[AlbertConfig, str] | None:
     our directory's `albert_config.json`, a Hugging Face folder's `config.json`, a `.keras`
     file's own, the `albert_config.json` beside a TF1 checkpoint or in a TF-Hub module (also
     under assets/); None if it carries none."""
-    path = os.fspath(path).removesuffix(":best")
+    path = check_path(path).removesuffix(":best")
     run = split_run_checkpoint(path)
     path = run[0] if run else path
     if path.endswith(".keras"):

@@ -1,0 +1,290 @@
+"""Every saved form goes into every tool (issue 57 item 2): a `.keras` file of
+`AlbertTextClassifier` (and of `AlbertTextTagger`), a training run's --output_dir, `DIR:best`,
+our model directory, an official TF1 checkpoint and a Hugging Face folder, each into
+`albert_tf.convert` (every target), `export.export_saved_model`, `export.export_tfhub`,
+`export.export_tflite` and `--init_checkpoint`; run in this process through each command's
+`cli` (as `python -m`), and every cell's answers equal the saved classifier's own on the same
+raw text (logits to 1e-5, token ids exactly), its SentencePiece model and labels travelling
+with it."""
+
+import filecmp
+import importlib
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags
+from conftest import WIKITEXT, randomize, tiny_config
+
+from albert_tf import (AlbertClassifier, AlbertTextClassifier, AlbertTextPreprocessor,
+                       AlbertTextTagger, AlbertTokenClassifier)
+from albert_tf.checkpoints import CheckpointError, initialize_backbone, initialize_from_checkpoint
+from albert_tf.checkpoints.conversion import read_source
+from albert_tf.tokenization import Tokenizer
+
+TEXTS = ["a gripping film", "dull and flat , too long", "the 1,000 best scenes"]
+LABELS = ["negative", "neutral", "positive"]
+SEQ = 16
+NO_LABELS = ("tf1",)  # an official checkpoint has no place for class names
+TOL = 1e-5
+SOURCES = ("keras", "run", "run:best", "ours", "tf1", "hf")
+
+
+def run_cli(module, *args) -> int:
+    """`python -m module ARGS` in this process (its `cli`): the exit status. The flags it
+    defines are removed after, so the next command defines its own."""
+    before, argv = set(flags.FLAGS), sys.argv
+    flags.FLAGS.unparse_flags()
+    sys.argv = [module, *args]
+    try:
+        importlib.import_module(module).cli()
+    except SystemExit as e:
+        return e.code
+    finally:
+        sys.argv = argv
+        for name in set(flags.FLAGS) - before:
+            delattr(flags.FLAGS, name)
+    return 0
+
+
+def _run_dir(directory, model, spm, kind, weights_latest=None):
+    """A fine-tuning run's --output_dir as the loop writes it: albert_config.json,
+    train_settings.json (the model kind), ckpt-1, the SentencePiece model, labels.json; with
+    `weights_latest`, ckpt-1 holds those and best/ckpt-best `model`'s (so `DIR:best` differs
+    from the latest)."""
+    os.makedirs(directory)
+    model.config.to_json_file(os.path.join(directory, "albert_config.json"))
+    with open(os.path.join(directory, "train_settings.json"), "w") as f:
+        json.dump({"kind": kind, "num_labels": model.num_labels}, f)
+    with open(os.path.join(directory, "labels.json"), "w") as f:
+        json.dump(LABELS, f)
+    shutil.copy(spm, directory)
+    if weights_latest is None:
+        tf.train.Checkpoint(model=model).save(os.path.join(directory, "ckpt"))
+        return directory
+    saved = [w.numpy() for w in model.weights]
+    for w, value in zip(model.weights, weights_latest):
+        w.assign(value)
+    tf.train.Checkpoint(model=model).save(os.path.join(directory, "ckpt"))
+    for w, value in zip(model.weights, saved):
+        w.assign(value)
+    tf.train.Checkpoint(model=model).write(os.path.join(directory, "best", "ckpt-best"))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def forms(tmp_path_factory):
+    """{"sources": {name: path}, "spm", "features", "logits", "pooled", "ids", "classifier"}:
+    one 3-class classifier (tiny, random weights) saved as `clf.save("model.keras")` and as
+    every other form (ours, tf1 and hf by `convert` from the `.keras`: cells of the matrix)."""
+    from data.train_vocab import train_vocab
+
+    tmp = tmp_path_factory.mktemp("saved_forms")
+    spm_dir = tmp / "vocab"
+    spm_dir.mkdir()
+    train_vocab([WIKITEXT], str(spm_dir / "tiny"), vocab_size=300, do_lower_case=True,
+                num_threads=2)
+    spm = str(spm_dir / "tiny.model")
+    config = tiny_config(vocab_size=300, initializer_range=0.2)
+    classifier = AlbertClassifier(config, num_labels=3)
+    randomize(classifier, seed=3)
+    clf = AlbertTextClassifier(classifier, AlbertTextPreprocessor(spm, SEQ), labels=LABELS)
+    keras_file = str(tmp / "model.keras")
+    clf.save(keras_file)
+    features = clf.preprocessor(TEXTS)
+    outputs = classifier(features, training=False)
+    sources = {"keras": keras_file}
+    sources["run"] = _run_dir(str(tmp / "run"), classifier, spm, "classifier")
+    other = [np.full(w.shape, 0.01, np.float32) for w in classifier.weights]
+    sources["run:best"] = _run_dir(str(tmp / "run_best"), classifier, spm, "classifier",
+                                   weights_latest=other) + ":best"
+    for target, name in (("albert_tf", "ours"), ("tf1", "tf1"), ("hf", "hf")):
+        out = str(tmp / "converted" / f"keras_to_{target}")
+        assert run_cli("albert_tf.convert", "--input", keras_file, "--target", target,
+                       "--output", out) == 0
+        sources[name] = out
+    return {"sources": sources, "spm": spm, "tmp": tmp, "classifier": classifier,
+            "features": {k: v.numpy() for k, v in features.items()},
+            "logits": outputs["logits"].numpy(), "pooled": outputs["pooled_output"].numpy()}
+
+
+def _assert_same_vocabulary(spm, reference):
+    """The tokenizer travelled: the same SentencePiece model, so the same ids."""
+    assert spm and filecmp.cmp(spm, reference, shallow=False), spm
+    assert [Tokenizer(spm).encode(t) for t in TEXTS] == [Tokenizer(reference).encode(t)
+                                                        for t in TEXTS]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["albert_tf", "tf1", "hf"])
+def test_convert_every_source_to_every_target(forms, target):
+    """`python -m albert_tf.convert --input SOURCE --target T` (--source left to auto) from
+    every form: the model read back gives the saved classifier's logits (1e-5), the
+    SentencePiece model is copied into the output, the labels travel (hf: id2label; ours:
+    albert_tf.json)."""
+    for name, path in forms["sources"].items():
+        out = str(forms["tmp"] / "convert" / f"{name.replace(':', '_')}_to_{target}")
+        assert run_cli("albert_tf.convert", "--input", path, "--target", target,
+                       "--output", out) == 0, name
+        read = read_source(out)
+        logits = read.model(forms["features"], training=False)["logits"].numpy()
+        np.testing.assert_allclose(logits, forms["logits"], atol=TOL, err_msg=name)
+        _assert_same_vocabulary(read.spm_model_file, forms["spm"])
+        want = None if name in NO_LABELS or target in NO_LABELS else LABELS
+        assert read.labels == want, (name, target)
+
+
+def test_the_exports_read_every_source(forms):
+    """What `export_saved_model` and `export_tflite` read (`load_for_export`, with the flags'
+    defaults) and what `export_tfhub` reads (`load_backbone`), from every form: the saved
+    classifier's logits or pooled output (1e-5), its SentencePiece model, its labels and
+    sequence length where the form records them. The export after the read does not depend
+    on the form: each command runs whole on one form below."""
+    from export.saved_model import load_for_export
+    from export.tfhub import load_backbone
+
+    for name, path in forms["sources"].items():
+        model, spm, record = load_for_export(path)
+        np.testing.assert_allclose(model(forms["features"], training=False)["logits"],
+                                   forms["logits"], atol=TOL, err_msg=name)
+        _assert_same_vocabulary(spm, forms["spm"])
+        assert record["labels"] == (None if name in NO_LABELS else LABELS), name
+        assert record["max_seq_length"] == (SEQ if name == "keras" else None), name
+        backbone, spm, _ = load_backbone(path)
+        np.testing.assert_allclose(backbone(forms["features"])["pooled_output"],
+                                   forms["pooled"], atol=TOL, err_msg=name)
+        _assert_same_vocabulary(spm, forms["spm"])
+
+
+@pytest.mark.slow
+def test_export_saved_model_of_a_saved_text_classifier(forms):
+    """`python -m export.export_saved_model --model_dir model.keras` (the README's
+    `clf.save`; a TypeError before): the SavedModel answers raw text with the classifier's
+    logits (1e-5), tokenized as its preprocessor does, at its sequence length, with its label
+    names."""
+    base = str(forms["tmp"] / "exports" / "keras")
+    assert run_cli("export.export_saved_model", "--model_dir", forms["sources"]["keras"],
+                   "--export_dir", base) == 0
+    loaded = tf.saved_model.load(os.path.join(base, "1"))
+    got = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
+    np.testing.assert_allclose(got["logits"].numpy(), forms["logits"], atol=TOL)
+    np.testing.assert_array_equal(got["input_ids"].numpy(), forms["features"]["input_ids"])
+    with open(os.path.join(base, "1", "assets.extra", "albert_export.json")) as f:
+        record = json.load(f)
+    assert record["labels"] == LABELS and record["max_seq_length"] == SEQ
+
+
+@pytest.mark.slow
+def test_export_tfhub_of_a_hugging_face_folder(forms):
+    """`python -m export.export_tfhub --init_checkpoint HF_DIR` (its spiece.model travels):
+    the preprocessor packs the text as the classifier's preprocessor (ids equal) and the
+    encoder gives its pooled output (1e-5)."""
+    import tensorflow_text  # noqa: F401 - the preprocessor's SentencePiece ops
+
+    out = str(forms["tmp"] / "hub")
+    assert run_cli("export.export_tfhub", "--init_checkpoint", forms["sources"]["hf"],
+                   "--export_dir", out, "--max_seq_length", str(SEQ)) == 0
+    pre = tf.saved_model.load(os.path.join(out, "preprocess"))
+    encoder = tf.saved_model.load(os.path.join(out, "encoder"))
+    inputs = pre(tf.constant(TEXTS))
+    np.testing.assert_array_equal(inputs["input_word_ids"].numpy(),
+                                  forms["features"]["input_ids"])
+    pooled = encoder(inputs)["pooled_output"].numpy()
+    np.testing.assert_allclose(pooled, forms["pooled"], atol=TOL)
+
+
+@pytest.mark.slow
+def test_export_tflite_of_an_official_checkpoint(forms):
+    """`python -m export.export_tflite --model_dir TF1_DIR` (a TF1 checkpoint was refused
+    before: "convert it first"): the on-device model answers raw text with the saved
+    classifier's logits (1e-5)."""
+    from export.tflite import interpreter, run
+
+    out = str(forms["tmp"] / "tf1.tflite")
+    assert run_cli("export.export_tflite", "--model_dir", forms["sources"]["tf1"], "--output",
+                   out, "--max_seq_length", str(SEQ)) == 0
+    runner = interpreter(out).get_signature_runner()
+    logits = np.concatenate([run(runner, {"text": [t]})["logits"] for t in TEXTS])
+    np.testing.assert_allclose(logits, forms["logits"], atol=TOL)
+
+
+@pytest.mark.slow
+def test_init_checkpoint_from_every_source(forms):
+    """`--init_checkpoint SOURCE` (the fine-tuning commands' readers): the whole classifier
+    (`initialize_from_checkpoint`) and its backbone (`initialize_backbone`) from every form
+    give the saved classifier's logits and pooled output (1e-5)."""
+    config = forms["classifier"].config
+    for name, path in forms["sources"].items():
+        model = AlbertClassifier(config, num_labels=3)
+        initialize_from_checkpoint(model, path)
+        np.testing.assert_allclose(model(forms["features"], training=False)["logits"],
+                                   forms["logits"], atol=TOL, err_msg=name)
+        initialize_backbone(model.backbone, path)
+        np.testing.assert_allclose(model.backbone(forms["features"])["pooled_output"],
+                                   forms["pooled"], atol=TOL, err_msg=name)
+
+
+def test_a_missing_path_says_no_such_path(tmp_path, capsys):
+    """A mistyped source is "no such path: PATH" in every reader (it was "No model config
+    found with ...", or a TF1 reader's message), and convert exits 1 with that line."""
+    from albert_tf.checkpoints.conversion import checkpoint_config
+
+    missing = str(tmp_path / "runs" / "sst2_typo")
+    for read in (checkpoint_config, read_source, lambda p: initialize_backbone(None, p),
+                 lambda p: initialize_from_checkpoint(None, p + ":best")):
+        with pytest.raises(CheckpointError, match=f"^no such path: {missing}$"):
+            read(missing)
+    assert run_cli("albert_tf.convert", "--input", missing, "--output",
+                   str(tmp_path / "out")) == 1
+    assert f"error: no such path: {missing}" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_a_keras_file_naming_a_foreign_class_is_refused_and_nothing_runs(tmp_path):
+    """A `.keras` file whose config names a class of another module (`os.system`) is refused
+    with its name before Keras reads it: the command it carries never runs (issue 58 item
+    7). Every reader goes through `load_pretrained`."""
+    import zipfile
+
+    from albert_tf.checkpoints import load_pretrained
+
+    marker = tmp_path / "ran"
+    path = str(tmp_path / "model.keras")
+    config = {"module": "os", "class_name": "system", "registered_name": "system",
+              "config": {"command": f"touch {marker}"}}
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("metadata.json", json.dumps({"keras_version": "3.15.1"}))
+        archive.writestr("config.json", json.dumps(config))
+        archive.writestr("model.weights.h5", b"")
+    for read in (load_pretrained, read_source, lambda p: initialize_backbone(None, p)):
+        with pytest.raises(CheckpointError, match="names the class 'system' of module 'os'"):
+            read(path)
+    assert not marker.exists()
+
+
+@pytest.mark.slow
+def test_run_tagging_reads_the_config_and_vocabulary_its_checkpoint_carries(forms, tmp_path):
+    """`run_tagging --init_checkpoint model.keras` with neither --albert_config_file nor
+    --spm_model_file ("--albert_config_file is required" before): the model is built from the
+    config the `.keras` carries, tokenized with its SentencePiece model (the run records and
+    keeps it), and its backbone starts from the saved weights."""
+    from albert_tf.config import AlbertConfig
+
+    train = tmp_path / "train.conll"
+    train.write_text("a\tO\ngripping\tB-X\nfilm\tI-X\n\ndull\tB-X\nand\tO\nflat\tO\n\n")
+    out = tmp_path / "run"
+    assert run_cli("albert_tf.run_tagging", "--init_checkpoint", forms["sources"]["keras"],
+                   "--train_file", str(train), "--output_dir", str(out), "--do_train",
+                   "--max_seq_length", str(SEQ), "--train_batch_size", "2", "--train_step",
+                   "1", "--warmup_step", "0", "--learning_rate", "1e-12") == 0
+    assert AlbertConfig.from_json_file(str(out / "albert_config.json")).to_dict() == \
+        forms["classifier"].config.to_dict()
+    kept = [f for f in os.listdir(out) if f.endswith(".model")]
+    assert len(kept) == 1 and filecmp.cmp(out / kept[0], forms["spm"], shallow=False)
+    tagger = read_source(str(out))
+    np.testing.assert_allclose(tagger.model.backbone(forms["features"])["pooled_output"],
+                               forms["pooled"], atol=TOL)
