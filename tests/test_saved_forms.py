@@ -288,3 +288,34 @@ def test_run_tagging_reads_the_config_and_vocabulary_its_checkpoint_carries(form
     tagger = read_source(str(out))
     np.testing.assert_allclose(tagger.model.backbone(forms["features"])["pooled_output"],
                                forms["pooled"], atol=TOL)
+
+
+@pytest.mark.slow
+def test_a_saved_text_tagger_into_the_tools_and_a_clear_refusal(forms, tmp_path, capsys):
+    """A `.keras` file of `AlbertTextTagger` converts (its tags as Hugging Face's id2label,
+    its SentencePiece model copied) and is read by the exports with its logits (1e-5); the
+    TensorFlow Lite export, which has no on-device form of a token classifier, refuses it by
+    name and writes nothing."""
+    from export.saved_model import load_for_export
+
+    tags = ["O", "B-X", "I-X"]
+    model = AlbertTokenClassifier(forms["classifier"].config, num_labels=3)
+    randomize(model, seed=4)
+    tagger = AlbertTextTagger(model, AlbertTextPreprocessor(forms["spm"], SEQ), labels=tags)
+    path = str(tmp_path / "tagger.keras")
+    tagger.save(path)
+    want = model(forms["features"], training=False)["logits"].numpy()
+    out = str(tmp_path / "hf")
+    assert run_cli("albert_tf.convert", "--input", path, "--target", "hf", "--output", out) == 0
+    for source in (path, out):
+        read = read_source(source)
+        assert read.labels == tags, source
+        np.testing.assert_allclose(read.model(forms["features"])["logits"], want, atol=TOL)
+        _assert_same_vocabulary(read.spm_model_file, forms["spm"])
+    exported, spm, record = load_for_export(path)
+    np.testing.assert_allclose(exported(forms["features"])["logits"], want, atol=TOL)
+    assert record["labels"] == tags
+    capsys.readouterr()
+    tflite = str(tmp_path / "tagger.tflite")
+    assert run_cli("export.export_tflite", "--model_dir", path, "--output", tflite) == 1
+    assert "token_classifier" in capsys.readouterr().err and not os.path.exists(tflite)
