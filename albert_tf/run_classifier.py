@@ -58,7 +58,7 @@ import os  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from albert_tf.tasks import glue  # noqa: E402
-from albert_tf import flags as albert_flags  # noqa: E402
+from albert_tf import experiment, flags as albert_flags  # noqa: E402
 from albert_tf.tasks.classification import ClassificationTask, write_split_features  # noqa: E402
 from albert_tf.runner import (PRETRAINED, command, task_exporter,  # noqa: E402
                               model_and_tokenizer, run_labels, run_task, training_config)
@@ -154,9 +154,11 @@ def custom_task(exp) -> glue.GlueTask:
     if reads and not exp.text_a_column:
         raise ValueError("--task_name custom needs --text_a_column: the column of the text "
                          "(and --text_b_column for pairs, --label_column for the label).")
+    text_b = exp.text_b_column
+    if not reads and text_b is None:
+        text_b = trained_text_b_column(exp.output_dir)
     if exp.num_labels == 1:
-        return glue.custom_task(None, exp.text_a_column, exp.text_b_column, exp.label_column,
-                                files)
+        return glue.custom_task(None, exp.text_a_column, text_b, exp.label_column, files)
     trained = None
     if exp.do_train:
         trained = glue.label_set(glue.read_table_examples(
@@ -166,8 +168,16 @@ def custom_task(exp) -> glue.GlueTask:
         raise ValueError(f"--num_labels {exp.num_labels}, and the training file has "
                          f"{len(labels)} labels {labels}: drop --num_labels (the labels are "
                          "the training file's), or fix the file.")
-    return glue.custom_task(labels, exp.text_a_column, exp.text_b_column, exp.label_column,
-                            files)
+    return glue.custom_task(labels, exp.text_a_column, text_b, exp.label_column, files)
+
+
+def trained_text_b_column(output_dir: str) -> str | None:
+    """The --text_b_column the training run in `output_dir` recorded (its config.yaml), so an
+    `--export_dir` alone serves pairs when the model was trained on pairs."""
+    path = os.path.join(output_dir, experiment.CONFIG_NAME)
+    if not os.path.exists(path):
+        return None
+    return (experiment.read_config_file(path).get("task") or {}).get("text_b_column")
 
 
 def run(exp):

@@ -11,6 +11,7 @@ import tensorflow as tf
 from absl import flags
 
 from albert_tf import AlbertConfig
+from albert_tf.records import example_of
 from albert_tf.tasks import glue
 from albert_tf.tasks.tables import TableError, read_table
 
@@ -247,7 +248,6 @@ def test_custom_three_classes_beat_the_majority_and_answer_label_names(custom_ru
                for r in rows)
     version = custom_run["export"] / "1"
     classify = tf.saved_model.load(str(version)).signatures["classify"]
-    from albert_tf.records import example_of
     requests = [example_of({"text": s}) for s, _ in test]
     served = classify(inputs=tf.constant(requests))
     assert served["classes"].numpy()[0].tolist() == [b"food", b"sport", b"weather"]
@@ -259,8 +259,10 @@ def test_custom_three_classes_beat_the_majority_and_answer_label_names(custom_ru
 @pytest.mark.slow
 def test_a_later_run_reuses_labels_json_and_dev_labels_are_checked(custom_run, capsys):
     """--do_eval without --train_file, its task flags in a --config_file (YAML), scores with the
-    labels the training run kept (the same accuracy); a dev label the training file lacks is an
-    error naming file, line and column."""
+    labels the training run kept (the same accuracy); --export_dir alone exports with them; a
+    dev label the training file lacks is an error naming file, line and column."""
+    import tensorflow_text  # noqa: F401
+
     tmp, out, common = custom_run["tmp"], custom_run["out"], custom_run["common"]
     before = json.load(open(out / "eval_results.json"))
     os.remove(out / "eval_results.json")
@@ -273,6 +275,13 @@ def test_a_later_run_reuses_labels_json_and_dev_labels_are_checked(custom_run, c
         "--text_a_column")], "--config_file", str(tmp / "eval.yaml")) == 0
     again = json.load(open(out / "eval_results.json"))
     assert again["accuracy"] == before["accuracy"] and again["examples"] == 150
+    # --export_dir alone, no file and no column named: the labels of labels.json, served
+    export = tmp / "exports" / "again"
+    assert run_classifier(*common[:2], *common[common.index("--albert_config_file"):common.index(
+        "--text_a_column")], "--max_seq_length", "32", "--export_dir", str(export)) == 0
+    served = tf.saved_model.load(str(export / "1")).signatures["classify"](
+        inputs=tf.constant([example_of({"text": "Rain and snow today."})]))
+    assert served["classes"].numpy()[0].tolist() == [b"food", b"sport", b"weather"]
     bad = tmp / "bad_dev.tsv"
     bad.write_text("topic\tsentence\nsport\tA goal.\nmusic\tA song.\n", encoding="utf-8")
     capsys.readouterr()
