@@ -3,7 +3,8 @@ into it (`base.Task`: its model, records, loss, metrics, prediction), one module
 per task family:
 
 - `pretraining`: masked LM + sentence order (`PretrainingTask`);
-- `glue` (readers, labels, metrics) and `classification` (records, `ClassificationTask`);
+- `glue` (readers, labels, metrics; your own files' task, `custom_task`), `tables` (CSV, TSV
+  and JSON Lines files of your own) and `classification` (records, `ClassificationTask`);
 - `squad/`: `features` (alignment, windows, records), `decoding`, `task` (`SquadTask`),
   `in_graph` (the same in TensorFlow ops, for serving), `evaluation` (the official scripts);
 - `race`: readers, records, `RaceTask`.

@@ -213,13 +213,12 @@ def read_table_examples(path: str, text_a_column: str, text_b_column: str | None
     label column may be absent (labels None). Every error names the file, line and column:
     a column the file does not have (the columns it has listed), an empty text or label."""
     columns, rows = read_table(path)
-    header_line = rows[0][0] if table_format(path) == "jsonl" else None
     wanted = [(text_a_column, "--text_a_column"), (text_b_column, "--text_b_column"),
               (label_column, "--label_column")]
     has_label = label_column is not None
     if split == "test" and has_label and label_column not in columns:
         has_label = False  # a test file may hold texts only
-    if header_line is None:  # CSV/TSV: the header names the columns once
+    if table_format(path) != "jsonl":  # CSV/TSV: the header names the columns once
         for name, flag in wanted:
             if name is not None and (name != label_column or has_label) and name not in columns:
                 raise GlueDataError(f"{path}: line {_header_line(path)}: no column {name!r} "
