@@ -154,7 +154,7 @@ _SMALL = [_varint(v) for v in range(1 << 16)]
 
 def _varints(values) -> bytes:
     small = _SMALL
-    return b"".join(small[v] if 0 <= v < 65536 else _varint(v) for v in values)
+    return b"".join([small[v] if 0 <= v < 65536 else _varint(v) for v in values])
 
 
 def _header(field: int, length: int) -> bytes:
@@ -167,7 +167,11 @@ def _length_delimited(field: int, payload: bytes) -> bytes:
 
 
 def _int64_feature(values) -> bytes:
-    packed = _varints(int(v) for v in values)
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iub":
+        values = values.astype(np.int64, copy=False).tolist()  # Python ints at once
+    else:
+        values = [int(v) for v in values]
+    packed = _varints(values)
     return _length_delimited(3, _length_delimited(1, packed) if packed else b"")
 
 

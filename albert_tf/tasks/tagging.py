@@ -92,12 +92,13 @@ class TaggingPreprocessor:
         tag; `where` names the sentence (file and line) in the message."""
         return self.windows_of([(words, tags, where)])[0]
 
-    def windows_of(self, sentences, batch_size: int = 4096) -> list:
+    def windows_of(self, sentences, batch_size: int = 16384) -> list:
         """[[Window] per sentence] of `(words, tags or None, where)` triples (`windows`' checks
         on each): the Python tokenizer's pieces of each word (each distinct word tokenized
         once), cut into windows by the graph's rule (`_windows_of_pieces`, the one
         `windows_in_graph` runs in the SavedModel), `batch_size` sentences per run of the
-        ops."""
+        ops (a CoNLL-2003-size file in one eager run: tracing the ops for several batches
+        costs more than running them)."""
         checked = [self._checked(list(words), tags, where) for words, tags, where in sentences]
         pieces_fn = for_batches(self._windows_of_pieces, len(checked), batch_size, 1,
                                 tf.TensorSpec([None], tf.int64))
