@@ -158,14 +158,20 @@ def test_hub_keras_layer_outputs_equal_the_backbone_and_train(pair):
     assert np.abs(dropped - encoder(features)["pooled_output"].numpy()).max() > TOLERANCE
 
 
-def test_keras3_tfsm_layer_outputs_equal_the_backbone_and_train(pair):
-    """The Keras 3 composition docs/serving.md shows: TFSMLayer on `__call__`, `training`
-    passed on so dropout runs in training."""
+def _keras3_models(export_dir):
+    """The Keras 3 composition docs/serving.md shows, its `TrainableTFSMLayer` as written there:
+    TFSMLayer on `__call__`, `training` passed on so dropout runs in training, and each weight
+    named without TensorFlow's ":0" (TFSMLayer keeps it, and Keras' adam/adamw make their slot
+    variables' scope names from it: "'..._embeddings:0_momentum' is not a valid scope name").
+    Returns (classifier of text, encoder layer, preprocess layer)."""
     import keras
 
-    backbone, export_dir, _ = pair
-
     class TrainableTFSMLayer(keras.layers.TFSMLayer):
+        def _add_existing_weight(self, weight):
+            self._track_variable(keras.Variable(
+                weight, trainable=weight.trainable,
+                name=weight.name.split(":")[0].replace("/", "_")))
+
         def call(self, inputs, training=False):
             return self.call_endpoint_fn(inputs, training=bool(training))
 
@@ -174,7 +180,14 @@ def test_keras3_tfsm_layer_outputs_equal_the_backbone_and_train(pair):
     encoder = TrainableTFSMLayer(os.path.join(export_dir, "encoder"), call_endpoint="__call__")
     text = keras.Input(shape=(), dtype="string")
     pooled = encoder(preprocess(text))["pooled_output"]
-    model = keras.Model(text, keras.layers.Dense(2)(pooled))
+    return keras.Model(text, keras.layers.Dense(2)(pooled)), encoder, preprocess
+
+
+def test_keras3_tfsm_layer_outputs_equal_the_backbone_and_train(pair):
+    import keras
+
+    backbone, export_dir, _ = pair
+    model, encoder, preprocess = _keras3_models(export_dir)
     texts = tf.constant(SENTENCES)
     features = preprocess(texts)
     _assert_parity(encoder(features), _reference(backbone, features))
@@ -185,6 +198,39 @@ def test_keras3_tfsm_layer_outputs_equal_the_backbone_and_train(pair):
     assert np.abs(encoder(features)["pooled_output"].numpy() - before).max() > 100 * TOLERANCE
     dropped = encoder(features, training=True)["pooled_output"].numpy()
     assert np.abs(dropped - encoder(features)["pooled_output"].numpy()).max() > TOLERANCE
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adamw"])
+def test_keras3_composition_fits_with_adam_and_adamw(pair, optimizer):
+    """`compile(optimizer="adam")` / `"adamw"` then `fit`, as a Keras 3 user writes it: the
+    encoder's 73 weights all get slot variables and change, the loss falls; before training the
+    outputs equal the backbone's within 1e-5 (the weights are the SavedModel's, not copies)."""
+    import keras
+
+    backbone, export_dir, _ = pair
+    model, encoder, preprocess = _keras3_models(export_dir)
+    assert len(encoder.trainable_weights) == 73
+    assert all(":" not in w.path for w in encoder.trainable_weights)
+    texts = tf.constant(SENTENCES)
+    features = preprocess(texts)
+    _assert_parity(encoder(features), _reference(backbone, features))
+    before = [w.numpy() for w in encoder.trainable_weights]
+    labels = np.arange(len(SENTENCES)) % 2
+    data = tf.data.Dataset.from_tensor_slices((texts, labels)).batch(len(SENTENCES))
+    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True))
+    losses = model.fit(data, epochs=4, verbose=0).history["loss"]
+    assert losses[-1] < 0.9 * losses[0], losses
+    changed = [float(np.abs(w.numpy() - b).max()) for w, b in zip(encoder.trainable_weights,
+                                                                   before)]
+    assert min(changed) > 0, changed
+    # The layer's weights are the SavedModel's variables (wrapped, not copied): the encoder's
+    # answers moved away from the backbone's.
+    assert {id(v) for v in encoder._reloaded_obj.trainable_variables} == {
+        id(w.value) for w in encoder.trainable_weights}
+    moved = encoder(features)["pooled_output"].numpy() - _reference(backbone, features)[
+        "pooled_output"].numpy()
+    assert np.abs(moved).max() > 100 * TOLERANCE
 
 
 def test_export_refuses_a_non_empty_dir_and_takes_an_empty_one(pair, tmp_path, sample_vocab):
