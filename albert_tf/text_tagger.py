@@ -277,9 +277,9 @@ class AlbertTextTagger(RawTextModel):
             raise ValueError(f"`{names[0]}` holds no sentences: give at least one sentence "
                              "(a list of words).")
         tags = None if y is None else check_tags(y, sentences, self.labels, names)
-        windows = [self.tagging.windows(words, None if tags is None else tags[i],
-                                        f"{names[0]}[{i}]")
-                   for i, words in enumerate(sentences)]
+        windows = self.tagging.windows_of([(words, None if tags is None else tags[i],
+                                            f"{names[0]}[{i}]")
+                                           for i, words in enumerate(sentences)])
         flat = [w for ws in windows for w in ws]
         features = {name: np.array([w.features[name] for w in flat], np.int32)
                     for name in F.BACKBONE_INPUTS}

@@ -254,6 +254,20 @@ def test_predict_never_drops_windows(tagger, monkeypatch):
         tagger.predict([long, ["a"]], verbose=0)
 
 
+def test_windows_of_many_sentences_run_the_window_ops_once(tagger, monkeypatch):
+    """fit/evaluate/predict cut all their sentences into windows in one run of the window ops
+    (one run per sentence made 1,500 sentences cost more than their training)."""
+    from albert_tf.tasks.tagging import TaggingPreprocessor
+
+    runs = []
+    original = TaggingPreprocessor._windows_of_pieces
+    monkeypatch.setattr(TaggingPreprocessor, "_windows_of_pieces",
+                        lambda self, *a, **k: runs.append(1) or original(self, *a, **k))
+    features, labels, windows = tagger._windows(X * 20, Y * 20)
+    assert len(runs) == 1 and len(windows) == 40
+    assert (labels >= 0).sum() == 20 * 4 and features["input_ids"].shape == (40, 16)
+
+
 def test_empty_missing_and_invalid_input(tagger):
     assert tagger.predict([], verbose=0) == []
     for call in (lambda: tagger.score([], []), lambda: tagger.evaluate([], [], verbose=0),
