@@ -20,9 +20,14 @@ import types
 
 import numpy as np
 import pytest
+import tensorflow as tf
+from absl import app, flags
 
 import conftest
+from albert_tf import runner
+from albert_tf.cli import COMMANDS
 from conftest import ROOT
+from export import client
 from test_text_classifier import _readme_example as classifier_example
 from test_text_tagger import _readme_example as tagger_example
 
@@ -71,16 +76,12 @@ class _Parsed(Exception):
 
 
 @contextlib.contextmanager
-def _alone(monkeypatch):
+def _alone():
     """For the block, the global FLAGS holds absl's own flags only, so a command's `cli()`
     defines its flags as in a process of its own; `absl.app.run` stops with `_Parsed` (the
     command's main and flags parser) instead of running; `albert_tf.runner.command` records
     the flags a training command requires (yields them). Afterwards every definition and value
     is as before."""
-    from absl import app, flags
-
-    from albert_tf import runner
-
     app.define_help_flags()  # once per process: before the snapshot, so it stays defined
     state = vars(flags.FLAGS)
     saved = dict(state)
@@ -103,26 +104,24 @@ def _alone(monkeypatch):
         return real_command(body, define_flags, required=required, **kwargs)
 
     real_command = runner.command
-    monkeypatch.setattr(app, "run", run)
-    for module in list(sys.modules.values()):
-        if getattr(module, "command", None) is real_command:
-            monkeypatch.setattr(module, "command", command)
     try:
-        yield needed
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(app, "run", run)
+            for module in list(sys.modules.values()):
+                if getattr(module, "command", None) is real_command:
+                    patch.setattr(module, "command", command)
+            yield needed
     finally:
-        monkeypatch.undo()
         state.clear()
         state.update(saved)
 
 
-def parse_absl(module_name: str, args: list[str], monkeypatch, run=False, complete=None):
+def parse_absl(module_name: str, args: list[str], run=False, complete=None):
     """`python -m module_name args...` parsed by the command's own flags (the flag parser its
     `cli()` hands absl, e.g. create_pretraining_data's, which leaves Beam's flags); fails on a
     flag it does not define, a value it refuses, an argument that is not a flag, or (`complete`;
     default: when `args` are given) a flag its `runner.command` requires missing. `run`: then
     run its main here and return its output; else the names of its flags."""
-    from absl import flags
-
     argv = [module_name, *args]
     spec = importlib.util.find_spec(module_name)
     with open(spec.origin, encoding="utf-8") as f:
@@ -131,7 +130,7 @@ def parse_absl(module_name: str, args: list[str], monkeypatch, run=False, comple
     # here would leave its flags (and their defaults) in this process's FLAGS.
     at_import = re.search(r"^(albert_flags\.define|flags\.DEFINE_\w+)\(", source, re.M)
     module = None if at_import else importlib.import_module(module_name)
-    with _alone(monkeypatch) as required:
+    with _alone() as required:
         if module is None:
             copied = {"__name__": module_name, "__package__": spec.parent, "__file__": spec.origin}
             exec(compile(source, spec.origin, "exec"), copied)  # noqa: S102 - as its import
@@ -244,10 +243,8 @@ def check_model_server(words):
 RUN_HERE = {"albert_tf.params": ["11,683,584", "109,081,344"]}  # ALBERT-base 12M, BERT-base 108M
 
 
-def check(command, config, monkeypatch):
+def check(command, config):
     """What checked the README's `command` (a sentence), or a failure naming it."""
-    from albert_tf.cli import COMMANDS
-
     words = _words(command)
     if words[0] in COMMANDS:  # a console script: its module's command
         words = ["python", "-m", COMMANDS[words[0]], *words[1:]]
@@ -281,14 +278,14 @@ def check(command, config, monkeypatch):
                 pytest.fail(f"README: {command}: refused by {module}'s arguments")
             return "argparse"
         if module in RUN_HERE:
-            out = parse_absl(module, args, monkeypatch, run=True)
+            out = parse_absl(module, args, run=True)
             for text in RUN_HERE[module]:
                 assert text in out, (module, text)
             return "run"
         if module in NOT_ABSL:
             assert not args, f"README: {command}: {NOT_ABSL[module]}"
             return NOT_ABSL[module]
-        parse_absl(module, args, monkeypatch)
+        parse_absl(module, args)
         return "absl flags"
     pytest.fail(f"README command not classified by tests/test_readme.py: {command!r} (add how "
                 "to run or parse it)")
@@ -300,24 +297,24 @@ NOT_ABSL = {"export.saved_model_cli": "TensorFlow's saved_model_cli, its own arg
             "export.ops_check": "no arguments"}
 
 
-def test_every_shell_command_of_the_readme_runs_or_parses(pytestconfig, monkeypatch):
+def test_every_shell_command_of_the_readme_runs_or_parses(pytestconfig):
     kinds = {language for language, _ in BLOCKS}
     assert kinds <= {"bash", "python"}, f"README code block(s) {kinds} not classified here"
     commands = shell_commands()
     # The README's two commands, the Commands table and the steps of a real run at least.
     assert len(commands) >= 30 and any("export.client classify" in c for c in commands)
-    checked = {command: check(command, pytestconfig, monkeypatch) for command in commands}
+    checked = {command: check(command, pytestconfig) for command in commands}
     assert "run" in checked.values() and "argparse" in checked.values()
 
 
-def test_every_flag_the_prose_names_parses_with_a_readme_command(monkeypatch):
+def test_every_flag_the_prose_names_parses_with_a_readme_command():
     """A flag fragment parses with at least one command the README runs (`--target tf1` with
     convert); `--help` is every command's."""
     modules = sorted({w[2] for w in map(_words, shell_commands())
                       if len(w) > 2 and w[1] == "-m" and w[2] not in ("pytest", "venv")})
     parsers = {m: importlib.import_module(m).build_parser() for m in ARGPARSE if m in modules}
     absl_modules = [m for m in modules if m not in NOT_ABSL and m not in parsers]
-    defined = {m: parse_absl(m, [], monkeypatch) for m in absl_modules}
+    defined = {m: parse_absl(m, []) for m in absl_modules}
     fragments = [f for f in flag_fragments() if f != "--help"]
     assert len(fragments) >= 15
     for fragment in fragments:
@@ -333,7 +330,7 @@ def test_every_flag_the_prose_names_parses_with_a_readme_command(monkeypatch):
         errors = []
         for module in candidates:
             try:
-                parse_absl(module, words, monkeypatch, complete=False)
+                parse_absl(module, words, complete=False)
                 break
             except (AssertionError, pytest.fail.Exception) as e:
                 errors.append(str(e).splitlines()[0])
@@ -357,8 +354,6 @@ def _argparse_accepts(parser, words) -> bool:
 
 
 def test_the_commands_table_names_each_console_script_of_its_command():
-    from albert_tf.cli import COMMANDS
-
     rows = [line for line in PROSE.splitlines() if line.startswith("| `python -m ")]
     assert len(rows) >= 20
     scripts = _pyproject()["project"]["scripts"]
@@ -377,8 +372,6 @@ def test_python_blocks_run_here_or_in_the_examples_tests():
     tests/test_text_classifier.py and tests/test_text_tagger.py (fitted on the bundled SST-2 and
     EWT), the backbone one here, as written (albert-base, random weights): its two pad tokens
     change nothing, the sequence output of the 5 real tokens equals the model's on them alone."""
-    import tensorflow as tf
-
     python = [body for language, body in BLOCKS if language == "python"]
     others = [b for b in python if b.strip() not in (classifier_example().strip(),
                                                      tagger_example().strip())]
@@ -399,8 +392,6 @@ def test_python_blocks_run_here_or_in_the_examples_tests():
 def test_the_serving_step_without_a_command_names_the_commands(capsys):
     """The README's serving step once gave no command (`exit 2: the following arguments are
     required: command`): the client now names them and an example."""
-    from export import client
-
     with pytest.raises(SystemExit) as exit_:
         client.main(["--server", "localhost:8501", "--model", "sst2", "--text", "a gripping film"])
     assert exit_.value.code == 2
