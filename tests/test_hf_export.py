@@ -193,3 +193,89 @@ def test_what_transformers_cannot_build_is_refused(tmp_path, sample_vocab):
         with pytest.raises(CheckpointError, match=message):
             write_hf_folder(model, str(tmp_path / "refused"), sample_vocab)
         assert not (tmp_path / "refused").exists()
+
+
+@pytest.mark.slow
+def test_folders_load_the_usual_way_and_answer_as_ours(tmp_path, sample_vocab):
+    """The folders `convert --target hf` writes, loaded as a Hugging Face user loads any model:
+    `AutoTokenizer` (fast and `use_fast=False`), `AutoModelForMaskedLM`,
+    `AutoModelForSequenceClassification`, `pipeline("fill-mask")` and
+    `pipeline("text-classification")`. Their probabilities equal ours on the same raw text
+    within 1e-4 (our fill-mask answers, `albert_tf.analysis.fill_mask.top_k_answers`; our
+    classifier's softmax on our tokenizer's ids). The slow tokenizer gives our ids on 300
+    WikiText lines; the fast one (transformers' conversion of spiece.model) gives them on the
+    texts used here but not on every line: it puts a "▁" after each user-defined piece
+    ("-", "." ...) and keeps a trailing space. The counts are printed."""
+    from albert_tf.analysis.fill_mask import top_k_answers
+
+    lm = AlbertPretrainer(_config())
+    randomize(lm, seed=11)
+    lm_path = _convert(lm, tmp_path, sample_vocab, "pretrainer")
+    clf = AlbertClassifier(_config(), num_labels=3)
+    randomize(clf, seed=12)
+    names = ["neg", "neutral", "pos"]
+    clf_path = _convert(clf, tmp_path, sample_vocab, "classifier", labels=names)
+    ours = Tokenizer(sample_vocab)
+
+    fast = transformers.AutoTokenizer.from_pretrained(lm_path)
+    slow = transformers.AutoTokenizer.from_pretrained(lm_path, use_fast=False)
+    assert (type(fast).__name__, type(slow).__name__) == ("AlbertTokenizerFast",
+                                                           "AlbertTokenizer")
+    lines = [line for line in read_text_lines(expand_input_patterns(WIKITEXT)[0])
+             if line.strip()][:300]
+    expected = [pack_ids(ours.encode(line), None, 10 ** 6)[0] for line in lines]
+    slow_differ = [line for line, e in zip(lines, expected) if slow(line)["input_ids"] != e]
+    fast_differ = [line for line, e in zip(lines, expected) if fast(line)["input_ids"] != e]
+    print(f"\nWikiText lines whose ids differ from ours: slow {len(slow_differ)}, fast "
+          f"{len(fast_differ)} of {len(lines)}")
+    assert slow_differ == []
+
+    masked = ["She [MASK] the door.", "[MASK] said nothing at all today, and then left",
+              "The cat sat on the [MASK] , then it slept"]
+    plain = ["a gripping film", "It cost 1,000 dollars in 1995, and more later.",
+             "ALBERT shares one block across its layers"]
+    for text in masked + plain:
+        want = [ours.cls_id] + ours.encode_with_masks(text) + [ours.sep_id]
+        assert fast(text)["input_ids"] == slow(text)["input_ids"] == want, text
+
+    # Masked LM: the Auto class, its probabilities at the [MASK], and the pipeline's top 5.
+    mlm = transformers.AutoModelForMaskedLM.from_pretrained(lm_path, attn_implementation="eager")
+    assert type(mlm).__name__ == "AlbertForMaskedLM"
+    fill = transformers.pipeline("fill-mask", model=lm_path, top_k=5)
+    diffs, relative, log_probs = [], [], []
+    for text, answer in zip(masked, top_k_answers(lm, ours, masked, top_k=5)):
+        encoded = fast(text, return_tensors="pt")
+        position = int((encoded["input_ids"][0] == ours.mask_id).nonzero()[0, 0])
+        with torch.no_grad():
+            probs = torch.softmax(mlm(**encoded).logits[0, position], -1).numpy()
+        log_probs.append(np.log(probs))
+        got = fill(text)
+        assert [r["token"] for r in got] == ours.pieces_to_ids([p for p, _ in answer[0]]), text
+        want = np.array([s for _, s in answer[0]])
+        for hf_probs in ([r["score"] for r in got], probs[[r["token"] for r in got]]):
+            # The tiny model's probabilities over 8,000 pieces are near 1/8000: compared
+            # relatively (1e-4 of each), beside the absolute difference.
+            diffs.append(max_diff(hf_probs, want))
+            relative.append(float(np.abs(np.asarray(hf_probs) / want - 1).max()))
+    assert_spread(log_probs[0], log_probs[1], 1e-4)
+    print(f"fill-mask: probabilities {max(diffs):.2e} apart, relatively {max(relative):.2e}")
+    assert max(relative) <= 1e-4, relative
+
+    # Sequence classification: the Auto class and the pipeline, every class's probability.
+    seq = transformers.AutoModelForSequenceClassification.from_pretrained(clf_path)
+    assert type(seq).__name__ == "AlbertForSequenceClassification"
+    classify = transformers.pipeline("text-classification", model=clf_path, top_k=None)
+    answers = []
+    for text in plain:
+        ids = [ours.cls_id] + ours.encode(text) + [ours.sep_id]
+        logits = clf({"input_ids": tf.constant([ids]), "input_mask": tf.ones([1, len(ids)],
+                                                                              tf.int32),
+                      "segment_ids": tf.zeros([1, len(ids)], tf.int32)}, training=False)["logits"]
+        want = tf.nn.softmax(logits[0]).numpy()
+        answers.append(want)
+        got = {r["label"]: r["score"] for r in classify([text])[0]}
+        assert sorted(got) == sorted(names)
+        diffs.append(max_diff([got[n] for n in names], want))
+    assert_spread(answers[0], answers[1], 1e-4)
+    print(f"HF Auto classes and pipelines against ours: largest difference {max(diffs):.2e}")
+    assert max(diffs) <= 1e-4, diffs
