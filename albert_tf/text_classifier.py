@@ -52,8 +52,9 @@ import tensorflow as tf
 from albert_tf.backbone import Performance
 from albert_tf.checkpoints import (CheckpointError, CheckpointMismatchError,
                                    initialize_backbone, initialize_from_checkpoint)
-from albert_tf.checkpoints.conversion import checkpoint_config, split_run_checkpoint
-from albert_tf.checkpoints.ours import FORMAT_FILE, find_sentencepiece
+from albert_tf.checkpoints.conversion import (carried_tokenizer, checkpoint_config,
+                                              split_run_checkpoint)
+from albert_tf.checkpoints.ours import FORMAT_FILE
 from albert_tf.classifier import AlbertClassifier
 from albert_tf.flags import SPECS
 from albert_tf.optimization import KerasFitOptimizer, OffsetSchedule, WarmupPolynomialDecay
@@ -215,11 +216,9 @@ class RawTextModel(keras.Model):
                                "tags" if cls.HEAD_ARG == "token_classifier" else "labels")
         config = checkpoint_config(checkpoint, albert_config_file)
         if not spm_model_file and not vocab_file:
-            directory = _checkpoint_directory(checkpoint)
-            spm_model_file = find_sentencepiece(directory) or find_sentencepiece(
-                os.path.join(directory, "assets"))
+            spm_model_file = carried_tokenizer(checkpoint)["spm_model_file"]
             if not spm_model_file:
-                raise CheckpointError(f"No SentencePiece model in {directory}: pass "
+                raise CheckpointError(f"No SentencePiece model with {checkpoint}: pass "
                                       "spm_model_file= (or vocab_file= for WordPiece).")
         preprocessor = AlbertTextPreprocessor(spm_model_file, sequence_length, do_lower_case,
                                               vocab_file=vocab_file)

@@ -580,6 +580,7 @@ def test_checkpoint_config_warns_when_the_given_config_is_another_architecture(t
     carried = AlbertConfig(vocab_size=60, embedding_size=8, hidden_size=12, num_hidden_layers=2,
                            num_attention_heads=3, intermediate_size=20)
     carried.to_json_file(str(tmp_path / "albert_config.json"))
+    (tmp_path / "model.ckpt-5.index").touch()  # a prefix is there when its .index is
     assert checkpoint_config(str(tmp_path / "model.ckpt-5")) == carried
     other = tmp_path / "other.json"
     carried.replace(num_hidden_layers=3, hidden_dropout_prob=0.1).to_json_file(str(other))
@@ -591,6 +592,8 @@ def test_checkpoint_config_warns_when_the_given_config_is_another_architecture(t
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # dropout is not the architecture: no warning
         assert checkpoint_config(str(tmp_path), str(dropout)).hidden_dropout_prob == 0.1
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "model.ckpt.index").touch()
     with pytest.raises(CheckpointError, match=r"No model config found with .*empty/model.ckpt "
                                               r"\(looked for .*\); pass --albert_config_file"):
         checkpoint_config(str(tmp_path / "empty" / "model.ckpt"))

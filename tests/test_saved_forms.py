@@ -138,6 +138,7 @@ def test_convert_every_source_to_every_target(forms, target):
         assert read.labels == want, (name, target)
 
 
+@pytest.mark.slow
 def test_the_exports_read_every_source(forms):
     """What `export_saved_model` and `export_tflite` read (`load_for_export`, with the flags'
     defaults) and what `export_tfhub` reads (`load_backbone`), from every form: the saved
@@ -215,8 +216,9 @@ def test_export_tflite_of_an_official_checkpoint(forms):
 @pytest.mark.slow
 def test_init_checkpoint_from_every_source(forms):
     """`--init_checkpoint SOURCE` (the fine-tuning commands' readers): the whole classifier
-    (`initialize_from_checkpoint`) and its backbone (`initialize_backbone`) from every form
-    give the saved classifier's logits and pooled output (1e-5)."""
+    (`initialize_from_checkpoint`), its backbone (`initialize_backbone`) and
+    `AlbertTextClassifier.from_checkpoint` from every form give the saved classifier's logits
+    and pooled output (1e-5), tokenized with its SentencePiece model."""
     config = forms["classifier"].config
     for name, path in forms["sources"].items():
         model = AlbertClassifier(config, num_labels=3)
@@ -226,6 +228,14 @@ def test_init_checkpoint_from_every_source(forms):
         initialize_backbone(model.backbone, path)
         np.testing.assert_allclose(model.backbone(forms["features"])["pooled_output"],
                                    forms["pooled"], atol=TOL, err_msg=name)
+        # The Python API: config, SentencePiece model (a .keras file's, not beside it) and
+        # the head from the source.
+        clf = AlbertTextClassifier.from_checkpoint(path, num_classes=3, sequence_length=SEQ,
+                                                   labels=LABELS)
+        assert clf.init_report["head"] == "checkpoint", name
+        np.testing.assert_allclose(clf.classifier(forms["features"])["logits"],
+                                   forms["logits"], atol=TOL, err_msg=name)
+        _assert_same_vocabulary(clf.preprocessor.spm_model_file, forms["spm"])
 
 
 def test_a_missing_path_says_no_such_path(tmp_path, capsys):
