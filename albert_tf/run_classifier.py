@@ -30,7 +30,7 @@ Your own data: `--task_name custom` reads `--train_file`, `--dev_file` and `--te
     python -m albert_tf.run_classifier --task_name custom --train_file train.csv \
         --dev_file dev.csv --test_file test.csv --text_a_column text --label_column topic \
         --init_checkpoint albert_base --output_dir runs/topics --do_train --do_eval \
-        --do_predict --export_dir exports/topics ...
+        --do_predict --train_step 2000 --warmup_step 200 --export_dir exports/topics
 
 The labels are the training file's, sorted (integers in numeric order), kept as
 OUTPUT_DIR/labels.json (so a later `--do_eval`, `--do_predict` or `--export_dir` run without
@@ -79,7 +79,7 @@ def define_flags():
                                "data_dir": "GLUE tasks (not custom).",
                                "train_file": "run_classifier --task_name custom: a .csv, .tsv "
                                              "or .jsonl file (its labels are the model's)."})
-    flags.DEFINE_string("text_a_column", None, "--task_name custom: the column of the text "
+    flags.DEFINE_string("text_a_column", "text", "--task_name custom: the column of the text "
                         "(the first text of a pair).")
     flags.DEFINE_string("text_b_column", None, "--task_name custom: the column of the second "
                         "text of a pair (none: one text per example).")
@@ -151,9 +151,6 @@ def custom_task(exp) -> glue.GlueTask:
             raise ValueError(f"--task_name custom --{action} needs --{split}_file (a .csv, "
                              ".tsv or .jsonl file).")
     reads = exp.do_train or exp.do_eval or exp.do_predict
-    if reads and not exp.text_a_column:
-        raise ValueError("--task_name custom needs --text_a_column: the column of the text "
-                         "(and --text_b_column for pairs, --label_column for the label).")
     text_b = exp.text_b_column
     if not reads and text_b is None:
         text_b = trained_text_b_column(exp.output_dir)
