@@ -1,10 +1,11 @@
 """Hugging Face ALBERT: `save_pretrained` folders (config.json, safetensors or weights-only
 PyTorch files, sharded or not) and `state_dict`s, loaded strictly through the name table; and
-written (`write_hf_folder`: config.json, model.safetensors, spiece.model and
+written (`write_hf_folder`: config.json, model.safetensors, spiece.model, tokenizer.json and
 tokenizer_config.json) as `from_pretrained` reads them."""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ from albert_tf.checkpoints.names import (HF_DERIVED_KEYS, model_kind,
                                          model_weights, official_to_hf)
 from albert_tf.checkpoints.tf1 import official_config
 from albert_tf.config import AlbertConfig
+from albert_tf.tokenization import _model_proto_messages
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +194,8 @@ def load_hf_state_dict(model, state_dict: Mapping[str, object], source="state_di
 
 # ---------------------------------------------------------------------------------------------
 # Writing a `save_pretrained` folder.
-HF_FILES = ("config.json", "model.safetensors", "spiece.model", "tokenizer_config.json")
+HF_FILES = ("config.json", "model.safetensors", "spiece.model", "tokenizer.json",
+            "tokenizer_config.json")
 # Our activation -> HF's name for the same function (ours "gelu" is the tanh approximation).
 _ACTIVATIONS_TO_HF = {"gelu": "gelu_new", "relu": "relu", "tanh": "tanh", "linear": "linear"}
 # AlbertTokenizer's special tokens, the pieces of the official SentencePiece vocabularies.
@@ -273,13 +276,72 @@ def _check_special_pieces(sentencepiece_model: str) -> None:
                               "AlbertTokenizer needs the official special pieces.")
 
 
+# sentencepiece's ModelProto.SentencePiece.Type: UNKNOWN, CONTROL (special tokens), USER_DEFINED.
+_UNKNOWN, _CONTROL, _USER_DEFINED = 2, 3, 4
+
+
+def tokenizer_json(sentencepiece_model: str, do_lower_case: bool = True) -> dict:
+    """The `tokenizer.json` of `AlbertTokenizerFast` (the `tokenizers` library's format) that
+    encodes as our `Tokenizer` does: the official preprocessing (whitespace stripped and
+    collapsed, NFKD without accents, lowercased; `` and '' kept, where transformers' own
+    conversion of spiece.model maps them to "), the model's SentencePiece normalization (its
+    precompiled character map), "▁" before each word, and the unigram model with the model's
+    pieces and scores, a user-defined piece ("-", "." ...) scored 0 as SentencePiece keeps it
+    whole. Without it, transformers converts spiece.model itself and puts a "▁" after each
+    user-defined piece and at a trailing space (every WikiText line of the sample differs).
+    The official re-split of pieces ending in digit + comma is not expressible here (the slow
+    `AlbertTokenizer` does it)."""
+    messages = _model_proto_messages()  # no sentencepiece_model_pb2: no protobuf version tie
+    proto = messages["ModelProto"]()
+    with open(sentencepiece_model, "rb") as f:
+        proto.ParseFromString(f.read())
+    ids = {p.piece: i for i, p in enumerate(proto.pieces)}
+    normalizers = [{"type": "Strip", "strip_left": True, "strip_right": True},
+                   {"type": "Replace", "pattern": {"Regex": r"\s+"}, "content": " "},
+                   {"type": "NFKD"}, {"type": "StripAccents"}]
+    if do_lower_case:
+        normalizers.append({"type": "Lowercase"})
+    normalizers += [{"type": "Precompiled", "precompiled_charsmap": base64.b64encode(
+                        proto.normalizer_spec.precompiled_charsmap).decode("ascii")},
+                    {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "},
+                    {"type": "Strip", "strip_left": True, "strip_right": True}]
+    metaspace = {"replacement": "\u2581", "prepend_scheme": "always", "split": True}
+
+    def special(name, type_id):
+        return {"SpecialToken": {"id": name, "type_id": type_id}}
+
+    def sequence(name, type_id):
+        return {"Sequence": {"id": name, "type_id": type_id}}
+
+    cls, sep = _SPECIAL_TOKENS["cls_token"], _SPECIAL_TOKENS["sep_token"]
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": i, "content": p.piece, "single_word": False, "lstrip": False,
+                          "rstrip": False, "normalized": False, "special": True}
+                         for i, p in enumerate(proto.pieces) if p.type in (_UNKNOWN, _CONTROL)],
+        "normalizer": {"type": "Sequence", "normalizers": normalizers},
+        "pre_tokenizer": {"type": "Metaspace", **metaspace},
+        "post_processor": {
+            "type": "TemplateProcessing",
+            "single": [special(cls, 0), sequence("A", 0), special(sep, 0)],
+            "pair": [special(cls, 0), sequence("A", 0), special(sep, 0), sequence("B", 1),
+                     special(sep, 1)],
+            "special_tokens": {t: {"id": t, "ids": [ids[t]], "tokens": [t]} for t in (cls, sep)}},
+        "decoder": {"type": "Metaspace", **metaspace},
+        "model": {"type": "Unigram", "unk_id": ids[_SPECIAL_TOKENS["unk_token"]],
+                  "vocab": [[p.piece, 0.0 if p.type == _USER_DEFINED else p.score]
+                            for p in proto.pieces],
+                  "byte_fallback": False}}
+
+
 def write_hf_folder(model, output_dir: str, sentencepiece_model: str | None = None,
                     do_lower_case: bool = True, labels=None) -> str:
     """Writes `model` (backbone, pretrainer or classifier) as a Hugging Face `save_pretrained`
     folder: `config.json` (`hf_config_dict`), `model.safetensors` (`hf_state_dict`) and, with a
-    SentencePiece model, `spiece.model` and `tokenizer_config.json` (AlbertTokenizer with
-    `do_lower_case`, the official preprocessing), so that `AlbertModel` / `AlbertFor...
-    .from_pretrained(output_dir)` and `AlbertTokenizer.from_pretrained(output_dir)` load it.
+    SentencePiece model, `spiece.model`, `tokenizer.json` (`tokenizer_json`: the fast tokenizer,
+    our ids) and `tokenizer_config.json` (AlbertTokenizer with `do_lower_case`, the official
+    preprocessing), so that `AlbertModel` / `AlbertFor....from_pretrained(output_dir)`,
+    `AutoTokenizer.from_pretrained(output_dir)` (fast or slow) and `pipeline(...)` load it.
     Everything is checked before anything is written. Returns `output_dir`."""
     from safetensors.numpy import save_file
 
@@ -300,4 +362,6 @@ def write_hf_folder(model, output_dir: str, sentencepiece_model: str | None = No
         with open(os.path.join(output_dir, "tokenizer_config.json"), "w",
                   encoding="utf-8") as f:
             json.dump(tokenizer, f, indent=2)
+        with open(os.path.join(output_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(tokenizer_json(sentencepiece_model, do_lower_case), f, ensure_ascii=False)
     return output_dir
