@@ -284,9 +284,11 @@ _USER_DEFINED = 4  # sentencepiece's ModelProto.SentencePiece.Type.USER_DEFINED
 def _model_proto_messages() -> dict:
     """Message classes for SentencePiece's ModelProto with only the fields edited here (pieces:
     piece/score/type; normalizer_spec: name/precompiled_charsmap), every other field kept as an
-    unknown field through parse and serialize. Built at run time in a private descriptor pool:
-    sentencepiece's generated `sentencepiece_model_pb2` demands protobuf >= 7.36 at import,
-    while the optional Beam group (`pip install .[beam]`) needs protobuf 6."""
+    unknown field through parse and serialize (also read by `checkpoints.hf.tokenizer_json`).
+    Built at run time in a private descriptor pool: sentencepiece 0.2.3's generated
+    `sentencepiece_model_pb2` demands protobuf >= 7.36 at import, while the optional Beam group
+    (`pip install .[beam]`) needs protobuf 6; the pinned 0.2.2's imports, but a user's
+    environment may hold another version."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     F = descriptor_pb2.FieldDescriptorProto
