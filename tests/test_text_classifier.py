@@ -76,7 +76,7 @@ def test_preprocessor_features_equal_run_classifier_features(sample_vocab, task_
             assert "".join(pieces[0]) == "".join(pieces[1]), (i, pieces)
             ties += 1
     assert truncated > 0  # the truncation rule was exercised
-    assert ties == {"sst-2": 0, "sts-b": 0, "rte": 4}[task_name]
+    assert ties == {"sst-2": 0, "sts-b": 0, "rte": 0}[task_name]  # 4 with sentencepiece 0.2.3's vocabulary
 
 
 def test_text_in_every_form_and_bad_text(sample_vocab):

@@ -200,6 +200,7 @@ def test_keras3_tfsm_layer_outputs_equal_the_backbone_and_train(pair):
     assert np.abs(dropped - encoder(features)["pooled_output"].numpy()).max() > TOLERANCE
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("optimizer", ["adam", "adamw"])
 def test_keras3_composition_fits_with_adam_and_adamw(pair, optimizer):
     """`compile(optimizer="adam")` / `"adamw"` then `fit`, as a Keras 3 user writes it: the
