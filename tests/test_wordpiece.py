@@ -432,4 +432,5 @@ def test_run_classifier_with_a_wordpiece_vocabulary(tmp_path, vocab_file):
                           cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode != 0
-    assert "--spm_model_file or --vocab_file is required." in proc.stderr
+    assert ("--spm_model_file or --vocab_file or --init_checkpoint or "
+            "--albert_hub_module_handle is required.") in proc.stderr
