@@ -154,7 +154,7 @@ def test_in_graph_windows_equal_python_windows(sample_vocab):
         pre = TaggingPreprocessor(tokenizer, ["O"], length)
         out = pre.windows_in_graph(in_graph_tokenizer(tokenizer),
                                    tf.constant([" ".join(s.words) for s in sentences]))
-        flat = [w for s in sentences for w in pre.windows(s.words)]
+        flat = [w for ws in pre.windows_of([(s.words, None, "x") for s in sentences]) for w in ws]
         assert out["input_ids"].shape[0] == len(flat) > len(sentences)
         ids, mask = out["input_ids"].numpy(), out["input_mask"].numpy()
         for k, w in enumerate(flat):
