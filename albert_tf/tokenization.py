@@ -410,6 +410,34 @@ def _combining_class() -> str:
     return _ranges_class(unicodedata.combining)
 
 
+def _persistent_model_resource(model_proto: bytes):
+    """The SentencePiece model resource of tensorflow-text's tokenizer, created eagerly under a
+    shared name (the model's digest) so that it outlives the eager kernel that made it.
+
+    tensorflow-text's own resource is owned by that kernel (its TODO b/318839908), and
+    TensorFlow clears its eager kernel cache when the global seed is set: after
+    `keras.utils.set_random_seed` (or `tf.random.set_seed`) every tokenizer built before it
+    failed with "Resource localhost/_0_SentencepieceOp/... does not exist". A shared resource is
+    not deleted with its kernel; tokenizers of the same model share it (it is read-only). In a
+    traced function (a SavedModel's resource initializer) the op is tensorflow-text's as before,
+    so exports are unchanged and a server still frees the model with its version."""
+    import tensorflow as tf
+    from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer
+
+    shared_name = "albert_tf_sentencepiece_" + hashlib.sha256(model_proto).hexdigest()[:24]
+
+    class PersistentModel(tf.saved_model.experimental.TrackableResource):
+        def __init__(self):
+            super().__init__()
+            _ = self.resource_handle  # created now, eagerly
+
+        def _create_resource(self):
+            return gen_sentencepiece_tokenizer.sentencepiece_op(
+                model=model_proto, shared_name=shared_name if tf.executing_eagerly() else "")
+
+    return PersistentModel()
+
+
 class InGraphTokenizer:
     """The same tokenizer as TensorFlow ops (tensorflow-text SentencePiece), for SavedModels.
 
@@ -441,6 +469,7 @@ class InGraphTokenizer:
         import tensorflow as tf
 
         self._sp = tf_text.SentencepieceTokenizer(model=model_proto, out_type=tf.string)
+        self._sp._model_resource = _persistent_model_resource(model_proto)
         self.sentencepiece = self.trackable = self._sp
         self._whitespace = _whitespace_class() + "+"
         self._combining = _combining_class()

@@ -112,6 +112,26 @@ def test_python_and_in_graph_tokenizers_agree_on_the_shipped_corpora(sample_voca
     assert len(divergent) <= 0.001 * len(lines)
 
 
+def test_in_graph_tokenizer_survives_setting_the_seed(sample_vocab):
+    """`keras.utils.set_random_seed` (TensorFlow clears its eager kernel cache) deleted the
+    SentencePiece model of every in-graph tokenizer built before it, which tensorflow-text's
+    kernel owned: the next call failed with "Resource localhost/_0_SentencepieceOp/... does not
+    exist" (an `AlbertTextClassifier` built, then the seed set, then `fit`)."""
+    import keras
+
+    tok = Tokenizer(sample_vocab)
+    graph = tok.in_graph()
+    text = tf.constant(["The quick brown fox, 3,500 times.", "Alice was beginning"])
+    before = graph(text).to_list()
+    traced = tf.function(graph.__call__)
+    assert traced(text).to_list() == before
+    keras.utils.set_random_seed(7)
+    assert graph(text).to_list() == before == [tok.encode(t) for t in text.numpy().astype(str)]
+    assert traced(text).to_list() == before  # a function traced before the seed too
+    tf.random.set_seed(8)
+    assert tok.in_graph()(text).to_list() == before  # a second tokenizer of the same model
+
+
 def test_unicode_tables_match_python():
     """The in-graph whitespace and combining-mark classes are Python's, code point for code
     point (they are built from Python's own tables)."""
