@@ -60,13 +60,35 @@ def run_command(main, define_flags=None, flags_parser=None) -> None:
 
 def help_exits_zero() -> None:
     """Asking an absl program for help (`--help`, `-h`, `--helpfull`, ...) succeeds: absl exits
-    1 after printing the help (and after a flag parsing error, which keeps its 1) through its
-    hook `_exit_before_main`. `-h`, which absl does not define, is taken as --help."""
-    from absl import app
+    1 after printing the help through its hook `_exit_before_main`, which exits 0 here once the
+    help was printed (a flag parsing error before it keeps its status 1). `-h`, which absl does
+    not define, is taken as --help where it is not the value of the flag before it."""
+    from absl import app, flags
 
-    sys.argv[1:] = ["--help" if arg == "-h" else arg for arg in sys.argv[1:]]
-    asked_for_help = any(arg.split("=")[0] in HELP_FLAGS for arg in sys.argv[1:])
-    app._exit_before_main = lambda status: sys.exit(0 if asked_for_help else status)
+    args = sys.argv[1:]
+    for i, arg in enumerate(args):
+        if arg == "-h" and not (i and _takes_a_value(args[i - 1], flags.FLAGS)):
+            args[i] = "--help"
+    sys.argv[1:] = args
+    shown = []
+    usage = app.usage
+
+    def usage_then_exit_zero(*args, **kwargs):
+        if kwargs.get("writeto_stdout"):  # the help flags' call (a usage error's is not)
+            shown.append(True)
+        return usage(*args, **kwargs)
+
+    app.usage = usage_then_exit_zero
+    app._exit_before_main = lambda status: sys.exit(0 if shown else status)
+
+
+def _takes_a_value(arg: str, flag_values) -> bool:
+    """Whether `arg` is a flag whose value is the next argument (`--name` of a flag that is not
+    boolean, without `=value`)."""
+    if not arg.startswith("-") or "=" in arg:
+        return False
+    name = arg.lstrip("-")
+    return name in flag_values and not flag_values[name].boolean
 
 
 def _with_config_file(main, argv):

@@ -25,11 +25,11 @@ travel separately, as they do through any pipe).
 
 It is installed by the command layer only: the console scripts (`albert_tf.cli`) and
 `python -m` of an entry module (`entry_point(__name__)` at its top). The Python API gets the
-same lines dropped without a filter process: the first use of a model class from the package
+same lines dropped for the import only: the first use of a model class from the package
 (`from albert_tf import AlbertTextClassifier`, `albert_tf.AlbertBackbone`, ...) imports
-TensorFlow through `import_tensorflow`, which holds fd 2 in a temporary file for the import and
-the device probe that prints the cuInit line, then writes back every other line in order; fd 2
-is the program's own again before the class is returned. A program that imported TensorFlow
+TensorFlow through `import_tensorflow`, which passes fd 2 through the same filter for the
+import and the device probe that prints the cuInit line; fd 2 is the program's own again
+before the class is returned. A program that imported TensorFlow
 itself first has seen the lines already. `ALBERT_TF_VERBOSE=1` turns both off.
 """
 
@@ -42,7 +42,6 @@ import os
 import re
 import signal
 import sys
-import tempfile
 import time
 
 # The pre-initialisation lines, by their message (glog prefix: severity, date, time, thread,
@@ -208,39 +207,60 @@ def _verbose() -> bool:
 
 
 def import_tensorflow() -> None:
-    """Imports TensorFlow and probes its devices with this process's fd 2 held in a temporary
-    file, then writes what was printed back to fd 2 without the start-up lines (`is_noise`),
-    in order. Does nothing when TensorFlow is imported already, the filter is on (`install`)
-    or `ALBERT_TF_VERBOSE` is set; sets `TF_CPP_MIN_LOG_LEVEL=2` unless it is set. The device
-    probe (`tf.config.list_physical_devices`) is what prints the cuInit line; it leaves the
-    devices and threads configurable (`tf.config.set_visible_devices` still works after it)."""
+    """Imports TensorFlow and probes its devices with this process's fd 2 passed through the
+    filter (`_pump` in a forked process, as `install` does), then gives fd 2 back: the start-up
+    lines (`is_noise`) are dropped, everything else arrives in order, and what TensorFlow
+    prints before it aborts (a CPU without the instructions the wheel needs) still arrives,
+    the filter outliving this process. Does nothing when TensorFlow is imported already, the
+    filter is on (`install`) or `ALBERT_TF_VERBOSE` is set; without fork or fd 2, a plain
+    import. Sets `TF_CPP_MIN_LOG_LEVEL=2` unless it is set. The device probe
+    (`tf.config.list_physical_devices`) is what prints the cuInit line; it leaves the devices
+    and threads configurable (`tf.config.set_visible_devices` still works after it)."""
     if "tensorflow" in sys.modules or _state["pid"] is not None or _verbose():
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     gpu_present = has_nvidia_device()
     try:
-        sys.stderr.flush()
+        if sys.stderr is not None:
+            sys.stderr.flush()
         saved = os.dup(2)
-    except (OSError, ValueError, AttributeError):  # no fd 2: nothing to filter
+        read_fd, write_fd = os.pipe()
+        pid = os.fork() if hasattr(os, "fork") else None
+    except (OSError, ValueError, AttributeError):  # no fd 2, no fork: nothing to filter
+        pid = None
+        saved = None
+    if pid == 0:  # the filter: reads until every writer is gone, then exits
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            os.close(write_fd)
+            _pump(read_fd, saved, gpu_present)
+        finally:
+            os._exit(0)
+    if pid is None:
+        if saved is not None:
+            for fd in (saved, read_fd, write_fd):
+                os.close(fd)
         import tensorflow  # noqa: F401
         return
-    with tempfile.TemporaryFile() as capture:
-        os.dup2(capture.fileno(), 2)
-        try:
-            import tensorflow as tf
+    os.close(read_fd)
+    os.dup2(write_fd, 2)
+    os.close(write_fd)
+    try:
+        import tensorflow as tf
 
-            tf.config.list_physical_devices()
-        finally:
-            try:
+        tf.config.list_physical_devices()
+    finally:
+        try:
+            if sys.stderr is not None:
                 sys.stderr.flush()
-            except (OSError, ValueError):
-                pass
-            os.dup2(saved, 2)
-            os.close(saved)
-            capture.seek(0)
-            lines = re.split(rb"(?<=\n)", capture.read())
-            _write_all(2, b"".join(line for line in lines if line and not is_noise(
-                line.decode("utf-8", "replace"), gpu_present)))
+        except (OSError, ValueError):
+            pass
+        os.dup2(saved, 2)  # the pipe's last writer closes: the filter writes out and ends
+        os.close(saved)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
 
 
 def _stop_resource_tracker() -> None:

@@ -195,6 +195,31 @@ def test_the_python_api_prints_no_tensorflow_noise_and_keeps_other_lines(tmp_pat
     assert any(quiet.is_noise(line) for line in raw.stderr.splitlines())
 
 
+def test_the_python_api_keeps_what_tensorflow_prints_before_it_aborts(tmp_path):
+    """A TensorFlow that dies while it is imported (a CPU without the instructions its wheel
+    needs: a fatal line, then abort) through the Python API: its last words arrive (the import
+    held fd 2 in a temporary file, written back only if Python survived), its start-up lines
+    do not. A stand-in `tensorflow` package plays it, so no real TensorFlow is imported."""
+    fake = tmp_path / "fake" / "tensorflow"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "import os\n"
+        "os.write(2, b'I0000 00:00:1.5    7 cudart_stub.cc:31] Could not find cuda drivers on "
+        "your machine, GPU will not be used.\\n')\n"
+        "os.write(2, b'F0000 00:00:1.6    7 cpu_check.cc:9] The TensorFlow library was compiled "
+        "to use AVX instructions, but these aren\\'t available on your machine.\\n')\n"
+        "os.abort()\n")
+    env = dict(os.environ, ALBERT_TF_VERBOSE="0",
+               PYTHONPATH=os.pathsep.join([str(tmp_path / "fake"), ROOT]))
+    proc = subprocess.run([sys.executable, "-c", "import sys\nprint('mine', file=sys.stderr)\n"
+                           "from albert_tf import AlbertBackbone"],
+                          capture_output=True, text=True, cwd=str(tmp_path), env=env)
+    assert proc.returncode == -6  # SIGABRT
+    assert proc.stderr.splitlines() == [
+        "mine", "F0000 00:00:1.6    7 cpu_check.cc:9] The TensorFlow library was compiled to "
+        "use AVX instructions, but these aren't available on your machine."]
+
+
 @pytest.mark.slow
 def test_module_commands_print_no_tensorflow_noise(tmp_path):
     # Imports TensorFlow and runs ops before it refuses the config: the unfiltered run prints
@@ -279,6 +304,13 @@ def test_console_scripts_from_outside_the_repository(installed, tmp_path):
     assert "EXPORT_DIR_best" not in helps["albert-classifier"] + helps["albert-race"]
     assert ("After training: the final model to EXPORT_DIR, the best evaluated one (with "
             "--do_eval) to EXPORT_DIR_best.") in helps["albert-pretrain"]
+    # a flag error before --help keeps its status; -h is --help, except as a flag's value
+    for args, status in ((["--heldout_every=abc", "--help"], 1), (["-h"], 0),
+                         (["--input_file", "-h", "--output_file", "x"], 1)):
+        proc = subprocess.run([os.path.join(installed["bin"], "albert-prepare-corpus"), *args],
+                              capture_output=True, text=True, cwd=str(tmp_path), env=env)
+        assert proc.returncode == status, (args, proc.stderr[-2000:])
+        assert ("--heldout_file" in proc.stdout) == (args == ["-h"]), args
     # a missing flag: one line and the hint to --help (absl printed the whole help above it)
     proc = subprocess.run([os.path.join(installed["bin"], "albert-classifier"), "--do_train"],
                           capture_output=True, text=True, cwd=str(tmp_path), env=env)
