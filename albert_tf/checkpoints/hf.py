@@ -21,7 +21,7 @@ from albert_tf.checkpoints.names import (HF_DERIVED_KEYS, model_kind,
                                          model_weights, official_to_hf)
 from albert_tf.checkpoints.tf1 import official_config
 from albert_tf.config import AlbertConfig
-from albert_tf.tokenization import _model_proto_messages
+from albert_tf.tokenization import _combining_class, _model_proto_messages, _whitespace_class
 
 log = logging.getLogger(__name__)
 
@@ -296,11 +296,19 @@ def tokenizer_json(sentencepiece_model: str, do_lower_case: bool = True) -> dict
     with open(sentencepiece_model, "rb") as f:
         proto.ParseFromString(f.read())
     ids = {p.piece: i for i, p in enumerate(proto.pieces)}
-    normalizers = [{"type": "Strip", "strip_left": True, "strip_right": True},
-                   {"type": "Replace", "pattern": {"Regex": r"\s+"}, "content": " "},
-                   {"type": "NFKD"}, {"type": "StripAccents"}]
+    # The official preprocessing with Python's own character tables, as the in-graph tokenizer
+    # spells it: whitespace is what str.split() splits on (\x1c-\x1f included), accents what
+    # unicodedata.combining() reports (a Devanagari or Thai vowel sign is not one:
+    # StripAccents removed it), and lowercasing keeps a word-final sigma final (str.lower()'s
+    # rule; the Lowercase normalizer maps each character alone).
+    normalizers = [{"type": "Replace", "pattern": {"Regex": _whitespace_class() + "+"},
+                    "content": " "},
+                   {"type": "Strip", "strip_left": True, "strip_right": True},
+                   {"type": "NFKD"},
+                   {"type": "Replace", "pattern": {"Regex": _combining_class()}, "content": ""}]
     if do_lower_case:
-        normalizers.append({"type": "Lowercase"})
+        normalizers += [{"type": "Replace", "pattern": {"Regex": "(?<=\\p{L})\u03a3(?!\\p{L})"},
+                         "content": "\u03c2"}, {"type": "Lowercase"}]
     normalizers += [{"type": "Precompiled", "precompiled_charsmap": base64.b64encode(
                         proto.normalizer_spec.precompiled_charsmap).decode("ascii")},
                     {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "},
