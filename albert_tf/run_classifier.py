@@ -34,7 +34,10 @@ Your own data: `--task_name custom` reads `--train_file`, `--dev_file` and `--te
 
 The labels are the training file's, sorted (integers in numeric order), kept as
 OUTPUT_DIR/labels.json (so a later `--do_eval`, `--do_predict` or `--export_dir` run without
-`--train_file` uses the same ids); `--num_labels 1` makes the label a number (regression).
+`--train_file` uses the same ids); `--num_labels 1` makes the label a number (regression); a
+training file of scores (every label a number, some not integers) needs `--num_labels` (1, or
+their count to keep them as classes). A later run in the same --output_dir takes the columns and
+`--num_labels` the training run recorded (its config.yaml) where not given, and refuses others.
 `eval_results.json` holds accuracy (two labels: also F1 of the second label and Matthews
 correlation; regression: Pearson and Spearman); `--do_predict` writes `predictions.jsonl` (per
 test row: its index, texts, the predicted label's name and each label's probability); the export
@@ -60,9 +63,11 @@ from absl import app, flags  # noqa: E402
 from albert_tf.tasks import glue  # noqa: E402
 from albert_tf import experiment, flags as albert_flags  # noqa: E402
 from albert_tf.tasks.classification import ClassificationTask, write_split_features  # noqa: E402
-from albert_tf.runner import (PRETRAINED, command, task_exporter,  # noqa: E402
-                              model_and_tokenizer, run_labels, run_task, training_config)
+from albert_tf.runner import (LABELS_FILE, PRETRAINED, command,  # noqa: E402
+                              model_and_tokenizer, run_labels, run_task, task_exporter,
+                              training_config)
 
+COMMAND = "albert_tf.run_classifier"  # as its config.yaml names it
 SUBMISSION_NAMES = {"cola": "CoLA", "sst-2": "SST-2", "mrpc": "MRPC", "qqp": "QQP",
                     "sts-b": "STS-B", "mnli": "MNLI-m", "mismnli": "MNLI-mm", "qnli": "QNLI",
                     "rte": "RTE", "wnli": "WNLI"}
@@ -86,7 +91,7 @@ def define_flags():
     flags.DEFINE_string("label_column", "label", "--task_name custom: the column of the label.")
     flags.DEFINE_integer("num_labels", 0, "--task_name custom: 1 for regression (the label is a "
                          "number); 0: the labels are the training file's (a number > 1 is "
-                         "checked against them).")
+                         "checked against them, and keeps a file of scores as classes).")
     flags.DEFINE_string("cached_dir", None, "Where the feature TFRecords go (default: "
                         "--output_dir).")
     flags.DEFINE_integer("train_examples", 0, "Fine-tune on the first N examples of the train "
@@ -141,40 +146,101 @@ def write_custom_predictions(output_dir, task, examples, predictions, probabilit
     return path
 
 
+# The settings of a custom run that make its model what it is: a later run in the same
+# --output_dir reads them as the training run recorded them.
+RECORDED = ("text_a_column", "text_b_column", "label_column", "num_labels")
+
+
 def custom_task(exp) -> glue.GlueTask:
     """`--task_name custom`: the task of your own files (`glue.custom_task`), its labels the
     training file's (`glue.label_set`), kept in OUTPUT_DIR/labels.json (`run_labels`): a run
-    without --do_train reads them there."""
+    without --do_train reads them there. The columns and --num_labels are `task_settings`'s
+    (those the training run in --output_dir recorded, where not given). A training file of
+    scores (every label a number, some not integers) needs --num_labels: 1 (regression), or
+    their count to train them as classes."""
     files = {"train": exp.train_file, "dev": exp.dev_file, "test": exp.test_file}
     for action, split in (("do_train", "train"), ("do_eval", "dev"), ("do_predict", "test")):
         if exp.get(action) and not files[split]:
             raise ValueError(f"--task_name custom --{action} needs --{split}_file (a .csv, "
                              ".tsv or .jsonl file).")
-    reads = exp.do_train or exp.do_eval or exp.do_predict
-    text_b = exp.text_b_column
-    if not reads and text_b is None:
-        text_b = trained_text_b_column(exp.output_dir)
-    if exp.num_labels == 1:
-        return glue.custom_task(None, exp.text_a_column, text_b, exp.label_column, files)
+    settings = task_settings(exp)
+    a, b, label = (settings[name] for name in RECORDED[:3])
+    num_labels = settings["num_labels"]
+    if num_labels == 1:
+        return glue.custom_task(None, a, b, label, files)
     trained = None
     if exp.do_train:
-        trained = glue.label_set(glue.read_table_examples(
-            exp.train_file, exp.text_a_column, exp.text_b_column, exp.label_column, "train"))
+        trained = glue.label_set(glue.read_table_examples(exp.train_file, a, b, label, "train"))
+        scores = glue.non_integer_numbers(trained)
+        if scores and not num_labels:
+            shown = ", ".join(repr(s) for s in scores[:3]) + (", ..." if len(scores) > 3 else "")
+            raise ValueError(f"--train_file {exp.train_file}: every label is a number, and "
+                             f"{len(scores)} of the {len(trained)} distinct labels are not "
+                             f"integers ({shown}): for a number to predict (regression) give "
+                             f"--num_labels 1; to train them as {len(trained)} classes, give "
+                             f"--num_labels {len(trained)}.")
+    elif not os.path.exists(os.path.join(exp.output_dir, LABELS_FILE)):
+        raise ValueError(f"No labels: {exp.output_dir} holds no {LABELS_FILE} (a "
+                         "classification training run writes it; a regression run, "
+                         f"--num_labels 1, writes none) and no {experiment.CONFIG_NAME} of a "
+                         "training run: give --train_file with --do_train, --num_labels 1 for "
+                         "regression, or the --output_dir of a training run.")
     labels = run_labels(exp.output_dir, trained, exp.train_file)
-    if exp.num_labels and exp.num_labels != len(labels):
-        raise ValueError(f"--num_labels {exp.num_labels}, and the training file has "
+    if num_labels and num_labels != len(labels):
+        raise ValueError(f"--num_labels {num_labels}, and the training file has "
                          f"{len(labels)} labels {labels}: drop --num_labels (the labels are "
                          "the training file's), or fix the file.")
-    return glue.custom_task(labels, exp.text_a_column, text_b, exp.label_column, files)
+    return glue.custom_task(labels, a, b, label, files)
 
 
-def trained_text_b_column(output_dir: str) -> str | None:
-    """The --text_b_column the training run in `output_dir` recorded (its config.yaml), so an
-    `--export_dir` alone serves pairs when the model was trained on pairs."""
+def recorded_task(output_dir: str) -> tuple[dict, str]:
+    """(the task settings, the path) of the custom training run recorded in `output_dir`
+    (its config.yaml); ({}, path) where there is none (or it is not a custom run's)."""
     path = os.path.join(output_dir, experiment.CONFIG_NAME)
     if not os.path.exists(path):
-        return None
-    return (experiment.read_config_file(path).get("task") or {}).get("text_b_column")
+        return {}, path
+    recorded = experiment.read_config_file(path)
+    task = recorded.get("task") or {}
+    if recorded.get("command") != COMMAND or not glue.is_custom(str(task.get("task_name"))):
+        return {}, path
+    return task, path
+
+
+def _shown(name, value) -> str:
+    if value is None:
+        return "none"
+    if name == "num_labels":
+        return {0: "0 (the training file's labels)", 1: "1 (regression)"}.get(value, str(value))
+    return repr(value)
+
+
+def task_settings(exp) -> dict:
+    """The `RECORDED` settings of this run: each as given (command line or --config_file), else
+    as the training run in --output_dir recorded it (its config.yaml: a pair-trained model is
+    evaluated, predicted and exported on pairs, a regression run stays one), else the flag's
+    default. One given otherwise than recorded is an error (the model reads what it was
+    trained on); --num_labels N (> 1) agrees with a recorded 0 (labels.json checks the count)."""
+    recorded, path = recorded_task(exp.output_dir)
+    settings = {}
+    for name in RECORDED:
+        value = exp.get(name)
+        if name not in recorded:
+            settings[name] = value
+            continue
+        kept = recorded[name]
+        given = exp.is_given(name) and not (name == "num_labels" and value == 0)
+        if not given:
+            settings[name] = kept
+            continue
+        agree = value == kept or (name == "num_labels" and kept == 0 and value > 1)
+        if not agree:
+            raise ValueError(f"--{name} {_shown(name, value)}, and the run in {exp.output_dir} "
+                             f"was trained with --{name} {_shown(name, kept)} ({path}): a model "
+                             f"is used as it was trained; drop --{name} (the recorded one is "
+                             "used; rename a file's column to match), or give another "
+                             "--output_dir.")
+        settings[name] = value
+    return settings
 
 
 def run(exp):

@@ -24,13 +24,15 @@ builds on this package, so a library module of `albert_tf` may not import it at 
 docs/architecture.md; that method is the one place that reaches it).
 
 Your own files: `fit`, `evaluate` and `predict` also take the path of a CSV, TSV or JSON Lines
-file (`x="train.csv"`, `validation_data="dev.tsv"`; a `str` with one of those extensions that
-names a file, or any `os.PathLike`), read by the reader of `run_classifier --task_name custom`
-(`albert_tf.tasks.glue.read_table_examples`): the text from the column `text_a_column`
-(default "text"; `text_b_column` for pairs), the label from `label_column` (default "label"),
-names given to `from_checkpoint`. A model without `labels` takes the training file's (sorted,
-integers in numeric order; as many as `num_classes`); a label outside the model's is an error
-naming the file, line and column. `predict`'s file may lack the label column.
+file (`x="train.csv"`, `validation_data="dev.tsv"`; a `str` with one of those extensions, or any
+`os.PathLike`: one that names no file is "No such file", in `predict` too; a text that ends so
+is given in a list, `predict(["notes.csv"])`), read by the reader of `run_classifier
+--task_name custom` (`albert_tf.tasks.glue.read_table_examples`): the text from the column
+`text_a_column` (default "text"; `text_b_column` for pairs), the label from `label_column`
+(default "label"), names given to `from_checkpoint`. A model without `labels` takes the
+training file's (sorted, integers in numeric order; as many as `num_classes`); a label outside
+the model's is an error naming the file, line and column. `predict`'s file may lack the label
+column.
 
 `RawTextModel` holds what does not depend on the task (checkpoint reading, `compile`, `fit`,
 `evaluate`, the export); `albert_tf.text_tagger.AlbertTextTagger` is its other subclass.
@@ -60,7 +62,7 @@ from albert_tf.flags import SPECS
 from albert_tf.optimization import KerasFitOptimizer, OffsetSchedule, WarmupPolynomialDecay
 from albert_tf.preprocessing import AlbertTextPreprocessor, text_columns
 from albert_tf.tasks import glue
-from albert_tf.tasks.tables import EXTENSIONS
+from albert_tf.tasks.tables import EXTENSIONS, TableError
 from albert_tf.train_lib import TrainingConfig
 
 # `run_classifier`'s defaults (its flags; the loop's for clipping and weight decay).
@@ -481,22 +483,26 @@ class AlbertTextClassifier(RawTextModel):
     # -----------------------------------------------------------------------------------------
     # Your own files.
     @staticmethod
-    def _is_file(x, labelled: bool) -> bool:
-        """Whether `x` names a table file: any `os.PathLike`; a `str` with a table extension
-        that is a file (or, for `fit`, whose labels come with it, any such `str`)."""
+    def _is_file(x) -> bool:
+        """Whether `x` names a table file: any `os.PathLike`, or a `str` with a table extension
+        (`EXTENSIONS`), a file or not (one that names none is "No such file" in `_file_data`,
+        never a text: a text ending so is given in a list)."""
         if isinstance(x, os.PathLike):
             return True
-        if not isinstance(x, str) or os.path.splitext(x)[1].lower() not in EXTENSIONS:
-            return False
-        return labelled or os.path.isfile(x)
+        return isinstance(x, str) and os.path.splitext(x)[1].lower() in EXTENSIONS
 
     def _file_data(self, x, y, split: str):
         """(texts, labels) of the table file `x` (`glue.read_table_examples`, the columns the
         model names); `x`, `y` as they are when `x` is not a file. "train": a model without
         labels takes the file's (`glue.label_set`); "test": the labels may be absent (None)."""
-        if not self._is_file(x, labelled=split != "test"):
+        if not self._is_file(x):
             return x, y
         path = os.fspath(x)
+        if not os.path.exists(path):
+            raise TableError(f"No such file: {path} (a str ending in "
+                             f"{', '.join(sorted(EXTENSIONS)[:-1])} or {sorted(EXTENSIONS)[-1]} "
+                             "is a file's path; to predict such a text, pass a list: "
+                             "predict([text])).")
         if y is not None:
             raise ValueError(f"{path}: the file holds the labels (its column "
                              f"{self.label_column!r}); `y` must be None.")
@@ -530,7 +536,7 @@ class AlbertTextClassifier(RawTextModel):
         """Keras `fit` (`RawTextModel.fit`); `x` (and `validation_data`) may be a table file's
         path (the module docstring)."""
         x, y = self._file_data(x, y, "train")
-        if validation_data is not None and self._is_file(validation_data, labelled=True):
+        if validation_data is not None and self._is_file(validation_data):
             validation_data = self._file_data(validation_data, None, "dev")
         return super().fit(x, y, batch_size=batch_size, epochs=epochs,
                            validation_data=validation_data, **kwargs)

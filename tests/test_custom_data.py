@@ -3,6 +3,7 @@
 
 import json
 import os
+import random
 import shutil
 import sys
 
@@ -13,7 +14,10 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (the exports' SentencePiece ops)
 from absl import flags
 
-from albert_tf import AlbertConfig, AlbertTextClassifier
+from albert_tf import (AlbertClassifier, AlbertConfig, AlbertTextClassifier,
+                       AlbertTextPreprocessor)
+from albert_tf import run_classifier as run_classifier_module
+from albert_tf.experiment import ExperimentConfig
 from albert_tf.pretrainer import AlbertPretrainer
 from albert_tf.records import example_of
 from albert_tf.tasks import glue
@@ -115,6 +119,20 @@ BAD_FILES = [
     ("a.csv", b"text,score\nhi,high\n", dict(label_column="score", regression=True),
      "a.csv: line 2, column 'score': label 'high' is not a finite number, and a regression "
      "task (--num_labels 1) predicts numbers."),
+    ("a.jsonl", b'{"text": "a", "label": "x", "text": "b"}\n', dict(),
+     "a.jsonl: line 1 gives the key 'text' twice; give each column once (a CSV header may not "
+     "name a column twice either)."),
+    ("a.jsonl", b'{"text": {"a": 1}, "label": "x"}\n', dict(),
+     "a.jsonl: line 1, column 'text': a JSON object; a text is a string (or a number)."),
+    ("a.jsonl", b'{"text": "a", "label": ["x"]}\n', dict(),
+     "a.jsonl: line 1, column 'label': a JSON array; a label is a string, a number or a "
+     "boolean."),
+    ("a.csv", b"text,label\nhi,x\n", dict(label_column="text"),
+     "a.csv: --text_a_column and --label_column both name the column 'text': the model would "
+     "be given its label as its text; name different columns."),
+    ("a.jsonl", b'{"q": "a", "label": "x"}\n', dict(text_a_column="q", text_b_column="q"),
+     "a.jsonl: --text_a_column and --text_b_column both name the column 'q': each pair would "
+     "be one text twice; name different columns."),
     ("dev.csv", b"text,label\nhi,x\nho,z\n", dict(labels=("x", "y"), split="dev"),
      "dev.csv: line 3, column 'label': label 'z' is not one of the 2 labels ['x', 'y'] of the "
      "training file; a model predicts only the labels it was trained on (fix the label, or add "
@@ -151,6 +169,178 @@ def test_custom_task_labels_metrics_and_lookup():
         glue.custom_task(["only"], "text")
 
 
+def _examples(labels):
+    return [glue.InputExample(f"train-{i}", "t", None, label) for i, label in enumerate(labels)]
+
+
+LABEL_ORDERS = [
+    # integers (ASCII digits, a sign allowed) by value, equal values by their text; then the
+    # rest by text: "1_0" and the Arabic-Indic "\u0661" are not integers here (int() takes them)
+    (["1", "01", "+1", "1_0", "10", "\u0661", "2"],
+     ["+1", "01", "1", "2", "10", "1_0", "\u0661"]),
+    (["00", "a", "-1", "B", "0", "1"], ["-1", "0", "00", "1", "B", "a"]),
+    (["10", "9", "x", "09", "-0"], ["-0", "09", "9", "10", "x"]),
+]
+
+
+@pytest.mark.parametrize("labels,expected", LABEL_ORDERS)
+def test_the_label_order_is_one_whatever_the_files_order(labels, expected):
+    """labels.json must not depend on the order of the rows nor on the hash seed (the set the
+    labels are gathered in): 200 shuffles of the labels (each three times) sort alike."""
+    rng = random.Random(0)
+    for _ in range(200):
+        shuffled = rng.sample(labels * 3, len(labels) * 3)
+        assert glue.label_set(_examples(shuffled)) == expected
+
+
+def test_numeric_labels_not_all_integers_are_named():
+    """The labels a --train_file of scores has (every one a number, some not integers): what
+    run_classifier refuses to train as classes without --num_labels."""
+    assert glue.non_integer_numbers(["0.67", "4.24", "1", "-2e-1"]) == ["0.67", "4.24", "-2e-1"]
+    assert glue.non_integer_numbers(["1", "2", "10"]) == []
+    assert glue.non_integer_numbers(["0.5", "high"]) == []  # not all numbers: classes
+    assert glue.non_integer_numbers(["1", "1.0"]) == ["1.0"]
+    assert glue.non_integer_numbers(["nan", "1.5"]) == []  # "nan" is a word here
+
+
+def test_jsonl_numbers_keep_their_text_and_unread_columns_may_hold_anything(tmp_path):
+    """A JSON number is its text in the file (as a CSV field is): 1 and 1.0 are two labels,
+    1e400 is "1e400" (not "inf"), a long integer keeps its digits; an object or array in a
+    column no flag names is not an error."""
+    path = _write(tmp_path / "a.jsonl",
+                  b'{"text": 1e5, "label": 1, "meta": {"a": [1, {"b": 2}]}}\n'
+                  b'{"text": 12345678901234567890, "label": 1.0, "meta": null}\n'
+                  b'{"text": "c", "label": "1", "meta": [1]}\n{"text": "d", "label": 1e400}\n')
+    examples = glue.read_table_examples(path, "text")
+    assert [(e.text_a, e.label) for e in examples] == [
+        ("1e5", "1"), ("12345678901234567890", "1.0"), ("c", "1"), ("d", "1e400")]
+    assert glue.label_set(examples) == ["1", "1.0", "1e400"]
+    with pytest.raises(glue.GlueDataError, match=r"line 4, column 'label': label '1e400' is "
+                                                 r"not a finite number"):
+        glue.read_table_examples(path, "text", regression=True)
+
+
+def test_a_field_longer_than_the_csv_modules_limit_is_read(tmp_path):
+    """csv's default field limit is 131,072 characters; JSON Lines has none, nor has CSV now.
+    A quote left open is still reported at its line."""
+    long = "word " * 40000  # 200,000 characters
+    path = _write(tmp_path / "a.csv", f'text,label\n"{long}",x\nshort,y\n'.encode())
+    assert read_table(path)[1] == [(2, {"text": long, "label": "x"}),
+                                   (3, {"text": "short", "label": "y"})]
+    path = _write(tmp_path / "b.tsv", f'text\tlabel\nok\tx\n"{long}\tx\nmore\ty\n'.encode())
+    with pytest.raises(TableError, match=r"b.tsv: line 3: unexpected end of data \(a quote "
+                                         r"opened and not closed\?"):
+        read_table(path)
+
+
+def test_a_test_files_labels_are_not_read(tmp_path):
+    """Prediction needs no label: a test file's label column (a label the training file lacks,
+    an empty one) is not read."""
+    path = _write(tmp_path / "test.csv", b"text,label\na,zzz\nb,\n")
+    task = glue.custom_task(["x", "y"], "text", files={"test": path})
+    assert [(e.text_a, e.label) for e in glue.read_examples(task, path, "test")] == [
+        ("a", None), ("b", None)]
+    assert [e.label for e in glue.read_table_examples(path, "text", split="test",
+                                                      labels=("x", "y"))] == [None, None]
+
+
+def _exp(output_dir, **settings):
+    """run_classifier's settings (an `ExperimentConfig`) of a custom run: `settings` given,
+    the rest the flags' defaults."""
+    task = dict(task_name="custom", train_file=None, dev_file=None, test_file=None,
+                text_a_column="text", text_b_column=None, label_column="label", num_labels=0)
+    trainer = dict(do_train=False, do_eval=False, do_predict=False, output_dir=str(output_dir),
+                   export_dir=None)
+    for name, value in settings.items():
+        (task if name in task else trainer)[name] = value
+    return ExperimentConfig("albert_tf.run_classifier", task, {}, trainer, {},
+                            frozenset(settings) | {"task_name", "output_dir"})
+
+
+def _trained(exp):
+    """What a training run records in its --output_dir (`runner.record_config`)."""
+    os.makedirs(exp.output_dir, exist_ok=True)
+    exp.write(exp.output_dir)
+    return run_classifier_module.custom_task(exp)
+
+
+def test_a_later_run_takes_the_columns_and_num_labels_the_training_run_recorded(tmp_path):
+    """--do_eval, --do_predict, --export_dir without the column flags use the ones the
+    training run recorded (a pair-trained model is evaluated, predicted and exported on pairs);
+    a column or --num_labels given otherwise is refused; a regression run is one again."""
+    custom_task = run_classifier_module.custom_task
+    train = _write(tmp_path / "train.csv", b"q,p,label,score\na,b,x,0.5\nc,d,y,1.5\n")
+    run = tmp_path / "run"
+    pairs = _trained(_exp(run, train_file=train, do_train=True, text_a_column="q",
+                          text_b_column="p"))
+    assert (pairs.a, pairs.b, pairs.label, pairs.labels) == ("q", "p", "label", ("x", "y"))
+    for action in (dict(do_eval=True, dev_file=train), dict(do_predict=True, test_file=train),
+                   dict(export_dir=str(tmp_path / "export"))):
+        later = custom_task(_exp(run, **action))
+        assert (later.a, later.b, later.label, later.labels) == ("q", "p", "label", ("x", "y"))
+    assert custom_task(_exp(run, do_predict=True, test_file=train, text_b_column="p")).b == "p"
+    for flag, value, shown, kept in (
+            ("text_b_column", "other", "'other'", "'p'"),
+            ("text_a_column", "text", "'text'", "'q'"),
+            ("num_labels", 1, "1 (regression)", "0 (the training file's labels)")):
+        with pytest.raises(ValueError) as error:
+            custom_task(_exp(run, do_predict=True, test_file=train, **{flag: value}))
+        assert str(error.value) == (
+            f"--{flag} {shown}, and the run in {run} was trained with --{flag} {kept} "
+            f"({run}/config.yaml): a model is used as it was trained; drop --{flag} (the "
+            "recorded one is used; rename a file's column to match), or give another "
+            "--output_dir.")
+    regression = tmp_path / "regression"
+    assert _trained(_exp(regression, train_file=train, do_train=True, label_column="score",
+                         num_labels=1)).is_regression
+    later = custom_task(_exp(regression, do_predict=True, test_file=train))
+    assert later.is_regression and later.label == "score"
+    with pytest.raises(ValueError) as error:
+        custom_task(_exp(tmp_path / "none", do_predict=True, test_file=train))
+    assert str(error.value) == (
+        f"No labels: {tmp_path}/none holds no labels.json (a classification training run "
+        "writes it; a regression run, --num_labels 1, writes none) and no config.yaml of a "
+        "training run: give --train_file with --do_train, --num_labels 1 for regression, or "
+        "the --output_dir of a training run.")
+
+
+def test_scores_are_not_trained_as_classes_without_num_labels(tmp_path):
+    """A training file whose labels are all numbers, some not integers (scores), is refused
+    without --num_labels: --num_labels 1 is regression, --num_labels N (their count) keeps
+    them as classes."""
+    train = _write(tmp_path / "reg.csv", b"text,score\na,0.67\nb,4.24\nc,1\nd,0.67\n")
+    with pytest.raises(ValueError) as error:
+        run_classifier_module.custom_task(_exp(tmp_path / "a", train_file=train, do_train=True,
+                                               label_column="score"))
+    assert str(error.value) == (
+        f"--train_file {train}: every label is a number, and 2 of the 3 distinct labels are "
+        "not integers ('0.67', '4.24'): for a number to predict (regression) give --num_labels "
+        "1; to train them as 3 classes, give --num_labels 3.")
+    assert not os.path.exists(tmp_path / "a" / "labels.json")
+    assert run_classifier_module.custom_task(_exp(
+        tmp_path / "b", train_file=train, do_train=True, label_column="score",
+        num_labels=1)).is_regression
+    classes = run_classifier_module.custom_task(_exp(
+        tmp_path / "c", train_file=train, do_train=True, label_column="score", num_labels=3))
+    assert classes.labels == ("1", "0.67", "4.24")
+
+
+def test_predict_of_a_table_path_that_names_no_file_is_an_error(tmp_path, sample_vocab):
+    """A str ending in a table extension is a file's path in predict as in fit and evaluate:
+    a typo is "No such file", never a text to classify; a list is text, whatever its end."""
+    clf = AlbertTextClassifier(AlbertClassifier(AlbertConfig(**TINY), num_labels=2),
+                               AlbertTextPreprocessor(sample_vocab, 16), labels=["a", "b"])
+    clf.compile()
+    typo = str(tmp_path / "tset.csv")
+    for call in (clf.predict, clf.evaluate, clf.fit):
+        with pytest.raises(TableError) as error:
+            call(typo)
+        assert str(error.value) == (
+            f"No such file: {typo} (a str ending in .csv, .jsonl, .ndjson, .tab or .tsv is a "
+            "file's path; to predict such a text, pass a list: predict([text])).")
+    assert clf.predict(["my notes.csv"], verbose=0).shape == (1, 2)
+
+
 # ---------------------------------------------------------------------------------------------
 # run_classifier --task_name custom, end to end.
 TOPICS = {
@@ -182,12 +372,10 @@ def run_classifier(*args) -> int:
     """`python -m albert_tf.run_classifier ARGS` in this process (its `cli`): the exit status.
     The flags it defines are removed after, so that the next call (or another command's test
     in this process) defines its own."""
-    from albert_tf import run_classifier as command
-
     before, argv = set(flags.FLAGS), sys.argv
     sys.argv = ["run_classifier", *args]
     try:
-        command.cli()
+        run_classifier_module.cli()
     except SystemExit as e:
         return e.code
     finally:
@@ -294,9 +482,11 @@ def test_a_later_run_reuses_labels_json_and_dev_labels_are_checked(custom_run, c
 
 
 @pytest.mark.slow
-def test_custom_regression_reports_correlations_and_numbers(custom_run):
+def test_custom_regression_reports_correlations_and_numbers(custom_run, capsys):
     """--num_labels 1: the label is a number (here the sentence's word count; pairs from two
-    columns), scored by Pearson and Spearman; predictions.jsonl holds numbers; no labels.json."""
+    columns), scored by Pearson and Spearman; predictions.jsonl holds numbers; no labels.json.
+    A later --do_predict and --export_dir predict and serve pairs, by regression, without the
+    column flags or --num_labels (the recorded ones); a column given otherwise is refused."""
     tmp = custom_run["tmp"]
     rows = _sentences(40, 5)
     with open(tmp / "scores.jsonl", "w", encoding="utf-8") as f:
@@ -321,6 +511,23 @@ def test_custom_regression_reports_correlations_and_numbers(custom_run):
     assert all(isinstance(r["prediction"], float) and "probabilities" not in r
                for r in rows_out)
     assert not (out / "labels.json").exists()
+    # A later --do_predict --export_dir naming neither the columns nor --num_labels: the
+    # training run's recorded ones (config.yaml): pairs, regression; the same predictions.
+    os.remove(out / "predictions.jsonl")
+    later = args[:2] + args[args.index("--albert_config_file"):args.index("--train_file")] + [
+        "--test_file", str(tmp / "scores.jsonl"), "--do_predict", "--predict_batch_size", "8"]
+    export = tmp / "exports" / "regression"
+    assert run_classifier(*later, "--export_dir", str(export)) == 0
+    again = [json.loads(line) for line in open(out / "predictions.jsonl", encoding="utf-8")]
+    assert again == rows_out
+    record = json.load(open(export / "1" / "assets.extra" / "albert_export.json"))
+    assert record["text_pair"] is True and record["num_labels"] == 1
+    capsys.readouterr()
+    assert run_classifier(*later, "--text_b_column", "z") == 1  # not the recorded "b"
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: --text_b_column 'z', and the run in {out} was trained with --text_b_column "
+        f"'b' ({out}/config.yaml): a model is used as it was trained; drop --text_b_column (the "
+        "recorded one is used; rename a file's column to match), or give another --output_dir.")
 
 # ---------------------------------------------------------------------------------------------
 # AlbertTextClassifier on the same files.

@@ -29,15 +29,17 @@ exists.
 
 Your own data (`custom_task`, run_classifier's `--task_name custom`): CSV, TSV or JSON Lines
 files (`albert_tf.tasks.tables`) whose columns are named (`text_a_column`, `text_b_column`,
-`label_column`); the labels are the training file's (`label_set`: sorted, integers in numeric
-order), or a float for regression; `read_table_examples` reads them, its errors naming the file,
-line and column.
+`label_column`, three different columns: `check_columns`); the labels are the training file's
+(`label_set`: sorted, integers of ASCII digits in numeric order, equal values by their text, the
+rest by text), or a float for regression; `read_table_examples` reads them, its errors naming
+the file, line and column. `non_integer_numbers` names the labels that make a file of scores.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import warnings
 
 import numpy as np
@@ -160,27 +162,63 @@ def custom_task(labels, text_a_column: str, text_b_column: str | None = None,
         raise GlueDataError(f"A classification task needs 2 or more labels; the training file "
                             f"has {list(labels)}. For a number to predict, give --num_labels 1 "
                             "(regression).")
+    check_columns(text_a_column, text_b_column, label_column)
     binary = labels is not None and len(labels) == 2
     return GlueTask(CUSTOM, "", None if labels is None else tuple(labels), text_a_column,
                     text_b_column, label_column, dict(files or {}), positive_f1=binary,
                     matthews=binary, best="pearson" if labels is None else "accuracy")
 
 
+# An integer label: ASCII digits, a sign allowed ("1_0", "\u0661" and " 1" are int()'s, not
+# ours: they sort as text). A number: an integer or a decimal, an exponent allowed.
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def _label_key(label: str):
-    """Integer labels ("2", "10") in numeric order, then the rest in text order."""
-    try:
-        return (0, int(label), "")
-    except ValueError:
-        return (1, 0, label)
+    """Integer labels ("2", "10") in numeric order, equal values ("1", "01", "+1") by their
+    text; then the rest in text order. One order for any set of labels: a total key."""
+    if _INTEGER.fullmatch(label):
+        return (0, int(label), label)
+    return (1, 0, label)
 
 
 def label_set(examples) -> list[str]:
-    """The sorted distinct labels of `examples` (integers in numeric order): the class names
-    of a task trained on them, index = id."""
+    """The sorted distinct labels of `examples` (integers in numeric order, `_label_key`): the
+    class names of a task trained on them, index = id; the same list whatever the order of the
+    examples (and the hash seed of the set they are gathered in)."""
     return sorted({e.label for e in examples}, key=_label_key)
 
 
+def non_integer_numbers(labels) -> list[str]:
+    """The labels that are not integers when every one of `labels` is a number ("0.67",
+    "-2e-1", "1.0"; `_NUMBER`), in their order; [] otherwise. Such labels are scores read as
+    class names: run_classifier asks for --num_labels (1: regression) before training on them."""
+    labels = list(labels)
+    if not labels or not all(_NUMBER.fullmatch(label) for label in labels):
+        return []
+    return [label for label in labels if not _INTEGER.fullmatch(label)]
+
+
+def check_columns(text_a_column, text_b_column=None, label_column=None, where: str = ""):
+    """The columns of a table task must differ: a text column that is the label column would
+    give the model its label as text; text A and text B one column, a pair of one text twice.
+    `where` (a file's path) leads the message."""
+    named = [("--text_a_column", text_a_column), ("--text_b_column", text_b_column),
+             ("--label_column", label_column)]
+    for i, (flag, name) in enumerate(named):
+        for other, other_name in named[i + 1:]:
+            if name is not None and name == other_name:
+                why = ("each pair would be one text twice" if other == "--text_b_column" else
+                       "the model would be given its label as its text")
+                raise GlueDataError(f"{where + ': ' if where else ''}{flag} and {other} both "
+                                    f"name the column {name!r}: {why}; name different columns.")
+
+
 def _table_label(raw, where: str, flag: str, regression: bool, labels, source):
+    if isinstance(raw, (dict, list)):
+        raise GlueDataError(f"{where}: a JSON {_json_kind(raw)}; a label is a string, a number "
+                            "or a boolean.")
     if raw is None or not str(raw).strip():
         raise GlueDataError(f"{where}: the label is empty ({flag}); give every row a label, "
                             "or remove the row.")
@@ -202,6 +240,10 @@ def _table_label(raw, where: str, flag: str, regression: bool, labels, source):
     return raw
 
 
+def _json_kind(value) -> str:
+    return "object" if isinstance(value, dict) else "array"
+
+
 def read_table_examples(path: str, text_a_column: str, text_b_column: str | None = None,
                         label_column: str | None = "label", split: str = "train",
                         labels=None, regression: bool = False,
@@ -209,15 +251,17 @@ def read_table_examples(path: str, text_a_column: str, text_b_column: str | None
     """The examples of a table file (`albert_tf.tasks.tables.read_table`: CSV, TSV or JSON
     Lines by extension): texts from `text_a_column` (and `text_b_column`), the label from
     `label_column` (a class name, or a finite number with `regression`); a label outside
-    `labels` (when given; `labels_from` says whose they are) is an error. `split` "test": the
-    label column may be absent (labels None). Every error names the file, line and column:
-    a column the file does not have (the columns it has listed), an empty text or label."""
+    `labels` (when given; `labels_from` says whose they are) is an error. `split` "test": no
+    label is read (labels None; prediction needs none, so a test file's label column, absent,
+    empty or of labels the training file lacks, is never an error). The columns must differ
+    (`check_columns`). Every error names the file, line and column: a column the file does not
+    have (the columns it has listed), an empty text or label, a JSON object or array where a
+    text or label is read (other columns may hold anything)."""
+    check_columns(text_a_column, text_b_column, label_column, where=path)
     columns, rows = read_table(path)
     wanted = [(text_a_column, "--text_a_column"), (text_b_column, "--text_b_column"),
               (label_column, "--label_column")]
-    has_label = label_column is not None
-    if split == "test" and has_label and label_column not in columns:
-        has_label = False  # a test file may hold texts only
+    has_label = label_column is not None and split != "test"
     if table_format(path) != "jsonl":  # CSV/TSV: the header names the columns once
         for name, flag in wanted:
             if name is not None and (name != label_column or has_label) and name not in columns:
@@ -234,6 +278,9 @@ def read_table_examples(path: str, text_a_column: str, text_b_column: str | None
                 raise GlueDataError(f"{path}: line {number}: no column {name!r} ({flag}); the "
                                     f"line's columns are {list(row)}.")
             value = row[name]
+            if isinstance(value, (dict, list)):
+                raise GlueDataError(f"{path}: line {number}, column {name!r}: a JSON "
+                                    f"{_json_kind(value)}; a text is a string (or a number).")
             if value is None or not value.strip():
                 raise GlueDataError(f"{path}: line {number}, column {name!r}: the text is "
                                     "empty; fill it in or remove the row.")

@@ -6,14 +6,19 @@
   column names). Fields may be quoted with `"` (a quoted field may hold the separator, `""` for
   a quote, and line breaks), as spreadsheets and pandas write them; a quote inside an unquoted
   field is text.
-- `.jsonl` / `.ndjson`: one JSON object per line; its keys are the columns. A number or a
-  boolean is read as its text (a label `2` is the label "2").
+- `.jsonl` / `.ndjson`: one JSON object per line; its keys are the columns, each given once. A
+  number is read as its text in the file, as a CSV field is (`2` is "2", `1.0` is "1.0", so `1`
+  and `1.0` are two labels; `1e400` is "1e400"), a boolean as "true" / "false", null as None;
+  an object or an array is kept as it is (a list or dict): an error only in a column the task
+  reads.
 
 UTF-8 with or without a BOM, LF or CRLF (a line break inside a quoted field is read as LF),
-with or without a final newline; blank lines are skipped. A row is numbered by the line it starts on. What cannot be read is a `TableError`
-naming the file and line (and the column where there is one): bytes that are not UTF-8, a quote
-left open, a row whose field count differs from the header's, a header naming a column twice,
-a line that is not a JSON object, a file without rows.
+with or without a final newline; blank lines are skipped; a field may be of any length (csv's
+own limit, 131,072 characters, is raised to the file's size). A row is numbered by the line it
+starts on. What cannot be read is a `TableError` naming the file and line (and the column where
+there is one): bytes that are not UTF-8, a quote left open, a row whose field count differs from
+the header's, a header naming a column twice (a JSON line giving a key twice), a line that is
+not a JSON object, a file without rows.
 
 This module only reads; which columns hold the texts and the label, and what a label may be,
 is the task's (`albert_tf.tasks.glue.read_table_examples`).
@@ -65,7 +70,8 @@ def _text(path: str) -> str:
 def read_table(path: str) -> tuple[list[str], list[tuple[int, dict]]]:
     """(column names, [(line number, {column: text})]) of the table at `path` (module
     docstring). JSON Lines: the columns are the first object's keys; each row holds its own
-    keys (a key missing from a row is the task's error)."""
+    keys (a key missing from a row is the task's error); a value is text, or None (null), or
+    a list or dict (an array or object: the task refuses it in a column it reads)."""
     kind = table_format(path)
     text = _text(path)
     rows = _read_jsonl(path, text) if kind == "jsonl" else _read_delimited(
@@ -77,6 +83,11 @@ def read_table(path: str) -> tuple[list[str], list[tuple[int, dict]]]:
 
 
 def _read_delimited(path: str, text: str, separator: str):
+    # No field is longer than the file: csv's limit (131,072 by default) raised to its size, so
+    # a long text reads as JSON Lines reads it (a quote left open still ends the file unclosed:
+    # "unexpected end of data" at its line). The limit is the process's: only ever raised.
+    if csv.field_size_limit() <= len(text):
+        csv.field_size_limit(min(len(text) + 1, 2 ** 31 - 1))
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=separator, quotechar='"',
                         doublequote=True, skipinitialspace=False, strict=True)
     header, header_line, rows = None, 0, []
@@ -116,6 +127,21 @@ def _read_delimited(path: str, text: str, separator: str):
     return header, rows
 
 
+class _JsonObject(dict):
+    """A JSON object as parsed, with the keys it gives more than once (`duplicates`; json keeps
+    the last value of a key given twice, silently)."""
+
+    duplicates = ()
+
+    @classmethod
+    def of(cls, pairs):
+        value = cls(pairs)
+        if len(value) != len(pairs):
+            keys = [key for key, _ in pairs]
+            value.duplicates = [k for i, k in enumerate(keys) if k in keys[:i]]
+        return value
+
+
 def _read_jsonl(path: str, text: str):
     columns, rows = None, []
     for number, line in enumerate(text.split("\n"), start=1):
@@ -123,24 +149,24 @@ def _read_jsonl(path: str, text: str):
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value = json.loads(line, object_pairs_hook=_JsonObject.of, parse_int=str,
+                               parse_float=str, parse_constant=str)
         except json.JSONDecodeError as e:
             raise TableError(f"{path}: line {number}, column {e.colno}: not valid JSON "
                              f"({e.msg}); each line must be one JSON object.") from None
         if not isinstance(value, dict):
-            raise TableError(f"{path}: line {number} is a JSON {type(value).__name__}, not an "
+            kind = type(value).__name__  # a number was parsed as its text
+            kind = "number" if kind == "str" and not line.lstrip().startswith('"') else kind
+            raise TableError(f"{path}: line {number} is a JSON {kind}, not an "
                              "object; each line must be one object of column: value, e.g. "
                              '{"text": "...", "label": "..."}.')
-        row = {}
-        for key, field in value.items():
-            if isinstance(field, bool):
-                field = "true" if field else "false"
-            elif isinstance(field, (int, float)):
-                field = repr(field) if isinstance(field, float) else str(field)
-            elif field is not None and not isinstance(field, str):
-                raise TableError(f"{path}: line {number}, column {key!r}: a JSON "
-                                 f"{type(field).__name__}; a field is a string or a number.")
-            row[key] = field
+        if value.duplicates:
+            raise TableError(f"{path}: line {number} gives the key {value.duplicates[0]!r} "
+                             "twice; give each column once (a CSV header may not name a column "
+                             "twice either).")
+        # numbers are already their text (parse_int/parse_float); objects and arrays are kept
+        row = {key: ("true" if field else "false") if isinstance(field, bool) else field
+               for key, field in value.items()}
         if columns is None:
             columns = list(row)
         rows.append((number, row))
