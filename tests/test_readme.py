@@ -389,6 +389,20 @@ def test_python_blocks_run_here_or_in_the_examples_tests():
     assert float(np.abs(out["sequence_output"][0, 0] - out["sequence_output"][0, 1]).max()) > 1e-2
 
 
+def test_python_blocks_import_albert_tf_before_tensorflow():
+    """The Python API filters TensorFlow's start-up lines only when albert_tf imports TensorFlow
+    first: in each ```python block that imports both, the albert_tf import comes first."""
+    for language, body in BLOCKS:
+        if language != "python":
+            continue
+        lines = [line.strip() for line in body.splitlines()]
+        ours = [i for i, line in enumerate(lines) if re.match(r"(from|import) albert_tf\b", line)]
+        theirs = [i for i, line in enumerate(lines)
+                  if re.match(r"(import tensorflow\b|from tensorflow\b)", line)]
+        if ours and theirs:
+            assert ours[0] < theirs[0], f"import tensorflow before albert_tf in:\n{body}"
+
+
 def test_the_serving_step_without_a_command_names_the_commands(capsys):
     """The README's serving step once gave no command (`exit 2: the following arguments are
     required: command`): the client now names them and an example."""
