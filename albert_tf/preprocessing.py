@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.packing import pack_in_graph
-from albert_tf.tokenization import make_tokenizer
+from albert_tf.tokenization import check_vocabulary_digest, make_tokenizer
 
 
 def text_columns(x) -> tuple[np.ndarray, np.ndarray | None]:
@@ -92,6 +92,9 @@ class AlbertTextPreprocessor(keras.layers.Layer):
         do_lower_case: lowercase first (the released v2 models: True).
         vocab_file: with `spm_model_file`, the official `.vocab` checked against it; alone, a
             WordPiece vocabulary (`make_tokenizer`).
+        vocabulary_sha256: the SHA-256 the vocabulary file must have (the saved config
+            records it, so a `.keras` model refuses another file at its vocabulary's path);
+            None: not checked (a `.keras` file saved before it was recorded).
 
     Call: `preprocessor(x, y=None, sample_weight=None)` with `x` a string tensor [batch] (one
     segment), a tuple of two (pairs), or Python text (`text_columns`). Returns the features
@@ -103,7 +106,7 @@ class AlbertTextPreprocessor(keras.layers.Layer):
     """
 
     def __init__(self, spm_model_file=None, sequence_length=128, do_lower_case=True,
-                 vocab_file=None, **kwargs):
+                 vocab_file=None, vocabulary_sha256=None, **kwargs):
         kwargs.setdefault("trainable", False)
         super().__init__(**kwargs)
         if isinstance(sequence_length, bool) or not isinstance(sequence_length, int) \
@@ -115,6 +118,8 @@ class AlbertTextPreprocessor(keras.layers.Layer):
         self.sequence_length = sequence_length
         self.do_lower_case = do_lower_case
         self.tokenizer = make_tokenizer(spm_model_file, vocab_file, do_lower_case)
+        check_vocabulary_digest(self.tokenizer.vocabulary_file, vocabulary_sha256,
+                                f"this {type(self).__name__}")
         self._in_graph = self.tokenizer.in_graph()
         # The tensorflow-text resource, tracked so a SavedModel of this layer carries it.
         self.tokenizer_resource = self._in_graph.trackable
@@ -143,5 +148,6 @@ class AlbertTextPreprocessor(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(spm_model_file=self.spm_model_file, sequence_length=self.sequence_length,
-                      do_lower_case=self.do_lower_case, vocab_file=self.vocab_file)
+                      do_lower_case=self.do_lower_case, vocab_file=self.vocab_file,
+                      vocabulary_sha256=self.tokenizer.sha256)
         return config

@@ -126,19 +126,34 @@ PRETRAINED = "init_checkpoint|albert_hub_module_handle"
 
 
 def carried_vocabulary(exp: ExperimentConfig, pretrained: str | None) -> None:
-    """Without --spm_model_file and --vocab_file, the SentencePiece model the pretrained
-    source carries (`carried_tokenizer`: a `.keras` model's, the `.model` of a run, of our
-    directory, beside a TF1 checkpoint, a Hugging Face folder's spiece.model) becomes the
-    run's --spm_model_file (so config.yaml, the run's copy and the export name it)."""
-    if not pretrained or "spm_model_file" not in exp or exp.spm_model_file \
-            or exp.get("vocab_file"):
+    """What the pretrained source's tokenizer carries (`carried_tokenizer`) becomes the run's
+    where the command line did not say: without --spm_model_file and --vocab_file, its
+    SentencePiece model (a `.keras` model's, the `.model` of a run, of our directory, beside a
+    TF1 checkpoint, a Hugging Face folder's spiece.model) becomes --spm_model_file; without
+    --do_lower_case given, the casing it records (a cased model stays cased), so config.yaml,
+    the run's copy and the export say them."""
+    if not pretrained:
         return
-    spm = carried_tokenizer(pretrained)["spm_model_file"]
-    if not spm:
-        raise ValueError(f"--init_checkpoint {pretrained} carries no SentencePiece model; pass "
-                         "--spm_model_file (or --vocab_file for a WordPiece vocabulary).")
-    section = next(s for s in experiment.SECTIONS if "spm_model_file" in getattr(exp, s))
-    getattr(exp, section)["spm_model_file"] = spm
+    need_vocabulary = "spm_model_file" in exp and not exp.spm_model_file \
+        and not exp.get("vocab_file")
+    need_casing = "do_lower_case" in exp and not exp.is_given("do_lower_case")
+    if not need_vocabulary and not need_casing:
+        return
+    carried = carried_tokenizer(pretrained, check=need_vocabulary)
+    if need_vocabulary:
+        if not carried["spm_model_file"]:
+            raise ValueError(f"--init_checkpoint {pretrained} carries no SentencePiece model; "
+                             "pass --spm_model_file (or --vocab_file for a WordPiece "
+                             "vocabulary).")
+        _set(exp, "spm_model_file", carried["spm_model_file"])
+    if need_casing and carried["do_lower_case"] is not None:
+        _set(exp, "do_lower_case", carried["do_lower_case"])
+
+
+def _set(exp: ExperimentConfig, name: str, value) -> None:
+    """A setting of `exp` replaced in its section (the config is otherwise frozen)."""
+    section = next(s for s in experiment.SECTIONS if name in getattr(exp, s))
+    getattr(exp, section)[name] = value
 
 
 def model_and_tokenizer(exp: ExperimentConfig) -> tuple[AlbertConfig, Tokenizer]:

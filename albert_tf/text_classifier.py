@@ -217,11 +217,15 @@ class RawTextModel(keras.Model):
         new_head = head_labels(kwargs.get("labels"), checkpoint,
                                "tags" if cls.HEAD_ARG == "token_classifier" else "labels")
         config = checkpoint_config(checkpoint, albert_config_file)
-        if not spm_model_file and not vocab_file:
-            spm_model_file = carried_tokenizer(checkpoint)["spm_model_file"]
+        given_vocabulary = bool(spm_model_file or vocab_file)
+        carried = carried_tokenizer(checkpoint, check=not given_vocabulary)
+        if not given_vocabulary:
+            spm_model_file = carried["spm_model_file"]
             if not spm_model_file:
                 raise CheckpointError(f"No SentencePiece model with {checkpoint}: pass "
                                       "spm_model_file= (or vocab_file= for WordPiece).")
+        if do_lower_case is None:  # the casing the checkpoint records, else the official True
+            do_lower_case = carried["do_lower_case"] is not False
         preprocessor = AlbertTextPreprocessor(spm_model_file, sequence_length, do_lower_case,
                                               vocab_file=vocab_file)
         # The commands' default: padding removed (same results, faster).
@@ -446,7 +450,7 @@ class AlbertTextClassifier(RawTextModel):
     @classmethod
     def from_checkpoint(cls, checkpoint, spm_model_file=None, num_classes=2,
                         sequence_length=128, albert_config_file=None, vocab_file=None,
-                        do_lower_case=True, dropout_rate=FINE_TUNING_DEFAULTS["dropout_rate"],
+                        do_lower_case=None, dropout_rate=FINE_TUNING_DEFAULTS["dropout_rate"],
                         labels=None, init_from_group0=False, text_a_column="text",
                         text_b_column=None, label_column="label"):
         """A classifier initialised from `checkpoint`, any source `--init_checkpoint` takes: a
@@ -455,7 +459,10 @@ class AlbertTextClassifier(RawTextModel):
         directory or `.keras` file (`initialize_classifier`: a fine-tuned classifier of
         `num_classes` keeps its head). The config comes from the checkpoint
         (`checkpoint_config`) unless `albert_config_file` is given; `spm_model_file` defaults
-        to the `.model` file in the checkpoint's directory (a run keeps its own there).
+        to the `.model` file in the checkpoint's directory (a run keeps its own there), and
+        `do_lower_case` to the casing the checkpoint records (`carried_tokenizer`: a `.keras`
+        model's, a run's config.yaml, our directory's, a Hugging Face tokenizer_config.json),
+        else True.
         `num_classes=1` is regression (STS-B). `text_a_column`, `text_b_column` and
         `label_column` name the columns of the files `fit`, `evaluate` and `predict` may be
         given (the module docstring)."""

@@ -192,7 +192,7 @@ class AlbertTextTagger(RawTextModel):
 
     @classmethod
     def from_checkpoint(cls, checkpoint, spm_model_file=None, labels=None, sequence_length=128,
-                        albert_config_file=None, vocab_file=None, do_lower_case=True,
+                        albert_config_file=None, vocab_file=None, do_lower_case=None,
                         dropout_rate=FINE_TUNING_DEFAULTS["dropout_rate"],
                         init_from_group0=False):
         """A tagger of the tags `labels` initialised from `checkpoint`, any source
@@ -202,7 +202,8 @@ class AlbertTextTagger(RawTextModel):
         tagger's config) only for the same list in the same order (the same tags in another
         order: ValueError; other tags: a new head, warned); any other source gives its
         encoder and a new head. `labels=None` adopts the tags the checkpoint records. `sequence_length` is
-        `run_tagging`'s `--max_seq_length` (the windows' length)."""
+        `run_tagging`'s `--max_seq_length` (the windows' length); `do_lower_case=None`, the
+        casing the checkpoint records (as `AlbertTextClassifier.from_checkpoint`), else True."""
         if labels is None:
             labels = stored_labels(checkpoint)[0]  # a tagger's own tags, in its order
         if labels is None or (not isinstance(labels, np.ndarray) and not labels):

@@ -56,6 +56,20 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
+def check_vocabulary_digest(path: str, recorded: str | None, saved: str) -> None:
+    """ValueError where the vocabulary file at `path` is not the one `saved` (a `.keras`
+    model, ...) recorded by its SHA-256 (`recorded`; None: recorded none, nothing checked),
+    naming the file, both digests and the fix."""
+    if not recorded:
+        return
+    actual = file_sha256(path)
+    if actual != recorded:
+        raise ValueError(
+            f"{path} is not the vocabulary {saved} was saved with: its sha256 is {actual}, "
+            f"the model records {recorded}. Its ids would be another vocabulary's: put the "
+            f"file it was saved with back at {path}.")
+
+
 class _VocabularyFileTokenizer:
     """What a host tokenizer derives from the file that defines its vocabulary
     (`vocabulary_file`, each subclass's own)."""

@@ -329,3 +329,196 @@ def test_a_saved_text_tagger_into_the_tools_and_a_clear_refusal(forms, tmp_path,
     tflite = str(tmp_path / "tagger.tflite")
     assert run_cli("export.export_tflite", "--model_dir", path, "--output", tflite) == 1
     assert "token_classifier" in capsys.readouterr().err and not os.path.exists(tflite)
+
+
+def _tokenizer_config(folder) -> dict:
+    with open(os.path.join(folder, "tokenizer_config.json")) as f:
+        return json.load(f)
+
+
+@pytest.mark.slow
+def test_a_cased_model_keeps_its_casing_in_every_form(forms, tmp_path):
+    """A cased classifier (do_lower_case=False) stays cased from every form that records its
+    casing: a `.keras` file, our directory (albert_tf.json), a Hugging Face folder
+    (tokenizer_config.json), a run fine-tuned with --nodo_lower_case (its config.yaml; issue 58
+    item 3): `carried_tokenizer`, `from_checkpoint`, `convert --target hf` and
+    `export_saved_model --model_dir RUN` without the flag (all said True before); an
+    explicit argument or flag still wins; an official TF1 checkpoint records none."""
+    import yaml
+
+    from albert_tf.checkpoints.conversion import carried_tokenizer
+    from albert_tf.experiment import ExperimentConfig
+    from albert_tf.runner import carried_vocabulary
+
+    cased = AlbertTextClassifier(forms["classifier"],
+                                 AlbertTextPreprocessor(forms["spm"], SEQ, do_lower_case=False),
+                                 labels=LABELS)
+    sources = {"keras": str(tmp_path / "cased.keras")}
+    cased.save(sources["keras"])
+    for target, name in (("albert_tf", "ours"), ("hf", "hf")):
+        sources[name] = str(tmp_path / name)
+        assert run_cli("albert_tf.convert", "--input", sources["keras"], "--target", target,
+                       "--output", sources[name]) == 0
+    with open(os.path.join(sources["ours"], "albert_tf.json")) as f:
+        assert json.load(f)["do_lower_case"] is False
+    assert _tokenizer_config(sources["hf"])["do_lower_case"] is False
+    run = sources["run"] = _run_dir(str(tmp_path / "run"), forms["classifier"], forms["spm"],
+                                    "classifier")
+    with open(os.path.join(run, "config.yaml"), "w") as f:  # as record_config writes it
+        yaml.safe_dump({"command": "albert_tf.run_classifier",
+                        "model": {"do_lower_case": False, "max_seq_length": SEQ}}, f)
+    texts = ["A Gripping FILM", "UP"]
+    cased_ids = [Tokenizer(forms["spm"], do_lower_case=False).encode(t) for t in texts]
+    assert cased_ids != [Tokenizer(forms["spm"]).encode(t) for t in texts]
+    for name, path in sources.items():
+        assert carried_tokenizer(path)["do_lower_case"] is False, name
+        assert read_source(path).do_lower_case is False, name
+    for name in ("keras", "hf"):
+        clf = AlbertTextClassifier.from_checkpoint(sources[name], num_classes=3,
+                                                   sequence_length=SEQ)
+        assert clf.preprocessor.do_lower_case is False, name
+        ids = clf.preprocessor(texts)["input_ids"].numpy()
+        assert [row[1:1 + len(want)].tolist() for row, want in zip(ids, cased_ids)] == cased_ids
+    assert AlbertTextClassifier.from_checkpoint(sources["hf"], num_classes=3, sequence_length=SEQ,
+                                                do_lower_case=True).preprocessor.do_lower_case
+    assert carried_tokenizer(forms["sources"]["tf1"])["do_lower_case"] is None  # official: True
+    # --init_checkpoint: the casing the source records, unless --do_lower_case was given.
+    for given, want in ((frozenset(), False), (frozenset({"do_lower_case"}), True)):
+        exp = ExperimentConfig("albert_tf.run_classifier", {}, {
+            "spm_model_file": None, "vocab_file": None, "do_lower_case": True}, {}, {}, given)
+        carried_vocabulary(exp, sources["keras"])
+        assert exp.do_lower_case is want and exp.spm_model_file == forms["spm"]
+    # A run fine-tuned cased, converted and exported without --do_lower_case.
+    hf_of_run = str(tmp_path / "hf_of_run")
+    assert run_cli("albert_tf.convert", "--input", run, "--target", "hf", "--output",
+                   hf_of_run) == 0
+    assert _tokenizer_config(hf_of_run)["do_lower_case"] is False
+    base = str(tmp_path / "exports")
+    assert run_cli("export.export_saved_model", "--model_dir", run, "--export_dir", base,
+                   "--max_seq_length", str(SEQ)) == 0
+    with open(os.path.join(base, "1", "assets.extra", "albert_export.json")) as f:
+        assert json.load(f)["do_lower_case"] is False
+    served = tf.saved_model.load(os.path.join(base, "1")).signatures["serving_default"](
+        text=tf.constant(["UP"]))["input_ids"].numpy()[0]
+    assert served[1:1 + len(cased_ids[-1])].tolist() == cased_ids[-1]
+
+
+@pytest.mark.slow
+def test_a_keras_model_refuses_another_vocabulary_at_its_path(forms, tmp_path, capsys):
+    """A `.keras` file records its vocabulary's sha256 (the preprocessor's config): another
+    SentencePiece model put at the same path (here the same pieces and one more proto field,
+    a retrained vocabulary alike) is refused by `keras.models.load_model`, the readers and
+    `convert`, naming the file and both digests (it was used silently before); a `.keras`
+    saved before the digest was recorded still loads."""
+    import zipfile
+
+    import keras
+
+    from albert_tf.checkpoints.conversion import carried_tokenizer
+
+    spm = str(tmp_path / "v.model")
+    shutil.copy(forms["spm"], spm)
+    clf = AlbertTextClassifier(forms["classifier"], AlbertTextPreprocessor(spm, SEQ),
+                               labels=LABELS)
+    path = str(tmp_path / "model.keras")
+    clf.save(path)
+    saved = Tokenizer(spm).sha256
+    assert clf.preprocessor.get_config()["vocabulary_sha256"] == saved
+    with open(spm, "ab") as f:
+        f.write(bytes([0xC0, 0x3E, 0x01]))  # field 1000 = 1: a valid model, other bytes
+    now = Tokenizer(spm).sha256
+    assert Tokenizer(spm).encode(TEXTS[0]) == Tokenizer(forms["spm"]).encode(TEXTS[0])
+    message = f"{spm} is not the vocabulary .* sha256 is {now}, the model records {saved}"
+    with pytest.raises(TypeError, match=message):  # Keras wraps the preprocessor's ValueError
+        keras.models.load_model(path)
+    for read in (read_source, carried_tokenizer,
+                 lambda p: AlbertTextClassifier.from_checkpoint(p, num_classes=3)):
+        with pytest.raises(CheckpointError, match=message):
+            read(path)
+    out = str(tmp_path / "hf")
+    assert run_cli("albert_tf.convert", "--input", path, "--target", "hf", "--output", out) == 1
+    assert saved in capsys.readouterr().err and not os.path.exists(out)
+    # Saved before the digest was recorded: loads as before.
+    old = str(tmp_path / "old.keras")
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(old, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename == "config.json":
+                data = data.replace(f', "vocabulary_sha256": "{saved}"'.encode(), b"")
+                assert saved.encode() not in data
+            dst.writestr(item, data)
+    np.testing.assert_allclose(keras.models.load_model(old).classifier(forms["features"])[
+        "logits"], forms["logits"], atol=TOL)
+    assert read_source(old).spm_model_file == spm
+
+
+@pytest.mark.slow
+def test_convert_overwrite_replaces_the_whole_earlier_conversion(forms, tmp_path):
+    """`convert --overwrite` leaves nothing of the earlier conversion: a TF1 target keeps no
+    earlier `*.model` beside the new one (two were there, `find_sentencepiece` picking one by
+    name), a Hugging Face target no spiece.model / tokenizer files when the new source has no
+    vocabulary; a user's own file still makes the directory not replaceable."""
+    other = str(tmp_path / "aaa_other.model")  # sorts before tiny.model
+    shutil.copy(forms["spm"], other)
+    keras_file = forms["sources"]["keras"]
+    tf1 = str(tmp_path / "tf1")
+    assert run_cli("albert_tf.convert", "--input", keras_file, "--target", "tf1", "--output",
+                   tf1, "--spm_model_file", other) == 0
+    assert run_cli("albert_tf.convert", "--input", keras_file, "--target", "tf1", "--output",
+                   tf1, "--overwrite") == 0
+    assert sorted(f for f in os.listdir(tf1) if f.endswith(".model")) == ["tiny.model"]
+    assert read_source(tf1).spm_model_file == os.path.join(tf1, "tiny.model")
+    no_vocabulary = str(tmp_path / "tf1_without_vocabulary")
+    shutil.copytree(tf1, no_vocabulary, ignore=shutil.ignore_patterns("*.model"))
+    hf = str(tmp_path / "hf")
+    assert run_cli("albert_tf.convert", "--input", keras_file, "--target", "hf", "--output",
+                   hf) == 0
+    assert run_cli("albert_tf.convert", "--input", no_vocabulary, "--target", "hf",
+                   "--output", hf, "--overwrite") == 0
+    assert sorted(os.listdir(hf)) == ["config.json", "model.safetensors"]
+    np.testing.assert_allclose(read_source(hf).model(forms["features"])["logits"],
+                               forms["logits"], atol=TOL)
+    (tmp_path / "hf" / "notes.txt").write_text("mine")
+    assert run_cli("albert_tf.convert", "--input", keras_file, "--target", "hf", "--output",
+                   hf, "--overwrite") == 1
+    assert sorted(os.listdir(hf)) == ["config.json", "model.safetensors", "notes.txt"]
+
+
+@pytest.mark.slow
+def test_convert_refuses_before_writing_anything(forms, tmp_path, capsys):
+    """Refused with one line (status 1) and nothing written: a SentencePiece model of
+    another size than the model's vocab_size (500 pieces for 2000 was written before); an
+    --output that is the input folder or inside it (config.json and the weights were
+    rewritten before failing on "are the same file"); a `.keras` of a plain Keras model (a
+    TypeError traceback before), in convert and export_saved_model."""
+    import keras
+
+    from albert_tf.checkpoints import save_albert_tf
+
+    bigger = AlbertClassifier(tiny_config(vocab_size=400), num_labels=3)
+    ours = save_albert_tf(bigger, str(tmp_path / "ours_400"))
+    out = str(tmp_path / "out")
+    for target in ("albert_tf", "tf1", "hf"):
+        capsys.readouterr()
+        assert run_cli("albert_tf.convert", "--input", ours, "--target", target, "--output",
+                       out, "--spm_model_file", forms["spm"]) == 1
+        err = capsys.readouterr().err
+        assert "has 300 pieces but the model's vocab_size is 400" in err, err
+        assert not os.path.exists(out)
+    hf = forms["sources"]["hf"]
+    before = {f: os.path.getmtime(os.path.join(hf, f)) for f in os.listdir(hf)}
+    for output, where in ((hf, "is"), (os.path.join(hf, "sub"), "is inside")):
+        assert run_cli("albert_tf.convert", "--input", hf, "--target", "hf", "--output",
+                       output, "--overwrite") == 1
+        err = capsys.readouterr().err
+        assert f"--output {output} {where} the input's directory" in err, err
+    assert {f: os.path.getmtime(os.path.join(hf, f)) for f in os.listdir(hf)} == before
+    plain = str(tmp_path / "plain.keras")
+    keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]).save(plain)
+    for args in (("albert_tf.convert", "--input", plain, "--output", out),
+                 ("export.export_saved_model", "--model_dir", plain, "--export_dir", out)):
+        assert run_cli(*args) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: {plain} holds a Keras Sequential, not an ALBERT model")
+        assert "AlbertTextClassifier" in err and "Traceback" not in err
+        assert not os.path.exists(out)

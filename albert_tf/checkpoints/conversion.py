@@ -12,19 +12,23 @@ import warnings
 
 import numpy as np
 import tensorflow as tf
+import yaml
 
+from albert_tf import experiment
 from albert_tf.checkpoints.common import MODEL_KINDS, CheckpointError, assign_strict, build_model
 from albert_tf.checkpoints.hf import (HF_FILES, config_from_hf, hf_architectures, hf_kind,
                                       load_hf_state_dict, read_hf_folder, write_hf_folder)
 from albert_tf.checkpoints.names import model_kind, model_weights
-from albert_tf.checkpoints.ours import (CONFIG_FILE, FORMAT_FILE, TF1_FILES, check_replaceable,
-                                        find_sentencepiece, keras_file_config, load_pretrained,
-                                        save_albert_tf)
-from albert_tf.checkpoints.tf1 import (TF1Checkpoint, key_of_with_group0_fallback,
+from albert_tf.checkpoints.ours import (CONFIG_FILE, FORMAT_FILE, TF1_FILES, find_sentencepiece,
+                                        keras_file_config, load_pretrained, save_albert_tf,
+                                        write_replacing)
+from albert_tf.checkpoints.tf1 import (TF1_CHECKPOINT_NAME, TF1Checkpoint,
+                                       key_of_with_group0_fallback,
                                        load_tf1_checkpoint, official_config,
                                        resolve_tf1_checkpoint, write_tf1_checkpoint)
 from albert_tf.config import AlbertConfig
 from albert_tf.models import as_kind
+from albert_tf.tokenization import Tokenizer, check_vocabulary_digest
 
 
 def initialize_from_checkpoint(model, path: str, init_from_group0: bool = False) -> dict:
@@ -361,6 +365,7 @@ def _keras_settings(path: str) -> dict:
     pre = (config.get("preprocessor") or {}).get("config", {})
     return {"spm_model_file": pre.get("spm_model_file"), "vocab_file": pre.get("vocab_file"),
             "do_lower_case": pre.get("do_lower_case"),
+            "vocabulary_sha256": pre.get("vocabulary_sha256"),
             "max_seq_length": pre.get("sequence_length"), "labels": config.get("labels")}
 
 
@@ -386,26 +391,61 @@ def _recorded_labels(directory: str) -> list | None:
     return None
 
 
-def carried_tokenizer(path: str) -> dict:
+def carried_tokenizer(path: str, check: bool = True) -> dict:
     """{"spm_model_file", "vocab_file", "do_lower_case"} a source carries (None where it
-    carries none): the SentencePiece model a `.keras` model recorded (its path), our
+    carries none): the SentencePiece model a `.keras` model recorded (its path, refused where
+    the file there is not the one it was saved with: `check_vocabulary_digest`), our
     directory's or a run's copy, the `.model` beside a TF1 checkpoint or in a TF-Hub module's
-    assets/, a Hugging Face folder's spiece.model."""
+    assets/, a Hugging Face folder's spiece.model; and the casing it records
+    (`recorded_casing`: None for an official TF1 checkpoint, which records none; its readers
+    take True, as the official code). `check=False`: a `.keras` model's paths as recorded,
+    not checked (for a caller given its own vocabulary, which takes the casing only)."""
     path = check_path(path)
     if path.endswith(".keras"):
         settings = _keras_settings(path)
-        for key in ("spm_model_file", "vocab_file"):
+        for key in ("spm_model_file", "vocab_file") if check else ():
             if settings[key] and not os.path.exists(settings[key]):
                 raise CheckpointError(f"{path} tokenizes with {key}={settings[key]!r}, which is "
                                       f"gone (a .keras file records the path, not the file): "
                                       "put it back there or pass --spm_model_file.")
+        try:
+            if check:
+                check_vocabulary_digest(
+                    settings["spm_model_file"] or settings["vocab_file"] or "",
+                    settings["vocabulary_sha256"], path)
+        except ValueError as e:
+            raise CheckpointError(str(e)) from None
         return {k: settings[k] for k in ("spm_model_file", "vocab_file", "do_lower_case")}
     run = _training_run(path)
     directory = run[0] if run else path if os.path.isdir(path) else os.path.dirname(path)
     if os.path.basename(directory) == "variables":  # a TF-Hub module's variables/variables
         directory = os.path.dirname(directory)
     spm = find_sentencepiece(directory) or find_sentencepiece(os.path.join(directory, "assets"))
-    return {"spm_model_file": spm, "vocab_file": None, "do_lower_case": None}
+    return {"spm_model_file": spm, "vocab_file": None,
+            "do_lower_case": recorded_casing(directory)}
+
+
+def recorded_casing(directory: str) -> bool | None:
+    """The `do_lower_case` a source directory records, else None: our directory's
+    albert_tf.json, a training run's config.yaml (the run's --do_lower_case), a Hugging Face
+    folder's tokenizer_config.json, our TF Hub module's assets.extra record."""
+    for name in (FORMAT_FILE, "tokenizer_config.json",
+                 os.path.join("assets.extra", TFHUB_RECORD)):
+        file = os.path.join(directory, name)
+        if os.path.isfile(file):
+            with open(file, encoding="utf-8") as f:
+                value = json.load(f)
+            if isinstance(value, dict) and isinstance(value.get("do_lower_case"), bool):
+                return value["do_lower_case"]
+    file = os.path.join(directory, experiment.CONFIG_NAME)
+    if os.path.isfile(file):
+        with open(file, encoding="utf-8") as f:
+            recorded = yaml.safe_load(f)
+        for section in experiment.SECTIONS:
+            values = recorded.get(section) if isinstance(recorded, dict) else None
+            if isinstance(values, dict) and isinstance(values.get("do_lower_case"), bool):
+                return values["do_lower_case"]
+    return None
 
 
 def read_source(path: str, source: str = "auto", albert_config_file: str | None = None,
@@ -494,33 +534,72 @@ def convert(source: str, input_path: str, output_dir: str, target: str = "albert
             overwrite: bool = False, do_lower_case: bool | None = None,
             spm_model_file: str | None = None) -> dict:
     """Converts a checkpoint between formats (`source` "auto": from what is there). Returns a
-    summary dict (model kind, counts, skipped entries, output path). The tokenizer travels
-    into every target: the source's (`read_source`), or `spm_model_file` where given.
-    `target` "hf" writes a Hugging Face folder (`write_hf_folder`; `do_lower_case` is its
-    tokenizer's, default the source's, else True)."""
+    summary dict (model kind, counts, skipped entries, output path, casing). The tokenizer
+    travels into every target: the source's (`read_source`), or `spm_model_file` where given
+    (refused unless it has the model's vocab_size pieces); its casing `do_lower_case`
+    (default the source's, `carried_tokenizer`, else True) is recorded by our directory
+    (albert_tf.json) and a Hugging Face folder (tokenizer_config.json; `write_hf_folder`).
+    `--overwrite` replaces an earlier conversion at `output_dir` whole (`write_replacing`);
+    an output that is the input, inside it or holding it is refused before anything is
+    read."""
+    _check_not_into_itself(input_path, output_dir)
+    if target not in ("albert_tf", "tf1", "hf"):
+        raise CheckpointError(f"Unknown target {target!r}; choose albert_tf, tf1 or hf.")
     read = read_source(input_path, source, albert_config_file, model)
     keras_model, record, report = read.model, read.record, read.report
     spm = spm_model_file or read.spm_model_file
     if spm and not os.path.isfile(spm):
         raise CheckpointError(f"no such path: {spm} (--spm_model_file)")
+    if spm_model_file:
+        pieces = Tokenizer(spm_model_file).vocab_size
+        if pieces != keras_model.config.vocab_size:
+            raise CheckpointError(
+                f"--spm_model_file {spm_model_file} has {pieces} pieces but the model's "
+                f"vocab_size is {keras_model.config.vocab_size}: pass the SentencePiece model "
+                "it was trained with. Nothing was written.")
     if do_lower_case is None:
         do_lower_case = True if read.do_lower_case is None else read.do_lower_case
     if target == "albert_tf":
         written = save_albert_tf(keras_model, output_dir, spm, record, overwrite=overwrite,
-                                 labels=read.labels)
+                                 labels=read.labels, do_lower_case=do_lower_case)
     elif target == "tf1":
         config = official_config(keras_model.config)  # refuses what official code cannot read
-        check_replaceable(os.path.abspath(output_dir), overwrite, TF1_FILES)
-        written = write_tf1_checkpoint(keras_model, output_dir)
-        config.to_json_file(os.path.join(output_dir, CONFIG_FILE))
-        if spm:
-            shutil.copy(spm, output_dir)
-    elif target == "hf":
-        check_replaceable(os.path.abspath(output_dir), overwrite, HF_FILES)
-        written = write_hf_folder(keras_model, output_dir, spm, do_lower_case=do_lower_case,
-                                  labels=read.labels)
+
+        def write(directory):
+            write_tf1_checkpoint(keras_model, directory)
+            config.to_json_file(os.path.join(directory, CONFIG_FILE))
+            if spm:
+                shutil.copy(spm, directory)
+
+        directory = write_replacing(output_dir, overwrite, TF1_FILES, write)
+        written = os.path.join(directory, TF1_CHECKPOINT_NAME)
     else:
-        raise CheckpointError(f"Unknown target {target!r}; choose albert_tf, tf1 or hf.")
+        written = write_replacing(
+            output_dir, overwrite, HF_FILES,
+            lambda directory: write_hf_folder(keras_model, directory, spm,
+                                              do_lower_case=do_lower_case, labels=read.labels))
     return {"model": model_kind(keras_model), "weights": len(report["assigned"]),
             "parameters": keras_model.count_params(), "skipped": report["skipped"],
-            "sentencepiece_model": spm, "labels": read.labels, "output": written}
+            "sentencepiece_model": spm, "do_lower_case": do_lower_case, "labels": read.labels,
+            "output": written}
+
+
+def _check_not_into_itself(input_path: str, output_dir: str) -> None:
+    """CheckpointError where `output_dir` is the input's directory (a folder source's, or the
+    one holding a file source), inside a folder source, or holds the input: the conversion
+    would write over (or `--overwrite` delete) what it reads."""
+    plain = os.fspath(input_path).removesuffix(":best")
+    folder = os.path.isdir(plain)  # a file (.keras, TF1 prefix): its directory may hold others
+    source = plain if folder else os.path.dirname(os.path.abspath(plain))
+    source, output = os.path.realpath(source), os.path.realpath(output_dir)
+    if output == source:
+        where = "is"
+    elif folder and output.startswith(source + os.sep):
+        where = "is inside"
+    elif source.startswith(output + os.sep):
+        where = "holds"
+    else:
+        return
+    raise CheckpointError(
+        f"--output {output_dir} {where} the input's directory ({source}): a conversion never "
+        "writes where it reads. Choose an --output outside it. Nothing was written.")

@@ -25,6 +25,7 @@ from albert_tf.checkpoints.common import CheckpointError, build_model
 from albert_tf.checkpoints.names import model_kind
 from albert_tf.config import AlbertConfig
 from albert_tf.models import backbone_of
+from albert_tf.tokenization import check_vocabulary_digest
 
 FORMAT_FILE = "albert_tf.json"
 WEIGHTS_FILE = "model.weights.h5"
@@ -59,6 +60,40 @@ def check_replaceable(output_dir: str, overwrite: bool, written=OURS_FILES) -> N
             "conversion. Choose a new directory.")
 
 
+def write_replacing(output_dir: str, overwrite: bool, written, write) -> str:
+    """`write(directory)` into a new directory beside `output_dir`, then put in its place: an
+    earlier conversion there (files of `written` only: `check_replaceable`) is replaced whole,
+    none of its files left beside the new ones (an earlier tokenizer), and a failed write
+    leaves `output_dir` as it was. Returns the absolute `output_dir`."""
+    output_dir = os.path.abspath(output_dir)
+    check_replaceable(output_dir, overwrite, written)
+    parent = os.path.dirname(output_dir)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".albert_tf-", dir=parent)
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(tmp, 0o777 & ~mask)  # a directory as mkdir makes it (mkdtemp's is private)
+    try:
+        write(tmp)
+        if not os.path.isdir(output_dir):
+            os.replace(tmp, output_dir)
+            return output_dir
+        for entry in os.listdir(output_dir):
+            if any(fnmatch.fnmatch(entry, p) for p in written):
+                old = os.path.join(output_dir, entry)
+                if os.path.isdir(old) and not os.path.islink(old):
+                    shutil.rmtree(old)
+                else:
+                    os.remove(old)
+        for entry in os.listdir(tmp):
+            os.replace(os.path.join(tmp, entry), os.path.join(output_dir, entry))
+        os.rmdir(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return output_dir
+
+
 def find_sentencepiece(directory: str) -> str | None:
     candidates = sorted(glob.glob(os.path.join(directory, "*.model")))
     return candidates[0] if candidates else None
@@ -66,16 +101,13 @@ def find_sentencepiece(directory: str) -> str | None:
 
 def save_albert_tf(model, output_dir: str, sentencepiece_model: str | None = None,
                    source: dict | None = None, overwrite: bool = False,
-                   labels: list | None = None) -> str:
+                   labels: list | None = None, do_lower_case: bool | None = None) -> str:
     """Writes `model` in our format (see module docstring), atomically: into a temporary
-    directory renamed into place, so a failed write leaves nothing under `output_dir`.
-    `labels`: the class or tag names, recorded (albert_tf.json "labels")."""
-    output_dir = os.path.abspath(output_dir)
-    check_replaceable(output_dir, overwrite, OURS_FILES)
-    parent = os.path.dirname(output_dir)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".albert_tf-", dir=parent)
-    try:
+    directory put into place (`write_replacing`), so a failed write leaves nothing under
+    `output_dir`. `labels`: the class or tag names, recorded (albert_tf.json "labels");
+    `do_lower_case`: its tokenizer's casing, recorded where known ("do_lower_case")."""
+
+    def write(tmp):
         model.config.to_json_file(os.path.join(tmp, CONFIG_FILE))
         model.save_weights(os.path.join(tmp, WEIGHTS_FILE))
         kind = model_kind(model)
@@ -86,15 +118,12 @@ def save_albert_tf(model, output_dir: str, sentencepiece_model: str | None = Non
         if sentencepiece_model:
             shutil.copy(sentencepiece_model, tmp)
             record["sentencepiece_model"] = os.path.basename(sentencepiece_model)
+        if do_lower_case is not None:
+            record["do_lower_case"] = bool(do_lower_case)
         with open(os.path.join(tmp, FORMAT_FILE), "w", encoding="utf-8") as f:
             json.dump(record, f, indent=2)
-        if os.path.exists(output_dir):
-            shutil.rmtree(output_dir)
-        os.replace(tmp, output_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return output_dir
+
+    return write_replacing(output_dir, overwrite, OURS_FILES, write)
 
 
 def load_pretrained(path: str, backbone_only: bool = False, dtype=None):
@@ -113,7 +142,14 @@ def load_pretrained(path: str, backbone_only: bool = False, dtype=None):
 
     path = os.fspath(path)
     if path.endswith(".keras"):
-        keras_file_config(path)  # its classes checked (ours or Keras's) before Keras reads it
+        config = keras_file_config(path)  # its classes checked before Keras reads it
+        pre = (config.get("config", {}).get("preprocessor") or {}).get("config", {})
+        vocabulary = pre.get("spm_model_file") or pre.get("vocab_file")
+        if vocabulary and os.path.isfile(vocabulary):
+            try:  # the file now at its vocabulary's path is the one it was saved with
+                check_vocabulary_digest(vocabulary, pre.get("vocabulary_sha256"), path)
+            except ValueError as e:
+                raise CheckpointError(str(e)) from None
         try:
             model = keras.models.load_model(path, safe_mode=True)
         except TypeError as e:  # a class Keras cannot find among its own and ours
@@ -150,7 +186,8 @@ def keras_file_config(path: str) -> dict:
     after checking that every class it names is Keras's or one of albert_tf's exported models
     (`AlbertTextClassifier`, `AlbertTextTagger`, the ALBERT models), whose modules are then
     imported so Keras finds them registered. A class of any other module (`{"module": "os",
-    "class_name": "system"}`) is refused with its name: nothing of the file is run."""
+    "class_name": "system"}`) is refused with its name: nothing of the file is run; so is a
+    file of any other model (a plain Keras `Sequential`), named, before Keras builds it."""
     if not os.path.isfile(path):
         raise CheckpointError(f"no such path: {path}")
     try:
@@ -173,7 +210,20 @@ def keras_file_config(path: str) -> dict:
             f"{path} names the class {name!r} of module {module!r}, which is neither Keras's "
             "nor albert_tf's: it is not loaded (nothing of the file was run). Load only "
             ".keras files saved from albert_tf models.")
+    top = str(config.get("class_name")) if isinstance(config, dict) else type(config).__name__
+    if not (isinstance(config, dict) and top in ours and top not in _NOT_MODELS
+            and str(config.get("registered_name") or "").startswith("albert_tf>")):
+        raise CheckpointError(
+            f"{path} holds a Keras {top}, not an ALBERT model: a .keras source is a saved "
+            "AlbertTextClassifier or AlbertTextTagger (clf.save(\"model.keras\")) or an "
+            f"ALBERT model ({', '.join(sorted(ours - _NOT_MODELS - _TEXT_MODELS))}).")
     return config
+
+
+# albert_tf's exports that are not a model a `.keras` source may hold, and its text models.
+_NOT_MODELS = frozenset({"AlbertConfig", "AlbertTextPreprocessor", "load_pretrained", "PRESETS",
+                         "SHARING_MODES"})
+_TEXT_MODELS = frozenset({"AlbertTextClassifier", "AlbertTextTagger"})
 
 
 def _keras_objects(config):

@@ -171,5 +171,8 @@ def write_tf1_checkpoint(model, output_dir: str, name: str = TF1_CHECKPOINT_NAME
     tensors = [tf.constant(w.to_official(w.variable.numpy())) for w in named]
     tf.raw_ops.SaveV2(prefix=prefix, tensor_names=[w.official_name for w in named],
                       shape_and_slices=[""] * len(named), tensors=tensors)
-    tf.compat.v1.train.update_checkpoint_state(output_dir, prefix)
+    # The state file names the checkpoint relative to its directory (as a TF1 Saver with
+    # save_relative_paths), so the directory may be moved (`write_replacing` writes beside).
+    with tf.io.gfile.GFile(os.path.join(output_dir, "checkpoint"), "w") as f:
+        f.write(f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
     return prefix
