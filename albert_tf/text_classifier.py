@@ -42,10 +42,8 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
-import json
 import os
 import warnings
-import zipfile
 
 import keras
 import numpy as np
@@ -55,8 +53,8 @@ from albert_tf.backbone import Performance
 from albert_tf.checkpoints import (CheckpointError, CheckpointMismatchError,
                                    initialize_backbone, initialize_from_checkpoint)
 from albert_tf.checkpoints.conversion import (carried_tokenizer, checkpoint_config,
+                                              keras_settings, recorded_labels,
                                               split_run_checkpoint)
-from albert_tf.checkpoints.ours import FORMAT_FILE
 from albert_tf.classifier import AlbertClassifier
 from albert_tf.flags import SPECS
 from albert_tf.optimization import KerasFitOptimizer, OffsetSchedule, WarmupPolynomialDecay
@@ -137,25 +135,14 @@ def check_label_names(labels, name: str = "labels") -> list:
 
 
 def stored_labels(checkpoint) -> tuple:
-    """(labels, where) that `checkpoint` records: a `.keras` file's config `labels`, a
-    run_tagging OUTPUT_DIR's labels.json, our model directory's albert_tf.json `labels`;
-    (None, None) where it records none."""
+    """(labels, where) that `checkpoint` records: a `.keras` file's config `labels`, else its
+    directory's (`recorded_labels`: a run's labels.json, our directory's albert_tf.json, a
+    Hugging Face folder's id2label); (None, None) where it records none."""
     path = os.fspath(checkpoint)
     if path.endswith(".keras") and os.path.isfile(path):
-        with zipfile.ZipFile(path) as archive:
-            config = json.loads(archive.read("config.json"))
-        labels = config.get("config", {}).get("labels")
+        labels = keras_settings(path)["labels"]
         return (list(labels), f"{path} (its config)") if labels else (None, None)
-    directory = _checkpoint_directory(path)
-    for name, key in (("labels.json", None), (FORMAT_FILE, "labels")):
-        file = os.path.join(directory, name)
-        if os.path.isfile(file):
-            with open(file, encoding="utf-8") as f:
-                value = json.load(f)
-            value = value.get(key) if key and isinstance(value, dict) else value
-            if isinstance(value, list) and value:
-                return value, file
-    return None, None
+    return recorded_labels(_checkpoint_directory(path))
 
 
 def head_labels(labels, checkpoint, kind: str = "tags"):

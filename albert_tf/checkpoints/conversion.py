@@ -357,7 +357,7 @@ class Source:
     max_seq_length: int | None = None
 
 
-def _keras_settings(path: str) -> dict:
+def keras_settings(path: str) -> dict:
     """What a `.keras` file of `AlbertTextClassifier` / `AlbertTextTagger` records beside the
     model: its preprocessor's vocabulary paths and settings, its labels (none for a bare
     ALBERT model)."""
@@ -369,10 +369,10 @@ def _keras_settings(path: str) -> dict:
             "max_seq_length": pre.get("sequence_length"), "labels": config.get("labels")}
 
 
-def _recorded_labels(directory: str) -> list | None:
-    """The class or tag names a run (labels.json), our directory (albert_tf.json "labels")
-    or a Hugging Face folder (config.json's id2label, unless HF's default LABEL_i) records,
-    else None."""
+def recorded_labels(directory: str) -> tuple:
+    """(labels, the file that records them) of the class or tag names a run (labels.json),
+    our directory (albert_tf.json "labels") or a Hugging Face folder (config.json's id2label,
+    unless HF's default LABEL_i) records, else (None, None)."""
     for name, key in (("labels.json", None), (FORMAT_FILE, "labels")):
         file = os.path.join(directory, name)
         if os.path.isfile(file):
@@ -380,15 +380,15 @@ def _recorded_labels(directory: str) -> list | None:
                 value = json.load(f)
             value = value.get(key) if key and isinstance(value, dict) else value
             if isinstance(value, list) and value:
-                return value
+                return value, file
     hf_config = os.path.join(directory, "config.json")
     if os.path.isfile(hf_config):  # a Hugging Face folder's id2label, unless HF's LABEL_i
         with open(hf_config, encoding="utf-8") as f:
             id2label = json.load(f).get("id2label") or {}
         names = [id2label.get(str(i)) for i in range(len(id2label))]
         if names and all(names) and names != [f"LABEL_{i}" for i in range(len(names))]:
-            return names
-    return None
+            return names, hf_config
+    return None, None
 
 
 def carried_tokenizer(path: str, check: bool = True) -> dict:
@@ -402,7 +402,7 @@ def carried_tokenizer(path: str, check: bool = True) -> dict:
     not checked (for a caller given its own vocabulary, which takes the casing only)."""
     path = check_path(path)
     if path.endswith(".keras"):
-        settings = _keras_settings(path)
+        settings = keras_settings(path)
         for key in ("spm_model_file", "vocab_file") if check else ():
             if settings[key] and not os.path.exists(settings[key]):
                 raise CheckpointError(f"{path} tokenizes with {key}={settings[key]!r}, which is "
@@ -471,10 +471,10 @@ def read_source(path: str, source: str = "auto", albert_config_file: str | None 
         raise CheckpointError(f"Unknown source {source!r}; choose auto, tf1, hf or albert_tf.")
     model, record, report = _read_model(source, path, albert_config_file, kind, checkpoint)
     tokenizer = carried_tokenizer(path)
-    settings = _keras_settings(path) if path.endswith(".keras") else {}
+    settings = keras_settings(path) if path.endswith(".keras") else {}
     run = _training_run(path)
     directory = run[0] if run else path if os.path.isdir(path) else None
-    labels = settings.get("labels") or (_recorded_labels(directory) if directory else None)
+    labels = settings.get("labels") or (recorded_labels(directory)[0] if directory else None)
     if labels is None and isinstance(getattr(model, "labels", None), list):
         labels = model.labels
     record["skipped"] = report["skipped"]
