@@ -178,6 +178,59 @@ def run_in_python(saved_model: str, signature: str = "serving_default",
                           "outputs": {k: {} for k in fn.structured_outputs}}}
 
 
+# The signatures of one string input of serialized tf.Examples: --text goes in as raw-text
+# examples (bytes feature `text`, `export.client.text_examples`), which the export tokenizes.
+EXAMPLE_INPUTS = ("inputs", "input", "examples")
+
+
+def signature_inputs(saved_model: str) -> dict:
+    """{signature name: sorted input names} of the SavedModel in `saved_model` (its
+    saved_model.pb, read without loading the model)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(saved_model, "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    return {name: sorted(sig.inputs) for name, sig in proto.meta_graphs[0].signature_def.items()
+            if not name.startswith("__")}
+
+
+def text_inputs(saved_model: str, signature: str, texts) -> dict:
+    """The inputs that carry `texts` to `signature`: a `text` input takes them as they are; a
+    signature of serialized tf.Examples (`classify`, `regress`, `official_serving_default`,
+    `serve_examples`) takes raw-text tf.Examples built as `export.client` builds them for TF
+    Serving. Any other signature is refused by name, with the ones `--text` can run."""
+    import numpy as np
+
+    from albert_tf.records import example_of
+    from export.client import text_examples
+
+    signatures = signature_inputs(saved_model)
+    if signature not in signatures:
+        raise LoaderError(f"{saved_model} has no signature {signature!r}; it has "
+                          f"{', '.join(sorted(signatures))}.")
+    names = signatures[signature]
+    if names == ["text"]:
+        return {"text": np.array([t.encode() for t in texts], dtype=object)}
+    if len(names) == 1 and names[0] in EXAMPLE_INPUTS:
+        return {names[0]: np.array([example_of(e) for e in text_examples(texts)], dtype=object)}
+    callable_ = sorted(name for name, inputs in signatures.items()
+                       if inputs == ["text"] or (len(inputs) == 1 and inputs[0] in EXAMPLE_INPUTS))
+    raise LoaderError(f"--text cannot run signature {signature!r} (its inputs: "
+                      f"{', '.join(names)}); --text runs {', '.join(callable_) or 'none of'} "
+                      f"this export's signatures.")
+
+
+def _shown(value):
+    """An output as printed: strings decoded, small arrays as lists, others by shape."""
+    import numpy as np
+
+    value = np.asarray(value)
+    if value.size > 20:
+        return value.shape
+    return _jsonable(value)
+
+
 def _jsonable(value):
     import numpy as np
 
@@ -196,7 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--python", default=sys.executable,
                         help="Python whose tensorflow wheel to build against (e.g. a TF 2.20 env).")
     parser.add_argument("--text", action="append", default=None,
-                        help="Run serving_default on these texts (repeatable).")
+                        help="Run --signature on these texts (repeatable): a text signature "
+                             "takes them as they are; classify, regress, "
+                             "official_serving_default and serve_examples as raw-text "
+                             "tf.Examples (bytes feature text), as export.client sends them.")
     parser.add_argument("--signature", default="serving_default")
     parser.add_argument("--loader_binary", default=None,
                         help="Where the compiled loader is kept: built there when missing, "
@@ -222,12 +278,10 @@ def main(argv=None) -> int:
             print("g++ not found: loading with tf.saved_model.load in Python instead of the C++ "
                   "loader")
     inputs = None
-    if args.text:
-        import numpy as np
-
-        inputs = {"text": np.array([t.encode() for t in args.text], dtype=object)}
     work = tempfile.mkdtemp(prefix="serving_loader-")
     try:
+        if args.text:
+            inputs = text_inputs(os.path.abspath(args.saved_model), args.signature, args.text)
         if runtime == "cpp":
             info = tensorflow_info(args.python)
             binary = args.loader_binary or os.path.join(work, "serving_loader")
@@ -248,7 +302,7 @@ def main(argv=None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     print(result["stdout"], end="")
     for key, value in sorted(result["outputs"].items()):
-        print(f"{key}: {value.tolist() if value.size <= 20 else value.shape}")
+        print(f"{key}: {_shown(value)}")
     if args.output_json:
         os.makedirs(os.path.dirname(os.path.abspath(args.output_json)), exist_ok=True)
         with atomic_write(args.output_json) as f:

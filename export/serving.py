@@ -42,7 +42,9 @@ Outputs, from the token features (every signature returns the same set):
   the row's masks), `fill_mask_ids`, `fill_mask_pieces`, `fill_mask_probabilities`
   [batch, M, top_k] (-1, "" and 0 past the row's masks); M is the most masks in any row (0 when
   the batch has none);
-- classifier: `logits` and `probabilities` [batch, C], `label` [batch] (argmax); with one output
+- classifier: `logits` and `probabilities` [batch, C], `label` [batch] (argmax), and when the
+  class names were given at export (`labels`), `label_name` string [batch] (the name of
+  `label`, as `classify` names the classes); with one output
   (regression): `logits` [batch, 1] and `score` [batch]; exported with a `threshold` (the
   official `--threshold_to_export`): `threshold` [batch], that value for each row;
 - with `hidden_states=True`: `hidden_state_<i>` [batch, length, H] for i = 0 (embeddings) .. L.
@@ -369,6 +371,7 @@ class AlbertServingModule(tf.Module):
             raise ValueError(f"{len(labels)} label names given for {self.num_labels} labels.")
         self.labels = list(labels) if labels is not None else (
             [str(i) for i in range(self.num_labels)] if self.num_labels else None)
+        self.named_labels = labels is not None  # names known at export, not "0", "1", ...
         if threshold is not None and not self.SERVES_THRESHOLD:
             raise ValueError(f"a threshold is served by classifiers, not a {kind}.")
         self.threshold = None if threshold is None else float(threshold)
@@ -616,6 +619,8 @@ class ClassifierServingModule(AlbertServingModule):
 
     SERVES_THRESHOLD = True
     QUALITY_OUTPUTS = ("probabilities", "label")
+    # `label_name` beside `label` when the class names are known at export (TFLite: off)
+    LABEL_NAME_OUTPUT = True
 
     def head_warmup(self, texts, examples) -> dict:
         return {"regress" if self.num_labels == 1 else "classify": {"inputs": examples},
@@ -630,6 +635,10 @@ class ClassifierServingModule(AlbertServingModule):
         else:
             out["probabilities"] = tf.nn.softmax(logits, axis=-1)
             out["label"] = tf.argmax(logits, axis=-1, output_type=tf.int32)
+            if self.named_labels and self.LABEL_NAME_OUTPUT:
+                # What a predict client (TF Serving's REST `predict` on serving_default) reads
+                # for the class: its name, as `classify` names them.
+                out["label_name"] = tf.gather(tf.constant(self.labels, tf.string), out["label"])
         if self.threshold is not None:
             out["threshold"] = tf.fill(tf.shape(logits)[:1], self.threshold)
         return out

@@ -73,6 +73,8 @@ class TFLiteModule:
     """Mixed before a model's serving module class (`tflite_module`): its outputs for one
     example, with ops TensorFlow Lite runs."""
 
+    LABEL_NAME_OUTPUT = False  # the file's outputs stay numeric; FILE.json records the labels
+
     def __init__(self, model, tokenizer: Tokenizer, max_seq_length=512, top_k=5,
                  text_pair=False, labels=None):
         super().__init__(model, tokenizer.model_proto, tokenizer.do_lower_case,

@@ -2,6 +2,7 @@
 serving the exported SavedModels: request encoding (row and column formats, b64 bytes, tf.Example
 features), responses equal to calling the signatures directly, and errors that name the cause."""
 
+import json
 import os
 import re
 import shutil
@@ -165,9 +166,17 @@ def test_command_line(servers, capsys, sample_vocab):
     long_text = "a long review that goes on " * 20
     assert main(["predict", "--server", f"127.0.0.1:{port}", "--model", "classifier",
                  "--text", SST[0], "--text", long_text]) == 0
-    err = capsys.readouterr().err
+    printed = capsys.readouterr()
+    err = printed.err
     assert re.search(r"note: text 2 .* has \d+ tokens; the model saw the first 48\.", err), err
     assert "text 1" not in err
+    # serving_default answers the label names given at export beside the ids, REST and gRPC
+    answer = json.loads(printed.out)
+    assert answer["label_name"] == [["neg", "neutral", "pos"][i] for i in answer["label"]]
+    port = servers["classifier"]["grpc"][1]
+    assert main(["predict", "--server", f"127.0.0.1:{port}", "--model", "classifier",
+                 "--protocol", "grpc", "--text", SST[0], "--text", long_text]) == 0
+    assert json.loads(capsys.readouterr().out)["label_name"] == answer["label_name"]
 
 
 # -------------------------------------------------------------------------------------------------

@@ -868,3 +868,82 @@ def test_the_sentencepiece_model_is_stored_once_by_us(exported, sample_vocab, tm
     assert open(written, "rb").read() == model
     record = json.load(open(os.path.join(path, "assets.extra", "albert_export.json")))
     assert record["sentencepiece_sha256"] == Tokenizer(sample_vocab).sha256
+
+
+LABELS = ["neg", "neutral", "pos"]  # the `exported` classifier's (tests/conftest.py)
+
+
+@pytest.mark.slow
+def test_a_classifier_exported_with_label_names_answers_them_on_serving_default(
+        exported, sample_vocab):
+    """The names given at export come with `label` on the predict signatures (`label_name`,
+    TF Serving's REST predict on serving_default), the other outputs unchanged: `label` the
+    argmax id, `official_serving_default` still exactly the official outputs, `classify` as
+    before; a regression head and a classifier exported without names have no `label_name`."""
+    from export.serving import serving_module
+    from export.saved_model import host_copy
+
+    model, path, loaded = exported["classifier"]
+    got = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
+    labels = got["label"].numpy()
+    assert len(set(labels.tolist())) > 1  # the rows answer different classes
+    np.testing.assert_array_equal(labels, got["probabilities"].numpy().argmax(-1))
+    assert got["label_name"].dtype == tf.string
+    assert [b.decode() for b in got["label_name"].numpy()] == [LABELS[i] for i in labels]
+    pair = loaded.signatures["serve_text_pair"](text=tf.constant(TEXTS),
+                                                text_b=tf.constant(PAIRS))
+    assert [b.decode() for b in pair["label_name"].numpy()] == [
+        LABELS[i] for i in pair["label"].numpy()]
+    examples = tf.constant([_text_example(t) for t in TEXTS])
+    assert loaded.signatures["serve_examples"](examples=examples)["label_name"].numpy().tolist(
+        ) == got["label_name"].numpy().tolist()
+    official = loaded.signatures[OFFICIAL_SIGNATURE](input=examples)
+    assert set(official) == {"probabilities", "predictions"}
+    classified = loaded.signatures["classify"](inputs=examples)
+    assert set(classified) == {"classes", "scores"}
+    _, _, regressor = exported["regressor"]
+    assert "label_name" not in regressor.signatures["serving_default"].structured_outputs
+    unnamed = serving_module(host_copy(model), Tokenizer(sample_vocab), max_seq_length=MAX_SEQ)
+    named = serving_module(host_copy(model), Tokenizer(sample_vocab), max_seq_length=MAX_SEQ,
+                           labels=LABELS)
+    features = {"input_ids": tf.constant([[2, 50, 3]]), "input_mask": tf.ones([1, 3], tf.int32),
+                "segment_ids": tf.zeros([1, 3], tf.int32)}
+    assert "label_name" not in unnamed.outputs_from_tokens(features)
+    assert "label_name" in named.outputs_from_tokens(features)
+
+
+@pytest.mark.slow
+def test_cc_loader_command_builds_tf_examples_for_example_signatures(exported, tmp_path,
+                                                                     capsys):
+    """`python -m export.cc_loader --signature classify|official_serving_default --text ...`
+    sends raw-text tf.Examples (as export.client does) and answers as serving_default on the
+    texts; serving_default's answer prints the label names; a signature --text cannot feed is
+    refused by name, with the ones it can run."""
+    from export.cc_loader import main
+
+    _, path, loaded = exported["classifier"]
+    expected = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
+    texts = [arg for t in TEXTS for arg in ("--text", t)]
+    for signature, key in (("classify", "scores"), (OFFICIAL_SIGNATURE, "probabilities"),
+                           ("serving_default", "probabilities")):
+        out = str(tmp_path / f"{signature}.json")
+        assert main(["--saved_model", path, "--runtime", "python", "--signature", signature,
+                     *texts, "--output_json", out]) == 0, capsys.readouterr().err
+        with open(out, encoding="utf-8") as f:
+            answer = json.load(f)["outputs"]
+        np.testing.assert_allclose(answer[key], expected["probabilities"].numpy(), atol=1e-6,
+                                   rtol=0)
+        if signature == "classify":
+            assert answer["classes"] == [LABELS] * len(TEXTS)
+    names = [LABELS[i] for i in expected["label"].numpy()]
+    assert answer["label_name"] == names
+    assert f"label_name: {names}" in capsys.readouterr().out
+    assert main(["--saved_model", path, "--runtime", "python", "--signature", "serve_tokens",
+                 "--text", "x"]) == 1
+    err = capsys.readouterr().err
+    assert ("--text cannot run signature 'serve_tokens' (its inputs: input_ids, input_mask, "
+            "segment_ids); --text runs classify, official_serving_default, serve_examples, "
+            "serving_default this export's signatures.") in err, err
+    assert main(["--saved_model", path, "--runtime", "python", "--signature", "nope",
+                 "--text", "x"]) == 1
+    assert "has no signature 'nope'" in capsys.readouterr().err
