@@ -49,8 +49,11 @@ def define_flags():
                               "TF Serving must then be started with "
                               "--xla_cpu_compilation_enabled=true (without it the version's "
                               "warmup fails and it does not load).",
-               "max_seq_length": "Default: a .keras model's sequence_length, else min(512, "
-                                 "max_position_embeddings).",
+               "max_seq_length": "Default: a .keras model's sequence_length, else the "
+                                 "training run's (its config.yaml: a run directory, or a "
+                                 "model converted from one), else min(512, "
+                                 "max_position_embeddings). The export record's "
+                                 "source.max_seq_length_from says which.",
                "do_lower_case": "Default: the source's (a .keras model's), else true.",
                "null_score_diff_threshold": "Default: always answer, as SQuAD 1.1.",
                "model_dir": "Any saved form: our model directory, a .keras file of "
@@ -71,13 +74,68 @@ def define_flags():
     flags.mark_flags_as_required(["model_dir", "export_dir"])
 
 
+def recorded_max_seq_length(model_dir: str) -> tuple[int | None, str | None]:
+    """(max_seq_length, the file that records it) of the training run `model_dir` comes from:
+    the run itself (its --output_dir, `DIR:best`, `RUN/ckpt-N`), or a directory converted from
+    one whose record names it (our model directory's albert_tf.json `source`), or a TF1
+    checkpoint / Hugging Face folder with the run's config.yaml beside it; (None, None) where
+    no run's config.yaml is there."""
+    from albert_tf import experiment
+    from albert_tf.checkpoints.conversion import _training_run
+
+    def run_of(path):
+        run = _training_run(path)
+        if run:
+            return run[0]
+        return path if os.path.isdir(path) else os.path.dirname(path)
+
+    directories = [run_of(model_dir)]
+    record = os.path.join(directories[0], "albert_tf.json")
+    if os.path.isfile(record):  # our model directory: the run it was converted from
+        try:
+            with open(record, encoding="utf-8") as f:
+                origin = (json.load(f).get("source") or {}).get("path")
+        except (OSError, ValueError, AttributeError):
+            origin = None
+        if isinstance(origin, str) and origin:
+            directories.append(run_of(origin))
+    for directory in directories:
+        file = os.path.join(directory, experiment.CONFIG_NAME)
+        if not os.path.isfile(file):
+            continue
+        try:
+            value = (experiment.read_config_file(file).get("model") or {}).get("max_seq_length")
+        except (experiment.ConfigFileError, AttributeError):
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value, file
+    return None, None
+
+
+def export_max_seq_length(given: int | None, model, source: dict,
+                          model_dir: str) -> tuple[int, str]:
+    """(max_seq_length, where it came from) of the export: `given` (--max_seq_length), else
+    the source's (a .keras model's sequence_length, an export's), else the training run's (its
+    config.yaml, `recorded_max_seq_length`), else min(512, max_position_embeddings)."""
+    if given:
+        return given, "--max_seq_length"
+    if source.get("max_seq_length"):
+        return source["max_seq_length"], "the source's sequence_length"
+    value, file = recorded_max_seq_length(model_dir)
+    if value:
+        return value, f"the training run's {file}"
+    return (min(512, model.config.max_position_embeddings),
+            "default: min(512, max_position_embeddings)")
+
+
 def main(argv):
     del argv
     try:
         model, spm, source = load_for_export(FLAGS.model_dir, FLAGS.checkpoint,
                                              FLAGS.spm_model_file, FLAGS.vocab_file)
-        max_seq_length = (FLAGS.max_seq_length or source.get("max_seq_length")
-                          or min(512, model.config.max_position_embeddings))
+        max_seq_length, origin = export_max_seq_length(FLAGS.max_seq_length, model, source,
+                                                       FLAGS.model_dir)
+        source = dict(source, max_seq_length=max_seq_length, max_seq_length_from=origin)
         options = {name: getattr(FLAGS, name)
                    for name in serving_module_class(model).EXPORT_FLAGS} or None
         path = export_saved_model(
@@ -95,7 +153,8 @@ def main(argv):
         record = json.load(f)
     print(json.dumps({"export": path, "model": record["model"],
                       "signatures": record["signatures"],
-                      "max_seq_length": record["max_seq_length"]}, indent=2))
+                      "max_seq_length": record["max_seq_length"],
+                      "max_seq_length_from": origin}, indent=2))
     return 0
 
 

@@ -947,3 +947,42 @@ def test_cc_loader_command_builds_tf_examples_for_example_signatures(exported, t
     assert main(["--saved_model", path, "--runtime", "python", "--signature", "nope",
                  "--text", "x"]) == 1
     assert "has no signature 'nope'" in capsys.readouterr().err
+
+
+def test_export_max_seq_length_defaults_to_the_training_runs(tmp_path):
+    """Without --max_seq_length, `export_saved_model` exports at the length the training run
+    recorded (its config.yaml), for the run directory, `DIR:best`, one of its checkpoints and
+    our model directory converted from it, and says where it came from; a source of no run
+    keeps min(512, max_position_embeddings); the flag and a .keras model's length come first."""
+    from export.export_saved_model import export_max_seq_length, recorded_max_seq_length
+
+    run = tmp_path / "run"
+    (run / "best").mkdir(parents=True)
+    (run / "albert_config.json").write_text("{}")
+    for name in ("ckpt-3.index", os.path.join("best", "ckpt-best.index")):
+        (run / name).write_text("")
+    (run / "config.yaml").write_text("command: albert_tf.run_classifier\nmodel:\n"
+                                     "  max_seq_length: 48\n  do_lower_case: true\n")
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    (ours / "albert_tf.json").write_text(json.dumps(
+        {"format": "albert_tf", "source": {"path": str(run / "best" / "ckpt-best")}}))
+    plain = tmp_path / "hf"
+    plain.mkdir()
+    (plain / "config.json").write_text("{}")
+    recorded = str(run / "config.yaml")
+    for path in (str(run), f"{run}:best", str(run / "ckpt-3"), str(run / "best" / "ckpt-best"),
+                 str(ours)):
+        assert recorded_max_seq_length(path) == (48, recorded), path
+    assert recorded_max_seq_length(str(plain)) == (None, None)
+
+    class Model:
+        config = _config(max_position_embeddings=64)
+
+    assert export_max_seq_length(None, Model, {"max_seq_length": None}, str(run)) == (
+        48, f"the training run's {recorded}")
+    assert export_max_seq_length(None, Model, {}, str(plain)) == (
+        64, "default: min(512, max_position_embeddings)")
+    assert export_max_seq_length(32, Model, {}, str(run)) == (32, "--max_seq_length")
+    assert export_max_seq_length(None, Model, {"max_seq_length": 40}, str(run)) == (
+        40, "the source's sequence_length")
