@@ -44,14 +44,21 @@ def define_flags():
                         notes={"output": "A directory (must be new or empty).",
                                "spm_model_file": "Default: the source's (a .keras model's, "
                                                  "the .model in its directory); copied into "
-                                                 "every target.",
-                               "overwrite": "Here: a non-empty --output directory.",
+                                                 "every target. Given, it must have the "
+                                                 "model's vocab_size pieces.",
+                               "overwrite": "Here: an earlier conversion at --output, "
+                                            "replaced whole (a directory holding other "
+                                            "files is refused).",
                                "albert_config_file": "Default: albert_config.json beside a TF1 "
                                                      "checkpoint; config.json of a Hugging Face "
                                                      "folder.",
-                               "do_lower_case": "Here: --target hf, the tokenizer_config.json "
-                                                "of its AlbertTokenizer. Default: the "
-                                                "source's (a .keras model's), else true."})
+                               "do_lower_case": "Here: the casing recorded by --target "
+                                                "albert_tf (albert_tf.json) and hf "
+                                                "(tokenizer_config.json). Default: the "
+                                                "casing the source records (a .keras "
+                                                "model, a run's config.yaml, our "
+                                                "directory, a Hugging Face folder), else "
+                                                "true."})
     flags.DEFINE_enum("target", "albert_tf", ["albert_tf", "tf1", "hf"],
                       "Output format: our directory format, an official name-based TF1 "
                       "checkpoint (model.ckpt + albert_config.json), or a Hugging Face folder "

@@ -54,7 +54,9 @@ def define_flags():
                                  "model converted from one), else min(512, "
                                  "max_position_embeddings). The export record's "
                                  "source.max_seq_length_from says which.",
-               "do_lower_case": "Default: the source's (a .keras model's), else true.",
+               "do_lower_case": "Default: the casing the source records (a .keras model, a "
+                                "run's config.yaml, our directory, a Hugging Face "
+                                "folder), else true.",
                "null_score_diff_threshold": "Default: always answer, as SQuAD 1.1.",
                "model_dir": "Any saved form: our model directory, a .keras file of "
                             "AlbertTextClassifier / AlbertTextTagger, a training run's "

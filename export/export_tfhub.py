@@ -42,7 +42,9 @@ def define_flags():
                                      "albert_config.json beside it or in its assets/).",
                "spm_model_file": "Default: the one --init_checkpoint carries (a .keras "
                                  "model's, the .model beside it or in its assets/).",
-               "do_lower_case": "Default: the source's (a .keras model's), else true.",
+               "do_lower_case": "Default: the casing the source records (a .keras model, a "
+                                "run's config.yaml, our directory, a Hugging Face "
+                                "folder), else true.",
                "max_seq_length": "Here: the preprocessor's seq_length (its call's, and "
                                  "bert_pack_inputs' default).",
                "export_dir": "Here: the directory that receives preprocess/ and encoder/; it "

@@ -40,7 +40,9 @@ def define_flags():
                             "BASE/NAME/VERSION), a .keras file of AlbertTextClassifier, a "
                             "training run's --output_dir or DIR:best, an official TF1 "
                             "checkpoint, a Hugging Face folder.",
-               "do_lower_case": "Default: the source's (a .keras model's), else true.",
+               "do_lower_case": "Default: the casing the source records (a .keras model, a "
+                                "run's config.yaml, our directory, a Hugging Face "
+                                "folder), else true.",
                "output": "The .tflite file.",
                "max_seq_length": "Default: the SavedModel's, else min(512, "
                                  "max_position_embeddings).",

@@ -2,7 +2,8 @@
 
     albert_config.json   official keys (+ `sharing` when not "all")
     model.weights.h5     Keras weights of the model (no code, no pickle)
-    albert_tf.json       what the weights are (model kind, labels) and where they came from
+    albert_tf.json       what the weights are (model kind, labels, the tokenizer's casing)
+                         and where they came from
     *.model              the SentencePiece model, when one was found beside the source
 
 read by Keras' `load_weights` into a model rebuilt from the stored config and kind (it raises
