@@ -8,8 +8,14 @@ sentence counts). Text goes through the official ALBERT preprocessing first (the
 `albert_tf.tokenization.preprocess_text` used at encoding time), so training and encoding see the
 same normalized text. Ids: pad 0, unk 1, control symbols [CLS] 2, [SEP] 3, [MASK] 4; no BOS/EOS.
 Large corpora are sampled: `--input_sentence_size` sentences drawn uniformly (reservoir) with
-`--random_seed`. As the official `spm_train` command, the pieces `( ) " - . – £ €` are
-user-defined symbols (always pieces of their own); `--nouser_defined_symbols` leaves them out.
+`--random_seed`. The sentences reach SentencePiece in a seeded random order, never in the file's:
+its seed-piece search (the "Extracting frequent sub strings" step) walks every repeated context
+to its end, across line ends, so text repeated as blocks of lines (licence texts copied into
+many files) cost it time quadratic in the block's length; in a shuffled order a repeat ends with
+its line. The command prints what it is doing (reading, training, still training every 30 s) on
+stderr; `--sentencepiece_log` passes SentencePiece's own log through as well. As the official
+`spm_train` command, the pieces `( ) " - . – £ €` are user-defined symbols (always pieces of
+their own); `--nouser_defined_symbols` leaves them out.
 """
 
 from __future__ import annotations
@@ -21,10 +27,12 @@ entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_
 import datetime
 import json
 import os
+import random
 import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 
 import sentencepiece as spm
@@ -48,7 +56,7 @@ class VocabularyError(ValueError):
 
 
 def _train(sentences, model_prefix: str, counts: dict, source: str = "the input",
-           **settings) -> None:
+           minloglevel: int = 2, **settings) -> None:
     """SentencePiece's unigram trainer with the official special pieces and ids; its errors as
     `VocabularyError`s that name the flag to change."""
     try:
@@ -56,7 +64,7 @@ def _train(sentences, model_prefix: str, counts: dict, source: str = "the input"
             sentence_iterator=sentences, model_prefix=model_prefix, model_type="unigram",
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=-1, eos_id=-1, pad_piece=PAD_PIECE,
             unk_piece=UNK_PIECE, control_symbols=[CLS_PIECE, SEP_PIECE, MASK_PIECE],
-            shuffle_input_sentence=True, minloglevel=2, **settings)
+            shuffle_input_sentence=True, minloglevel=minloglevel, **settings)
     except RuntimeError as e:
         if counts["lines"] == 0:
             raise VocabularyError(f"No text in {source}: every line is empty after "
@@ -74,7 +82,8 @@ def _train(sentences, model_prefix: str, counts: dict, source: str = "the input"
 def train_vocab(input_patterns, model_prefix, vocab_size=30000, do_lower_case=True,
                 input_sentence_size=1_000_000, character_coverage=0.99995, random_seed=12345,
                 max_sentence_length=16384, num_threads=None,
-                user_defined_symbols=OFFICIAL_USER_DEFINED_SYMBOLS, overwrite=False) -> dict:
+                user_defined_symbols=OFFICIAL_USER_DEFINED_SYMBOLS, overwrite=False,
+                progress=None, sentencepiece_log=False, heartbeat_seconds=30.0) -> dict:
     """Trains the model and returns the description written to `<model_prefix>.json`.
 
     The prefix is locked while it is written (`albert_tf.ownership`). A vocabulary already at
@@ -89,10 +98,14 @@ def train_vocab(input_patterns, model_prefix, vocab_size=30000, do_lower_case=Tr
         input_sentence_size: sample this many sentences when the corpus has more (0: use all).
         character_coverage: fraction of characters the vocabulary must cover.
         random_seed: seed of SentencePiece's sampling.
-        max_sentence_length: longer lines (bytes) are skipped by SentencePiece.
+        max_sentence_length: longer lines (bytes, preprocessed) are left out of training;
+            their number and the first (file, line) are reported through `progress`.
         num_threads: trainer threads (default: all cores).
         user_defined_symbols: pieces always kept whole (default: the official ones; () for none).
         overwrite: replace a vocabulary of other inputs or settings at `model_prefix`.
+        progress: called with a line of text at each phase (reading, sampling, training) and
+            every `heartbeat_seconds` while SentencePiece trains; None: silent.
+        sentencepiece_log: let SentencePiece print its own log (its phases) to stderr.
     """
     files = expand_input_patterns(input_patterns)
     if not os.path.basename(model_prefix) or os.path.isdir(model_prefix):
@@ -106,13 +119,17 @@ def train_vocab(input_patterns, model_prefix, vocab_size=30000, do_lower_case=Tr
                 "character_coverage": character_coverage, "random_seed": random_seed,
                 "user_defined_symbols": list(user_defined_symbols)}
     with OutputLock(model_prefix, "--model_prefix", is_dir=False):
-        existing = _existing_vocabulary(model_prefix, files, settings, overwrite)
+        existing = _existing_vocabulary(model_prefix, files, settings, overwrite,
+                                        max_sentence_length)
         if existing is not None:
             return dict(existing, already_complete=True)
-        return _train_into(files, model_prefix, settings, max_sentence_length, num_threads)
+        return _train_into(files, model_prefix, settings, max_sentence_length, num_threads,
+                           progress or (lambda line: None), sentencepiece_log,
+                           heartbeat_seconds)
 
 
-def _existing_vocabulary(model_prefix, files, settings, overwrite) -> dict | None:
+def _existing_vocabulary(model_prefix, files, settings, overwrite,
+                         max_sentence_length=16384) -> dict | None:
     """The description of a vocabulary already at `model_prefix` made from the same inputs and
     settings (nothing to do), None when there is none or `overwrite`; else refuses: datasets,
     checkpoints and exports name a `.model` by path and checksum, so one is never replaced
@@ -127,7 +144,8 @@ def _existing_vocabulary(model_prefix, files, settings, overwrite) -> dict | Non
         same = (description.get("model_sha256") == file_sha256(model_prefix + ".model")
                 and [i.get("sha256") for i in description.get("input_files", [])]
                 == [file_sha256(p) for p in files]
-                and all(description.get(k) == v for k, v in settings.items()))
+                and all(description.get(k) == v for k, v in settings.items())
+                and description.get("max_sentence_length", 16384) == max_sentence_length)
     except (OSError, ValueError, AttributeError, TypeError):
         same = False
     if same:
@@ -138,7 +156,67 @@ def _existing_vocabulary(model_prefix, files, settings, overwrite) -> dict | Non
         "another --model_prefix, or pass --overwrite to replace it.")
 
 
-def _train_into(files, model_prefix, settings, max_sentence_length, num_threads) -> dict:
+def _sample(files, do_lower_case, input_sentence_size, random_seed, max_sentence_length,
+            counts, progress) -> list:
+    """The preprocessed non-empty lines of `files`, at most `input_sentence_size` of them (0: all)
+    drawn uniformly (reservoir, seeded), in a seeded random order. SentencePiece gets them in
+    this order, not the files': its seed-piece search walks each repeated context to its end
+    across line ends (SentencePiece 0.2.x), so blocks of lines repeated in the corpus (the same
+    licence in many files) made it quadratic in the block's length (a 2 MB corpus of
+    /usr/share/doc text: over 10 minutes; shuffled: 40 s)."""
+    rng = random.Random(random_seed)
+    sample, too_long = [], None
+    for path in files:
+        progress(f"reading {path}")
+        for number, line in enumerate(read_text_lines(path), start=1):
+            text = preprocess_text(line, do_lower_case)
+            if not text:
+                continue
+            counts["lines"] += 1
+            counts["characters"] += len(text)
+            if len(text.encode("utf-8")) > max_sentence_length:
+                counts["too_long"] += 1
+                too_long = too_long or f"{path}, line {number}"
+            if not input_sentence_size or len(sample) < input_sentence_size:
+                sample.append(text)
+            else:
+                k = rng.randrange(counts["lines"])
+                if k < input_sentence_size:
+                    sample[k] = text
+            if counts["lines"] % 1_000_000 == 0:
+                progress(f"read {counts['lines']:,} lines")
+    if too_long:
+        progress(f"{counts['too_long']:,} line(s) longer than --max_sentence_length="
+                 f"{max_sentence_length} bytes are left out by SentencePiece (the first: "
+                 f"{too_long}).")
+    rng.shuffle(sample)
+    return sample
+
+
+class _Heartbeat:
+    """Calls `progress` every `seconds` with the time elapsed until the block ends (SentencePiece
+    releases the GIL while it trains)."""
+
+    def __init__(self, progress, what, seconds):
+        self.progress, self.what, self.seconds = progress, what, seconds
+        self.done = threading.Event()
+
+    def _run(self):
+        started = time.time()
+        while not self.done.wait(self.seconds):
+            self.progress(f"{self.what}: still training ({time.time() - started:.0f} s)")
+
+    def __enter__(self):
+        if self.seconds:
+            threading.Thread(target=self._run, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+
+
+def _train_into(files, model_prefix, settings, max_sentence_length, num_threads, progress,
+                sentencepiece_log=False, heartbeat_seconds=30.0) -> dict:
     """Trains into a hidden temporary directory beside `model_prefix` and renames the files
     into place (the .json last). Temporary directories a killed run left for this prefix are
     removed first (this process holds the prefix's lock)."""
@@ -146,16 +224,7 @@ def _train_into(files, model_prefix, settings, max_sentence_length, num_threads)
     input_sentence_size = settings["input_sentence_size"]
     character_coverage, random_seed = settings["character_coverage"], settings["random_seed"]
     user_defined_symbols = settings["user_defined_symbols"]
-    counts = {"lines": 0, "characters": 0}
-
-    def sentences():
-        for path in files:
-            for line in read_text_lines(path):
-                text = preprocess_text(line, do_lower_case)
-                if text:
-                    counts["lines"] += 1
-                    counts["characters"] += len(text)
-                    yield text
+    counts = {"lines": 0, "characters": 0, "too_long": 0}
 
     out_dir = os.path.dirname(os.path.abspath(model_prefix))
     os.makedirs(out_dir, exist_ok=True)
@@ -169,11 +238,19 @@ def _train_into(files, model_prefix, settings, max_sentence_length, num_threads)
     try:
         spm.set_random_generator_seed(random_seed)
         tmp_prefix = os.path.join(tmp, os.path.basename(model_prefix))
-        _train(sentences(), tmp_prefix, counts, ", ".join(files), vocab_size=vocab_size,
-               user_defined_symbols=list(user_defined_symbols),
-               input_sentence_size=input_sentence_size,
-               character_coverage=character_coverage, max_sentence_length=max_sentence_length,
-               num_threads=num_threads or os.cpu_count())
+        sample = _sample(files, do_lower_case, input_sentence_size, random_seed,
+                         max_sentence_length, counts, progress)
+        what = f"SentencePiece unigram, {vocab_size:,} pieces"
+        progress(f"{what}: training on {len(sample):,} of {counts['lines']:,} lines "
+                 "(suffix array, seed pieces, then EM rounds)")
+        with _Heartbeat(progress, what, heartbeat_seconds):
+            _train(iter(sample), tmp_prefix, counts, ", ".join(files),
+                   minloglevel=0 if sentencepiece_log else 2, vocab_size=vocab_size,
+                   user_defined_symbols=list(user_defined_symbols),
+                   input_sentence_size=0, character_coverage=character_coverage,
+                   max_sentence_length=max_sentence_length,
+                   num_threads=num_threads or os.cpu_count())
+        del sample
         if counts["lines"] == 0:
             raise VocabularyError(f"No text in {files}: every line is empty after preprocessing.")
         processor = spm.SentencePieceProcessor(model_file=tmp_prefix + ".model")
@@ -189,6 +266,8 @@ def _train_into(files, model_prefix, settings, max_sentence_length, num_threads)
             "input_files": [{"path": os.path.abspath(p), "sha256": file_sha256(p)} for p in files],
             "lines_read": counts["lines"],
             "characters_read": counts["characters"],
+            "max_sentence_length": max_sentence_length,
+            "lines_too_long": counts["too_long"],
             "input_sentence_size": input_sentence_size,
             "character_coverage": character_coverage,
             "random_seed": random_seed,
@@ -218,8 +297,13 @@ def define_flags():
     flags.DEFINE_integer("vocab_size", 30000, "Number of pieces, the 5 special ones included.")
     flags.DEFINE_integer("input_sentence_size", 1_000_000,
                          "Sample at most this many sentences for training (0: all).")
+    flags.DEFINE_integer("max_sentence_length", 16384,
+                         "Lines longer than this (bytes, after preprocessing) are left out of "
+                         "training; their number and the first are reported.")
     flags.DEFINE_float("character_coverage", 0.99995, "Character coverage of the vocabulary.")
     flags.DEFINE_integer("num_threads", None, "Trainer threads (default: all cores).")
+    flags.DEFINE_bool("sentencepiece_log", False,
+                      "Pass SentencePiece's own log (its phases and EM rounds) through to stderr.")
     flags.DEFINE_bool("user_defined_symbols", True,
                       "Keep the official user-defined symbols ( ) \" - . – £ € as pieces of "
                       "their own, as the official spm_train command does.")
@@ -235,9 +319,10 @@ def main(argv):
             FLAGS.input_file, FLAGS.model_prefix, vocab_size=FLAGS.vocab_size,
             do_lower_case=FLAGS.do_lower_case, input_sentence_size=FLAGS.input_sentence_size,
             character_coverage=FLAGS.character_coverage, random_seed=FLAGS.random_seed,
-            num_threads=FLAGS.num_threads,
+            num_threads=FLAGS.num_threads, max_sentence_length=FLAGS.max_sentence_length,
             user_defined_symbols=OFFICIAL_USER_DEFINED_SYMBOLS if FLAGS.user_defined_symbols
-            else (), overwrite=FLAGS.overwrite)
+            else (), overwrite=FLAGS.overwrite, sentencepiece_log=FLAGS.sentencepiece_log,
+            progress=lambda line: print(f"train_vocab: {line}", file=sys.stderr, flush=True))
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
