@@ -131,13 +131,13 @@ def carried_vocabulary(exp: ExperimentConfig, pretrained: str | None) -> None:
     SentencePiece model (a `.keras` model's, the `.model` of a run, of our directory, beside a
     TF1 checkpoint, a Hugging Face folder's spiece.model) becomes --spm_model_file; without
     --do_lower_case given, the casing it records (a cased model stays cased), so config.yaml,
-    the run's copy and the export say them."""
+    the run's copy and the export say them; a --do_lower_case given against the recorded
+    casing is used, with a warning naming both."""
     if not pretrained:
         return
     need_vocabulary = "spm_model_file" in exp and not exp.spm_model_file \
         and not exp.get("vocab_file")
-    need_casing = "do_lower_case" in exp and not exp.is_given("do_lower_case")
-    if not need_vocabulary and not need_casing:
+    if not need_vocabulary and "do_lower_case" not in exp:
         return
     carried = carried_tokenizer(pretrained, check=need_vocabulary)
     if need_vocabulary:
@@ -146,8 +146,15 @@ def carried_vocabulary(exp: ExperimentConfig, pretrained: str | None) -> None:
                              "pass --spm_model_file (or --vocab_file for a WordPiece "
                              "vocabulary).")
         _set(exp, "spm_model_file", carried["spm_model_file"])
-    if need_casing and carried["do_lower_case"] is not None:
-        _set(exp, "do_lower_case", carried["do_lower_case"])
+    recorded = carried["do_lower_case"]
+    if "do_lower_case" not in exp or recorded is None or recorded == exp.do_lower_case:
+        return
+    if exp.is_given("do_lower_case"):
+        logging.warning("--do_lower_case=%s differs from the casing %s records "
+                        "(do_lower_case=%s): the run lowercases as the flag says.",
+                        exp.do_lower_case, pretrained, recorded)
+    else:
+        _set(exp, "do_lower_case", recorded)
 
 
 def _set(exp: ExperimentConfig, name: str, value) -> None:

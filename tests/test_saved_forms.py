@@ -337,13 +337,14 @@ def _tokenizer_config(folder) -> dict:
 
 
 @pytest.mark.slow
-def test_a_cased_model_keeps_its_casing_in_every_form(forms, tmp_path):
+def test_a_cased_model_keeps_its_casing_in_every_form(forms, tmp_path, caplog):
     """A cased classifier (do_lower_case=False) stays cased from every form that records its
     casing: a `.keras` file, our directory (albert_tf.json), a Hugging Face folder
     (tokenizer_config.json), a run fine-tuned with --nodo_lower_case (its config.yaml; issue 58
     item 3): `carried_tokenizer`, `from_checkpoint`, `convert --target hf` and
     `export_saved_model --model_dir RUN` without the flag (all said True before); an
-    explicit argument or flag still wins; an official TF1 checkpoint records none."""
+    explicit argument or flag still wins (the flag against the record with a warning); an
+    official TF1 checkpoint records none."""
     import yaml
 
     from albert_tf.checkpoints.conversion import carried_tokenizer
@@ -386,8 +387,12 @@ def test_a_cased_model_keeps_its_casing_in_every_form(forms, tmp_path):
     for given, want in ((frozenset(), False), (frozenset({"do_lower_case"}), True)):
         exp = ExperimentConfig("albert_tf.run_classifier", {}, {
             "spm_model_file": None, "vocab_file": None, "do_lower_case": True}, {}, {}, given)
+        caplog.clear()
         carried_vocabulary(exp, sources["keras"])
         assert exp.do_lower_case is want and exp.spm_model_file == forms["spm"]
+        warned = [r.getMessage() for r in caplog.records if "differs from the casing" in
+                  r.getMessage()]
+        assert len(warned) == (1 if given else 0), warned
     # A run fine-tuned cased, converted and exported without --do_lower_case.
     hf_of_run = str(tmp_path / "hf_of_run")
     assert run_cli("albert_tf.convert", "--input", run, "--target", "hf", "--output",
