@@ -81,6 +81,19 @@ def _checkpoint_directory(checkpoint: str) -> str:
     return path if os.path.isdir(path) else os.path.dirname(path)
 
 
+def fine_tuned_heads(report: dict) -> list:
+    """The entries of a backbone read's report (`skipped`) that belong to a head other than
+    the pretraining heads (a fine-tuned classifier's, tagger's, span model's head): what a
+    classifier of other labels would drop by reading only the backbone."""
+    from albert_tf.models import registered
+
+    pretrainer = registered()["pretrainer"]
+    pretraining = tuple(pretrainer.official_head_prefixes) + tuple(pretrainer.hf_head_prefixes)
+    return sorted(name for name, reason in (report.get("skipped") or {}).items()
+                  if "head" in str(reason) and not name.removeprefix("albert.").startswith(
+                      pretraining))
+
+
 def initialize_classifier(classifier: AlbertClassifier, checkpoint: str,
                           init_from_group0: bool = False, new_head: str | None = None) -> dict:
     """Fills `classifier` from `checkpoint` with the commands' readers: the whole model where
@@ -98,6 +111,11 @@ def initialize_classifier(classifier: AlbertClassifier, checkpoint: str,
     except (CheckpointError, CheckpointMismatchError, KeyError) as whole:
         report = initialize_backbone(classifier.backbone, checkpoint,
                                      init_from_group0=init_from_group0)
+        if not new_head and not fine_tuned_heads(report):
+            # The usual path: a pretrained model (its pretraining heads, or none) gives the
+            # encoder and the new head starts from the initializer, as the fine-tuning
+            # commands do; nothing of a fine-tuned head is dropped (the report says what is).
+            return dict(report, head="new")
         # Said, not silent: a fine-tuned head of other labels is dropped here.
         warnings.warn(f"{checkpoint}: its encoder is read, and a new head of "
                       f"{classifier.num_labels} classes starts from the initializer (the "

@@ -383,3 +383,40 @@ def test_a_kept_head_needs_the_checkpoints_label_order(pretraining_run, tmp_path
     with pytest.raises(ValueError, match=r"`labels` is a set"):
         AlbertTextClassifier.from_checkpoint(saved, spm, num_classes=2, sequence_length=16,
                                              labels={"neg", "pos"})
+
+
+@pytest.mark.slow
+def test_a_pretrained_model_starts_a_classifier_quietly(pretraining_run, tmp_path, sample_vocab):
+    """The usual path, a pretraining run (or an official TF1 pretrained checkpoint) into a
+    classifier, warns nothing: its encoder is read, its pretraining heads are reported as
+    skipped, and the new head starts from the initializer; a fine-tuned classifier of other
+    classes still says that its head is dropped."""
+    import warnings
+
+    from albert_tf.checkpoints import write_tf1_checkpoint
+    from albert_tf.classifier import AlbertClassifier
+    from albert_tf.pretrainer import AlbertPretrainer
+
+    pretrainer = AlbertPretrainer(AlbertConfig(**TINY))
+    randomize(pretrainer, seed=4)
+    tf1 = write_tf1_checkpoint(pretrainer, str(tmp_path / "tf1"))
+    AlbertConfig(**TINY).to_json_file(str(tmp_path / "tf1" / "albert_config.json"))
+    for source in (pretraining_run, tf1):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            clf = AlbertTextClassifier.from_checkpoint(source, sample_vocab, num_classes=3,
+                                                       sequence_length=16)
+        said = [str(w.message) for w in caught if "Cannot load" in str(w.message)
+                or "new head" in str(w.message)]
+        assert said == [], said
+        assert clf.init_report["head"] == "new"
+        skipped = clf.init_report["skipped"]
+        assert "cls/predictions/output_bias" in skipped and "output_weights" not in skipped
+    np.testing.assert_array_equal(  # the encoder was read
+        clf.classifier.backbone.weights[0].numpy(), pretrainer.backbone.weights[0].numpy())
+    other = AlbertClassifier(AlbertConfig(**TINY), 2)
+    prefix = write_tf1_checkpoint(other, str(tmp_path / "clf"))
+    AlbertConfig(**TINY).to_json_file(str(tmp_path / "clf" / "albert_config.json"))
+    with pytest.warns(UserWarning, match=r"a new head of 3 classes.*Cannot load"):
+        AlbertTextClassifier.from_checkpoint(prefix, sample_vocab, num_classes=3,
+                                             sequence_length=16)
