@@ -161,7 +161,6 @@ def test_train_vocab_repeated_blocks(tmp_path):
     description = train_vocab(str(tmp_path / "docs.txt"), str(tmp_path / "v"), vocab_size=500,
                               num_threads=1, progress=said.append, heartbeat_seconds=0.5)
     assert description["lines_read"] == len(lines) and description["vocab_size"] == 500
-    assert description["seconds"] < 30, description["seconds"]  # before: 61 s on an idle core
     assert said[0] == f"reading {tmp_path / 'docs.txt'}"
     assert said[1] == ("SentencePiece unigram, 500 pieces: training on 2,100 of 2,100 lines "
                        "(suffix array, seed pieces, then EM rounds)")
