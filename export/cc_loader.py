@@ -217,8 +217,8 @@ def text_inputs(saved_model: str, signature: str, texts) -> dict:
     callable_ = sorted(name for name, inputs in signatures.items()
                        if inputs == ["text"] or (len(inputs) == 1 and inputs[0] in EXAMPLE_INPUTS))
     raise LoaderError(f"--text cannot run signature {signature!r} (its inputs: "
-                      f"{', '.join(names)}); --text runs {', '.join(callable_) or 'none of'} "
-                      f"this export's signatures.")
+                      f"{', '.join(names)}); of this export's signatures, --text runs "
+                      f"{', '.join(callable_) or 'none'}.")
 
 
 def _shown(value):

@@ -942,8 +942,8 @@ def test_cc_loader_command_builds_tf_examples_for_example_signatures(exported, t
                  "--text", "x"]) == 1
     err = capsys.readouterr().err
     assert ("--text cannot run signature 'serve_tokens' (its inputs: input_ids, input_mask, "
-            "segment_ids); --text runs classify, official_serving_default, serve_examples, "
-            "serving_default this export's signatures.") in err, err
+            "segment_ids); of this export's signatures, --text runs classify, "
+            "official_serving_default, serve_examples, serving_default.") in err, err
     assert main(["--saved_model", path, "--runtime", "python", "--signature", "nope",
                  "--text", "x"]) == 1
     assert "has no signature 'nope'" in capsys.readouterr().err
