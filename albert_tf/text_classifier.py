@@ -57,6 +57,7 @@ from albert_tf.checkpoints.conversion import (carried_tokenizer, checkpoint_conf
                                               split_run_checkpoint)
 from albert_tf.classifier import AlbertClassifier
 from albert_tf.flags import SPECS
+from albert_tf.models import registered
 from albert_tf.optimization import KerasFitOptimizer, OffsetSchedule, WarmupPolynomialDecay
 from albert_tf.preprocessing import AlbertTextPreprocessor, text_columns
 from albert_tf.tasks import glue
@@ -85,8 +86,6 @@ def fine_tuned_heads(report: dict) -> list:
     """The entries of a backbone read's report (`skipped`) that belong to a head other than
     the pretraining heads (a fine-tuned classifier's, tagger's, span model's head): what a
     classifier of other labels would drop by reading only the backbone."""
-    from albert_tf.models import registered
-
     pretrainer = registered()["pretrainer"]
     pretraining = tuple(pretrainer.official_head_prefixes) + tuple(pretrainer.hf_head_prefixes)
     return sorted(name for name, reason in (report.get("skipped") or {}).items()

@@ -24,6 +24,11 @@ import subprocess
 import sys
 import tempfile
 
+import numpy as np
+
+from albert_tf.records import example_of  # noqa: E402
+from export.client import text_examples  # noqa: E402
+
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "serving_loader.cc")
 
 _PROBE = """
@@ -200,11 +205,6 @@ def text_inputs(saved_model: str, signature: str, texts) -> dict:
     signature of serialized tf.Examples (`classify`, `regress`, `official_serving_default`,
     `serve_examples`) takes raw-text tf.Examples built as `export.client` builds them for TF
     Serving. Any other signature is refused by name, with the ones `--text` can run."""
-    import numpy as np
-
-    from albert_tf.records import example_of
-    from export.client import text_examples
-
     signatures = signature_inputs(saved_model)
     if signature not in signatures:
         raise LoaderError(f"{saved_model} has no signature {signature!r}; it has "

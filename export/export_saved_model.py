@@ -27,7 +27,9 @@ import sys
 from absl import flags  # noqa: E402
 
 from albert_tf import flags as albert_flags  # noqa: E402
+from albert_tf import experiment  # noqa: E402
 from albert_tf.checkpoints import CheckpointError  # noqa: E402
+from albert_tf.checkpoints.conversion import _training_run  # noqa: E402
 from albert_tf.cli import run_command  # noqa: E402
 from albert_tf.flags import FLAGS  # noqa: E402
 from export.ops_check import UnsupportedOpError  # noqa: E402
@@ -82,9 +84,6 @@ def recorded_max_seq_length(model_dir: str) -> tuple[int | None, str | None]:
     one whose record names it (our model directory's albert_tf.json `source`), or a TF1
     checkpoint / Hugging Face folder with the run's config.yaml beside it; (None, None) where
     no run's config.yaml is there."""
-    from albert_tf import experiment
-    from albert_tf.checkpoints.conversion import _training_run
-
     def run_of(path):
         run = _training_run(path)
         if run:

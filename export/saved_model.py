@@ -39,6 +39,7 @@ from albert_tf.paths import atomic_write
 from albert_tf.checkpoints import CheckpointError, build_model, model_kind, model_weights
 from albert_tf.checkpoints.conversion import read_source
 from albert_tf.config import AlbertConfig
+from albert_tf.flags import FLAGS
 from albert_tf.ownership import OutputLock, current_umask
 from albert_tf.tokenization import Tokenizer, make_tokenizer
 
@@ -117,8 +118,6 @@ def _load_model_for_export(path: str, checkpoint: str, spm_model_file: str | Non
 def lower_case(source: dict) -> bool:
     """--do_lower_case of an export command: the flag where given, else what the source
     records (a `.keras` model's preprocessor, an export's), else true."""
-    from albert_tf.flags import FLAGS
-
     if FLAGS.do_lower_case is not None:
         return FLAGS.do_lower_case
     return source.get("do_lower_case") is not False
