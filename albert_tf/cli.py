@@ -71,13 +71,15 @@ def help_exits_zero() -> None:
             args[i] = "--help"
     sys.argv[1:] = args
     shown = []
-    usage = app.usage
+    usage = getattr(app.usage, "absl_usage", app.usage)  # absl's own (a command run again in
+    # one process wraps it once)
 
     def usage_then_exit_zero(*args, **kwargs):
         if kwargs.get("writeto_stdout"):  # the help flags' call (a usage error's is not)
             shown.append(True)
         return usage(*args, **kwargs)
 
+    usage_then_exit_zero.absl_usage = usage
     app.usage = usage_then_exit_zero
     app._exit_before_main = lambda status: sys.exit(0 if shown else status)
 

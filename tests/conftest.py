@@ -2,6 +2,8 @@
 and the tiny configurations whose dimensions all differ (so a transposed or swapped tensor
 cannot pass by having the right shape)."""
 
+import contextlib
+import importlib
 import os
 import subprocess
 import sys
@@ -15,6 +17,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from absl import app, flags  # noqa: E402
 
 from albert_tf import AlbertConfig  # noqa: E402
 from albert_tf.train_lib import PretrainingConfig  # noqa: E402
@@ -56,6 +59,47 @@ def pytest_runtest_setup(item):
             pytest.fail(f"{what} missing beside the repository and {REQUIRE_SHARED}=1 (CI "
                         "runs every test)", pytrace=False)
         pytest.skip(f"needs {what}, kept beside the repository for its CI, not in a clone")
+
+
+@contextlib.contextmanager
+def flags_alone():
+    """For the block, the global absl FLAGS holds absl's own flags only, so a command's `cli()`
+    defines its flags (their defaults, validators and required marks) as in a process of its
+    own; afterwards every definition and value is as before. Commands run in-process
+    (`run_cli`) need it: a flag another command defined earlier in this worker keeps that
+    command's validators (export_tfhub marks --export_dir required)."""
+    app.define_help_flags()  # once per process: before the snapshot, so it stays defined
+    state = vars(flags.FLAGS)
+    saved = dict(state)
+    absl_flags = {name: flag for module, module_flags in saved["__flags_by_module"].items()
+                  if module.startswith("absl.") for flag in module_flags
+                  for name in (flag.name, flag.short_name) if name}
+    kept = set(map(id, absl_flags.values()))
+    state.update({
+        "__flags": dict(absl_flags), "__hiddenflags": set(), "__flags_parsed": False,
+        **{key: {module: [f for f in module_flags if id(f) in kept]
+                 for module, module_flags in saved[key].items()}
+           for key in ("__flags_by_module", "__flags_by_module_id", "__key_flags_by_module")}})
+    try:
+        yield
+    finally:
+        state.clear()
+        state.update(saved)
+
+
+def run_cli(module, *args) -> int:
+    """`python -m module ARGS` in this process (its `cli`, with the flags `flags_alone`): the
+    exit status."""
+    argv = sys.argv
+    sys.argv = [module, *args]
+    try:
+        with flags_alone():
+            importlib.import_module(module).cli()
+    except SystemExit as e:
+        return e.code
+    finally:
+        sys.argv = argv
+    return 0
 
 
 def tiny_config(**changes) -> AlbertConfig:

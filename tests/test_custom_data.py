@@ -5,14 +5,12 @@ import json
 import os
 import random
 import shutil
-import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (the exports' SentencePiece ops)
-from absl import flags
 
 from albert_tf import (AlbertClassifier, AlbertConfig, AlbertTextClassifier,
                        AlbertTextPreprocessor)
@@ -22,6 +20,7 @@ from albert_tf.pretrainer import AlbertPretrainer
 from albert_tf.records import example_of
 from albert_tf.tasks import glue
 from albert_tf.tasks.tables import TableError, read_table
+from conftest import run_cli
 
 TINY = dict(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
             num_attention_heads=4, intermediate_size=40, max_position_embeddings=64)
@@ -369,20 +368,9 @@ def _sentences(n, seed):
 
 
 def run_classifier(*args) -> int:
-    """`python -m albert_tf.run_classifier ARGS` in this process (its `cli`): the exit status.
-    The flags it defines are removed after, so that the next call (or another command's test
-    in this process) defines its own."""
-    before, argv = set(flags.FLAGS), sys.argv
-    sys.argv = ["run_classifier", *args]
-    try:
-        run_classifier_module.cli()
-    except SystemExit as e:
-        return e.code
-    finally:
-        sys.argv = argv
-        for name in set(flags.FLAGS) - before:
-            delattr(flags.FLAGS, name)
-    return 0
+    """`python -m albert_tf.run_classifier ARGS` in this process (its `cli`, `run_cli`): the
+    exit status."""
+    return run_cli("albert_tf.run_classifier", *args)
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from absl import app, flags
 import conftest
 from albert_tf import runner
 from albert_tf.cli import COMMANDS
-from conftest import ROOT
+from conftest import ROOT, flags_alone
 from export import client
 from test_text_classifier import _readme_example as classifier_example
 from test_text_tagger import _readme_example as tagger_example
@@ -82,18 +82,6 @@ def _alone():
     command's main and flags parser) instead of running; `albert_tf.runner.command` records
     the flags a training command requires (yields them). Afterwards every definition and value
     is as before."""
-    app.define_help_flags()  # once per process: before the snapshot, so it stays defined
-    state = vars(flags.FLAGS)
-    saved = dict(state)
-    absl_flags = {name: flag for module, module_flags in saved["__flags_by_module"].items()
-                  if module.startswith("absl.") for flag in module_flags
-                  for name in (flag.name, flag.short_name) if name}
-    kept = set(map(id, absl_flags.values()))
-    state.update({
-        "__flags": dict(absl_flags), "__hiddenflags": set(), "__flags_parsed": False,
-        **{key: {module: [f for f in module_flags if id(f) in kept]
-                 for module, module_flags in saved[key].items()}
-           for key in ("__flags_by_module", "__flags_by_module_id", "__key_flags_by_module")}})
     needed = []
 
     def run(main, argv=None, flags_parser=None):
@@ -104,16 +92,12 @@ def _alone():
         return real_command(body, define_flags, required=required, **kwargs)
 
     real_command = runner.command
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(app, "run", run)
-            for module in list(sys.modules.values()):
-                if getattr(module, "command", None) is real_command:
-                    patch.setattr(module, "command", command)
-            yield needed
-    finally:
-        state.clear()
-        state.update(saved)
+    with flags_alone(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(app, "run", run)
+        for module in list(sys.modules.values()):
+            if getattr(module, "command", None) is real_command:
+                patch.setattr(module, "command", command)
+        yield needed
 
 
 def parse_absl(module_name: str, args: list[str], run=False, complete=None):

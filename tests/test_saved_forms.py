@@ -8,17 +8,14 @@ raw text (logits to 1e-5, token ids exactly), its SentencePiece model and labels
 with it."""
 
 import filecmp
-import importlib
 import json
 import os
 import shutil
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from absl import flags
-from conftest import WIKITEXT, randomize, tiny_config
+from conftest import WIKITEXT, randomize, run_cli, tiny_config
 
 from albert_tf import (AlbertClassifier, AlbertTextClassifier, AlbertTextPreprocessor,
                        AlbertTextTagger, AlbertTokenClassifier)
@@ -32,23 +29,6 @@ SEQ = 16
 NO_LABELS = ("tf1",)  # an official checkpoint has no place for class names
 TOL = 1e-5
 SOURCES = ("keras", "run", "run:best", "ours", "tf1", "hf")
-
-
-def run_cli(module, *args) -> int:
-    """`python -m module ARGS` in this process (its `cli`): the exit status. The flags it
-    defines are removed after, so the next command defines its own."""
-    before, argv = set(flags.FLAGS), sys.argv
-    flags.FLAGS.unparse_flags()
-    sys.argv = [module, *args]
-    try:
-        importlib.import_module(module).cli()
-    except SystemExit as e:
-        return e.code
-    finally:
-        sys.argv = argv
-        for name in set(flags.FLAGS) - before:
-            delattr(flags.FLAGS, name)
-    return 0
 
 
 def _run_dir(directory, model, spm, kind, weights_latest=None):
