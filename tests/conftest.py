@@ -8,6 +8,9 @@ import os
 import subprocess
 import sys
 
+# The repository's root, for `bench` (not an installed package) when pytest runs from elsewhere
+# (`pytest /path/to/clone/tests`); `python -m pytest` in the root has it already.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("USE_TF", "0")  # transformers: do not import its Keras-2 TF classes
