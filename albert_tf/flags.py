@@ -242,7 +242,7 @@ NUMBER_RULES = {
     "check_texts": "positive", "min_agreement": "probability", "max_examples": "positive",
     "budget_minutes": "positive", "pretrain_steps": "positive", "finetune_steps": "positive",
     "max_build_params": "positive", "threshold_to_export": "finite_or_nan",
-    "masked_lm_budget": "non_negative",
+    "masked_lm_budget": "non_negative", "max_sentence_length": "positive",
 }
 
 
