@@ -20,6 +20,7 @@ import re
 
 import tensorflow as tf
 
+from albert_tf.checkpoints.common import CheckpointError, check_intact
 from albert_tf.checkpoints.conversion import SETTINGS_FILE  # what else a result depends on
 from albert_tf.config import AlbertConfig
 from albert_tf.input_pipeline import DataMismatchError, InputPlan, list_files
@@ -122,6 +123,35 @@ class RunDirectory:
         worker's own."""
         return (tf.train.latest_checkpoint(self.output_dir)
                 or tf.train.latest_checkpoint(self.write_dir))
+
+    def resume_checkpoint(self) -> str | None:
+        """The checkpoint a resumed run restores: the newest intact one of the directory
+        `latest_checkpoint` reads (every tensor read back, `check_intact`), None for a fresh
+        run. A damaged later one (a disk that filled, a copy cut short) is passed over with a
+        one-line note naming it and the checkpoint resumed instead; it stays until the run
+        saves that step again. None intact is a CheckpointError naming the damaged files."""
+        latest = self.latest_checkpoint()
+        if latest is None:
+            return None
+        state = tf.train.get_checkpoint_state(os.path.dirname(latest))
+        older = list(reversed(state.all_model_checkpoint_paths)) if state else []
+        damaged = []
+        for prefix in [latest] + [p for p in older if p != latest]:
+            if not tf.io.gfile.exists(prefix + ".index"):
+                continue  # removed by hand since the state file was written
+            try:
+                check_intact(prefix)
+            except CheckpointError as e:
+                damaged.append(str(e).split(": the checkpoint")[0])
+                continue
+            if damaged:
+                self.log(f"Note: {damaged[0]}; resuming from {prefix}, the newest intact "
+                         "checkpoint.")
+            return prefix
+        raise CheckpointError(
+            f"--output_dir {self.output_dir} has no intact checkpoint to resume: "
+            f"{'; '.join(damaged)}. Restore a copy of the run, or start a new --output_dir "
+            "(--init_checkpoint can take the weights of another run).")
 
     def remove_unfinished(self) -> None:
         remove_unfinished_checkpoints(self.write_dir)

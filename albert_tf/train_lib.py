@@ -324,7 +324,7 @@ class TrainingRun:
         """"resumed" from the run's latest checkpoint, "initialized" from
         `cfg.init_checkpoint`, or "fresh"; the input positioned at the step."""
         cfg = self.cfg
-        latest = self.directory.latest_checkpoint()
+        latest = self.directory.resume_checkpoint()  # the newest intact one
         how = "fresh"
         if latest:
             # expect_partial: checkpoints of earlier versions also hold an input iterator.

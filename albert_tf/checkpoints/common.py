@@ -5,7 +5,11 @@ an error that names them, and nothing is assigned."""
 
 from __future__ import annotations
 
+import contextlib
+import re
+
 import numpy as np
+import tensorflow as tf
 
 from albert_tf import models
 from albert_tf.checkpoints.names import block_counts, explain_shape_mismatch, model_weights
@@ -18,6 +22,68 @@ class CheckpointError(ValueError):
 
 class CheckpointMismatchError(ValueError):
     """A checkpoint does not fit the model: names or shapes disagree. Nothing was assigned."""
+
+
+@contextlib.contextmanager
+def reading_checkpoint(prefix: str):
+    """Reads of the TensorFlow checkpoint `prefix` (its `.index` and `.data-*` files) in the
+    block: a file that cannot be read (truncated, corrupt, missing) is a CheckpointError that
+    names it (`damaged_checkpoint`) instead of TensorFlow's `IndexError: Read less bytes than
+    requested`, which names none. Keep the block to the reads: it turns every IndexError and
+    TensorFlow error into that message."""
+    try:
+        yield
+    except (IndexError, tf.errors.OpError) as e:
+        raise damaged_checkpoint(prefix, e) from None
+
+
+def damaged_checkpoint(prefix: str, error: BaseException) -> CheckpointError:
+    """The one-line error for the checkpoint `prefix` that failed to read with `error`: the
+    `.index` file when it does not open, else the data file (a missing one named as missing),
+    and whether it is truncated or corrupt."""
+    text = " ".join(str(error).split())
+    text = re.sub(r"^\{\{[^}]*\}\}\s*", "", text)  # TF's "{{function_node ...}}"
+    text = re.sub(r"\s*\[Op:\w+\]$", "", text)[:200] or type(error).__name__
+    index = prefix + ".index"
+    try:
+        tf.train.load_checkpoint(prefix)
+        index_ok = True
+    except Exception:  # noqa: BLE001 - TF raises several types for a bad index
+        index_ok = False
+    fix = ("Copy the checkpoint again from where it came from, or use another checkpoint "
+           "(of a run: RUN/ckpt-N).")
+    if not index_ok:
+        if not tf.io.gfile.exists(index):
+            return CheckpointError(f"{index} is missing: the checkpoint {prefix} cannot be "
+                                   f"read without it. {fix}")
+        return CheckpointError(f"{index} is damaged (truncated or corrupt): the checkpoint "
+                               f"{prefix} cannot be read. {fix}")
+    shards = sorted(tf.io.gfile.glob(prefix + ".data-*"))
+    missing = [f for f in re.findall(r"\S+\.data-\d+-of-\d+", text)
+               if not tf.io.gfile.exists(f)] or ([] if shards else
+                                               [f"{prefix}.data-00000-of-00001"])
+    if missing:
+        return CheckpointError(f"{missing[0]} is missing: the checkpoint {prefix} cannot be "
+                               f"read without it. {fix}")
+    data = shards[0] if len(shards) == 1 else \
+        f"{prefix}.data-* (one of its {len(shards)} data files)"
+    if isinstance(error, IndexError) or "less bytes" in text:
+        how = "truncated: it ends before the tensors its index lists"
+    elif "Checksum does not match" in text:
+        how = "corrupt: its checksum does not match"
+    else:
+        how = f"truncated or corrupt: {text}"
+    return CheckpointError(f"{data} is damaged ({how}): the checkpoint {prefix} cannot be "
+                           f"read. {fix}")
+
+
+def check_intact(prefix: str) -> None:
+    """Reads every tensor of the checkpoint `prefix` (TensorFlow checks each one's checksum):
+    a CheckpointError naming the damaged file (`damaged_checkpoint`) unless all are whole."""
+    with reading_checkpoint(prefix):
+        reader = tf.train.load_checkpoint(prefix)
+        for key in reader.get_variable_to_dtype_map():
+            reader.get_tensor(key)
 
 
 # The saved kinds: every class registered in `albert_tf.registry` (`albert_tf.models`).

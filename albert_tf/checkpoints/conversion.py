@@ -15,7 +15,8 @@ import tensorflow as tf
 import yaml
 
 from albert_tf import experiment
-from albert_tf.checkpoints.common import MODEL_KINDS, CheckpointError, assign_strict, build_model
+from albert_tf.checkpoints.common import (MODEL_KINDS, CheckpointError, assign_strict,
+                                          build_model, reading_checkpoint)
 from albert_tf.checkpoints.hf import (HF_FILES, config_from_hf, hf_architectures, hf_kind,
                                       load_hf_state_dict, read_hf_folder, write_hf_folder)
 from albert_tf.checkpoints.names import model_kind, model_weights
@@ -135,7 +136,8 @@ def read_training_checkpoint(output_dir: str, checkpoint: str = "latest"):
             raise CheckpointError(f"No checkpoint {prefix} (expected {prefix}.index).")
     kind, num_labels = run_model_kind(output_dir)
     model = build_model(kind, config, num_labels)
-    status = tf.train.Checkpoint(model=model).read(prefix)
+    with reading_checkpoint(prefix):  # a damaged file is named
+        status = tf.train.Checkpoint(model=model).read(prefix)
     status.expect_partial()
     try:
         status.assert_existing_objects_matched()
@@ -176,7 +178,9 @@ def _read_tfhub_encoder(backbone, path: str) -> dict:
                               + ", ".join(f"{k} {have.get(k)} there, {want.get(k)} here"
                                           for k in changed))
     variables = [getattr(v, "value", v) for v in backbone.variables]
-    reader = tf.train.load_checkpoint(os.path.join(path, "variables", "variables"))
+    prefix = os.path.join(path, "variables", "variables")
+    with reading_checkpoint(prefix):
+        reader = tf.train.load_checkpoint(prefix)
     shapes = reader.get_variable_to_shape_map()
     keys = [f"variables/{i}/.ATTRIBUTES/VARIABLE_VALUE" for i in range(len(variables))]
     bad = [(k, v) for k, v in zip(keys, variables)
@@ -186,7 +190,8 @@ def _read_tfhub_encoder(backbone, path: str) -> dict:
                               f"expected; first mismatch: {bad[0][1].name if bad else 'count'})"
                               ". It was exported by another albert_tf version; convert it with "
                               "that version.")
-    values = [reader.get_tensor(k) for k in keys]
+    with reading_checkpoint(prefix):
+        values = [reader.get_tensor(k) for k in keys]
     for variable, value in zip(variables, values):
         variable.assign(value)
     return {"assigned": [w.official_name for w in model_weights(backbone)], "skipped": {},

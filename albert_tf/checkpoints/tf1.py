@@ -10,7 +10,8 @@ import re
 import numpy as np
 
 from albert_tf import models
-from albert_tf.checkpoints.common import CheckpointError, assign_strict, kind_from_heads
+from albert_tf.checkpoints.common import (CheckpointError, assign_strict, kind_from_heads,
+                                          reading_checkpoint)
 from albert_tf.checkpoints.names import model_kind, model_weights
 from albert_tf.config import AlbertConfig
 
@@ -63,10 +64,8 @@ class TF1Checkpoint:
         import tensorflow as tf
 
         self.prefix = resolve_tf1_checkpoint(path)
-        try:
+        with reading_checkpoint(self.prefix):  # a damaged file is named (and not a traceback)
             self._reader = tf.train.load_checkpoint(self.prefix)
-        except Exception as e:  # noqa: BLE001 - TF raises several types for corrupt files
-            raise CheckpointError(f"Cannot read the TF1 checkpoint {self.prefix}: {e}") from None
         self._shapes = {}
         self._stored = {}
         for stored, shape in self._reader.get_variable_to_shape_map().items():
@@ -83,7 +82,8 @@ class TF1Checkpoint:
         return self._shapes[name]
 
     def read(self, name) -> np.ndarray:
-        return self._reader.get_tensor(self._stored[name])
+        with reading_checkpoint(self.prefix):
+            return self._reader.get_tensor(self._stored[name])
 
     def kind(self) -> str:
         num_labels = self._shapes["output_weights"][0] if "output_weights" in self._shapes else None

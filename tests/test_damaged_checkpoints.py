@@ -1,0 +1,107 @@
+"""Damaged checkpoints (issue 58 item 7): every reader of a checkpoint (convert, the exports,
+`--init_checkpoint`) names the damaged `.data` or `.index` file in one line instead of
+TensorFlow's `IndexError: Read less bytes than requested`, and a resume whose latest checkpoint
+is damaged continues from the newest intact one, saying which."""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import PRETRAINING_MODEL, pretraining_config, run_cli, tiny_config
+
+from albert_tf import AlbertClassifier, AlbertConfig
+from albert_tf.checkpoints import CheckpointError, initialize_backbone
+from albert_tf.checkpoints.conversion import read_source
+from albert_tf.train_lib import PretrainingRun
+
+DATA = ".data-00000-of-00001"
+TRUNCATED = "is damaged (truncated: it ends before the tensors its index lists)"
+
+
+def _truncate(path):
+    os.truncate(path, os.path.getsize(path) // 2)
+
+
+def _arrays(prefix):
+    reader = tf.train.load_checkpoint(prefix)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if not name.startswith("_CHECKPOINTABLE") and "save_counter" not in name}
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    """A classifier's training run (ckpt-1) and its conversion to an official TF1 checkpoint,
+    each with half of its data file cut off."""
+    tmp = tmp_path_factory.mktemp("damaged")
+    classifier = AlbertClassifier(tiny_config(), num_labels=3)
+    run = tmp / "run"
+    run.mkdir()
+    classifier.config.to_json_file(str(run / "albert_config.json"))
+    (run / "train_settings.json").write_text('{"kind": "classifier", "num_labels": 3}')
+    tf.train.Checkpoint(model=classifier).save(str(run / "ckpt"))
+    assert run_cli("albert_tf.convert", "--input", str(run), "--target", "tf1",
+                   "--output", str(tmp / "tf1")) == 0
+    for prefix in (run / "ckpt-1", tmp / "tf1" / "model.ckpt"):
+        _truncate(f"{prefix}{DATA}")
+    return {"run": str(run), "tf1": str(tmp / "tf1"), "tmp": tmp}
+
+
+@pytest.mark.parametrize("name", ["run", "tf1"])
+def test_convert_and_init_checkpoint_name_the_truncated_data_file(sources, name, capsys):
+    """convert (exit 1, one line, nothing written), the exports' reader (`read_source`) and
+    `--init_checkpoint` (`initialize_backbone`) name the data file and say it is truncated."""
+    prefix = os.path.join(sources[name], "ckpt-1" if name == "run" else "model.ckpt")
+    expected = (f"{prefix}{DATA} {TRUNCATED}: the checkpoint {prefix} cannot be read. Copy "
+                "the checkpoint again from where it came from, or use another checkpoint (of "
+                "a run: RUN/ckpt-N).")
+    out = sources["tmp"] / f"converted_{name}"
+    assert run_cli("albert_tf.convert", "--input", sources[name], "--output", str(out)) == 1
+    assert capsys.readouterr().err == f"error: {expected}\n"
+    assert not out.exists()
+    for read in (read_source,
+                 lambda p: initialize_backbone(AlbertClassifier(tiny_config(),
+                                                                num_labels=3).backbone, p)):
+        with pytest.raises(CheckpointError) as raised:
+            read(sources[name])
+        assert str(raised.value) == expected
+
+
+def test_a_damaged_index_is_named(sources, tmp_path):
+    """An index cut short is named as the damaged file (it was "Cannot read the TF1
+    checkpoint ...: not an sstable (bad magic number)", naming no file)."""
+    shutil.copytree(sources["tf1"], tmp_path / "tf1")
+    prefix = str(tmp_path / "tf1" / "model.ckpt")
+    _truncate(prefix + ".index")
+    with pytest.raises(CheckpointError) as raised:
+        read_source(str(tmp_path / "tf1"))
+    assert str(raised.value).startswith(f"{prefix}.index is damaged (truncated or corrupt): the "
+                                        f"checkpoint {prefix} cannot be read.")
+
+
+@pytest.mark.slow
+def test_a_resume_passes_over_a_truncated_latest_checkpoint(generated_data, tmp_path, capsys):
+    """A run with checkpoints at steps 2 and 4, the latest's data file cut in half: the rerun
+    says on one line that ckpt-4's data file is damaged and that it resumes from ckpt-2, and
+    steps 3-4 give the uninterrupted run's ckpt-4 again, bit for bit (it was
+    `IndexError: Read less bytes than requested`)."""
+    cfg = pretraining_config(generated_data["files"], tmp_path / "run",
+                             albert_config=AlbertConfig(**PRETRAINING_MODEL),
+                             train_batch_size=8, num_train_steps=4, num_warmup_steps=1,
+                             learning_rate=1e-2, save_checkpoints_steps=2,
+                             iterations_per_loop=2, seed=11, shuffle_window=64, verbose=True)
+    PretrainingRun(cfg).run()
+    latest = str(tmp_path / "run" / "ckpt-4")
+    uninterrupted = _arrays(latest)
+    _truncate(latest + DATA)
+    capsys.readouterr()
+    summary = PretrainingRun(cfg).run()
+    assert summary["start"] == "resumed" and summary["status"] == "completed"
+    notes = [line for line in capsys.readouterr().out.splitlines() if "damaged" in line]
+    assert notes == [f"Note: {latest}{DATA} {TRUNCATED}; resuming from "
+                     f"{tmp_path / 'run' / 'ckpt-2'}, the newest intact checkpoint."]
+    again = _arrays(latest)
+    assert again.keys() == uninterrupted.keys()
+    for name, value in uninterrupted.items():
+        np.testing.assert_array_equal(again[name], value, err_msg=name)
