@@ -96,6 +96,37 @@ def _sha256_of(path: str) -> str:
     return digest.hexdigest()
 
 
+def _refuse_other_settings(output_dir: str, saved: dict, mine: dict) -> None:
+    """OutputDirMismatchError naming each of `mine` that the run at `output_dir` recorded
+    (`saved`) otherwise."""
+    differences = [f"{k}: {saved.get(k)!r} there, {v!r} now" for k, v in mine.items()
+                   if saved.get(k) != v]
+    if differences:
+        raise OutputDirMismatchError(
+            f"--output_dir {output_dir} holds a run with other settings ("
+            f"{'; '.join(differences)}); resuming it would continue that run, not "
+            "train this one. Rerun with the original flags to resume (or with "
+            "--nodo_train to only evaluate it), or use a new --output_dir "
+            f"(--init_checkpoint {output_dir} starts from its weights).")
+
+
+def refuse_a_changed_run(output_dir: str, mine: dict) -> None:
+    """Before a command writes anything into `output_dir` (its features): when the directory
+    holds a run to resume (a checkpoint and its `train_settings.json`), the settings of
+    `mine` it records must be these, or the command stops here with the message
+    `RunDirectory.check_settings` gives later (a refused rerun with another learning rate
+    must not first rewrite the run's features). Anything else is left to that check."""
+    path = os.path.join(output_dir, SETTINGS_FILE)
+    if not tf.io.gfile.exists(path) or tf.train.latest_checkpoint(output_dir) is None:
+        return
+    try:
+        saved = _read_json(path)
+    except ValueError:
+        return
+    if isinstance(saved, dict):
+        _refuse_other_settings(output_dir, saved, mine)
+
+
 def _read_json(path: str):
     with tf.io.gfile.GFile(path) as f:
         return json.load(f)
@@ -242,15 +273,7 @@ class RunDirectory:
                     f"{path} is damaged (not a JSON object); this run cannot tell whether it "
                     "may resume the checkpoints beside it. Use a new --output_dir (with "
                     "--init_checkpoint for the weights).")
-            differences = [f"{k}: {saved.get(k)!r} there, {v!r} now" for k, v in mine.items()
-                           if saved.get(k) != v]
-            if differences:
-                raise OutputDirMismatchError(
-                    f"--output_dir {self.output_dir} holds a run with other settings ("
-                    f"{'; '.join(differences)}); resuming it would continue that run, not "
-                    "train this one. Rerun with the original flags to resume (or with "
-                    "--nodo_train to only evaluate it), or use a new --output_dir "
-                    f"(--init_checkpoint {self.output_dir} starts from its weights).")
+            _refuse_other_settings(self.output_dir, saved, mine)
             return
         if resumed:
             self.log(f"Note: {self.output_dir} has no {SETTINGS_FILE} (a run of an earlier "

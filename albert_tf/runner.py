@@ -37,8 +37,9 @@ from albert_tf.flags import require
 from albert_tf.ownership import OutputLock
 from albert_tf.records import temporary_name
 from albert_tf.tokenization import Tokenizer, make_tokenizer
+from albert_tf.run_directory import refuse_a_changed_run
 from albert_tf.train_lib import (CorruptInputError, NonFiniteLossError, TrainingConfig,
-                                 TrainingRun, WorkerLostError, write_dir_of)
+                                 TrainingRun, WorkerLostError, flag_settings, write_dir_of)
 from export.saved_model import ExportError, export_saved_model
 
 # What a command reports as "error: ..." and exit status 1 instead of a traceback: bad input
@@ -113,6 +114,10 @@ def _checked(body, exp: ExperimentConfig):
         return body(exp)
     index, chief = tf_config_worker() if name == "multi_worker_mirrored" else (0, True)
     with OutputLock(write_dir_of(exp.output_dir, index, chief), "--output_dir", is_dir=True):
+        if exp.get("do_train") and "learning_rate" in exp:
+            # A rerun into a run with other settings is refused before it writes features.
+            refuse_a_changed_run(exp.output_dir, flag_settings(TrainingConfig.field_values(
+                exp.flat(), init_checkpoint=pretrained_source(exp))))
         if name == "multi_worker_mirrored":
             # Collective ops must be configured before TensorFlow runs any op, and writing the
             # features does (the packing and windows are TF ops): build the strategy first.

@@ -106,13 +106,19 @@ class TrainingConfig:
         `ExperimentConfig.flat()`: {flag name: value}): every field whose flag (or its
         official alias) the command has, `random_seed` -1 as a fresh seed; `overrides`
         (computed values: input files, steps from epochs) win."""
+        return cls(albert_config=albert_config, **cls.field_values(settings, **overrides))
+
+    @classmethod
+    def field_values(cls, settings, **overrides) -> dict:
+        """{field: value} that `from_settings` builds the config of (unchecked; fields the
+        settings do not give keep their defaults when the config is built)."""
         given = dict(settings)
         values = {cls.FLAG_ALIASES.get(name, name): value for name, value in given.items()}
         if "random_seed" in given:
             values["seed"] = None if given["random_seed"] == -1 else given["random_seed"]
         fields = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in values.items() if k in fields and k != "albert_config"}
-        return cls(albert_config=albert_config, **dict(kwargs, **overrides))
+        return dict(kwargs, **overrides)
 
     def problems(self) -> list[str]:
         """What is wrong with these settings (each with the flag to fix)."""
@@ -184,6 +190,24 @@ def _logger(verbose: bool):
         if verbose:
             progress.echo(message)  # above a progress bar, if one is on screen
     return log
+
+
+FLAG_SETTINGS = ("optimizer", "learning_rate", "poly_power", "start_warmup_step",
+                 "weight_decay_rate", "clip_norm", "mixed_precision", "init_checkpoint",
+                 "init_from_group0")
+
+
+def flag_settings(values: dict) -> dict:
+    """The part of `TrainingRun.settings` that the command line gives as it is (not the
+    steps, which some commands compute from epochs), from {TrainingConfig field: value}
+    (`TrainingConfig.field_values`; a field missing takes its default): what
+    `refuse_a_changed_run` checks before a command writes its features."""
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainingConfig)}
+    settings = {name: values.get(name, defaults[name]) for name in FLAG_SETTINGS}
+    init = settings["init_checkpoint"]
+    if init and "://" not in init:
+        settings["init_checkpoint"] = os.path.abspath(init)
+    return settings
 
 
 class TrainingRun:
@@ -292,18 +316,11 @@ class TrainingRun:
                                                        "start_n_top", "end_n_top",
                                                        "max_predictions_per_seq")
                 if isinstance(getattr(task, name, None), (int, float))}
-        init = cfg.init_checkpoint
-        if init and "://" not in init:
-            init = os.path.abspath(init)
-        return {"task": task.name, "kind": model_kind(self.model),
-                "num_labels": getattr(self.model, "num_labels", None), "head": head,
-                "optimizer": cfg.optimizer, "learning_rate": cfg.learning_rate,
-                "num_warmup_steps": cfg.num_warmup_steps, "poly_power": cfg.poly_power,
-                "start_warmup_step": cfg.start_warmup_step,
-                "num_train_steps": cfg.num_train_steps,
-                "weight_decay_rate": cfg.weight_decay_rate, "clip_norm": cfg.clip_norm,
-                "mixed_precision": cfg.mixed_precision, "init_checkpoint": init,
-                "init_from_group0": cfg.init_from_group0}
+        return dict({"task": task.name, "kind": model_kind(self.model),
+                     "num_labels": getattr(self.model, "num_labels", None), "head": head,
+                     "num_warmup_steps": cfg.num_warmup_steps,
+                     "num_train_steps": cfg.num_train_steps},
+                    **flag_settings({name: getattr(cfg, name) for name in FLAG_SETTINGS}))
 
     def _input_plan(self, resumed: bool) -> InputPlan:
         """This run's `InputPlan`; a resumed run's must equal the one saved when it started

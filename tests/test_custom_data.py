@@ -435,6 +435,35 @@ def test_custom_three_classes_beat_the_majority_and_answer_label_names(custom_ru
 
 
 @pytest.mark.slow
+def test_a_refused_rerun_with_another_learning_rate_writes_nothing(custom_run, tmp_path, capsys):
+    """A learning-rate sweep into a finished run's --output_dir, at another sequence length and
+    evaluation batch (features that differ from the run's): refused, naming the learning rate,
+    before any feature is written: every file of the run keeps its bytes and its time."""
+    run = tmp_path / "run"
+    shutil.copytree(custom_run["out"], run)
+
+    def files():
+        return {p.relative_to(run): (p.read_bytes(), p.stat().st_mtime_ns)
+                for p in sorted(run.rglob("*")) if p.is_file()}
+
+    before = files()
+    assert {"train.tfrecord", "dev.tfrecord"} <= {str(p) for p in before}
+    tmp, common = custom_run["tmp"], custom_run["common"]
+    common = common[:common.index("--output_dir")] + ["--output_dir", str(run)] + common[
+        common.index("--output_dir") + 2:common.index("--max_seq_length")]
+    capsys.readouterr()
+    assert run_classifier(
+        *common, "--train_file", str(tmp / "train.csv"), "--dev_file", str(tmp / "dev.tsv"),
+        "--do_train", "--do_eval", "--max_seq_length", "16", "--eval_batch_size", "25",
+        "--train_batch_size", "16", "--learning_rate", "1e-3", "--train_step", "1000",
+        "--warmup_step", "100", "--num_train_files", "1", "--random_seed", "3") == 1
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert error.startswith(f"error: --output_dir {run} holds a run with other settings "
+                            "(learning_rate: 0.0005 there, 0.001 now); resuming it"), error
+    assert files() == before
+
+
+@pytest.mark.slow
 def test_a_later_run_reuses_labels_json_and_dev_labels_are_checked(custom_run, capsys):
     """--do_eval without --train_file, its task flags in a --config_file (YAML), scores with the
     labels the training run kept (the same accuracy); --export_dir alone exports with them; a
