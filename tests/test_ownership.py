@@ -16,7 +16,7 @@ import pytest
 
 from albert_tf import AlbertClassifier, AlbertConfig
 from albert_tf.ownership import _HELD, OutputLock, OutputLockedError, lock_path
-from conftest import GENERATION_KW, ROOT, export_config
+from conftest import GENERATION_KW, ROOT, export_config, run_cli
 
 def lock_output(target, what, is_dir):
     """The lock of `target`, taken now."""
@@ -164,6 +164,74 @@ def test_training_and_export_refuse_a_live_holder(generated_data, sample_vocab, 
         with pytest.raises(OutputLockedError, match="--output .*sst2.tflite is being written"):
             export_tflite(model, str(output), sample_vocab, max_seq_length=32)
         assert os.listdir(tmp_path / "phone") == [".sst2.tflite.lock"]
+
+
+def _tf1_source(directory, seed) -> str:
+    """An official TF1 checkpoint (and albert_config.json) of a tiny pretrainer, weights of
+    `seed`: a conversion's input."""
+    from albert_tf import AlbertPretrainer
+    from albert_tf.checkpoints import write_tf1_checkpoint
+
+    model = AlbertPretrainer(AlbertConfig(**TINY_CONFIG))
+    rng = np.random.default_rng(seed)
+    for w in model.weights:
+        w.assign(rng.normal(0, 0.02, w.shape).astype(np.float32))
+    write_tf1_checkpoint(model, str(directory))
+    model.config.to_json_file(str(directory / "albert_config.json"))
+    return str(directory)
+
+
+def test_convert_refuses_a_live_holder(tmp_path, capsys):
+    """`albert_tf.convert` locks its --output (`.NAME.lock` beside it) before it reads: with
+    another process holding it, the conversion is refused in one line naming the holder, and
+    an earlier conversion there is left whole, --overwrite or not (issue 58 item 1)."""
+    source = _tf1_source(tmp_path / "a", seed=1)
+    out = tmp_path / "converted" / "base"
+    assert run_cli("albert_tf.convert", "--input", source, "--output", str(out)) == 0
+    assert sorted(os.listdir(tmp_path / "converted")) == ["base"]  # its lock released
+    before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+    capsys.readouterr()
+    with held_elsewhere(out, is_dir=False) as holder:
+        for extra in ([], ["--overwrite"]):
+            assert run_cli("albert_tf.convert", "--input", source, "--output", str(out),
+                           *extra) == 1
+            err = capsys.readouterr().err
+            assert err.startswith(f"error: --output {out} is being written by python -c ")
+            assert f"(pid {holder.pid} on " in err and err.count("\n") == 1, err
+            assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
+
+
+@pytest.mark.slow
+def test_two_conversions_into_one_output(tmp_path):
+    """Two `python -m albert_tf.convert` of two different models into one --output, started
+    together (each reported success and one model was gone, 4 tries of 6): one writes, the
+    other is refused in one line (by the lock while the first runs, or by the finished
+    output after it), and the output holds the writer's model, whole."""
+    sources = {seed: _tf1_source(tmp_path / f"model{seed}", seed) for seed in (1, 2)}
+    out = tmp_path / "converted"
+    procs = {seed: subprocess.Popen([sys.executable, "-m", "albert_tf.convert", "--input",
+                                     path, "--output", str(out)], cwd=ROOT, text=True,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env=dict(os.environ, PYTHONPATH=ROOT))
+             for seed, path in sources.items()}
+    results = {seed: (proc.wait(timeout=300), proc.stderr.read())
+               for seed, proc in procs.items()}
+    winners = [seed for seed, (code, _) in results.items() if code == 0]
+    assert len(winners) == 1, results
+    code, err = next(result for seed, result in results.items() if seed != winners[0])
+    assert code == 1 and err.count("\n") == 1 and err.startswith("error: "), err
+    assert "is being written by python -m albert_tf.convert" in err \
+        or "exists and is not empty" in err, err
+    with open(out / "albert_tf.json") as f:
+        assert json.load(f)["source"]["path"] == os.path.join(sources[winners[0]],
+                                                              "model.ckpt")
+    from albert_tf.checkpoints import load_pretrained
+    from albert_tf.checkpoints.tf1 import TF1Checkpoint
+
+    expected = TF1Checkpoint(sources[winners[0]])
+    model = load_pretrained(str(out))
+    for w in model.weights[:3]:
+        assert any(np.array_equal(w.numpy(), expected.read(name)) for name in expected.names)
 
 
 # ---------------------------------------------------------------------------------------------

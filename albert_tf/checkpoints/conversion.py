@@ -29,6 +29,7 @@ from albert_tf.checkpoints.tf1 import (TF1_CHECKPOINT_NAME, TF1Checkpoint,
                                        resolve_tf1_checkpoint, write_tf1_checkpoint)
 from albert_tf.config import AlbertConfig
 from albert_tf.models import as_kind
+from albert_tf.ownership import OutputLock
 from albert_tf.tokenization import Tokenizer, check_vocabulary_digest
 
 
@@ -546,10 +547,21 @@ def convert(source: str, input_path: str, output_dir: str, target: str = "albert
     (albert_tf.json) and a Hugging Face folder (tokenizer_config.json; `write_hf_folder`).
     `--overwrite` replaces an earlier conversion at `output_dir` whole (`write_replacing`);
     an output that is the input, inside it or holding it is refused before anything is
-    read."""
+    read. The conversion holds the lock of `output_dir` (`.NAME.lock` beside it,
+    `albert_tf.ownership`) from before it reads: a second conversion into the same output
+    while this one runs is refused, naming this one, instead of both reporting success with
+    one model gone."""
     _check_not_into_itself(input_path, output_dir)
     if target not in ("albert_tf", "tf1", "hf"):
         raise CheckpointError(f"Unknown target {target!r}; choose albert_tf, tf1 or hf.")
+    with OutputLock(output_dir, "--output", is_dir=False):
+        return _convert(source, input_path, output_dir, target, albert_config_file, model,
+                        overwrite, do_lower_case, spm_model_file)
+
+
+def _convert(source, input_path, output_dir, target, albert_config_file, model, overwrite,
+             do_lower_case, spm_model_file) -> dict:
+    """`convert` under the output's lock."""
     read = read_source(input_path, source, albert_config_file, model)
     keras_model, record, report = read.model, read.record, read.report
     spm = spm_model_file or read.spm_model_file
