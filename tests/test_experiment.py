@@ -22,6 +22,8 @@ def _flag_values(argv=()):
     flags.DEFINE_float("learning_rate", 5e-5, "", flag_values=values)
     flags.DEFINE_integer("train_batch_size", 32, "", flag_values=values)
     flags.DEFINE_integer("random_seed", 12345, "", flag_values=values)
+    flags.DEFINE_integer("num_train_steps", 10, "", flag_values=values)
+    flags.DEFINE_string("input_file", None, "", flag_values=values)
     flags.DEFINE_bool("do_train", False, "", flag_values=values)
     flags.DEFINE_string("task_name", None, "", flag_values=values)
     flags.DEFINE_list("labels", None, "", flag_values=values)
@@ -156,7 +158,8 @@ def test_a_fresh_seed_is_reused_by_the_same_command_in_its_directory(tmp_path):
     ({1: "x"}, r"1 is not a name; keys are section and flag names"),
     ({"trainer": {"train_batch_size": None}}, r"trainer.train_batch_size: null is not a value "
                                               r"of this flag \(its default is 32\)"),
-    ({"runtime": {"mixed_precision": False}}, r"YAML reads yes/no/on/off as true/false: quote"),
+    ({"trainer": {"do_train": "yes"}}, r"trainer.do_train: .*'yes'.* \(a boolean flag takes "
+                                       r"true or false, as on the command line\)"),
     ({"given": "learning_rate"}, r"given must be a list of flag names"),
 ])
 def test_bad_config_files_are_named_with_the_key(tmp_path, data, message):
@@ -200,6 +203,160 @@ def test_unreadable_and_malformed_config_files(tmp_path):
     (tmp_path / "latin1.yaml").write_bytes(b"trainer:\n  learning_rate: 0.01\xff\n")
     with pytest.raises(ConfigFileError, match=r"latin1.yaml is not UTF-8 text"):
         experiment.apply_config_file(str(tmp_path / "latin1.yaml"), "prog", _flag_values())
+
+
+# What the same text means on the command line and in a config file (YAML 1.2 core: yes/no/on/
+# off are strings, 010 is ten; PyYAML's YAML 1.1 read them as booleans and octal eight).
+@pytest.mark.parametrize("key, text, expected", [
+    ("task.labels", "[yes, no]", ["yes", "no"]),
+    ("task.labels", "[on, off, 010, 1e3, True]", ["on", "off", "010", "1e3", "True"]),
+    ("task.task_name", "yes", "yes"),
+    ("task.task_name", "off", "off"),
+    ("task.task_name", "010", "010"),
+    ("task.task_name", "0x1F", "0x1F"),
+    ("task.task_name", "1_000", "1_000"),
+    ("task.task_name", "2001-12-14", "2001-12-14"),
+    ("task.task_name", "True", "True"),
+    ("trainer.num_train_steps", "010", 10),
+    ("trainer.num_train_steps", "0o10", 8),
+    ("trainer.num_train_steps", "0x10", 16),
+    ("trainer.num_train_steps", "+12", 12),
+    ("trainer.num_train_steps", "1_000", 1000),
+    ("trainer.learning_rate", "010", 10.0),
+    ("trainer.learning_rate", "1e-3", 0.001),
+    ("trainer.do_train", "true", True),
+    ("trainer.do_train", "True", True),
+    ("trainer.do_train", "1", True),
+    ("trainer.do_train", "FALSE", False),
+])
+def test_a_value_in_a_config_file_means_what_the_same_text_means_on_the_command_line(
+        tmp_path, key, text, expected):
+    section, name = key.split(".")
+    path = tmp_path / "c.yaml"
+    path.write_text(f"{section}:\n  {name}: {text}\n")
+    from_file = _flag_values()
+    experiment.apply_config_file(str(path), "prog", from_file)
+    command_line = _flag_values([f"--{name}={text.strip('[]').replace(', ', ',')}"])
+    assert getattr(from_file, name) == getattr(command_line, name) == expected
+    assert type(getattr(from_file, name)) is type(expected)
+
+
+@pytest.mark.parametrize("text", ["yes", "no", "on", "off", "y"])
+def test_yes_no_on_off_for_a_boolean_flag_are_refused_in_a_file_as_on_the_command_line(
+        tmp_path, text):
+    with pytest.raises(flags.IllegalFlagValueError, match="Non-boolean argument"):
+        _flag_values([f"--do_train={text}"])
+    path = tmp_path / "c.yaml"
+    path.write_text(f"trainer:\n  do_train: {text}\n")
+    with pytest.raises(ConfigFileError) as raised:
+        experiment.apply_config_file(str(path), "prog", _flag_values())
+    assert str(raised.value) == (
+        f"--config_file {path}: trainer.do_train: flag --do_train={text}: ('Non-boolean "
+        f"argument to boolean flag', '{text}') (a boolean flag takes true or false, as on the "
+        "command line)")
+
+
+def test_yaml_spellings_of_numbers_are_read_as_yaml_1_2(tmp_path):
+    """The values read_config_file gives its other readers (run_classifier's recorded task):
+    YAML 1.2 core, and a run's own config.yaml (.nan, .inf, null, booleans) reads back."""
+    path = tmp_path / "c.yaml"
+    path.write_text("task:\n  num_labels: 010\n  a: 0o17\n  b: yes\n  c: ~\n  d: .inf\n"
+                    "  e: -.Inf\n  f: TRUE\n  g: 1_000\n  h: '010'\n  i: 1.5e3\n")
+    assert experiment.read_config_file(str(path)) == {"task": {
+        "num_labels": 10, "a": 15, "b": "yes", "c": None, "d": float("inf"),
+        "e": float("-inf"), "f": True, "g": "1_000", "h": "010", "i": 1500.0}}
+    values = _flag_values()
+    path.write_text("trainer:\n  learning_rate: .nan\n  num_train_steps: !!int '010'\n")
+    experiment.apply_config_file(str(path), "prog", values)
+    assert math.isnan(values.learning_rate) and values.num_train_steps == 10
+
+
+def _nested_aliases(levels):
+    """The billion-laughs value of issue 58: task.input_file a list whose each level is ten
+    aliases of the one before (10 ** levels items once expanded)."""
+    lists = ["&a0 [x, x, x, x, x, x, x, x, x, x]"] + [
+        f"&a{n} [" + ", ".join([f"*a{n - 1}"] * 10) + "]" for n in range(1, levels + 1)]
+    return "task:\n  input_file: [\n    " + ",\n    ".join(lists) + "]\n"
+
+
+def test_nested_aliases_are_refused_at_the_node_limit(tmp_path):
+    path = tmp_path / "laughs.yaml"
+    path.write_text(_nested_aliases(7))
+    assert len(path.read_bytes()) < 1000
+    with pytest.raises(ConfigFileError) as raised:
+        experiment.apply_config_file(str(path), "prog", _flag_values())
+    assert str(raised.value) == (
+        f"--config_file {path} expands (its aliases repeated) to more than 100000 nodes, the "
+        "limit; write the values out.")
+    with pytest.raises(ConfigFileError, match="more than 100000 nodes"):
+        experiment.read_config_file(str(path))
+    # a long text repeated by aliases counts its characters
+    path.write_text("long: &t " + "x" * 200_000 + "\ntask:\n  labels: [" +
+                    ", ".join(["*t"] * 60) + "]\n")
+    with pytest.raises(ConfigFileError) as raised:
+        experiment.apply_config_file(str(path), "prog", _flag_values())
+    assert str(raised.value) == (
+        f"--config_file {path} expands (its aliases repeated) to more than 10000000 "
+        "characters, the limit; write the values out.")
+    # aliases within the limits are read (and expanded) as YAML means them
+    path.write_text("labels: &l [neg, pos]\ntask:\n  labels: *l\n")
+    with pytest.raises(ConfigFileError, match="unknown section\\(s\\) labels"):
+        experiment.apply_config_file(str(path), "prog", _flag_values())
+    path.write_text("task:\n  task_name: &n sst-2\n  input_file: *n\n")
+    values = _flag_values()
+    experiment.apply_config_file(str(path), "prog", values)
+    assert values.input_file == values.task_name == "sst-2"
+
+
+def test_a_config_file_over_the_size_limit_or_holding_itself_is_refused(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text("# " + "x" * (1 << 20) + "\ntrainer:\n  learning_rate: 0.1\n")
+    with pytest.raises(ConfigFileError) as raised:
+        experiment.apply_config_file(str(path), "prog", _flag_values())
+    assert str(raised.value) == (f"--config_file {path} is larger than 1048576 bytes, the "
+                                 "limit for a config file; give the flags' values, not data.")
+    path.write_text("task:\n  labels: [" + ", ".join(["a"] * 150_000) + "]\n")
+    with pytest.raises(ConfigFileError) as raised:
+        experiment.apply_config_file(str(path), "prog", _flag_values())
+    assert str(raised.value) == (f"--config_file {path} holds more than 100000 nodes, the "
+                                 "limit; write the values out.")
+    path = tmp_path / "self.yaml"
+    path.write_text("task:\n  labels: &l [a, *l]\n")
+    with pytest.raises(ConfigFileError) as raised:
+        experiment.apply_config_file(str(path), "prog", _flag_values())
+    assert str(raised.value) == (f"--config_file {path} holds an alias inside its own anchor "
+                                 "(line 2), a value without end; write the values out.")
+    for name, text in (("deep.yaml", "[" * 50_000 + "]" * 50_000),
+                       ("deep.json", "[" * 50_000 + "]" * 50_000)):
+        path = tmp_path / name
+        path.write_text(text)
+        kind = "JSON" if name.endswith(".json") else "YAML"
+        with pytest.raises(ConfigFileError) as raised:
+            experiment.apply_config_file(str(path), "prog", _flag_values())
+        assert str(raised.value) == (f"--config_file {path} is not a config: its {kind} is "
+                                     "nested too deeply.")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("base: &b {learning_rate: 0.1}\ntrainer:\n  <<: *b\n",
+     "the merge key << (line 3) is YAML 1.1, not read here; write the keys out."),
+    ("task:\n  task_name: !!binary aGVsbG8=\n",
+     "is not valid YAML: could not determine a constructor for the tag "
+     "'tag:yaml.org,2002:binary'"),
+    ("task:\n  labels: [[a, b], c]\n",
+     "task.labels: a list of --labels holds a list, a mapping or null; its items are single "
+     "values"),
+    ("task:\n  labels: [a, null]\n",
+     "task.labels: a list of --labels holds a list, a mapping or null; its items are single "
+     "values"),
+])
+def test_yaml_1_1_forms_and_nested_lists_are_refused(tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigFileError) as raised:
+        experiment.apply_config_file(str(path), "prog", _flag_values())
+    assert message in str(raised.value) and str(raised.value).startswith(
+        f"--config_file {path}")
 
 
 def _pretrain(args, cwd):
