@@ -35,6 +35,33 @@ class CorruptInputError(RuntimeError):
     """A training input file cannot be read (truncated, corrupt or of another schema)."""
 
 
+# The largest float16 value; a float16 run whose weights reach FLOAT16_WEIGHT_LIMIT of it is
+# not advised to restart from them (a product of two such weights already overflows).
+FLOAT16_MAX = 65504.0
+FLOAT16_WEIGHT_LIMIT = 256.0
+
+
+def non_finite_advice(cfg, bad: int, path: str, largest: float, name: str) -> str:
+    """The message of a run stopped at the non-finite step `bad + 1`, the model after step
+    `bad` saved at `path`, its largest |weight| `largest` (in weight `name`). A float16 run
+    whose weights have grown beyond float16's comfort (FLOAT16_WEIGHT_LIMIT) is told to restart
+    from its starting weights or in another precision, not from that model, which would
+    overflow again."""
+    head = (f"Non-finite loss, gradient or updated weights at step {bad + 1} (updates are "
+            f"1-based); that step was not applied. The model after step {bad} is saved at "
+            f"{path}.")
+    if cfg.mixed_precision == "float16" and largest >= FLOAT16_WEIGHT_LIMIT:
+        start = (f"--init_checkpoint {cfg.init_checkpoint}" if cfg.init_checkpoint
+                 else "random weights (no --init_checkpoint)")
+        return (f"{head} Its weights have grown to max |w| = {largest:,.0f} ({name}), near "
+                f"float16's largest value ({FLOAT16_MAX:,.0f}): a run from that model overflows "
+                f"again. Train with a lower --learning_rate into a new --output_dir from the "
+                f"run's starting weights ({start}), or use --mixed_precision=bfloat16 or "
+                f"float32 (there --init_checkpoint {cfg.output_dir} can start from that model).")
+    return (f"{head} Check the data, or train with a lower --learning_rate into a new "
+            f"--output_dir (--init_checkpoint {cfg.output_dir} starts from that model).")
+
+
 PREEMPTED_EXIT = 42
 # A training record's figures of the loop itself (`Controller.record`); the rest are the task's.
 LOOP_FIGURES = ("step", "loss", "grad_norm", "learning_rate", "examples_per_second",
@@ -319,8 +346,6 @@ class Controller:
         # The bad step and those after it in the same loop were not applied (the update gate
         # closed): the model is the one after `bad` steps.
         path = self.save_consistent(bad)
-        raise NonFiniteLossError(
-            f"Non-finite loss, gradient or updated weights at step {bad + 1} (updates are "
-            f"1-based); that step was not applied. The model after step {bad} is saved at "
-            f"{path}. Check the data, or train with a lower --learning_rate into a new "
-            f"--output_dir (--init_checkpoint {self.cfg.output_dir} starts from that model).")
+        largest, name = max((float(tf.reduce_max(tf.abs(v))), v.path)
+                            for v in self.trainer.model.weights)
+        raise NonFiniteLossError(non_finite_advice(self.cfg, bad, path, largest, name))

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from absl import flags
 
 from albert_tf import AlbertClassifier, AlbertConfig, AlbertPretrainer
 from albert_tf.checkpoints import CheckpointMismatchError
+from albert_tf.controller import non_finite_advice
 from albert_tf.flags import NUMBER_RULES, check_numbers
 from albert_tf.ownership import OutputPathError
 from albert_tf.records import SidecarError, read_sidecar, write_file
@@ -325,6 +327,31 @@ def test_training_config_refuses_non_finite_and_negative_schedules(tmp_path):
                                          r"needs at least \d+ GiB of host memory"):
         PretrainingRun(_config(tmp_path, "unused", train_batch_size=30_000_000))
     assert not (tmp_path / "run").exists()
+
+
+def test_a_float16_stop_with_grown_weights_is_not_told_to_restart_from_them():
+    """The issue's float16 run stopped for overflow with max |w| 31,618: the advice names the
+    weight and float16's range and restarts from the run's starting weights or in another
+    precision, never from the saved model; small weights (or float32) keep the usual advice."""
+    cfg = types.SimpleNamespace(mixed_precision="float16", init_checkpoint="pre/ckpt-9",
+                                output_dir="run")
+    message = non_finite_advice(cfg, 40, "run/ckpt-40", 31618.2, "encoder/ffn/kernel")
+    assert message == (
+        "Non-finite loss, gradient or updated weights at step 41 (updates are 1-based); that "
+        "step was not applied. The model after step 40 is saved at run/ckpt-40. Its weights "
+        "have grown to max |w| = 31,618 (encoder/ffn/kernel), near float16's largest value "
+        "(65,504): a run from that model overflows again. Train with a lower --learning_rate "
+        "into a new --output_dir from the run's starting weights (--init_checkpoint "
+        "pre/ckpt-9), or use --mixed_precision=bfloat16 or float32 (there --init_checkpoint "
+        "run can start from that model).")
+    cfg.init_checkpoint = None
+    assert "starting weights (random weights (no --init_checkpoint))" in non_finite_advice(
+        cfg, 40, "run/ckpt-40", 300.0, "w")
+    usual = ("Check the data, or train with a lower --learning_rate into a new --output_dir "
+             "(--init_checkpoint run starts from that model).")
+    assert non_finite_advice(cfg, 40, "run/ckpt-40", 12.5, "w").endswith(usual)
+    cfg.mixed_precision = "float32"
+    assert non_finite_advice(cfg, 40, "run/ckpt-40", 31618.2, "w").endswith(usual)
 
 
 @pytest.mark.slow
