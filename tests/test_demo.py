@@ -169,6 +169,9 @@ def test_smoke_run_report(smoke_run):
     verdict = ("a measurable gain" if gain["measurable_gain"] else "a measurable loss"
                if gain["measurable_loss"] else "No measurable gain at this scale")
     assert verdict in report
+    # What would move the run (issue 58): more text, not more minutes or an accelerator.
+    assert "the data is the bound, not the compute" in report and "that scale" not in report
+    assert "a larger corpus of your own through the same commands" in report
     for command in ("python -m data.prepare_corpus", "python -m data.train_vocab",
                     "python -m data.create_pretraining_data", "python -m albert_tf.run_pretraining",
                     "python -m albert_tf.run_classifier", "python -m export.export_saved_model",

@@ -70,8 +70,13 @@ def gain_text(results: dict) -> str:
             f"The paper pretrained ALBERT-base with about "
             f"{results['compute']['paper_base_flops']:.1e} FLOPs, "
             f"{results['compute']['paper_base_flops'] / results['compute']['flops_estimate']:.0e}"
-            " times this run's; larger budgets (`--budget_minutes`, an accelerator) move this "
-            "run toward that scale.")
+            " times this run's, on about 16 GB of text. On the bundled corpus (about 818k "
+            "tokens) the data is the bound, not the compute: an outside judge (Hugging Face's "
+            "ALBERT on a lent H100) pretrained on it for 28 epochs reached held-out masked-LM "
+            "accuracy 0.141 and SST-2 0.663 +- 0.005 against 0.656 +- 0.002 from random (3 "
+            "seeds), so a larger `--budget_minutes` or an accelerator does not move this run "
+            "toward the paper; what would is more text, a larger corpus of your own through "
+            "the same commands (docs/pretraining.md).")
 
 
 def _cell(text) -> str:
