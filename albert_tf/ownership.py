@@ -31,6 +31,7 @@ import datetime
 import fcntl
 import json
 import os
+import shutil
 import socket
 import sys
 import threading
@@ -179,6 +180,28 @@ class OutputLock:
                         os.rmdir(directory)
                     except OSError:
                         break
+
+    def discard_new_output(self) -> bool:
+        """Where this process's acquire created the output directory (it did not exist), removes
+        everything in it but the lock, so that the release removes the directory and the
+        parents the acquire made: a command that failed before writing anything of value (an
+        unreadable --init_checkpoint) leaves no new directory behind. An output that existed
+        before is never touched. Returns whether it removed anything."""
+        with _GUARD:
+            held = _HELD.get(self._key)
+        target = os.path.abspath(self.target)
+        if not (self._mine and self.is_dir and held is not None and held.fd is not None
+                and target in held.created):
+            return False
+        for name in os.listdir(target):
+            path = os.path.join(target, name)
+            if name == LOCK_NAME:
+                continue
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+        return True
 
     def __enter__(self):
         return self.acquire()

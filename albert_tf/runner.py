@@ -13,6 +13,7 @@ the loop takes the exporter as a callable.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -25,7 +26,7 @@ from absl import logging
 
 from albert_tf.paths import atomic_write
 from albert_tf.backbone import Performance
-from albert_tf.checkpoints import CheckpointError
+from albert_tf.checkpoints import CheckpointError, CheckpointMismatchError
 from albert_tf.checkpoints.conversion import carried_tokenizer, checkpoint_config
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import StrategyError, get_strategy, tf_config_worker
@@ -113,7 +114,8 @@ def _checked(body, exp: ExperimentConfig):
     if not exp.get("output_dir"):
         return body(exp)
     index, chief = tf_config_worker() if name == "multi_worker_mirrored" else (0, True)
-    with OutputLock(write_dir_of(exp.output_dir, index, chief), "--output_dir", is_dir=True):
+    lock = OutputLock(write_dir_of(exp.output_dir, index, chief), "--output_dir", is_dir=True)
+    with lock, _discarded_if_init_fails(exp, lock):
         if exp.get("do_train") and "learning_rate" in exp:
             # A rerun into a run with other settings is refused before it writes features.
             refuse_a_changed_run(exp.output_dir, flag_settings(TrainingConfig.field_values(
@@ -123,6 +125,22 @@ def _checked(body, exp: ExperimentConfig):
             # features does (the packing and windows are TF ops): build the strategy first.
             strategy(exp)
         return body(exp)
+
+
+@contextlib.contextmanager
+def _discarded_if_init_fails(exp: ExperimentConfig, lock: OutputLock):
+    """A run whose --init_checkpoint (or hub module) cannot be read (damaged, another model,
+    non-finite weights) fails after the run directory's features and records are written:
+    where this command created the directory and no checkpoint was saved in it, what it
+    wrote is removed (`OutputLock.discard_new_output`), so no skeleton run is left. A
+    directory that existed before is left as it is."""
+    try:
+        yield
+    except (CheckpointError, CheckpointMismatchError, NonFiniteLossError):
+        if (exp.get("init_checkpoint") or exp.get("albert_hub_module_handle")) \
+                and tf.train.latest_checkpoint(lock.target) is None:
+            lock.discard_new_output()
+        raise
 
 
 # The pretrained source, which carries the config and the vocabulary that

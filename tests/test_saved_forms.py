@@ -507,3 +507,69 @@ def test_convert_refuses_before_writing_anything(forms, tmp_path, capsys):
         assert err.startswith(f"error: {plain} holds a Keras Sequential, not an ALBERT model")
         assert "AlbertTextClassifier" in err and "Traceback" not in err
         assert not os.path.exists(out)
+
+
+def _tagging_args(init, out, train):
+    """run_tagging for one step from `init` into `out` (a tiny CoNLL file at `train`)."""
+    train.write_text("a\tO\ngripping\tB-X\nfilm\tI-X\n\ndull\tB-X\nand\tO\nflat\tO\n\n")
+    return ["--init_checkpoint", init, "--train_file", str(train), "--output_dir", str(out),
+            "--do_train", "--max_seq_length", str(SEQ), "--train_batch_size", "2",
+            "--train_step", "1"]
+
+
+def test_an_export_is_not_a_checkpoint(forms, tmp_path, capsys):
+    """A SavedModel export (BASE/NAME/N or BASE/NAME) given as --init_checkpoint or to convert
+    is refused in one line naming the run its export record says it came from (issue 58
+    item 8: it was read as a TF1 checkpoint, a 5 KB list of missing weights), and the
+    fine-tuning command creates no --output_dir."""
+    version = tmp_path / "exports" / "sst" / "1"
+    (version / "assets.extra").mkdir(parents=True)
+    (version / "saved_model.pb").write_bytes(b"")
+    run = forms["sources"]["run"]
+    (version / "assets.extra" / "albert_export.json").write_text(json.dumps(
+        {"source": {"type": "run_classifier", "output_dir": run, "which": "final"}}))
+    for path in (str(version), str(version.parent)):
+        expected = (f"{path} is an exported SavedModel, not a checkpoint: pass the run "
+                    f"directory it was exported from ({run}, as its "
+                    "assets.extra/albert_export.json records).")
+        for read in (read_source, lambda p: initialize_backbone(None, p),
+                     lambda p: initialize_from_checkpoint(None, p)):
+            with pytest.raises(CheckpointError) as raised:
+                read(path)
+            assert str(raised.value) == expected
+        assert run_cli("albert_tf.convert", "--input", path, "--output",
+                       str(tmp_path / "out")) == 1
+        assert capsys.readouterr().err == f"error: {expected}\n"
+    out = tmp_path / "runs" / "tagging"
+    assert run_cli("albert_tf.run_tagging",
+                   *_tagging_args(str(version), out, tmp_path / "train.conll")) == 1
+    assert capsys.readouterr().err.endswith(
+        f"error: {version} is an exported SavedModel, not a checkpoint: pass the run "
+        f"directory it was exported from ({run}, as its assets.extra/albert_export.json "
+        "records).\n")
+    assert sorted(os.listdir(tmp_path)) == ["exports", "train.conll"]
+
+
+def test_a_failed_init_checkpoint_leaves_no_new_run_directory(forms, tmp_path, capsys):
+    """An --init_checkpoint whose data file is cut short fails after the run directory's
+    features and records are written (issue 58 item 9): a directory the command created
+    (and the parents it made) is removed; one that was there keeps what it held."""
+    source = tmp_path / "tf1"
+    shutil.copytree(forms["sources"]["tf1"], source)
+    data = source / "model.ckpt.data-00000-of-00001"
+    os.truncate(data, os.path.getsize(data) // 2)
+    new = tmp_path / "runs" / "tagging"
+    assert run_cli("albert_tf.run_tagging",
+                   *_tagging_args(str(source), new, tmp_path / "train.conll")) == 1
+    err = capsys.readouterr().err
+    assert err.endswith(f"error: {data} is damaged (truncated: it ends before the tensors its "
+                        f"index lists): the checkpoint {source / 'model.ckpt'} cannot be read. "
+                        "Copy the checkpoint again from where it came from, or use another "
+                        "checkpoint (of a run: RUN/ckpt-N).\n"), err
+    assert sorted(os.listdir(tmp_path)) == ["tf1", "train.conll"]
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "notes.txt").write_text("mine")
+    assert run_cli("albert_tf.run_tagging",
+                   *_tagging_args(str(source), existing, tmp_path / "train.conll")) == 1
+    assert (existing / "notes.txt").read_text() == "mine"

@@ -318,12 +318,55 @@ def _training_run(path: str) -> tuple[str, str] | None:
 
 def check_path(path: str) -> str:
     """`path` (a `DIR:best` suffix aside) as given, or CheckpointError "no such path: PATH"
-    where nothing is there (a TF1 prefix is there when its `.index` is)."""
+    where nothing is there (a TF1 prefix is there when its `.index` is), or where it is an
+    exported SavedModel (`refuse_saved_model`)."""
     path = os.fspath(path)
     plain = path.removesuffix(":best")
     if "://" in plain or os.path.exists(plain) or tf.io.gfile.exists(plain + ".index"):
+        refuse_saved_model(plain)
         return path
     raise CheckpointError(f"no such path: {plain}")
+
+
+# What `export.saved_model` writes into a version's assets.extra/ (its EXPORT_RECORD): the
+# model and where it came from.
+EXPORT_RECORD = "albert_export.json"
+
+
+def refuse_saved_model(path: str) -> None:
+    """CheckpointError where `path` is a SavedModel for serving (one of our exports,
+    BASE/NAME/N or BASE/NAME, or another TF2 SavedModel) given where a checkpoint is read
+    (`--init_checkpoint`, convert, the exports): it holds a serving graph, not the weights by
+    name, and was read as a TF1 checkpoint, a 5 KB list of missing weights. The message names
+    the run or checkpoint its export record says it came from. Our TF Hub pair
+    (`tfhub_part`) and official TF1 Hub modules (tfhub_module.pb) are read as they are."""
+    if not os.path.isdir(path) or tfhub_part(path) \
+            or os.path.exists(os.path.join(path, "tfhub_module.pb")):
+        return
+    versions = sorted((int(name), os.path.join(path, name)) for name in os.listdir(path)
+                      if name.isdigit()
+                      and os.path.exists(os.path.join(path, name, "saved_model.pb")))
+    if os.path.exists(os.path.join(path, "saved_model.pb")):
+        version = path
+    elif versions:
+        version = versions[-1][1]
+    else:
+        return
+    origin = None
+    try:
+        with open(os.path.join(version, "assets.extra", EXPORT_RECORD), encoding="utf-8") as f:
+            source = json.load(f).get("source") or {}
+        if source.get("output_dir"):  # a runner's --export_dir
+            origin = source["output_dir"] + (":best" if source.get("which") == "best" else "")
+        elif source.get("checkpoint") or source.get("path"):  # export_saved_model --model_dir
+            origin = source.get("checkpoint") or source["path"]
+            origin = os.path.dirname(origin) if source.get("type") == "hf" else origin
+    except (OSError, ValueError, AttributeError):
+        pass
+    where = (f" ({origin}, as its assets.extra/{EXPORT_RECORD} records)" if origin else
+             " (or the checkpoint it was exported from)")
+    raise CheckpointError(f"{path} is an exported SavedModel, not a checkpoint: pass the run "
+                          f"directory it was exported from{where}.")
 
 
 def source_format(path: str) -> str:
