@@ -248,7 +248,10 @@ class KerasFitOptimizer(AlbertOptimizer):
     gradient to the optimizer: sums them over the replicas (Keras's all-reduce, which
     `AlbertOptimizer` skips because the loop has done it), then clips the sum to global norm
     `clip_norm` as the loop does, so a step under a strategy equals the one-device step on the
-    global batch. Keras's `global_clipnorm` would clip each replica's share before the sum."""
+    global batch. Keras's `global_clipnorm` would clip each replica's share before the sum.
+    The loop's finiteness gate too (`Trainer._replica_step`): a step whose summed gradient or
+    updated weights are not finite closes `update_gate`, so neither it nor any step after it is
+    applied until the gate is opened again (`text_classifier._StopOnNonFinite` stops `fit`)."""
 
     def __init__(self, learning_rate=5e-5, clip_norm=1.0, **kwargs):
         super().__init__(learning_rate=learning_rate, **kwargs)
@@ -258,12 +261,16 @@ class KerasFitOptimizer(AlbertOptimizer):
         summed = [(None if g is None else tf.convert_to_tensor(g), v)  # embeddings: sparse
                   for g, v in super(AlbertOptimizer, self)._all_reduce_sum_gradients(
                       grads_and_vars)]
-        if not self.clip_norm:
-            return summed
         present = [i for i, (g, _) in enumerate(summed) if g is not None]
-        clipped, _ = tf.clip_by_global_norm([summed[i][0] for i in present], self.clip_norm)
-        for i, g in zip(present, clipped):
-            summed[i] = (g, summed[i][1])
+        grads = [summed[i][0] for i in present]
+        norm = tf.linalg.global_norm(grads)
+        if self.clip_norm:
+            grads, _ = tf.clip_by_global_norm(grads, self.clip_norm, use_norm=norm)
+            for i, g in zip(present, grads):
+                summed[i] = (g, summed[i][1])
+        finite = tf.math.is_finite(norm) & self.updates_finite(
+            grads, [summed[i][1] for i in present])
+        self.update_gate.assign(tf.where(finite, self.update_gate, 0.0))
         return summed
 
     def get_config(self):

@@ -8,8 +8,9 @@ as TensorFlow ops (`InGraphTokenizer`), then the official packing (`albert_tf.pa
 to `sequence_length`: the features `run_classifier` writes for the same text
 (`albert_tf.tasks.classification.example_features`).
 
-Text comes in as Python values (`text_columns`: a string, a list of strings, or a list of
-`(text_a, text_b)` pairs) or as string tensors (a tensor [batch], or a tuple of two for pairs).
+Text comes in as Python values (`text_columns`: a string, a list of strings, a list of
+`(text_a, text_b)` pairs, or a tuple of the two columns `(text_a, text_b)`) or as string
+tensors (a tensor [batch], or a tuple of two for pairs).
 """
 
 from __future__ import annotations
@@ -26,13 +27,31 @@ from albert_tf.tokenization import check_vocabulary_digest, make_tokenizer
 def text_columns(x) -> tuple[np.ndarray, np.ndarray | None]:
     """(text_a, text_b or None): object arrays [n] of the Python text `x`.
 
-    `x` is a string, a sequence of strings (one segment each), or a sequence of
-    `(text_a, text_b)` pairs; a tuple of two string arrays or tensors is taken as the two
-    columns of pairs. Raises ValueError for anything else, or a mix of strings and pairs.
+    One rule, whatever the number of rows (`(["a1", "a2"], ["b1", "b2"])` is two pairs, as
+    `(["a1", "a2", "a3"], ["b1", "b2", "b3"])` is three):
+
+    - a string: one text;
+    - a tuple of two sequences (lists, tuples, arrays or tensors of strings, of one length):
+      the two columns `(text_a, text_b)` of pairs, always; a tuple of other sequences (more or
+      fewer than two, e.g. `tuple(zip(a, b))` of 3 pairs) is refused with the fix;
+    - a list, a tuple of strings, or a 1-D array: rows, each a string (one segment) or a
+      `(text_a, text_b)` pair (a list of pairs, e.g. `list(zip(a, b))`); an array [n, 2]:
+      rows of pairs.
+
+    Raises ValueError for anything else, or a mix of strings and pairs.
     """
-    if isinstance(x, tuple) and len(x) == 2 and all(
-            isinstance(c, (np.ndarray, tf.Tensor)) for c in x):
-        return _strings(x[0], "text_a"), _strings(x[1], "text_b")
+    if isinstance(x, tuple) and x and not any(isinstance(c, (str, bytes)) for c in x):
+        if len(x) != 2:
+            raise ValueError(
+                f"A tuple of text is the two columns (text_a, text_b) of pairs; this one has "
+                f"{len(x)} sequences. Give rows of pairs as a list, e.g. list(zip(text_a, "
+                "text_b)), or the columns as (text_a, text_b).")
+        text_a, text_b = _strings(x[0], "text_a"), _strings(x[1], "text_b")
+        if len(text_a) != len(text_b):
+            raise ValueError(f"The columns (text_a, text_b) have {len(text_a)} and "
+                             f"{len(text_b)} texts: give one text_b per text_a (\"\" for "
+                             "none).")
+        return text_a, text_b
     if isinstance(x, (str, bytes)):
         x = [x]
     if isinstance(x, tf.Tensor):
@@ -52,12 +71,18 @@ def text_columns(x) -> tuple[np.ndarray, np.ndarray | None]:
                 _strings([r[1] for r in rows], "text_b"))
     kinds = [s or p for s, p in zip(single, pairs)]
     bad = kinds.index(False) if not all(kinds) else single.index(not single[0])
-    raise ValueError("Text must be all strings (one segment) or all (text_a, text_b) pairs. "
-                     f"Received at row {bad}: {rows[bad]!r}")
+    columns = (" (the columns of pairs are a tuple: (text_a, text_b))"
+               if len(rows) == 2 and not any(single) else "")
+    raise ValueError("Text must be all strings (one segment) or all (text_a, text_b) pairs"
+                     f"{columns}. Received at row {bad}: {rows[bad]!r}")
 
 
 def _strings(values, what: str) -> np.ndarray:
     values = values.numpy() if isinstance(values, tf.Tensor) else values
+    if not isinstance(values, (list, tuple, np.ndarray)) or (
+            isinstance(values, np.ndarray) and values.ndim != 1):
+        raise ValueError(f"The column {what} must be a list (or 1-D array) of strings. "
+                         f"Received: {type(values).__name__} {str(values)[:80]!r}")
     array = np.asarray(list(values), dtype=object)
     for i, value in enumerate(array):
         if not isinstance(value, (str, bytes)):

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import numbers
 import os
 import warnings
 
@@ -56,7 +57,8 @@ from albert_tf.checkpoints.conversion import (carried_tokenizer, checkpoint_conf
                                               keras_settings, recorded_labels,
                                               split_run_checkpoint)
 from albert_tf.classifier import AlbertClassifier
-from albert_tf.flags import SPECS
+from albert_tf.controller import NonFiniteLossError
+from albert_tf.flags import NUMBER_RULES, RULES, SPECS
 from albert_tf.models import registered
 from albert_tf.optimization import KerasFitOptimizer, OffsetSchedule, WarmupPolynomialDecay
 from albert_tf.preprocessing import AlbertTextPreprocessor, text_columns
@@ -72,6 +74,67 @@ FINE_TUNING_DEFAULTS = {"optimizer": SPECS["optimizer"].default,
                         "weight_decay_rate": _LOOP_DEFAULTS["weight_decay_rate"],
                         "clip_norm": _LOOP_DEFAULTS["clip_norm"],
                         "dropout_rate": 0.1}
+
+
+def check_number(name: str, value, flag: str, integer: bool = False):
+    """`value` of the argument `name`, checked by the range of the command flag `--flag`
+    (`albert_tf.flags.NUMBER_RULES`: the commands refuse the same numbers at parse time);
+    ValueError naming the argument, the range and the value otherwise (nan, inf, a bool, a
+    string, a float where an integer belongs)."""
+    test, wanted = RULES[NUMBER_RULES[flag]]
+    kind = numbers.Integral if integer else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, kind) or not test(float(value)):
+        raise ValueError(f"`{name}` must be {wanted}{' (an integer)' if integer else ''}, as "
+                         f"the commands' --{flag}; got {value!r}.")
+    return value
+
+
+def batch_size_of(batch_size, flag: str) -> int:
+    """`batch_size`, checked by the range of `--flag` (an integer > 0); None: 32, Keras's."""
+    return 32 if batch_size is None else check_number("batch_size", batch_size, flag,
+                                                      integer=True)
+
+
+def weights_finite(model) -> bool:
+    """Whether every weight of `model` is finite: the test the commands pass before a
+    checkpoint is saved (`Trainer.weights_finite`, `Controller.save`)."""
+    return all(bool(np.isfinite(v.numpy()).all()) for v in model.weights)
+
+
+class _StopOnNonFinite(keras.callbacks.Callback):
+    """Ends `fit` as the commands' loop ends a run (`Controller.stop_non_finite`): the default
+    optimizer's finiteness gate (`KerasFitOptimizer`) closed on a step whose gradient or
+    updated weights are not finite, so that step (and any after it in the same execution) was
+    not applied; the gate is opened again and `NonFiniteLossError` names the step and the fix.
+    With an optimizer of your own (no gate) a non-finite loss ends `fit` the same way, its
+    weights possibly written (`save` and `export` then refuse them)."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        model, optimizer = self.model, self.model.optimizer
+        last = int(optimizer.iterations.numpy())
+        per_call = int(getattr(model, "steps_per_execution", 1) or 1)
+        steps = f"step {last}" if per_call == 1 else f"steps {last - per_call + 1}-{last}"
+        if isinstance(optimizer, KerasFitOptimizer):
+            gate = optimizer.update_gate
+            if float(gate.numpy()) >= 0.5:
+                return
+            gate.assign(1.0)
+            if per_call == 1:
+                optimizer.iterations.assign(last - 1)  # the step counts as not run
+            rate = getattr(model, "_fit_schedule", None)
+            raise NonFiniteLossError(
+                f"fit(): non-finite loss, gradient or updated weights at optimizer {steps}; "
+                "that step was not applied, so the model is the one after the step before "
+                "(its weights finite). Compile with a lower learning_rate"
+                f"{f' (now {rate[0]!r})' if rate else ''}, or check the data (the labels, "
+                "the sample weights).")
+        loss = (logs or {}).get("loss")
+        if loss is not None and not np.isfinite(float(loss)):
+            raise NonFiniteLossError(
+                f"fit(): the loss is {float(loss)} at optimizer {steps}, and your optimizer "
+                "has no finiteness gate: its weights may hold nan or inf now (save() and "
+                "export() refuse them). Use a lower learning rate, or compile() with the "
+                "default optimizer, whose gate never applies a non-finite step.")
 
 
 def _checkpoint_directory(checkpoint: str) -> str:
@@ -256,12 +319,26 @@ class RawTextModel(keras.Model):
         then linear decay to 0 at the last step of each `fit` (its epochs x steps per epoch).
         `loss="auto"` and `metrics="auto"`: the model's (`_default_loss_and_metrics`).
 
+        The numbers have the ranges of the commands' flags (`check_number`): `learning_rate`
+        a finite number > 0 (as --learning_rate: nan, inf, 0 and negative rates are a
+        ValueError; there is no upper bound, as the commands have none), `warmup_steps` an
+        integer >= 0, `warmup_proportion` between 0 and 1. The default optimizer applies no
+        step whose gradient or updated weights are not finite: `fit` then stops with
+        `NonFiniteLossError` naming the step, the model as it was before it (the commands'
+        gate; a rate so large that the weights overflow, e.g. 1e6, ends so).
+
         5e-5 is the official rate for albert-base and larger; a small pretrained model
         underfits at it and wants a larger one, e.g. `learning_rate=2e-4`: issue 57's filer
         measured 0.668 test accuracy at 5e-5 against 0.744 at 2e-4 on a 6-class set (their
         figures, one run each; docs/training.md, "Fine-tuning in Python").
         """
         self._check_strategy("compile()")
+        if learning_rate is not None:
+            check_number("learning_rate", learning_rate, "learning_rate")
+        if warmup_steps is not None:
+            check_number("warmup_steps", warmup_steps, "warmup_step", integer=True)
+        if warmup_proportion is not None:
+            check_number("warmup_proportion", warmup_proportion, "warmup_proportion")
         auto = optimizer == "auto" and loss == "auto" and metrics == "auto" and not kwargs
         self._auto_compile = dict(learning_rate=learning_rate, warmup_steps=warmup_steps,
                                   warmup_proportion=warmup_proportion) if auto else None
@@ -335,7 +412,7 @@ class RawTextModel(keras.Model):
             raise ValueError("`validation_split` is not supported on raw text: pass "
                              "`validation_data=(x, y)` (held-out texts and their labels).")
         self._check_fit_args("fit()", x, y)
-        batch_size = batch_size or 32
+        batch_size = batch_size_of(batch_size, "train_batch_size")
         train = self._dataset(x, y, sample_weight, batch_size, shuffle)
         self._trained_on()
         if validation_data is not None:
@@ -348,10 +425,15 @@ class RawTextModel(keras.Model):
                     raise ValueError("The number of batches of `x` is unknown: pass "
                                      "`steps_per_epoch` (the schedule's length depends on it).")
             self._plan_schedule(steps_per_epoch * (epochs - initial_epoch))
+        callbacks = kwargs.pop("callbacks", None)
+        if isinstance(callbacks, keras.callbacks.CallbackList):
+            callbacks.append(_StopOnNonFinite())
+        else:
+            callbacks = [*(callbacks or ()), _StopOnNonFinite()]
         return super().fit(train, epochs=epochs, validation_data=validation_data,
                            shuffle=False,  # done above, the dataset reshuffled each epoch
                            steps_per_epoch=steps_per_epoch, initial_epoch=initial_epoch,
-                           **kwargs)
+                           callbacks=callbacks, **kwargs)
 
     def _plan_schedule(self, num_train_steps: int) -> None:
         """The default optimizer's schedule over the next `num_train_steps` steps."""
@@ -373,13 +455,39 @@ class RawTextModel(keras.Model):
             return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight,
                                     **kwargs)
         self._check_fit_args("evaluate()", x, y)
-        data = self._dataset(x, y, sample_weight, batch_size or 32, shuffle=False)
+        data = self._dataset(x, y, sample_weight,
+                             batch_size_of(batch_size, "eval_batch_size"), shuffle=False)
         return super().evaluate(data, **kwargs)
+
+    # -----------------------------------------------------------------------------------------
+    # Saving: never weights that are not finite (as the commands' `Controller.save`).
+    def _check_weights_finite(self, what: str) -> None:
+        if not weights_finite(self):
+            bad = [v.path for v in self.weights if not np.isfinite(v.numpy()).all()]
+            raise NonFiniteLossError(
+                f"{what}: the model's weights are not finite ({len(bad)} hold nan or inf, "
+                f"e.g. {bad[0]}); nothing is written. Rebuild the model (from_checkpoint) or "
+                "load good weights, and train with a lower learning rate.")
+
+    def save(self, filepath, *args, **kwargs):
+        """Keras `save` (a `.keras` file), refused (`NonFiniteLossError`, nothing written)
+        where a weight is nan or inf."""
+        self._check_weights_finite(f"save({os.fspath(filepath)!r})")
+        return super().save(filepath, *args, **kwargs)
+
+    def save_weights(self, filepath, *args, **kwargs):
+        """Keras `save_weights`, refused (`NonFiniteLossError`, nothing written) where a
+        weight is nan or inf."""
+        self._check_weights_finite(f"save_weights({os.fspath(filepath)!r})")
+        return super().save_weights(filepath, *args, **kwargs)
 
     def _export(self, export_dir, version=None, **kwargs):
         """`export.saved_model.export_saved_model` of the ALBERT model, the text packed as
-        here (imported here: see the module docstring); `kwargs` go to it."""
+        here (imported here: see the module docstring); `kwargs` go to it. Refused
+        (`NonFiniteLossError`, nothing written) where a weight is nan or inf."""
         from export.saved_model import export_saved_model
+
+        self._check_weights_finite(f"export({os.fspath(export_dir)!r})")
 
         pre = self.preprocessor
         spm = pre.spm_model_file
@@ -421,8 +529,10 @@ class AlbertTextClassifier(RawTextModel):
         preprocessor: the `AlbertTextPreprocessor` of the model's vocabulary.
         labels: optional class names (the export's `classify` signature serves them).
 
-    `fit`, `evaluate` and `predict` take raw text (`x`: strings, or `(text_a, text_b)` pairs;
-    `y`: class ids, or floats for regression) or a batched `tf.data.Dataset` of
+    `fit`, `evaluate` and `predict` take raw text (`x`: a list of strings, a list of
+    `(text_a, text_b)` pairs, or a tuple of the two columns `(text_a, text_b)`: a tuple of
+    sequences is always columns, a list always rows, `preprocessing.text_columns`; `y`: class
+    ids, or finite floats for regression) or a batched `tf.data.Dataset` of
     `(text, label)` with `text` a string tensor or a tuple of two; `predict` returns
     probabilities (softmax of the logits), or the value for regression [n, 1].
     """
@@ -563,7 +673,8 @@ class AlbertTextClassifier(RawTextModel):
         """Probabilities [n, num_classes] (softmax of the logits); regression: the value
         [n, 1]. `x` may be a table file's path (its label column, if any, is not read)."""
         x, _ = self._file_data(x, None, "test")
-        logits = super().predict(self._dataset(x, None, None, batch_size or 32, shuffle=False),
+        logits = super().predict(self._dataset(
+            x, None, None, batch_size_of(batch_size, "predict_batch_size"), shuffle=False),
                                  **kwargs)
         if self.num_classes == 1:
             return logits
@@ -592,7 +703,10 @@ class AlbertTextClassifier(RawTextModel):
         n = len(text_a)
         columns = [_labels(y, n, self.num_classes)] if y is not None else []
         if sample_weight is not None:
-            columns.append(np.asarray(sample_weight, np.float32).reshape(n))
+            weights = np.asarray(sample_weight, np.float32).reshape(n)
+            _check_finite_rows(weights, "sample_weight", "a sample weight",
+                               "a finite number >= 0", allow_negative=False)
+            columns.append(weights)
         data = tf.data.Dataset.from_tensor_slices(
             (tf.nest.map_structure(lambda c: tf.constant(c, tf.string), text), *columns)
             if columns else (tf.nest.map_structure(lambda c: tf.constant(c, tf.string), text),))
@@ -627,12 +741,27 @@ def _unpack(validation_data):
                      "sample_weights) or a dataset.")
 
 
+def _check_finite_rows(values: np.ndarray, name: str, what: str, wanted: str,
+                       allow_negative: bool = True) -> None:
+    """ValueError naming the first row of `values` [n] that is not finite (or, without
+    `allow_negative`, below 0), e.g. "`y`[3] (a regression target) is nan"."""
+    good = np.isfinite(values) if allow_negative else np.isfinite(values) & (values >= 0)
+    if not good.all():
+        rows = np.flatnonzero(~good)
+        raise ValueError(
+            f"`{name}`[{rows[0]}] ({what}) is {float(values[rows[0]])}: each must be {wanted}; "
+            f"fix or drop that row ({len(rows)} such row{'s' if len(rows) > 1 else ''}: "
+            f"{rows[:5].tolist()}).")
+
+
 def _labels(y, n: int, num_classes: int) -> np.ndarray:
     """Class ids int32 [n] (regression: float32 [n, 1]), checked against `num_classes`."""
     if num_classes == 1:
         values = np.asarray(y, np.float32)
         if values.size != n:
             raise ValueError(f"{values.size} regression targets for {n} texts.")
+        _check_finite_rows(values.reshape(n), "y", "a regression target",
+                           "a finite number (nan and inf train every weight to nan)")
         return values.reshape(n, 1)
     values = np.asarray(y)
     if values.shape != (n,) or not np.issubdtype(values.dtype, np.integer):

@@ -36,7 +36,7 @@ import tensorflow as tf
 from albert_tf import features as F
 from albert_tf.tasks.tagging import IGNORE, TaggingPreprocessor, score_sentences
 from albert_tf.text_classifier import (FINE_TUNING_DEFAULTS, RawTextModel, _unpack,
-                                       check_label_names, stored_labels)
+                                       batch_size_of, check_label_names, stored_labels)
 from albert_tf.token_classifier import AlbertTokenClassifier
 
 
@@ -231,7 +231,7 @@ class AlbertTextTagger(RawTextModel):
                 raise ValueError("`validation_data` takes (sentences, tags); every word "
                                  "weighs the same, no sample weights.")
             validation_data = self._windows_dataset(
-                dev_x, dev_y, batch_size or 32, False,
+                dev_x, dev_y, batch_size_of(batch_size, "train_batch_size"), False,
                 ("validation_data[0]", "validation_data[1]"))
         return super().fit(x, y, batch_size=batch_size, epochs=epochs,
                            validation_data=validation_data, **kwargs)
@@ -247,7 +247,8 @@ class AlbertTextTagger(RawTextModel):
         if x is not None and not isinstance(x, (str, bytes)) and len(x := list(x)) == 0:
             return []
         features, _, windows = self._windows(x)
-        data = tf.data.Dataset.from_tensor_slices((features,)).batch(batch_size or 32)
+        data = tf.data.Dataset.from_tensor_slices((features,)).batch(
+            batch_size_of(batch_size, "predict_batch_size"))
         logits = super().predict(data, **kwargs)
         built = sum(len(ws) for ws in windows)
         if len(logits) != built:
