@@ -27,6 +27,7 @@ from absl import logging
 from albert_tf.paths import atomic_write
 from albert_tf.backbone import Performance
 from albert_tf.checkpoints import CheckpointError, CheckpointMismatchError
+from albert_tf.checkpoints.common import reading_checkpoint
 from albert_tf.checkpoints.conversion import carried_tokenizer, checkpoint_config
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import StrategyError, get_strategy, tf_config_worker
@@ -428,7 +429,8 @@ def read_task_checkpoint(exp: ExperimentConfig, task, prefix: str):
     never a model with a random head."""
     model = task.build_model(performance=Performance(remove_padding=exp.remove_padding,
                                                      use_einsum=exp.use_einsum))
-    status = tf.train.Checkpoint(model=model).read(prefix).expect_partial()
+    with reading_checkpoint(prefix):  # a damaged file is named
+        status = tf.train.Checkpoint(model=model).read(prefix).expect_partial()
     try:
         status.assert_existing_objects_matched()
     except AssertionError as e:

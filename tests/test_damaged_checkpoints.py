@@ -12,7 +12,8 @@ import tensorflow as tf
 from conftest import PRETRAINING_MODEL, pretraining_config, run_cli, tiny_config
 
 from albert_tf import AlbertClassifier, AlbertConfig
-from albert_tf.checkpoints import CheckpointError, initialize_backbone
+from albert_tf.checkpoints import (CheckpointError, initialize_backbone, save_albert_tf,
+                                  write_hf_folder)
 from albert_tf.checkpoints.conversion import read_source
 from albert_tf.train_lib import PretrainingRun
 
@@ -105,3 +106,21 @@ def test_a_resume_passes_over_a_truncated_latest_checkpoint(generated_data, tmp_
     assert again.keys() == uninterrupted.keys()
     for name, value in uninterrupted.items():
         np.testing.assert_array_equal(again[name], value, err_msg=name)
+
+
+def test_our_directory_and_a_hugging_face_folder_name_their_damaged_weights(tmp_path, capsys):
+    """A truncated model.weights.h5 (it was h5py's message, read as an output the command
+    could not write) and a truncated model.safetensors (SafetensorError, no file named)."""
+    model = AlbertClassifier(tiny_config(), num_labels=3)
+    for target, write, name in (("ours", save_albert_tf, "model.weights.h5"),
+                                ("hf", write_hf_folder, "model.safetensors")):
+        folder = tmp_path / target
+        write(model, str(folder))
+        weights = folder / name
+        _truncate(weights)
+        assert run_cli("albert_tf.convert", "--input", str(folder), "--output",
+                       str(tmp_path / f"{target}_out")) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: {weights} is damaged (truncated or corrupt: ") \
+            and err.endswith("): copy it again from where it came from.\n") \
+            and err.count("\n") == 1, err

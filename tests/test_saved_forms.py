@@ -11,6 +11,7 @@ import filecmp
 import json
 import os
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -573,3 +574,61 @@ def test_a_failed_init_checkpoint_leaves_no_new_run_directory(forms, tmp_path, c
     assert run_cli("albert_tf.run_tagging",
                    *_tagging_args(str(source), existing, tmp_path / "train.conll")) == 1
     assert (existing / "notes.txt").read_text() == "mine"
+
+
+def test_a_keras_file_naming_an_unknown_class_is_refused_by_name(forms, tmp_path, capsys):
+    """A saved text classifier whose config names a class Keras and albert_tf do not have
+    (with no module, or under albert_tf's but unregistered) is refused in one line naming it
+    (issue 58 item 7: Keras's several-line "Could not locate class", or a traceback)."""
+    import zipfile
+
+    with zipfile.ZipFile(forms["sources"]["keras"]) as archive:
+        files = {name: archive.read(name) for name in archive.namelist()}
+    config = json.loads(files["config.json"])
+    for module, registered in ((None, None), ("albert_tf.models", "albert_tf>system")):
+        config["config"]["preprocessor"]["config"]["dtype"] = {
+            "module": module, "class_name": "system", "config": {},
+            "registered_name": registered}
+        path = tmp_path / f"{module}.keras"
+        with zipfile.ZipFile(path, "w") as archive:
+            for name, data in files.items():
+                archive.writestr(name, json.dumps(config) if name == "config.json" else data)
+        assert run_cli("albert_tf.convert", "--input", str(path), "--output",
+                       str(tmp_path / "out")) == 1
+        where = f"module {module!r}" if module else "no module"
+        assert capsys.readouterr().err == (
+            f"error: {path} names the class 'system' of {where}, which is neither Keras's nor "
+            "albert_tf's: it is not loaded (nothing of the file was run). Load only .keras "
+            "files saved from albert_tf models.\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_hugging_face_folder_without_safetensors_installed(forms, monkeypatch):
+    """Reading model.safetensors without the safetensors package names the package to
+    install (it was "No module named 'safetensors'")."""
+    monkeypatch.setitem(sys.modules, "safetensors.numpy", None)  # `import` raises ImportError
+    weights = os.path.join(forms["sources"]["hf"], "model.safetensors")
+    with pytest.raises(CheckpointError) as raised:
+        read_source(forms["sources"]["hf"])
+    assert str(raised.value) == (f"{weights} is a safetensors file, and reading it needs the "
+                                 "safetensors package: pip install safetensors")
+
+
+@pytest.mark.slow
+def test_prediction_from_a_run_with_a_damaged_checkpoint_names_it(forms, tmp_path, capsys):
+    """--do_predict without --do_train reads the run's latest checkpoint: a truncated data
+    file is named in one line (it was `IndexError: Read less bytes than requested`)."""
+    out = tmp_path / "run"
+    args = _tagging_args(forms["sources"]["keras"], out, tmp_path / "train.conll")
+    assert run_cli("albert_tf.run_tagging", *args) == 0
+    prefix = tf.train.latest_checkpoint(str(out))
+    data = f"{prefix}.data-00000-of-00001"
+    os.truncate(data, os.path.getsize(data) // 2)
+    capsys.readouterr()
+    predict = [a for a in args if a != "--do_train"] + [
+        "--do_predict", "--test_file", str(tmp_path / "train.conll")]
+    assert run_cli("albert_tf.run_tagging", *predict) == 1
+    assert capsys.readouterr().err.endswith(
+        f"error: {data} is damaged (truncated: it ends before the tensors its index lists): "
+        f"the checkpoint {prefix} cannot be read. Copy the checkpoint again from where it came "
+        "from, or use another checkpoint (of a run: RUN/ckpt-N).\n")

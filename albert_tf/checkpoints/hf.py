@@ -69,9 +69,17 @@ def config_from_hf(values: dict, source: str = "config.json") -> AlbertConfig:
 
 def _load_hf_weights_file(path: str) -> dict:
     if path.endswith(".safetensors"):
-        from safetensors.numpy import load_file
-
-        return load_file(path)
+        try:
+            from safetensors.numpy import load_file
+        except ImportError:
+            raise CheckpointError(f"{path} is a safetensors file, and reading it needs the "
+                                  "safetensors package: pip install safetensors") from None
+        try:
+            return load_file(path)
+        except Exception as e:  # noqa: BLE001 - SafetensorError: a header or data cut short
+            raise CheckpointError(
+                f"{path} is damaged (truncated or corrupt: {' '.join(str(e).split())[:200]}): "
+                "copy it again from where it came from.") from None
     try:
         import torch
     except ImportError:
@@ -351,7 +359,11 @@ def write_hf_folder(model, output_dir: str, sentencepiece_model: str | None = No
     preprocessing), so that `AlbertModel` / `AlbertFor....from_pretrained(output_dir)`,
     `AutoTokenizer.from_pretrained(output_dir)` (fast or slow) and `pipeline(...)` load it.
     Everything is checked before anything is written. Returns `output_dir`."""
-    from safetensors.numpy import save_file
+    try:
+        from safetensors.numpy import save_file
+    except ImportError:
+        raise CheckpointError("--target hf writes model.safetensors, which needs the "
+                              "safetensors package: pip install safetensors") from None
 
     values = hf_config_dict(model, labels)
     state = hf_state_dict(model)

@@ -21,6 +21,8 @@ import shutil
 import tempfile
 import zipfile
 
+import keras
+
 import albert_tf
 from albert_tf.checkpoints.common import CheckpointError, build_model
 from albert_tf.checkpoints.names import model_kind
@@ -139,8 +141,6 @@ def load_pretrained(path: str, backbone_only: bool = False, dtype=None):
     Returns:
         `AlbertPretrainer`, `AlbertClassifier` or `AlbertBackbone`, as stored.
     """
-    import keras
-
     path = os.fspath(path)
     if path.endswith(".keras"):
         config = keras_file_config(path)  # its classes checked before Keras reads it
@@ -153,8 +153,9 @@ def load_pretrained(path: str, backbone_only: bool = False, dtype=None):
                 raise CheckpointError(str(e)) from None
         try:
             model = keras.models.load_model(path, safe_mode=True)
-        except TypeError as e:  # a class Keras cannot find among its own and ours
-            raise CheckpointError(f"{path} cannot be loaded: {str(e)[:300]}") from None
+        except (TypeError, ValueError, AttributeError, KeyError) as e:  # a config Keras refuses
+            raise CheckpointError(f"{path} cannot be loaded by Keras: "
+                                  f"{' '.join(str(e).split())[:200]}") from None
         # a Keras task (`AlbertTextClassifier`) saved whole: the ALBERT model it wraps
         model = getattr(model, "albert_model", model)
     else:
@@ -176,7 +177,15 @@ def load_pretrained(path: str, backbone_only: bool = False, dtype=None):
                                   f"{FORMAT_VERSION})")
         config = AlbertConfig.from_json_file(os.path.join(path, CONFIG_FILE))
         model = build_model(record["model"], config, record.get("num_labels"), dtype=dtype)
-        model.load_weights(os.path.join(path, WEIGHTS_FILE))
+        weights = os.path.join(path, WEIGHTS_FILE)
+        if not os.path.isfile(weights):
+            raise CheckpointError(f"{weights} is missing: {path} holds no weights.")
+        try:
+            model.load_weights(weights)
+        except OSError as e:  # h5py: "Unable to synchronously open file (truncated file ...)"
+            raise CheckpointError(
+                f"{weights} is damaged (truncated or corrupt: {' '.join(str(e).split())[:200]})"
+                ": copy it again from where it came from.") from None
     if backbone_only:
         return backbone_of(model)
     return model
@@ -198,19 +207,24 @@ def keras_file_config(path: str) -> dict:
         raise CheckpointError(f"{path} is not a Keras model file (a zip with config.json): "
                               f"{e}") from None
     ours = set(albert_tf.__all__)
+    for name in ours - _NOT_MODELS:  # the exported models' modules register them and their parts
+        getattr(albert_tf, name)
     for obj in _keras_objects(config):
         module, name = str(obj.get("module") or ""), str(obj["class_name"])
         registered = str(obj.get("registered_name") or "")
-        if not module or module == "keras" or module.startswith("keras."):
-            continue  # Keras's own (no module: its built-ins and registered objects only)
-        if module.split(".")[0] == "albert_tf" and registered.startswith("albert_tf>"):
-            if name in ours:  # an exported model: its module registers it (and its parts)
-                getattr(albert_tf, name)
+        if module == "keras" or module.startswith("keras."):
+            continue  # Keras's own: Keras finds it among its built-ins or refuses it
+        if not module and (name.startswith("__")  # Keras's markers: __tensor__, __numpy__, ...
+                           or keras.saving.get_registered_object(registered or name)):
+            continue
+        if module.split(".")[0] == "albert_tf" and registered.startswith("albert_tf>") \
+                and keras.saving.get_registered_object(registered) is not None:
             continue
         raise CheckpointError(
-            f"{path} names the class {name!r} of module {module!r}, which is neither Keras's "
-            "nor albert_tf's: it is not loaded (nothing of the file was run). Load only "
-            ".keras files saved from albert_tf models.")
+            f"{path} names the class {name!r} of "
+            + (f"module {module!r}" if module else "no module")
+            + ", which is neither Keras's nor albert_tf's: it is not loaded (nothing of the "
+            "file was run). Load only .keras files saved from albert_tf models.")
     top = str(config.get("class_name")) if isinstance(config, dict) else type(config).__name__
     if not (isinstance(config, dict) and top in ours and top not in _NOT_MODELS
             and str(config.get("registered_name") or "").startswith("albert_tf>")):
