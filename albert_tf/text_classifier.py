@@ -279,6 +279,7 @@ class RawTextModel(keras.Model):
         `checkpoint` (`initialize_classifier`), its report kept as `init_report`. A
         checkpoint that records its labels keeps its head only for the same `labels` list
         (`head_labels`)."""
+        check_number("dropout_rate", dropout_rate, "dropout_rate")
         if kwargs.get("labels") is not None:
             kwargs["labels"] = check_label_names(kwargs["labels"])
         new_head = head_labels(kwargs.get("labels"), checkpoint,

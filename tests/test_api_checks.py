@@ -93,6 +93,19 @@ def test_batch_sizes_out_of_range_are_refused(classifier, tagger):
                                     f"as the commands' --{flag}; got {bad!r}.")
 
 
+@pytest.mark.parametrize("bad", [float("nan"), 1.0, -0.1])
+def test_from_checkpoint_refuses_a_dropout_rate_out_of_range(pretraining_run, bad):
+    """1.0 zeroed the pooled output of every training step, silently (Keras takes it)."""
+    for build in (lambda: AlbertTextClassifier.from_checkpoint(
+            pretraining_run, sequence_length=16, dropout_rate=bad),
+                  lambda: AlbertTextTagger.from_checkpoint(
+            pretraining_run, labels=TAGS, sequence_length=16, dropout_rate=bad)):
+        with pytest.raises(ValueError) as e:
+            build()
+        assert str(e.value) == ("`dropout_rate` must be at least 0 and below 1, as the "
+                                f"commands' --dropout_rate; got {bad!r}.")
+
+
 # ---------------------------------------------------------------------------------------------
 # Targets and weights.
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
@@ -166,6 +179,23 @@ def test_a_nan_target_in_a_dataset_stops_fit_before_it_is_applied(regressor):
         regressor.fit(data, verbose=0)
     for a, b in zip(before, regressor.weights):
         np.testing.assert_array_equal(a, b.numpy())
+
+
+@pytest.mark.slow
+def test_a_non_finite_loss_stops_fit_with_an_optimizer_of_your_own(pretraining_run):
+    """An optimizer without the gate: fit stops at the first non-finite loss, saying so."""
+    clf = AlbertTextClassifier.from_checkpoint(pretraining_run, num_classes=1,
+                                               sequence_length=16)
+    clf.compile(optimizer=keras.optimizers.SGD(learning_rate=0.01), loss="mse")
+    data = tf.data.Dataset.from_tensor_slices(
+        (tf.constant(TEXTS[:4]), tf.constant([[0.5], [np.inf], [1.0], [2.0]]))).batch(2)
+    with pytest.raises(NonFiniteLossError) as e:
+        clf.fit(data, epochs=2, verbose=0)
+    assert str(e.value) == (
+        "fit(): the loss is inf at optimizer step 1, and your optimizer has no finiteness "
+        "gate: its weights may hold nan or inf now (save() and export() refuse them). Use a "
+        "lower learning rate, or compile() with the default optimizer, whose gate never "
+        "applies a non-finite step.")
 
 
 # ---------------------------------------------------------------------------------------------
