@@ -13,6 +13,7 @@ import yaml
 from absl import flags
 
 from albert_tf import experiment
+from albert_tf.checkpoints.conversion import recorded_casing
 from albert_tf.experiment import ConfigFileError
 from conftest import GENERATION_KW, PRETRAINING_MODEL, ROOT
 
@@ -306,6 +307,19 @@ def test_nested_aliases_are_refused_at_the_node_limit(tmp_path):
     values = _flag_values()
     experiment.apply_config_file(str(path), "prog", values)
     assert values.input_file == values.task_name == "sst-2"
+
+
+def test_a_runs_recorded_casing_is_read_as_config_files_are(tmp_path):
+    """convert and the exports read a run's casing from its config.yaml with the same YAML 1.2
+    bounded reader as --config_file: false is False, a YAML 1.1 `yes` is no casing at all (as
+    --config_file refuses it), and nested aliases are refused, not expanded."""
+    path = tmp_path / experiment.CONFIG_NAME
+    for text, casing in (("false", False), ("true", True), ("yes", None), ("'false'", None)):
+        path.write_text(f"command: albert_tf.run_classifier\nmodel:\n  do_lower_case: {text}\n")
+        assert recorded_casing(str(tmp_path)) is casing, text
+    path.write_text(_nested_aliases(7))
+    with pytest.raises(ConfigFileError, match="more than 100000 nodes"):
+        recorded_casing(str(tmp_path))
 
 
 def test_a_config_file_over_the_size_limit_or_holding_itself_is_refused(tmp_path):

@@ -12,7 +12,6 @@ import warnings
 
 import numpy as np
 import tensorflow as tf
-import yaml
 
 from albert_tf import experiment
 from albert_tf.checkpoints.common import (MODEL_KINDS, CheckpointError, assign_strict,
@@ -340,9 +339,10 @@ def refuse_saved_model(path: str) -> None:
     name, and was read as a TF1 checkpoint, a 5 KB list of missing weights. The message names
     the run or checkpoint its export record says it came from. Our TF Hub pair
     (`tfhub_part`) and official TF1 Hub modules (tfhub_module.pb) are read as they are."""
-    if not os.path.isdir(path) or tfhub_part(path) \
-            or os.path.exists(os.path.join(path, "tfhub_module.pb")):
-        return
+    if not os.path.isdir(path) or tfhub_part(path) or is_training_output_dir(path) \
+            or any(os.path.exists(os.path.join(path, name))
+                   for name in ("tfhub_module.pb", FORMAT_FILE, "config.json")):
+        return  # read as what it is (a run whose --export_dir is inside it, too)
     versions = sorted((int(name), os.path.join(path, name)) for name in os.listdir(path)
                       if name.isdigit()
                       and os.path.exists(os.path.join(path, name, "saved_model.pb")))
@@ -488,8 +488,7 @@ def recorded_casing(directory: str) -> bool | None:
                 return value["do_lower_case"]
     file = os.path.join(directory, experiment.CONFIG_NAME)
     if os.path.isfile(file):
-        with open(file, encoding="utf-8") as f:
-            recorded = yaml.safe_load(f)
+        recorded = experiment.read_config_file(file)  # YAML 1.2, bounded, as --config_file
         for section in experiment.SECTIONS:
             values = recorded.get(section) if isinstance(recorded, dict) else None
             if isinstance(values, dict) and isinstance(values.get("do_lower_case"), bool):
