@@ -51,8 +51,11 @@ Outputs, from the token features (every signature returns the same set):
 
 Requests are validated before the model runs; a bad one gets one error (InvalidArgumentError,
 whose text TF Serving returns to the client) naming the input, the rows and the rule, never an
-answer: an empty request ("the request holds no texts"); inputs of different batch sizes or
-shapes; token rows longer than `max_position_embeddings`; ids outside [0, vocab_size), segment
+answer: a string input of another rank than its signature's (TF Serving and a loaded
+signature feed any shape: "text must be a 1-D batch of strings (shape [batch]); got shape
+[2,2]", `AlbertServingModule._text_signature`); an empty request ("the request holds no
+texts"); inputs of different batch sizes or shapes; token rows longer than
+`max_position_embeddings`; ids outside [0, vocab_size), segment
 ids outside [0, type_vocab_size), an `input_mask` that is not 1s then 0s as above (checked in the
 dtype sent: a tf.Example's int64 values before they are cast to int32); tf.Examples that carry
 neither `text` nor `input_ids` (or both), a `text` of other than one value, a `text_b` of more,
@@ -181,6 +184,27 @@ def _refuse_rows(bad, subject, rule):
     rows = tf.cast(tf.where(bad)[:, 0], tf.int32)
     return tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)), [tf.strings.format(
         f"{subject} {{}}: {rule}", rows, summarize=10)])
+
+
+def _runtime_rank(tensor):
+    """The rank of `tensor` as fed, read from values at run time. A signature's placeholder has
+    the rank of its spec, so TensorFlow folds `tf.rank` (and the size of `tf.shape`) to that
+    rank in the graph, while TF Serving, and a loaded SavedModel's signature, feed a tensor of
+    any shape: the shape vector passes through SerializeTensor/ParseTensor, whose output has no
+    static shape, so its size is computed from what was fed."""
+    return tf.size(tf.io.parse_tensor(tf.io.serialize_tensor(tf.shape(tensor)), tf.int32))
+
+
+def _refuse_rank(tensor, name, rank):
+    """An assertion that the string input `name` has rank `rank` (1: a [batch] of texts or
+    serialized examples; 2: [batch, n]); the error reads "text must be a 1-D batch of strings
+    (shape [batch]); got shape [2,2]". Without it a [2, 2] text failed inside StringSplit
+    ("input must be a vector, got shape: [2,2]"), naming no input."""
+    layout = "[batch]" if rank == 1 else "[batch, " + ", ".join("n" * (rank - 1)) + "]"
+    shape = tf.strings.reduce_join(tf.strings.as_string(tf.shape(tensor)), separator=",")
+    return tf.debugging.Assert(tf.equal(_runtime_rank(tensor), rank), [tf.strings.join([
+        f"{name} must be a {rank}-D batch of strings (shape {layout}); got shape [", shape,
+        "]"])])
 
 
 def _refuse_empty(batch_size, what):
@@ -547,6 +571,19 @@ class AlbertServingModule(tf.Module):
         and converting it cost about a third of an export's tracing."""
         return tf.function(fn, autograph=False)
 
+    def _text_signature(self, fn, *specs):
+        """`fn` traced on `specs` (TensorSpecs named as the signature's inputs) as a signature
+        whose string inputs are checked first: each has its spec's rank (`_refuse_rank`,
+        naming the input), whatever shape a client feeds. Every signature that takes strings
+        (raw text, serialized tf.Examples) is made here."""
+        def checked(*inputs):
+            inputs = _after([lambda tensor=tensor, spec=spec: _refuse_rank(
+                tensor, spec.name, spec.shape.rank) for tensor, spec in zip(inputs, specs)
+                if spec.dtype == tf.string], list(inputs))
+            return fn(*inputs)
+
+        return self._function(checked).get_concrete_function(*specs)
+
     def _tokens_function(self, method, token_spec):
         """`method` (token features -> outputs) as one traced function that every signature
         calls: the model is traced once per export, not once per signature (the signatures'
@@ -570,13 +607,12 @@ class AlbertServingModule(tf.Module):
         encode = self._function(self.tokenizer.encode_with_masks).get_concrete_function(
             _string_spec(TEXT))
         # Each piece traced once and called by the signatures that need it.
-        text = self._function(lambda text: self.text_outputs(
-            outputs, text, None, encode)).get_concrete_function(_string_spec(TEXT))
-        pair = self._function(lambda text, text_b: self.text_outputs(
-            outputs, text, text_b, encode)).get_concrete_function(_string_spec(TEXT),
-                                                                  _string_spec(TEXT_B))
-        examples = self._function(lambda examples: outputs(self.tokens_from_examples(
-            examples, encode))).get_concrete_function(_string_spec(EXAMPLES))
+        text = self._text_signature(lambda text: self.text_outputs(
+            outputs, text, None, encode), _string_spec(TEXT))
+        pair = self._text_signature(lambda text, text_b: self.text_outputs(
+            outputs, text, text_b, encode), _string_spec(TEXT), _string_spec(TEXT_B))
+        examples = self._text_signature(lambda examples: outputs(self.tokens_from_examples(
+            examples, encode)), _string_spec(EXAMPLES))
         signatures = {"serving_default": pair if self.text_pair else text,
                       "serve_text_pair": pair, "serve_tokens": body, "serve_examples": examples}
         signatures.update(self.head_signatures(text, examples))
@@ -608,9 +644,9 @@ class PretrainerServingModule(AlbertServingModule):
 
     def head_signatures(self, text, examples) -> dict:
         # only the fill-mask outputs (REST returns every output)
-        fn = self._function(lambda text_in: {k: v for k, v in text(text_in).items()
-                                             if k in FILL_MASK_OUTPUTS})
-        return {"fill_mask": fn.get_concrete_function(_string_spec(TEXT))}
+        return {"fill_mask": self._text_signature(
+            lambda text_in: {k: v for k, v in text(text_in).items() if k in FILL_MASK_OUTPUTS},
+            _string_spec(TEXT))}
 
 
 class ClassifierServingModule(AlbertServingModule):
@@ -662,16 +698,15 @@ class ClassifierServingModule(AlbertServingModule):
     def head_signatures(self, text, examples) -> dict:
         signatures = {}
         if self.num_labels == 1:
-            fn = self._function(lambda inputs: {"outputs": examples(inputs)["score"]})
-            signatures["regress"] = fn.get_concrete_function(_string_spec("inputs"))
+            signatures["regress"] = self._text_signature(
+                lambda inputs: {"outputs": examples(inputs)["score"]}, _string_spec("inputs"))
         else:
-            fn = self._function(lambda inputs: {
+            signatures["classify"] = self._text_signature(lambda inputs: {
                 "classes": tf.tile(tf.constant([self.labels], tf.string),
                                    [tf.shape(inputs)[0], 1]),
-                "scores": examples(inputs)["probabilities"]})
-            signatures["classify"] = fn.get_concrete_function(_string_spec("inputs"))
-        fn = self._function(lambda input: self.official_outputs(examples(input)))
-        signatures[OFFICIAL_SIGNATURE] = fn.get_concrete_function(_string_spec(OFFICIAL_INPUT))
+                "scores": examples(inputs)["probabilities"]}, _string_spec("inputs"))
+        signatures[OFFICIAL_SIGNATURE] = self._text_signature(
+            lambda input: self.official_outputs(examples(input)), _string_spec(OFFICIAL_INPUT))
         return signatures
 
 
@@ -786,11 +821,10 @@ class SpanServingModule(AlbertServingModule):
 
     def signatures(self) -> dict:
         body = self._tokens_function(self.logits_from_tokens, _token_spec)
-        answer_fn = self._function(lambda question, context: self.answer(
-            question, context, lambda features: self._on_features(body, features)))
         return {
-            "serving_default": answer_fn.get_concrete_function(_string_spec(QUESTION),
-                                                               _string_spec(CONTEXT)),
+            "serving_default": self._text_signature(lambda question, context: self.answer(
+                question, context, lambda features: self._on_features(body, features)),
+                _string_spec(QUESTION), _string_spec(CONTEXT)),
             "serve_tokens": body,
         }
 
@@ -908,10 +942,10 @@ class MultipleChoiceServingModule(AlbertServingModule):
     def signatures(self) -> dict:
         choice_spec = lambda name: tf.TensorSpec([None, None, None], tf.int32, name=name)  # noqa: E731
         body = self._tokens_function(self.outputs_from_tokens, choice_spec)
-        text_fn = self._function(lambda article, question, options: self._on_features(
-            body, self.tokens_from_text(article, question, options)))
         return {
-            "serving_default": text_fn.get_concrete_function(
+            "serving_default": self._text_signature(
+                lambda article, question, options: self._on_features(
+                    body, self.tokens_from_text(article, question, options)),
                 _string_spec(ARTICLE), _string_spec(QUESTION),
                 tf.TensorSpec([None, None], tf.string, name=OPTIONS)),
             "serve_tokens": body,

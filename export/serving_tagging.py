@@ -10,7 +10,8 @@ Signatures:
   [batch, W] (int32), `scores` [batch, W] (float32, the tag's probability), `num_words`
   [batch] and `num_windows` [batch] (int32), with W the most words of any row; past a row's
   words `words` and `tags` are "", `tag_ids` -1 and `scores` 0. A text without words (empty
-  or blank) gets no tags.
+  or blank) gets no tags: `num_words` 0, `num_windows` 0 (no window is run for it), its row
+  of `words`/`tags` all "" (W = 0 when every text of the batch is empty).
 - `serve_tokens`: `input_ids`, `input_mask`, `segment_ids` [batch, length] (checked as every
   module's) -> `logits`, `probabilities` [batch, length, num_labels], `tag_ids` [batch, length]
   (0 past the row's tokens; a client picks each word's first piece).
@@ -89,10 +90,12 @@ class TaggingServingModule(AlbertServingModule):
         def rows(values, default):
             return tf.RaggedTensor.from_row_splits(values, words.row_splits).to_tensor(default)
 
+        # A sentence's windows are consecutive: its last window's index - its first's + 1; a
+        # text without words runs no window: 0. (Each row's own reduction: [batch] also when
+        # some or all rows are empty.)
         window_rows = tf.RaggedTensor.from_row_splits(win["window"], words.row_splits)
-        first, last = window_rows.to_tensor(-1)[:, :1], tf.reduce_max(window_rows, axis=1)
-        num_windows = tf.where(words.row_lengths() > 0,
-                               last - tf.reshape(tf.maximum(first, 0), [-1]) + 1, 0)
+        num_windows = tf.where(words.row_lengths() > 0, tf.reduce_max(window_rows, axis=1)
+                               - tf.reduce_min(window_rows, axis=1) + 1, 0)
         return {"words": words.to_tensor(""),
                 "tags": rows(tf.gather(tf.constant(self.labels), ids), ""),
                 "tag_ids": rows(ids, -1), "scores": rows(score, 0.0),
@@ -102,7 +105,7 @@ class TaggingServingModule(AlbertServingModule):
     def signatures(self) -> dict:
         body = self._tokens_function(self.outputs_from_tokens, _token_spec)
         unchecked = self._tokens_function(self._tag_tokens, _token_spec)
-        text = self._function(lambda text: self.tags_from_text(
-            text, lambda features: self._on_features(unchecked, features)))
-        return {"serving_default": text.get_concrete_function(_string_spec(TEXT)),
+        text = self._text_signature(lambda text: self.tags_from_text(
+            text, lambda features: self._on_features(unchecked, features)), _string_spec(TEXT))
+        return {"serving_default": text,
                 "serve_tokens": body}

@@ -183,6 +183,59 @@ def test_an_empty_request_is_refused_by_every_signature(exported, task_exports, 
         _signature(exported, task_exports, kind, name)(**inputs())
 
 
+# Strings of another rank: TF Serving (and a loaded signature) feed a tensor of any shape.
+STRING_SIGNATURES = {
+    "classifier": ["classify", "official_serving_default", "serve_examples", "serve_text_pair",
+                   "serving_default"],
+    "regressor": ["official_serving_default", "regress", "serve_examples", "serve_text_pair",
+                  "serving_default"],
+    "pretrainer": ["fill_mask", "serve_examples", "serve_text_pair", "serving_default"],
+    "squad": ["serving_default"], "race": ["serving_default"]}
+
+
+def _of_rank(rank, words=("a b", "c", "d", "e")):
+    """A string tensor of `rank` (rank 1: 1 row; rank 2: 1 row of the 4 RACE options; more:
+    2 x ... x 2) and its shape as the error prints it."""
+    if rank == 0:
+        return tf.constant(words[0]), "[]"
+    shape = [1, 4] if rank == 2 else [2] * rank if rank > 2 else [1]
+    value = tf.reshape(tf.constant((list(words) * 4)[:int(np.prod(shape))]), shape)
+    return value, "[" + ",".join(map(str, shape)) + "]"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", list(STRING_SIGNATURES))
+def test_strings_of_another_rank_are_refused_naming_the_input(exported, task_exports, kind):
+    """Every signature that takes strings refuses an input of another rank (a [2, 2] text, a
+    scalar where a batch belongs, RACE options of rank 1 or 3), the error naming that input and
+    the shape it got, the other inputs valid; before, a [2, 2] text failed inside StringSplit
+    ("input must be a vector, got shape: [2,2]"), naming no input."""
+    loaded = task_exports[kind][1] if kind in task_exports else exported[kind][2]
+    checked, failed = [], []
+    for name, fn in sorted(loaded.signatures.items()):
+        specs = fn.structured_input_signature[1]
+        if any(spec.dtype != tf.string for spec in specs.values()):
+            continue
+        checked.append(name)
+        valid = {key: _of_rank(spec.shape.rank)[0] for key, spec in specs.items()}
+        for key, spec in sorted(specs.items()):
+            rank = spec.shape.rank
+            layout = "[batch]" if rank == 1 else "[batch, n]"
+            for bad_rank in (rank - 1, rank + 1):
+                value, shape = _of_rank(bad_rank)
+                error = (f"assertion failed: [{key} must be a {rank}-D batch of strings (shape "
+                         f"{layout}); got shape {shape}]")
+                try:
+                    fn(**dict(valid, **{key: value}))
+                except tf.errors.InvalidArgumentError as e:
+                    if error not in e.message.splitlines():
+                        failed.append((name, key, shape, e.message[-300:]))
+                else:
+                    failed.append((name, key, shape, "answered"))
+    assert checked == STRING_SIGNATURES[kind]
+    assert not failed, failed
+
+
 # tf.Example requests: (id, examples, error fragment). Each is sent to serve_examples and
 # classify (classifier) and regress (regressor).
 BAD_EXAMPLES = [

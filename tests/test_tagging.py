@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_text  # noqa: F401 - registers the SentencePiece ops the exports use
 
 from albert_tf import features as F
 from albert_tf.backbone import AlbertBackbone
@@ -460,7 +461,7 @@ def test_export_tags_as_do_predict_does(tagging_run):
 
 @pytest.mark.slow
 def test_export_tags_through_the_cpp_loader(tagging_run, serving_loader, tmp_path):
-    from export.cc_loader import run_loader
+    from export.cc_loader import LoaderError, run_loader
 
     out, version, _ = tagging_run
     binary, info = serving_loader
@@ -472,6 +473,58 @@ def test_export_tags_through_the_cpp_loader(tagging_run, serving_loader, tmp_pat
     tags = [[t.decode() if isinstance(t, bytes) else t for t in row[:n]]
             for row, n in zip(result["outputs"]["tags"], counts)]
     assert tags == _predicted_tags(out)[:12]
+    # TF Serving's Session::Run feeds any shape: the rank rule holds there too (it is read
+    # from values, so graph optimization cannot fold it to the signature's rank)
+    with pytest.raises(LoaderError) as raised:
+        run_loader(binary, str(version), info["op_libraries"], "serving_default",
+                   {"text": inputs["text"][:4].reshape(2, 2)}, str(tmp_path / "rank2"))
+    assert ("INVALID_ARGUMENT: assertion failed: [text must be a 1-D batch of strings (shape "
+            "[batch]); got shape [2,2]]") in str(raised.value)
+
+
+@pytest.mark.slow
+def test_export_answers_batches_with_empty_texts(tagging_run):
+    """Texts without words (empty or blank) get num_words 0, num_windows 0 (no window runs for
+    them) and empty tag rows, in a batch of one, of several, and beside texts with words (whose
+    answers are those of the text alone); before, one empty text gave num_windows of shape [0]
+    and a batch of only empty texts failed ("Incompatible shapes: [3] vs. [0]")."""
+    serve = tf.saved_model.load(str(tagging_run[1])).signatures["serving_default"]
+    for texts in ([""], ["", " ", "\t"]):
+        got = serve(text=tf.constant(texts))
+        n = len(texts)
+        assert {k: v.shape.as_list() for k, v in got.items()} == {
+            "words": [n, 0], "tags": [n, 0], "tag_ids": [n, 0], "scores": [n, 0],
+            "num_words": [n], "num_windows": [n]}, texts
+        assert got["num_words"].numpy().tolist() == got["num_windows"].numpy().tolist() == [0] * n
+    alone = serve(text=tf.constant(["Hello there"]))
+    mixed = serve(text=tf.constant(["", "Hello there", " "]))
+    assert mixed["num_words"].numpy().tolist() == [0, 2, 0]
+    assert mixed["num_windows"].numpy().tolist() == [0, 1, 0]
+    assert mixed["tags"].numpy().tolist()[0::2] == [[b"", b""]] * 2
+    assert mixed["tag_ids"].numpy().tolist()[0::2] == [[-1, -1]] * 2
+    for key in ("words", "tags", "tag_ids", "scores"):
+        np.testing.assert_array_equal(mixed[key].numpy()[1], alone[key].numpy()[0], err_msg=key)
+
+
+@pytest.mark.slow
+def test_export_refuses_text_that_is_not_a_batch_of_strings(tagging_run):
+    """Every signature of the tagging export that takes strings refuses a text tensor of
+    another rank with an error naming the input and the shape (before: StringSplit's "input
+    must be a vector, got shape: [2,2]"); a loaded signature, like TF Serving, feeds any
+    shape."""
+    loaded = tf.saved_model.load(str(tagging_run[1]))
+    checked = []
+    for name, fn in loaded.signatures.items():
+        inputs = fn.structured_input_signature[1]
+        if any(spec.dtype != tf.string for spec in inputs.values()):
+            continue
+        for value, shape in (([["a b", "c"], ["d", "e"]], "[2,2]"), ("a b", "[]")):
+            with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+                fn(**{key: tf.constant(value) for key in inputs})
+            assert (f"assertion failed: [text must be a 1-D batch of strings (shape [batch]); "
+                    f"got shape {shape}]") in raised.value.message.splitlines(), name
+        checked.append(name)
+    assert checked == ["serving_default"]
 
 
 def _easy_tagged_sentences(count: int, seed: int) -> list:
