@@ -9,11 +9,12 @@ r"""Token classification (named entities, part of speech) through the one traini
         --learning_rate 5e-5 --train_step 2000 --warmup_step 200 --export_dir exports/wnut17
 
 Files are CoNLL (word first, tag last; tab- or space-separated) or CoNLL-U (UPOS), detected
-from the file (`albert_tf.tasks.conll`); a `--test_file` may hold words only. The tag set is
-the training file's (kept as OUTPUT_DIR/labels.json, so a later --do_eval or --do_predict
-without --do_train uses the same); a dev or test tag outside it is an error naming the file
-and line. Each word is tagged by its first SentencePiece piece; long sentences are split into
-windows (`albert_tf.tasks.tagging`).
+from the file (`albert_tf.tasks.conll`); a `--test_file` may hold words only (or be CoNLL-U
+with UPOS `_`: unannotated), and `-DOCSTART-` document separators are skipped (no sentence).
+The tag set is the training file's (kept as OUTPUT_DIR/labels.json, so a later --do_eval or
+--do_predict without --do_train uses the same); a dev or test tag outside it is an error
+naming the file and line. Each word is tagged by its first SentencePiece piece; long sentences are
+split into windows (`albert_tf.tasks.tagging`).
 
 Writes `eval_results.json` (token accuracy; for BIO/IOB2 tags entity precision, recall and F1
 as seqeval's default mode computes them, micro average), `predictions.conll` for --do_predict
@@ -74,9 +75,12 @@ def read_splits(exp) -> dict:
             continue
         if not path:
             raise ValueError(f"--{action} needs --{flag}.")
-        sentences, _ = conll.read_tagged_file(path, require_tags=split != "test")
-        conll.check_sentences(sentences, path)
-        out[split] = (path, sentences)
+        read = conll.read_tagged(path, require_tags=split != "test")
+        conll.check_sentences(read.sentences, path)
+        if read.document_starts:
+            print(f"{split}: skipped {read.document_starts:,} -DOCSTART- document separator "
+                  f"line(s) of {path} (not sentences)", flush=True)
+        out[split] = (path, read.sentences)
     return out
 
 

@@ -6,6 +6,7 @@ tags as --do_predict (in Python and through the C++ loader)."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import warnings
@@ -21,12 +22,13 @@ from albert_tf.tasks import conll
 from albert_tf.tasks.entity_metrics import entity_scores, get_entities, is_bio, token_accuracy
 from albert_tf.tasks.tagging import IGNORE, TaggingPreprocessor, TaggingTask, sentences_of_windows
 from albert_tf.token_classifier import AlbertTokenClassifier
-from conftest import ROOT, assert_spread, random_batch, tiny_config
+from conftest import ROOT, assert_spread, random_batch, run_cli, tiny_config
 
 SAMPLE = os.path.join(ROOT, "albert_tf", "sample_data", "tagging")
 WNUT_TRAIN = os.path.join(SAMPLE, "wnut17", "train.conll")
 WNUT_DEV = os.path.join(SAMPLE, "wnut17", "dev.conll")
 EWT_TRAIN = os.path.join(SAMPLE, "ud_english_ewt", "train.conllu")
+EWT_DEV = os.path.join(SAMPLE, "ud_english_ewt", "dev.conllu")
 TOLERANCE = 1e-5
 
 
@@ -384,6 +386,71 @@ def test_bad_files_name_the_file_and_line(tmp_path):
         conll.read_tagged_file(str(bad_u))
 
 
+def test_docstart_lines_are_document_separators_not_sentences(tmp_path):
+    """CoNLL-2003's "-DOCSTART- -X- -X- O" lines are skipped (as Hugging Face's conll2003
+    reader skips them): not a sentence (not trained on, tagged or counted), a sentence
+    boundary even without a blank line after it, and counted apart; they do not set the
+    file's columns."""
+    spaced = tmp_path / "conll2003.txt"
+    spaced.write_text("-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\n"
+                      "-DOCSTART- -X- -X- O\nGerman JJ B-NP B-MISC\n\n-DOCSTART- -X- O O\n\n")
+    read = conll.read_tagged(str(spaced))
+    assert (read.format, read.document_starts) == ("conll", 3)
+    assert [(s.words, s.tags, s.line_numbers) for s in read.sentences] == [
+        (["EU", "rejects"], ["B-ORG", "O"], [3, 4]), (["German"], ["B-MISC"], [7])]
+    sentences, fmt = conll.read_tagged_file(str(spaced))
+    assert fmt == "conll" and sentences == read.sentences
+    tabbed = tmp_path / "two_columns.conll"  # a separator of its own width: not the columns
+    tabbed.write_text("-DOCSTART-\nHi\tO\nthere\tO\n\n-DOCSTART-\tO\n")
+    read = conll.read_tagged(str(tabbed))
+    assert read.document_starts == 2 and [s.words for s in read.sentences] == [["Hi", "there"]]
+    only = tmp_path / "only.conll"
+    only.write_text("-DOCSTART- -X- -X- O\n\n")
+    with pytest.raises(conll.ConllError, match="only.conll holds no sentences"):
+        conll.read_tagged(str(only))
+    assert conll.read_tagged(WNUT_DEV).document_starts == 0
+
+
+def _unannotated(path, source=EWT_TRAIN, keep=()):
+    """`source` (CoNLL-U) with UPOS "_" on every token line but those of 1-based lines
+    `keep`."""
+    lines = open(source, encoding="utf-8").read().split("\n")
+    for i, line in enumerate(lines):
+        columns = line.split("\t")
+        if len(columns) == 10 and columns[0].isdigit() and i + 1 not in keep:
+            lines[i] = "\t".join(columns[:3] + ["_"] + columns[4:])
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return str(path)
+
+
+def test_unannotated_conllu_is_read_for_prediction_and_refused_for_training(tmp_path):
+    """CoNLL-U with UPOS "_" (unannotated) reads as words without tags where tags are not
+    needed (a --test_file to tag); training or evaluation on it, and a file tagging some tokens
+    only, are refused naming the file and line."""
+    path = _unannotated(tmp_path / "raw.conllu")
+    tagged, _ = conll.read_tagged_file(EWT_TRAIN)
+    sentences, fmt = conll.read_tagged_file(path, require_tags=False)
+    assert fmt == "conllu" and all(s.tags is None for s in sentences)
+    assert [s.words for s in sentences] == [s.words for s in tagged]
+    assert [s.line_numbers for s in sentences] == [s.line_numbers for s in tagged]
+    first = tagged[0].line_numbers[0]
+    with pytest.raises(conll.ConllError) as raised:
+        conll.read_tagged_file(path)
+    assert str(raised.value) == (
+        f"{path}, line {first}: UPOS '_' (unannotated): training and evaluation need every "
+        "token's tag; tag the file, or pass it as --test_file with --do_predict alone to tag "
+        "it.")
+    second = tagged[0].line_numbers[1]
+    mixed = _unannotated(tmp_path / "mixed.conllu", keep={first})
+    for require_tags in (True, False):
+        with pytest.raises(conll.ConllError) as raised:
+            conll.read_tagged_file(mixed, require_tags=require_tags)
+        assert str(raised.value) == (
+            f"{mixed}, line {second}: UPOS '_' (unannotated) on line {second} but "
+            f"{tagged[0].tags[0]!r} on line {first}: tag every token, or none (an unannotated "
+            "file is tagged by --do_predict, never scored).")
+
+
 # ---------------------------------------------------------------------------------------------
 # The command and its export.
 @pytest.fixture(scope="module")
@@ -525,6 +592,85 @@ def test_export_refuses_text_that_is_not_a_batch_of_strings(tagging_run):
                     f"got shape {shape}]") in raised.value.message.splitlines(), name
         checked.append(name)
     assert checked == ["serving_default"]
+
+
+def _with_docstarts(path, source=WNUT_DEV, every=30) -> tuple[str, int]:
+    """`source` with a "-DOCSTART-" line (and its blank line) before its first sentence and
+    every `every` sentences after it; returns (path, the number of separators)."""
+    blocks = open(source, encoding="utf-8").read().strip("\n").split("\n\n")
+    out, count = [], 0
+    for i, block in enumerate(blocks):
+        if i % every == 0:
+            out.append("-DOCSTART-\tO")
+            count += 1
+        out.append(block)
+    path.write_text("\n\n".join(out) + "\n", encoding="utf-8")
+    return str(path), count
+
+
+def _rerun(tagging_run, sample_vocab, tmp_path, *args) -> tuple:
+    """run_tagging in this process on a copy of `tagging_run`'s output directory (its tag set
+    and checkpoint; nothing trained): (exit status, copy)."""
+    out = tagging_run[0]
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    for name in ("eval_results.json", "test_results.json", "predictions.conll"):
+        (run / name).unlink(missing_ok=True)
+    code = run_cli("albert_tf.run_tagging", "--albert_config_file",
+                   str(out.parent / "albert_config.json"), "--spm_model_file", sample_vocab,
+                   "--output_dir", str(run), "--max_seq_length", "24",
+                   "--eval_batch_size", "16", "--predict_batch_size", "16", *args)
+    return code, run
+
+
+@pytest.mark.slow
+def test_docstart_lines_are_not_evaluated_tagged_or_counted(tagging_run, sample_vocab, tmp_path,
+                                                            capsys):
+    """The dev slice with -DOCSTART- separators evaluates and predicts exactly as without them:
+    the same eval and test scores, the same sentence counts and predictions.conll byte for
+    byte (before, each separator was a one-word sentence: 104 dev sentences, tagged)."""
+    path, count = _with_docstarts(tmp_path / "dev_docs.conll")
+    code, run = _rerun(tagging_run, sample_vocab, tmp_path, "--do_eval", "--do_predict",
+                       "--dev_file", path, "--test_file", path)
+    stdout = capsys.readouterr().out
+    assert code == 0 and count == 4
+    out = tagging_run[0]
+    assert f"dev: skipped 4 -DOCSTART- document separator line(s) of {path}" in stdout
+    assert "dev: 100 sentences" in stdout and f"tagged 100 sentences of {path}" in stdout
+    assert (run / "predictions.conll").read_bytes() == (out / "predictions.conll").read_bytes()
+    got, want = (json.loads((d / "test_results.json").read_text()) for d in (run, out))
+    assert got.pop("file") == path and want.pop("file") == WNUT_DEV and got == want
+    got, want = (json.loads((d / "eval_results.json").read_text()) for d in (run, out))
+    for key in ("token_accuracy", "entity_precision", "entity_recall", "entity_f1"):
+        assert got[key] == want[key], key
+
+
+@pytest.mark.slow
+def test_unannotated_conllu_is_tagged_by_do_predict_and_refused_by_do_eval(
+        tagging_run, sample_vocab, tmp_path, capsys):
+    """A CoNLL-U file with UPOS "_" everywhere: --do_predict tags it (predictions.conll: each
+    token line with a predicted tag of the model's set, no test_results.json); --do_eval on it
+    is refused in one line naming the file and line."""
+    path = _unannotated(tmp_path / "raw.conllu", source=EWT_DEV)
+    sentences, _ = conll.read_tagged_file(path, require_tags=False)
+    code, run = _rerun(tagging_run, sample_vocab, tmp_path, "--do_predict", "--test_file",
+                       path)
+    assert code == 0, capsys.readouterr().err[-2000:]
+    assert f"tagged {len(sentences):,} sentences of {path}" in capsys.readouterr().out
+    blocks = (run / "predictions.conll").read_text(encoding="utf-8").split("\n\n")
+    assert len(blocks) == len(sentences)
+    rows = [line.split("\t") for block in blocks for line in block.splitlines()]
+    assert [r[1] for r in rows] == [w for s in sentences for w in s.words]
+    labels = json.loads((run / "labels.json").read_text())
+    assert all(len(r) == 11 and r[3] == "_" and r[10] in labels for r in rows)
+    assert not (run / "test_results.json").exists()
+    code, _ = _rerun(tagging_run, sample_vocab, tmp_path / "eval", "--do_eval", "--dev_file",
+                     path)
+    first = sentences[0].line_numbers[0]
+    assert code == 1 and capsys.readouterr().err.splitlines()[-1] == (
+        f"error: {path}, line {first}: UPOS '_' (unannotated): training and evaluation need "
+        "every token's tag; tag the file, or pass it as --test_file with --do_predict alone to "
+        "tag it.")
 
 
 def _easy_tagged_sentences(count: int, seed: int) -> list:

@@ -11,8 +11,15 @@ Formats, detected from the file (`read_tagged_file`):
   holds words without tags (a `--test_file` to tag).
 
 Either way sentences end at blank lines (whitespace only: WNUT-17 separates them with a lone
-tab); a UTF-8 byte-order mark, CRLF line ends and a missing final newline are accepted.
-Problems are `ConllError`s naming the file and the 1-based line.
+tab); a UTF-8 byte-order mark, CRLF line ends and a missing final newline are accepted. A CoNLL
+line whose word is `-DOCSTART-` (CoNLL-2003's document separator, "-DOCSTART- -X- -X- O") is
+skipped, as Hugging Face's conll2003 reader skips it: it ends a sentence and is no word of
+any, so it is neither trained on nor tagged nor counted (`TaggedFile.document_starts` counts
+them). (conlleval.pl reads it as one more token, gold and guess "O": no entity score
+changes, only its token accuracy.) A CoNLL-U file whose UPOS is `_` on every token is
+unannotated: its words are read without tags, for `--do_predict`; training or evaluation on it
+is refused, and so is a file that tags some tokens and leaves others `_`. Problems are
+`ConllError`s naming the file and the 1-based line.
 """
 
 from __future__ import annotations
@@ -22,6 +29,10 @@ import os
 import re
 
 from albert_tf.paths import atomic_write
+
+
+DOCSTART = "-DOCSTART-"  # CoNLL-2003's document separator line's first column
+UNANNOTATED = "_"  # CoNLL-U's value of a field that is not given
 
 
 class ConllError(ValueError):
@@ -37,6 +48,16 @@ class Sentence:
     tags: list | None
     line_numbers: list
     lines: list
+
+
+@dataclasses.dataclass
+class TaggedFile:
+    """What `read_tagged` read: the sentences, the format ("conll" or "conllu") and how many
+    `-DOCSTART-` lines it skipped."""
+
+    sentences: list
+    format: str
+    document_starts: int = 0
 
 
 def _is_conllu(path: str, first_columns: list) -> bool:
@@ -60,21 +81,40 @@ def _read_lines(path: str) -> list:
 
 def read_tagged_file(path: str, require_tags: bool = True) -> tuple[list, str]:
     """([Sentence], format name "conll" or "conllu") of a CoNLL or CoNLL-U file (see the module
-    docstring). `require_tags=False` also accepts a CoNLL file of words only (tags None)."""
+    docstring). `require_tags=False` also accepts a CoNLL file of words only and an unannotated
+    CoNLL-U file (tags None)."""
+    read = read_tagged(path, require_tags)
+    return read.sentences, read.format
+
+
+def _is_docstart(line: str) -> bool:
+    columns = line.split()
+    return bool(columns) and columns[0] == DOCSTART
+
+
+def read_tagged(path: str, require_tags: bool = True) -> TaggedFile:
+    """`read_tagged_file`'s sentences and format, and the number of `-DOCSTART-` lines
+    skipped."""
     if not os.path.isfile(path):
         raise ConllError(f"{path}: no such file.")
     lines = _read_lines(path)
-    first = next((line for line in lines if line.strip() and not line.startswith("#")), None)
+    first = next((line for line in lines if line.strip() and not line.startswith("#")
+                  and not _is_docstart(line)), None)
     if first is None:
         raise ConllError(f"{path} holds no sentences.")
     tab_separated = "\t" in first.strip(" ")
     conllu = _is_conllu(path, _columns(first, True))
-    sentences, current, expected = [], None, None
+    sentences, current, expected, document_starts = [], None, None, 0
+    tagged_at = untagged_at = None  # CoNLL-U: the first line with a tag, and with UPOS "_"
     for number, line in enumerate(lines, 1):
         if not line.strip():
             current = None
             continue
         if conllu and line.startswith("#"):
+            continue
+        if not conllu and _is_docstart(line):
+            document_starts += 1
+            current = None  # a document separator also ends a sentence
             continue
         columns = line.split("\t") if conllu else _columns(line, tab_separated)
         if conllu:
@@ -84,6 +124,22 @@ def read_tagged_file(path: str, require_tags: bool = True) -> tuple[list, str]:
             if "-" in columns[0] or "." in columns[0]:
                 continue  # a multiword-token range or an empty node
             word, tag = columns[1], columns[3]
+            if tag.strip() == UNANNOTATED:
+                untagged_at = untagged_at or (number, tag)
+                tag = None
+            else:
+                tagged_at = tagged_at or (number, tag)
+            if untagged_at and tagged_at:
+                raise ConllError(
+                    f"{path}, line {max(untagged_at[0], tagged_at[0])}: UPOS "
+                    f"{untagged_at[1]!r} (unannotated) on line {untagged_at[0]} but "
+                    f"{tagged_at[1]!r} on line {tagged_at[0]}: tag every token, or none (an "
+                    "unannotated file is tagged by --do_predict, never scored).")
+            if untagged_at and require_tags:
+                raise ConllError(
+                    f"{path}, line {number}: UPOS '_' (unannotated): training and evaluation "
+                    "need every token's tag; tag the file, or pass it as --test_file with "
+                    "--do_predict alone to tag it.")
         else:
             if expected is None:
                 expected = len(columns)
@@ -110,7 +166,7 @@ def read_tagged_file(path: str, require_tags: bool = True) -> tuple[list, str]:
         current.lines.append(line)
     if not sentences:
         raise ConllError(f"{path} holds no sentences.")
-    return sentences, "conllu" if conllu else "conll"
+    return TaggedFile(sentences, "conllu" if conllu else "conll", document_starts)
 
 
 def check_sentences(sentences, path: str) -> None:
