@@ -28,7 +28,8 @@ from albert_tf.paths import atomic_write
 from albert_tf.backbone import Performance
 from albert_tf.checkpoints import CheckpointError, CheckpointMismatchError
 from albert_tf.checkpoints.common import reading_checkpoint
-from albert_tf.checkpoints.conversion import carried_tokenizer, checkpoint_config
+from albert_tf.checkpoints.conversion import (carried_tokenizer, checkpoint_config,
+                                              recorded_casing)
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import StrategyError, get_strategy, tf_config_worker
 from albert_tf import experiment
@@ -111,6 +112,7 @@ def _checked(body, exp: ExperimentConfig):
     features, checkpoints, evaluations and predictions alike."""
     if "init_checkpoint" in exp:
         carried_vocabulary(exp, pretrained_source(exp))
+    carried_run_casing(exp)
     name = check_cluster_flags(exp) if "distribution_strategy" in exp else None
     if not exp.get("output_dir"):
         return body(exp)
@@ -178,6 +180,28 @@ def carried_vocabulary(exp: ExperimentConfig, pretrained: str | None) -> None:
                         "(do_lower_case=%s): the run lowercases as the flag says.",
                         exp.do_lower_case, pretrained, recorded)
     else:
+        _set(exp, "do_lower_case", recorded)
+
+
+def carried_run_casing(exp: ExperimentConfig) -> None:
+    """A command rerun on a run's --output_dir (to resume, evaluate, predict or export it)
+    tokenizes as the run did: without --do_lower_case given, the casing the run's config.yaml
+    records (a cased run stays cased, with a note); given against it, the flag is used with a
+    warning naming both. Read before the command writes anything."""
+    output_dir = exp.get("output_dir")
+    if "do_lower_case" not in exp or not output_dir or not os.path.isdir(output_dir):
+        return
+    recorded = recorded_casing(output_dir)
+    if recorded is None or recorded == exp.do_lower_case:
+        return
+    if exp.is_given("do_lower_case"):
+        print(f"Warning: --do_lower_case={exp.do_lower_case} differs from the casing the run "
+              f"in {output_dir} records (do_lower_case={recorded} in its "
+              f"{experiment.CONFIG_NAME}): the command lowercases as the flag says.",
+              file=sys.stderr, flush=True)
+    else:
+        print(f"Note: --do_lower_case={recorded}, as the run in {output_dir} records (its "
+              f"{experiment.CONFIG_NAME}).", file=sys.stderr, flush=True)
         _set(exp, "do_lower_case", recorded)
 
 

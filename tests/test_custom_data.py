@@ -464,6 +464,34 @@ def test_a_refused_rerun_with_another_learning_rate_writes_nothing(custom_run, t
 
 
 @pytest.mark.slow
+def test_a_rerun_on_a_cased_run_tokenizes_as_the_run_did(custom_run, tmp_path, capsys):
+    """A command rerun on a run's --output_dir without --do_lower_case takes the casing the
+    run's config.yaml records (here made cased): its export serves cased text; the flag given
+    against it is used, with a warning naming both."""
+    run = tmp_path / "run"
+    shutil.copytree(custom_run["out"], run)
+    config = (run / "config.yaml").read_text()
+    assert "  do_lower_case: true\n" in config
+    (run / "config.yaml").write_text(config.replace("  do_lower_case: true\n",
+                                                    "  do_lower_case: false\n"))
+    common = custom_run["common"]
+    common = common[:common.index("--output_dir")] + ["--output_dir", str(run)] + common[
+        common.index("--output_dir") + 2:]
+    capsys.readouterr()
+    assert run_classifier(*common, "--export_dir", str(tmp_path / "cased")) == 0
+    assert f"Note: --do_lower_case=False, as the run in {run} records (its config.yaml)." \
+        in capsys.readouterr().err
+    record = json.load(open(tmp_path / "cased" / "1" / "assets.extra" / "albert_export.json"))
+    assert record["do_lower_case"] is False
+    assert run_classifier(*common, "--do_lower_case", "--export_dir",
+                          str(tmp_path / "lower")) == 0
+    assert "Warning: --do_lower_case=True differs from the casing the run in" \
+        in capsys.readouterr().err
+    record = json.load(open(tmp_path / "lower" / "1" / "assets.extra" / "albert_export.json"))
+    assert record["do_lower_case"] is True
+
+
+@pytest.mark.slow
 def test_a_later_run_reuses_labels_json_and_dev_labels_are_checked(custom_run, capsys):
     """--do_eval without --train_file, its task flags in a --config_file (YAML), scores with the
     labels the training run kept (the same accuracy); --export_dir alone exports with them; a
