@@ -393,6 +393,14 @@ class AlbertServingModule(tf.Module):
                              "classes to name. Leave --labels out.")
         if labels is not None and self.num_labels is not None and len(labels) != self.num_labels:
             raise ValueError(f"{len(labels)} label names given for {self.num_labels} labels.")
+        if labels is not None:
+            names = [str(x) for x in labels]
+            repeated = sorted({x for x in names if names.count(x) > 1})
+            if repeated or "" in names:
+                raise ValueError(f"label names (--labels) {names}: "
+                                 + (f"{repeated[0]!r} is named {names.count(repeated[0])} "
+                                    "times" if repeated else "one is empty")
+                                 + "; each class needs its own non-empty name, in id order.")
         self.labels = list(labels) if labels is not None else (
             [str(i) for i in range(self.num_labels)] if self.num_labels else None)
         self.named_labels = labels is not None  # names known at export, not "0", "1", ...

@@ -910,6 +910,13 @@ def test_a_classifier_exported_with_label_names_answers_them_on_serving_default(
                 "segment_ids": tf.zeros([1, 3], tf.int32)}
     assert "label_name" not in unnamed.outputs_from_tokens(features)
     assert "label_name" in named.outputs_from_tokens(features)
+    # Two classes of one name (hostile pass: --labels a,a served both as "a"), or none: refused
+    for labels, why in ((["neg", "neg", "pos"], "'neg' is named 2 times"),
+                        (["neg", "", "pos"], "one is empty")):
+        with pytest.raises(ValueError, match=f"label names \\(--labels\\) .*: {why}; each "
+                                             "class needs its own non-empty name"):
+            serving_module(host_copy(model), Tokenizer(sample_vocab), max_seq_length=MAX_SEQ,
+                           labels=labels)
 
 
 @pytest.mark.slow
