@@ -208,13 +208,15 @@ RULES = {
     "positive_probability": (lambda v: math.isfinite(v) and 0 < v <= 1,
                              "above 0 and at most 1"),
     "dropout": (lambda v: math.isfinite(v) and 0 <= v < 1, "at least 0 and below 1"),
+    # [CLS], one piece, [SEP]: a shorter sequence holds no text at all.
+    "sequence": (lambda v: math.isfinite(v) and v >= 3, "at least 3 ([CLS], a piece, [SEP])"),
     "finite": (math.isfinite, "a finite number"),
     "seed": (lambda v: v == -1 or v >= 0, "-1 (a fresh seed) or a seed >= 0"),
     "finite_or_nan": (lambda v: not math.isinf(v), "a finite number (nan: none)"),
 }
 NUMBER_RULES = {
     # Shared flags (SPECS).
-    "max_seq_length": "positive", "max_predictions_per_seq": "positive",
+    "max_seq_length": "sequence", "max_predictions_per_seq": "positive",
     "random_seed": "seed", "num_train_files": "positive", "input_shards": "non_negative",
     "train_batch_size": "positive", "eval_batch_size": "positive",
     "predict_batch_size": "positive", "learning_rate": "positive", "train_step": "positive",
@@ -228,7 +230,7 @@ NUMBER_RULES = {
     "poly_power": "non_negative", "num_train_steps": "positive",
     "num_warmup_steps": "non_negative", "start_warmup_step": "non_negative",
     "max_eval_steps": "positive", "tpu_connect_timeout": "positive",
-    "export_max_seq_length": "positive", "shuffle_window": "positive",
+    "export_max_seq_length": "sequence", "shuffle_window": "positive",
     "num_keep_checkpoint": "positive", "train_examples": "non_negative",
     "dropout_rate": "dropout", "num_train_epochs": "positive",
     "warmup_proportion": "probability", "start_n_top": "positive", "end_n_top": "positive",

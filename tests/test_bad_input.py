@@ -61,6 +61,8 @@ BAD_NUMBERS = [
     ("train_batch_size", "0", "> 0"), ("random_seed", "-2", r"-1 \(a fresh seed\)"),
     ("null_score_diff_threshold", "nan", "a finite number"),
     ("num_train_epochs", "inf", "> 0"), ("dupe_factor", "0", "> 0"),
+    ("max_seq_length", "2", r"at least 3 \(\[CLS\], a piece, \[SEP\]\)"),
+    ("export_max_seq_length", "0", "at least 3"),
 ]
 
 
@@ -68,7 +70,8 @@ BAD_NUMBERS = [
                          ids=[f"{n}={v}" for n, v, _ in BAD_NUMBERS])
 def test_numeric_flags_out_of_range_are_refused_at_parse_time(name, value, expected):
     values = flags.FlagValues()
-    integer = name in ("num_warmup_steps", "train_batch_size", "random_seed", "dupe_factor")
+    integer = name in ("num_warmup_steps", "train_batch_size", "random_seed", "dupe_factor",
+                       "max_seq_length", "export_max_seq_length")
     (flags.DEFINE_integer if integer else flags.DEFINE_float)(name, None, "", flag_values=values)
     check_numbers(values)
     with pytest.raises(flags.IllegalFlagValueError, match=f"--{name} must be .*{expected}"):
@@ -76,7 +79,7 @@ def test_numeric_flags_out_of_range_are_refused_at_parse_time(name, value, expec
     fresh = flags.FlagValues()
     (flags.DEFINE_integer if integer else flags.DEFINE_float)(name, None, "", flag_values=fresh)
     check_numbers(fresh)
-    ordinary = "1" if integer else "0.5"
+    ordinary = "8" if "seq_length" in name else "1" if integer else "0.5"
     fresh(["prog", f"--{name}={ordinary}"])  # an ordinary value passes
     assert getattr(fresh, name) == float(ordinary)
 
