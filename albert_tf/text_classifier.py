@@ -45,6 +45,7 @@ import dataclasses
 import numbers
 import os
 import warnings
+import zipfile
 
 import keras
 import numpy as np
@@ -474,6 +475,11 @@ class RawTextModel(keras.Model):
         """Keras `save` (a `.keras` file), refused (`NonFiniteLossError`, nothing written)
         where a weight is nan or inf."""
         self._check_weights_finite(f"save({os.fspath(filepath)!r})")
+        path = os.fspath(filepath)
+        if os.path.isfile(path) and not zipfile.is_zipfile(path):
+            raise FileExistsError(f"save({path!r}): {path} exists and is not a saved Keras "
+                                  "model (not a .keras archive); it is not written over. "
+                                  "Choose another path, or remove the file first.")
         return super().save(filepath, *args, **kwargs)
 
     def save_weights(self, filepath, *args, **kwargs):

@@ -6,6 +6,7 @@ weights, and one reading of text pairs: a tuple of two sequences is the two colu
 rows, whatever the number of rows."""
 
 import os
+import zipfile
 
 import keras
 import numpy as np
@@ -222,6 +223,17 @@ def test_save_and_export_refuse_non_finite_weights(pretraining_run, tmp_path, ki
             f"or inf, e.g. {weight.path}); nothing is written. Rebuild the model "
             "(from_checkpoint) or load good weights, and train with a lower learning rate.")
     assert os.listdir(tmp_path) == []
+    # Finite again: a file at the path that is not a Keras model is never written over
+    # (hostile pass: Keras' overwrite=True replaced it); a .keras archive is, as Keras does.
+    weight.assign(np.nan_to_num(value))
+    precious = tmp_path / "precious.keras"
+    precious.write_text("precious")
+    with pytest.raises(FileExistsError, match=r"exists and is not a saved Keras model"):
+        model.save(precious)
+    assert precious.read_text() == "precious"
+    model.save(tmp_path / "m.keras")
+    model.save(tmp_path / "m.keras")
+    assert zipfile.is_zipfile(tmp_path / "m.keras")
 
 
 # ---------------------------------------------------------------------------------------------
