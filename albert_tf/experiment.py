@@ -138,6 +138,12 @@ def _yaml12_values(value):
 _YAML_FLOAT_WORDS = {".inf": "inf", "+.inf": "inf", "-.inf": "-inf", ".nan": "nan"}
 
 
+# Flags naming one path (besides every --*_dir): a YAML list for them is an error, not the
+# comma-joined text (a directory named "a,b").
+ONE_PATH_FLAGS = ("init_checkpoint", "albert_config_file", "spm_model_file", "vocab_file",
+                  "albert_hub_module_handle")
+
+
 def _file_value(flag, value):
     """`value` from a config file as the command-line text absl would parse, so a value in a
     file means exactly what it means on the command line: a plain YAML scalar is its text as
@@ -151,6 +157,10 @@ def _file_value(flag, value):
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
+        if (flag.name.endswith("_dir") or flag.name in ONE_PATH_FLAGS) \
+                and not isinstance(flag.parser, flags.ListParser):
+            raise ValueError(f"--{flag.name} names one path, and the file gives a list of "
+                             f"{len(value)}; give one value")
         if any(isinstance(v, (list, tuple, dict)) or v is None for v in value):
             raise ValueError(f"a list of --{flag.name} holds a list, a mapping or null; its "
                              "items are single values")

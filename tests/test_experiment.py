@@ -363,12 +363,18 @@ def test_a_config_file_over_the_size_limit_or_holding_itself_is_refused(tmp_path
     ("task:\n  labels: [a, null]\n",
      "task.labels: a list of --labels holds a list, a mapping or null; its items are single "
      "values"),
+    # hostile pass: the list became a directory named "runs/a,runs/b", left behind
+    ("trainer:\n  output_dir: [runs/a, runs/b]\n",
+     "trainer.output_dir: --output_dir names one path, and the file gives a list of 2; give "
+     "one value"),
 ])
 def test_yaml_1_1_forms_and_nested_lists_are_refused(tmp_path, text, message):
     path = tmp_path / "c.yaml"
     path.write_text(text)
+    values = _flag_values()
+    flags.DEFINE_string("output_dir", None, "", flag_values=values)
     with pytest.raises(ConfigFileError) as raised:
-        experiment.apply_config_file(str(path), "prog", _flag_values())
+        experiment.apply_config_file(str(path), "prog", values)
     assert message in str(raised.value) and str(raised.value).startswith(
         f"--config_file {path}")
 
