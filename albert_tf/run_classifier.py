@@ -278,6 +278,11 @@ def run(exp):
 def check(exp):
     """What the command line must give beyond the required flags (absl's UsageError)."""
     albert_flags.require_an_action(export=True)
+    if not glue.is_custom(exp.task_name):
+        try:
+            glue.get_task(exp.task_name)  # an unknown name first: "--data_dir is required" misleads
+        except ValueError as e:
+            raise app.UsageError(str(e)) from None
     if not glue.is_custom(exp.task_name) and not exp.data_dir:
         raise app.UsageError(f"--data_dir is required for the GLUE task {exp.task_name} "
                              "(--task_name custom reads --train_file, --dev_file, --test_file).")

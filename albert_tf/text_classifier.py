@@ -187,6 +187,17 @@ def initialize_classifier(classifier: AlbertClassifier, checkpoint: str,
         return dict(report, head="new")
 
 
+def check_checkpoint_given(cls, head_class, checkpoint) -> None:
+    """ValueError unless `checkpoint` is a path (from_checkpoint(None) was os.fspath's
+    TypeError), saying how a model from random weights is built instead."""
+    if not isinstance(checkpoint, (str, os.PathLike)) or not os.fspath(checkpoint):
+        raise ValueError(f"from_checkpoint({checkpoint!r}): give the path of a pretrained "
+                         "model (a run's --output_dir, a .keras file, a TF1 checkpoint, a "
+                         "Hugging Face folder); a model from random weights is built "
+                         f"directly: {cls.__name__}({head_class.__name__}(AlbertConfig(...), "
+                         "...), AlbertTextPreprocessor(SPM, sequence_length)).")
+
+
 def check_label_names(labels, name: str = "labels") -> list:
     """`labels` as a list of distinct non-empty strings (index = id). Refused, with the fix:
     an unordered collection (a set or dict: its order varies between processes, so ids
@@ -281,6 +292,7 @@ class RawTextModel(keras.Model):
         checkpoint that records its labels keeps its head only for the same `labels` list
         (`head_labels`)."""
         check_number("dropout_rate", dropout_rate, "dropout_rate")
+        check_checkpoint_given(cls, head_class, checkpoint)
         if kwargs.get("labels") is not None:
             kwargs["labels"] = check_label_names(kwargs["labels"])
         new_head = head_labels(kwargs.get("labels"), checkpoint,

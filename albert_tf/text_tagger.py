@@ -36,7 +36,8 @@ import tensorflow as tf
 from albert_tf import features as F
 from albert_tf.tasks.tagging import IGNORE, TaggingPreprocessor, score_sentences
 from albert_tf.text_classifier import (FINE_TUNING_DEFAULTS, RawTextModel, _unpack,
-                                       batch_size_of, check_label_names, stored_labels)
+                                       batch_size_of, check_checkpoint_given,
+                                       check_label_names, stored_labels)
 from albert_tf.token_classifier import AlbertTokenClassifier
 
 
@@ -204,6 +205,7 @@ class AlbertTextTagger(RawTextModel):
         encoder and a new head. `labels=None` adopts the tags the checkpoint records. `sequence_length` is
         `run_tagging`'s `--max_seq_length` (the windows' length); `do_lower_case=None`, the
         casing the checkpoint records (as `AlbertTextClassifier.from_checkpoint`), else True."""
+        check_checkpoint_given(cls, AlbertTokenClassifier, checkpoint)
         if labels is None:
             labels = stored_labels(checkpoint)[0]  # a tagger's own tags, in its order
         if labels is None or (not isinstance(labels, np.ndarray) and not labels):

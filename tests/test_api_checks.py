@@ -273,3 +273,13 @@ def test_rows_and_columns_that_cannot_be_read_one_way_are_refused(sample_vocab):
         pre((["a1", "a2"], ["b1"]))
     assert str(e.value) == ("The columns (text_a, text_b) have 2 and 1 texts: give one text_b "
                             "per text_a (\"\" for none).")
+
+
+@pytest.mark.parametrize("cls", [AlbertTextClassifier, AlbertTextTagger])
+def test_from_checkpoint_of_no_path_says_what_to_give(cls):
+    """Hostile pass: from_checkpoint(None, ...) was a TypeError from os.fspath."""
+    with pytest.raises(ValueError, match=r"from_checkpoint\(None\): give the path of a "
+                                         r"pretrained model .* a model from random weights "
+                                         r"is built directly"):
+        cls.from_checkpoint(None, spm_model_file="x.model")
+

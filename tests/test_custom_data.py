@@ -367,6 +367,19 @@ def _sentences(n, seed):
     return out
 
 
+def test_a_directory_or_an_unknown_task_is_named_first(tmp_path, capsys):
+    """Hostile pass: --train_file DIR said "'none' is not one of the extensions"; --task_name
+    nope without --data_dir said --data_dir was required for the GLUE task nope."""
+    with pytest.raises(TableError, match=f"^{tmp_path} is a directory; give a .csv"):
+        read_table(str(tmp_path))
+    capsys.readouterr()
+    assert run_classifier("--task_name", "nope", "--albert_config_file", "a.json",
+                          "--spm_model_file", "b.model", "--output_dir",
+                          str(tmp_path / "out"), "--do_train") == 1
+    assert "Unknown GLUE task 'nope'; choose one of" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def run_classifier(*args) -> int:
     """`python -m albert_tf.run_classifier ARGS` in this process (its `cli`, `run_cli`): the
     exit status."""

@@ -608,7 +608,9 @@ def _convert(source, input_path, output_dir, target, albert_config_file, model, 
     keras_model, record, report = read.model, read.record, read.report
     spm = spm_model_file or read.spm_model_file
     if spm and not os.path.isfile(spm):
-        raise CheckpointError(f"no such path: {spm} (--spm_model_file)")
+        raise CheckpointError(
+            f"{spm} (--spm_model_file) is not a file: give the SentencePiece model's .model "
+            "file" if os.path.exists(spm) else f"no such path: {spm} (--spm_model_file)")
     if spm_model_file:
         pieces = Tokenizer(spm_model_file).vocab_size
         if pieces != keras_model.config.vocab_size:

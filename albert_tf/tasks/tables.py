@@ -42,6 +42,8 @@ class TableError(ValueError):
 def table_format(path: str) -> str:
     """"csv", "tsv" or "jsonl", from the extension of `path`."""
     ext = os.path.splitext(os.fspath(path))[1].lower()
+    if os.path.isdir(path):
+        raise TableError(f"{path} is a directory; give a .csv, .tsv or .jsonl file.")
     if ext not in EXTENSIONS:
         raise TableError(f"{path}: the format is taken from the extension, and {ext or 'none'!r}"
                          f" is not one of {', '.join(sorted(EXTENSIONS))}: rename the file "
