@@ -501,8 +501,8 @@ def test_run_squad_v2_command_line_null_odds_and_best_threshold(tmp_path, sample
     stray = tmp_path / "ff" / "feat-00003-of-00008.tfrecord"
     stray.write_text("not ours")
     proc = run_command("albert_tf.run_squad_v2", *args, "--do_train", "--train_file",
-                       str(tmp_path / "slice.json"), "--train_feature_file",
-                       str(tmp_path / "ff" / "feat.tfrecord"))
+                       str(tmp_path / "slice.json"), "--learning_rate", "1e-3",
+                       "--train_feature_file", str(tmp_path / "ff" / "feat.tfrecord"))
     assert proc.returncode != 0 and stray.read_text() == "not ours"
     assert f"{stray} exists and was not made from this run's inputs" in proc.stderr, \
         proc.stderr[-2000:]
