@@ -96,12 +96,6 @@ def batch_size_of(batch_size, flag: str) -> int:
                                                       integer=True)
 
 
-def weights_finite(model) -> bool:
-    """Whether every weight of `model` is finite: the test the commands pass before a
-    checkpoint is saved (`Trainer.weights_finite`, `Controller.save`)."""
-    return all(bool(np.isfinite(v.numpy()).all()) for v in model.weights)
-
-
 class _StopOnNonFinite(keras.callbacks.Callback):
     """Ends `fit` as the commands' loop ends a run (`Controller.stop_non_finite`): the default
     optimizer's finiteness gate (`KerasFitOptimizer`) closed on a step whose gradient or
@@ -110,15 +104,21 @@ class _StopOnNonFinite(keras.callbacks.Callback):
     With an optimizer of your own (no gate) a non-finite loss ends `fit` the same way, its
     weights possibly written (`save` and `export` then refuse them)."""
 
+    def _steps(self) -> tuple[str, int, int]:
+        """The optimizer steps of the last execution ("step N" or "steps A-B"), N, and the
+        steps per execution: read only when a stop is reported."""
+        last = int(self.model.optimizer.iterations.numpy())
+        per_call = int(getattr(self.model, "steps_per_execution", 1) or 1)
+        steps = f"step {last}" if per_call == 1 else f"steps {last - per_call + 1}-{last}"
+        return steps, last, per_call
+
     def on_train_batch_end(self, batch, logs=None):
         model, optimizer = self.model, self.model.optimizer
-        last = int(optimizer.iterations.numpy())
-        per_call = int(getattr(model, "steps_per_execution", 1) or 1)
-        steps = f"step {last}" if per_call == 1 else f"steps {last - per_call + 1}-{last}"
         if isinstance(optimizer, KerasFitOptimizer):
             gate = optimizer.update_gate
             if float(gate.numpy()) >= 0.5:
-                return
+                return  # the one read of a step that went well
+            steps, last, per_call = self._steps()
             gate.assign(1.0)
             if per_call == 1:
                 optimizer.iterations.assign(last - 1)  # the step counts as not run
@@ -131,6 +131,7 @@ class _StopOnNonFinite(keras.callbacks.Callback):
                 "the sample weights).")
         loss = (logs or {}).get("loss")
         if loss is not None and not np.isfinite(float(loss)):
+            steps = self._steps()[0]
             raise NonFiniteLossError(
                 f"fit(): the loss is {float(loss)} at optimizer {steps}, and your optimizer "
                 "has no finiteness gate: its weights may hold nan or inf now (save() and "
@@ -476,8 +477,8 @@ class RawTextModel(keras.Model):
     # -----------------------------------------------------------------------------------------
     # Saving: never weights that are not finite (as the commands' `Controller.save`).
     def _check_weights_finite(self, what: str) -> None:
-        if not weights_finite(self):
-            bad = [v.path for v in self.weights if not np.isfinite(v.numpy()).all()]
+        bad = [v.path for v in self.weights if not np.isfinite(v.numpy()).all()]
+        if bad:
             raise NonFiniteLossError(
                 f"{what}: the model's weights are not finite ({len(bad)} hold nan or inf, "
                 f"e.g. {bad[0]}); nothing is written. Rebuild the model (from_checkpoint) or "
