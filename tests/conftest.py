@@ -25,6 +25,9 @@ from absl import app, flags  # noqa: E402
 from albert_tf import AlbertConfig  # noqa: E402
 from albert_tf.train_lib import PretrainingConfig  # noqa: E402
 
+# Where the suite's time goes (--time-shares=FILE) and its budget on CI (tests/timing_plugin.py).
+pytest_plugins = ["timing_plugin"]
+
 SHARED_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
                           "shared")
 # What ../shared holds for the tests that need it (`@pytest.mark.needs_shared(PART, ...)`):

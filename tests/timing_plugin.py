@@ -1,0 +1,207 @@
+"""Where the suite's time goes, and a budget that catches its growth.
+
+Each test's time (setup + call + teardown, as pytest measures it) is split by what the process
+was doing, measured by wrapping the calls themselves (not guessed from names):
+  subprocess  a child process was alive (`python -m ...` started by the test or a fixture);
+  training    inside the training loop (`Controller.train`) or `keras.Model.fit`;
+  export      inside `tf.saved_model.save` or a TFLite conversion;
+  load        inside `tf.saved_model.load`;
+  other       the rest (model building, tracing, data, assertions).
+A category nested in another is counted once, by the innermost (an export at the end of a
+training run counts as export).
+
+`pytest tests --time-shares=FILE` writes one JSON record per test (tools/suite_times.py turns
+it into docs/development.md's table). With ALBERT_TF_TIME_BUDGET=SECONDS set (.ci/run sets it),
+a run of the whole suite that takes longer fails at its end, naming the budget and the slowest
+tests; a run of part of the suite (-m, -k, a file) is not held to it.
+"""
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+BUDGET_ENV = "ALBERT_TF_TIME_BUDGET"
+CATEGORIES = ("subprocess", "training", "export", "load")
+
+_totals = dict.fromkeys(CATEGORIES, 0.0)
+_stack = []  # (category, time it was entered or resumed)
+_children = []  # [start, end or None] per child process started during the current test
+_test_start = [0.0]
+
+
+def _enter(category):
+    now = time.perf_counter()
+    if _stack:
+        outer, since = _stack[-1]
+        _totals[outer] += now - since
+    _stack.append((category, now))
+
+
+def _leave():
+    now = time.perf_counter()
+    category, since = _stack.pop()
+    _totals[category] += now - since
+    if _stack:
+        _stack[-1] = (_stack[-1][0], now)
+
+
+def _timed(category, function):
+    def wrapper(*args, **kwargs):
+        _enter(category)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _leave()
+    wrapper.__wrapped__ = function
+    return wrapper
+
+
+def _patch(owner, name, category):
+    function = getattr(owner, name)
+    if not getattr(function, "_albert_timed", False):
+        wrapped = _timed(category, function)
+        wrapped._albert_timed = True
+        setattr(owner, name, wrapped)
+
+
+def _install():
+    import keras
+    import tensorflow as tf
+
+    from albert_tf.controller import Controller
+
+    _patch(Controller, "train", "training")
+    _patch(keras.Model, "fit", "training")
+    _patch(tf.saved_model, "save", "export")
+    _patch(tf.lite.TFLiteConverter, "convert", "export")
+    _patch(tf.saved_model, "load", "load")
+
+    popen_init = subprocess.Popen.__init__
+    exit_status = subprocess.Popen._handle_exitstatus
+
+    def init(self, *args, **kwargs):
+        self._albert_span = [time.perf_counter(), None]
+        _children.append(self._albert_span)
+        popen_init(self, *args, **kwargs)
+
+    def handle(self, *args, **kwargs):
+        span = getattr(self, "_albert_span", None)
+        if span is not None and span[1] is None:
+            span[1] = time.perf_counter()
+        return exit_status(self, *args, **kwargs)
+
+    if not getattr(popen_init, "_albert_timed", False):
+        init._albert_timed = True
+        subprocess.Popen.__init__ = init
+        subprocess.Popen._handle_exitstatus = handle
+
+
+def _children_time(start, end) -> float:
+    """The time at least one child process was alive within [start, end] (overlaps once)."""
+    spans = sorted((max(a, start), min(b if b is not None else end, end)) for a, b in _children)
+    total, reach = 0.0, start
+    for a, b in spans:
+        a = max(a, reach)
+        if b > a:
+            total += b - a
+            reach = b
+    return total
+
+
+def pytest_addoption(parser):
+    parser.addoption("--time-shares", metavar="FILE", default=None,
+                     help="write each test's time and its subprocess/training/export/load "
+                          "shares as JSON (tests/timing_plugin.py)")
+
+
+def pytest_configure(config):
+    _install()
+    config._albert_times = {}
+    config._albert_start = time.time()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    for category in CATEGORIES:
+        _totals[category] = 0.0
+    _children.clear()
+    _test_start[0] = time.perf_counter()
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    if call.when == "teardown":
+        shares = dict(_totals)
+        shares["subprocess"] = _children_time(_test_start[0], time.perf_counter())
+        item.user_properties.append(("time_shares", shares))
+    yield
+
+
+def pytest_runtest_logreport(report):
+    config = _CONFIG[0]
+    if config is None:
+        return
+    record = config._albert_times.setdefault(report.nodeid, {
+        "nodeid": report.nodeid, "setup": 0.0, "call": 0.0, "teardown": 0.0,
+        "slow": "slow" in report.keywords, "outcome": "passed"})
+    record[report.when] = report.duration
+    if report.failed:
+        record["outcome"] = "failed"
+    elif report.skipped and record["outcome"] == "passed":
+        record["outcome"] = "skipped"
+    for name, value in report.user_properties:
+        if name == "time_shares":
+            record.update(value)
+
+
+_CONFIG = [None]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session):
+    _CONFIG[0] = session.config
+
+
+def _only_testpaths(config) -> bool:
+    option = config.option
+    if option.markexpr or option.keyword or getattr(option, "lf", False):
+        return False
+    root = str(config.rootpath)
+    given = {os.path.normpath(os.path.join(str(config.invocation_params.dir), a))
+             for a in config.args}
+    return given <= {os.path.normpath(os.path.join(root, p)) for p in
+                     config.getini("testpaths") or ["."]}
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the controller writes and checks
+    records = sorted(config._albert_times.values(),
+                     key=lambda r: -(r["setup"] + r["call"] + r["teardown"]))
+    for r in records:
+        r["total"] = r["setup"] + r["call"] + r["teardown"]
+    path = config.getoption("--time-shares")
+    if path:
+        with open(path, "w") as f:
+            json.dump({"wall_seconds": time.time() - config._albert_start,
+                       "workers": getattr(config.option, "numprocesses", None),
+                       "tests": records}, f, indent=1)
+    budget = os.environ.get(BUDGET_ENV)
+    if not budget or not records or not _only_testpaths(config):
+        return
+    elapsed = time.time() - config._albert_start
+    if elapsed > float(budget):
+        slowest = "\n".join(f"  {r['total']:7.1f} s  {r['nodeid']}" for r in records[:10])
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        message = (f"the whole suite took {elapsed:.0f} s, over its budget of {float(budget):.0f} s "
+                   f"({BUDGET_ENV}, set in .ci/run): make the new time back (docs/development.md, "
+                   f"'Adding a test without adding minutes'). The slowest tests:\n{slowest}")
+        if reporter is not None:
+            reporter.write_sep("=", "time budget exceeded", red=True)
+            reporter.write_line(message)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
