@@ -4,6 +4,7 @@ cannot pass by having the right shape)."""
 
 import contextlib
 import importlib
+import io
 import os
 import subprocess
 import sys
@@ -149,7 +150,9 @@ def _fresh_keras_state():
     keras.utils.set_random_seed(1234)
     yield
     keras.mixed_precision.set_global_policy("float32")
-    keras.backend.clear_session()
+    # Keras' state reset without its gc.collect() (free_memory=True): a full collection of a
+    # worker's heap after each of the suite's tests cost 0.24 s or more each (docs/development.md).
+    keras.backend.clear_session(free_memory=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,12 +165,25 @@ WIKI_FLAGS = dict(paragraphs="lines", document_marker_regex=r"^ = [^=].* = $",
                   drop_line_regex=r"^ (= )+.*( =)+ $")
 
 
-def run_command(module, *args):
-    """`python -m module args...` run from the repository root, its packages importable: the
-    finished process, its output captured as text (at most 10 minutes)."""
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
-                          text=True, timeout=600)
+def run_command(module, *args, process=False):
+    """`python -m module args...`: the finished command, its output captured as text
+    (`.returncode`, `.stdout`, `.stderr`). In this process by default (its `cli()` through
+    `run_cli`, sys.stdout and sys.stderr captured): a process start costs TensorFlow's import
+    and a new graph, seconds each (docs/development.md). `process=True` starts the real program
+    from the repository root, its packages importable (at most 10 minutes), for a test about
+    the process itself (its exit, its start-up output, a signal)."""
+    if process:
+        return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT,
+                              env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                              text=True, timeout=600)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = run_cli(module, *args)
+    if isinstance(code, str):  # sys.exit("message"): what the interpreter prints, status 1
+        err.write(code + "\n")
+        code = 1
+    return subprocess.CompletedProcess([module, *args], code or 0, out.getvalue(),
+                                       err.getvalue())
 
 
 @pytest.fixture(scope="session")

@@ -177,6 +177,25 @@ def _only_testpaths(config) -> bool:
                      config.getini("testpaths") or ["."]}
 
 
+def _machine() -> dict:
+    """The CPU's name, its cores, and the flags that change TensorFlow's speed here."""
+    info = {"cpu": "unknown", "cores": os.cpu_count(), "flags": []}
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+    except OSError:
+        return info
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and info["cpu"] == "unknown":
+            info["cpu"] = value.strip()
+        elif key.strip() == "flags" and not info["flags"]:
+            have = set(value.split())
+            info["flags"] = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+                             if f in have]
+    return info
+
+
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
     if hasattr(config, "workerinput"):
@@ -190,6 +209,9 @@ def pytest_sessionfinish(session, exitstatus):
         with open(path, "w") as f:
             json.dump({"wall_seconds": time.time() - config._albert_start,
                        "workers": getattr(config.option, "numprocesses", None),
+                       "dist": getattr(config.option, "dist", None),
+                       "whole_suite": _only_testpaths(config), "machine": _machine(),
+                       "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                        "tests": records}, f, indent=1)
     budget = os.environ.get(BUDGET_ENV)
     if not budget or not records or not _only_testpaths(config):

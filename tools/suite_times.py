@@ -1,0 +1,187 @@
+"""docs/development.md's table of where the test suite's time goes, from measured runs.
+
+    .venv/bin/python -m pytest tests --time-shares=/tmp/after.json      # the whole suite
+    .venv/bin/python -m pytest tests -m "not slow" --time-shares=/tmp/fast.json
+    python tools/suite_times.py /tmp/after.json --fast /tmp/fast.json --before /tmp/before.json \
+        --doc docs/development.md
+
+Each FILE is what tests/timing_plugin.py writes: every test's setup, call and teardown seconds
+and the part spent with a child process alive, in the training loop, exporting or loading a
+SavedModel. The doc's section between the `suite_times` markers is replaced; nothing else is
+touched. A test over 60 s must be named in LONG_TESTS with what only it proves, or the tool
+stops (so a new long test is seen and justified, or made shorter).
+"""
+
+import argparse
+import json
+import re
+import sys
+
+START, END = "<!-- suite_times:start -->", "<!-- suite_times:end -->"
+CATEGORIES = ("subprocess", "training", "export", "load")
+LONG = 60.0
+# Tests allowed over 60 s, each with what no shorter test proves.
+LONG_TESTS = {
+    "tests/test_train.py::test_a_lost_worker_stops_the_cluster_and_the_rerun_resumes":
+        "three-process clusters killed, frozen and preempted, then resumed: 18 processes",
+    "tests/test_demo.py::test_killed_mid_pretraining_and_mid_finetuning_resumes_to_the_same_results":
+        "the main job killed twice by a signal and resumed, as a process",
+    "tests/test_demo.py::test_smoke_run_pretraining_figures":
+        "its setup is the main job (README command 1) run once as a user runs it; "
+        "the file's other tests read the same run",
+    "tests/test_convergence.py::test_convergence_on_the_bundled_corpus":
+        "800 steps: the shortest run whose MLM drop and SOP margin hold over four seeds",
+    "tests/test_train.py::test_mirrored_two_devices_equals_one_device_and_accumulation":
+        "the mirrored strategy on two devices against one device and accumulation",
+    "tests/test_train.py::test_multi_worker_mirrored_two_processes":
+        "two worker processes under MultiWorkerMirroredStrategy equal one device",
+    "tests/test_race.py::test_a_tiny_model_learns_a_race_slice_with_the_level_breakdown":
+        "a RACE run that learns, from the command line",
+    "tests/test_squad.py::test_run_squad_v1_command_line":
+        "the official SQuAD v1 command line trains, predicts and scores",
+    "tests/test_export.py::test_jit_compile_export_answers_one_sentence_as_the_shipped_export":
+        "an XLA-compiled export against the shipped one",
+    "tests/test_export.py::test_warmup_requests_parse_and_replay":
+        "the warmup file replayed by the C++ loader as TF Serving replays it",
+    "tests/test_train.py::test_sigkill_then_resume_equals_uninterrupted":
+        "a run killed by SIGKILL and resumed equals the uninterrupted run, as a process",
+    "tests/test_experiment.py::test_a_runs_written_config_repeats_it_exactly":
+        "a run repeated from its own config.yaml is bit-identical",
+    "tests/test_cli.py::test_console_scripts_from_outside_the_repository":
+        "each installed console script started from outside the repository",
+}
+
+
+def load(path):
+    with open(path) as f:
+        run = json.load(f)
+    for r in run["tests"]:
+        r["total"] = r["setup"] + r["call"] + r["teardown"]
+    return run
+
+
+def share(record) -> tuple[str, float]:
+    """The largest measured part of a test's time, and its fraction."""
+    parts = {c: record.get(c, 0.0) for c in CATEGORIES}
+    parts["other"] = max(0.0, record["total"] - sum(parts.values()))
+    name = max(parts, key=parts.get)
+    return name, parts[name] / record["total"] if record["total"] else 0.0
+
+
+def short(nodeid: str) -> str:
+    return nodeid.replace("tests/", "", 1)
+
+
+def summary(run) -> dict:
+    tests = run["tests"]
+    total = sum(r["total"] for r in tests)
+    parts = {c: sum(min(r.get(c, 0.0), r["total"]) for r in tests) for c in CATEGORIES}
+    parts["other"] = max(0.0, total - sum(parts.values()))
+    outcomes = {}
+    for r in tests:
+        outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
+    fast = [r for r in tests if not r["slow"]]
+    return {"total": total, "parts": parts, "outcomes": outcomes, "count": len(tests),
+            "fast_count": len(fast), "fast_total": sum(r["total"] for r in fast),
+            "over_long": [r for r in tests if r["total"] > LONG]}
+
+
+def describe(run) -> str:
+    m = run.get("machine", {})
+    flags = "/".join(m.get("flags", [])) or "no flags read"
+    return (f"{m.get('cores', '?')}-core {m.get('cpu', 'unknown')} ({flags}), {run.get('date', '?')}, "
+            f"{run.get('workers')} xdist workers")
+
+
+def section(after, fast=None, before=None) -> str:
+    s = summary(after)
+    lines = [START, ""]
+    outcome = ", ".join(f"{n} {k}" for k, n in sorted(s["outcomes"].items()))
+    lines.append(f"Measured by `tools/suite_times.py` from `pytest tests --time-shares=FILE` "
+                 f"(tests/timing_plugin.py) on a {describe(after)}.")
+    lines.append("")
+    lines.append(f"- **Whole suite**: {s['count']} tests ({outcome}) in "
+                 f"**{after['wall_seconds']:,.0f} s** of pytest time; the tests' own times sum "
+                 f"to {s['total']:,.0f} s over the workers.")
+    if before is not None:
+        b = summary(before)
+        lines.append(f"- **Before** ({describe(before)}): {b['count']} tests in "
+                     f"{before['wall_seconds']:,.0f} s of pytest time, the tests' times summing "
+                     f"to {b['total']:,.0f} s.")
+    if fast is not None:
+        f = summary(fast)
+        lines.append(f"- **Fast tier** (`-m \"not slow\"`): {f['count']} tests in "
+                     f"**{fast['wall_seconds']:,.0f} s** of pytest time.")
+    else:
+        lines.append(f"- **Fast tier** (`-m \"not slow\"`): {s['fast_count']} tests whose times "
+                     f"sum to {s['fast_total']:,.0f} s in the whole run.")
+    parts = ", ".join(f"{name} {seconds:,.0f} s ({seconds / s['total']:.0%})"
+                      for name, seconds in s["parts"].items())
+    lines.append(f"- **Where the time goes** (the tests' times summed): {parts}. Subprocess: a "
+                 "child process alive (a command started as a process); training: "
+                 "`Controller.train` or `keras.Model.fit` in the test's process; export: "
+                 "`tf.saved_model.save` or a TFLite conversion; load: `tf.saved_model.load`.")
+    if before is not None:
+        b = summary(before)
+        parts = ", ".join(f"{name} {seconds:,.0f} s ({seconds / b['total']:.0%})"
+                          for name, seconds in b["parts"].items())
+        lines.append(f"- Before: {parts}.")
+    lines += ["", "The slowest 30 tests (seconds with their setup and teardown: a module "
+              "fixture's cost lands on the first test that uses it):", ""]
+    was = {r["nodeid"]: r["total"] for r in before["tests"]} if before is not None else {}
+    head = "| # | test | tier | seconds | largest part |" + (" before |" if was else "")
+    lines += [head, "|" + "---|" * (head.count("|") - 1)]
+    for i, r in enumerate(after["tests"][:30], 1):
+        name, frac = share(r)
+        row = (f"| {i} | `{short(r['nodeid'])}` | {'slow' if r['slow'] else 'fast'} | "
+               f"{r['total']:.1f} | {name} {frac:.0%} |")
+        if was:
+            row += f" {was[r['nodeid']]:.1f} |" if r["nodeid"] in was else " new |"
+        lines.append(row)
+    if before is not None:
+        lines += ["", "The slowest 30 before:", "",
+                  "| # | test | tier | seconds | largest part | after |", "|---|---|---|---|---|---|"]
+        now = {r["nodeid"]: r["total"] for r in after["tests"]}
+        for i, r in enumerate(before["tests"][:30], 1):
+            name, frac = share(r)
+            after_s = f"{now[r['nodeid']]:.1f}" if r["nodeid"] in now else "gone (see below)"
+            lines.append(f"| {i} | `{short(r['nodeid'])}` | {'slow' if r['slow'] else 'fast'} | "
+                         f"{r['total']:.1f} | {name} {frac:.0%} | {after_s} |")
+    lines += ["", f"Tests over {LONG:.0f} s, each for what no shorter test proves:", ""]
+    for r in s["over_long"]:
+        lines.append(f"- `{short(r['nodeid'])}` ({r['total']:.0f} s): {LONG_TESTS[r['nodeid']]}")
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("after", help="the whole suite's --time-shares file")
+    parser.add_argument("--fast", help="the fast tier's --time-shares file")
+    parser.add_argument("--before", help="an earlier whole-suite file, for the before column")
+    parser.add_argument("--doc", help="the Markdown file whose suite_times section to replace "
+                                      "(printed when not given)")
+    args = parser.parse_args(argv)
+    after = load(args.after)
+    unjustified = [r for r in summary(after)["over_long"] if r["nodeid"] not in LONG_TESTS]
+    if unjustified:
+        names = "\n".join(f"  {r['total']:.0f} s  {r['nodeid']}" for r in unjustified)
+        sys.exit(f"error: tests over {LONG:.0f} s not in LONG_TESTS (tools/suite_times.py): "
+                 f"make them shorter, or name what only they prove there:\n{names}")
+    text = section(after, load(args.fast) if args.fast else None,
+                   load(args.before) if args.before else None)
+    if not args.doc:
+        print(text)
+        return
+    with open(args.doc) as f:
+        doc = f.read()
+    if START not in doc or END not in doc:
+        sys.exit(f"error: {args.doc} has no {START} ... {END} section to replace")
+    doc = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: text, doc, flags=re.S)
+    with open(args.doc, "w") as f:
+        f.write(doc)
+    print(f"wrote the suite's times into {args.doc}")
+
+
+if __name__ == "__main__":
+    main()
