@@ -94,14 +94,25 @@ def flags_alone():
         state.update(saved)
 
 
+_FLAGS_AT_IMPORT = set()  # command modules that define their flags at import, not in cli()
+
+
 def run_cli(module, *args) -> int:
     """`python -m module ARGS` in this process (its `cli`, with the flags `flags_alone`): the
     exit status."""
     argv = sys.argv
     sys.argv = [module, *args]
+    defined_before = bool(flags.FLAGS.flags_by_module_dict().get(module))
     try:
         with flags_alone():
-            importlib.import_module(module).cli()
+            if module in sys.modules and (defined_before or module in _FLAGS_AT_IMPORT):
+                # its flags are defined when it is imported: again, inside this block
+                command = importlib.reload(sys.modules[module])
+            else:
+                command = importlib.import_module(module)
+            if flags.FLAGS.flags_by_module_dict().get(module):
+                _FLAGS_AT_IMPORT.add(module)
+            command.cli()
     except SystemExit as e:
         return e.code
     finally:
@@ -165,19 +176,21 @@ WIKI_FLAGS = dict(paragraphs="lines", document_marker_regex=r"^ = [^=].* = $",
                   drop_line_regex=r"^ (= )+.*( =)+ $")
 
 
-def run_command(module, *args, process=False):
+def run_command(module, *args, process=False, cwd=None):
     """`python -m module args...`: the finished command, its output captured as text
     (`.returncode`, `.stdout`, `.stderr`). In this process by default (its `cli()` through
     `run_cli`, sys.stdout and sys.stderr captured): a process start costs TensorFlow's import
     and a new graph, seconds each (docs/development.md). `process=True` starts the real program
     from the repository root, its packages importable (at most 10 minutes), for a test about
-    the process itself (its exit, its start-up output, a signal)."""
+    the process itself (its exit, its start-up output, a signal). `cwd`: the directory it runs
+    in (the repository root when not given, as a process)."""
     if process:
-        return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT,
+        return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd or ROOT,
                               env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
                               text=True, timeout=600)
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with contextlib.chdir(cwd or ROOT), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
         code = run_cli(module, *args)
     if isinstance(code, str):  # sys.exit("message"): what the interpreter prints, status 1
         err.write(code + "\n")

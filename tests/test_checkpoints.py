@@ -11,8 +11,6 @@ import json
 import os
 import pickle
 import shutil
-import subprocess
-import sys
 import warnings
 
 import keras
@@ -30,7 +28,8 @@ from albert_tf.checkpoints.conversion import read_training_checkpoint  # noqa: E
 from albert_tf.train_lib import PretrainingRun  # noqa: E402
 from albert_tf.checkpoints import (CheckpointError, TF1Checkpoint, config_from_hf,  # noqa: E402
                                    convert, write_tf1_checkpoint)
-from conftest import PRETRAINING_MODEL, pretraining_config, random_batch, tiny_config  # noqa: E402
+from conftest import (PRETRAINING_MODEL, pretraining_config, random_batch,  # noqa: E402
+                      run_command, tiny_config)
 from hf_helpers import (gather_positions, hf_config, max_diff, randomize_torch,  # noqa: E402
                         tf_inputs, torch_inputs)
 
@@ -490,20 +489,16 @@ def test_keras_file_loads(tmp_path):
 def test_command_line(tmp_path):
     cfg = tiny_config()
     write_official_checkpoint(str(tmp_path / "c"), cfg)
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    run = subprocess.run([sys.executable, "-m", "albert_tf.convert", "--source", "tf1",
-                          "--input", str(tmp_path / "c" / "model.ckpt-best"), "--output",
-                          str(tmp_path / "out")], capture_output=True, text=True, env=env,
-                         cwd=ROOT, timeout=300)
+    run = run_command("albert_tf.convert", "--source", "tf1", "--input",
+                      str(tmp_path / "c" / "model.ckpt-best"), "--output", str(tmp_path / "out"))
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout[: run.stdout.rindex("}") + 1])
     assert summary["model"] == "pretrainer"
     assert summary["parameters"] == AlbertPretrainer(cfg).count_params()
     n_slots = 2 * len(official_shapes(cfg))
     assert f"skipped: {n_slots} optimizer slot, 1 training step counter" in run.stdout
-    bad = subprocess.run([sys.executable, "-m", "albert_tf.convert", "--source", "tf1",
-                          "--input", str(tmp_path / "nope"), "--output", str(tmp_path / "o2")],
-                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    bad = run_command("albert_tf.convert", "--source", "tf1", "--input", str(tmp_path / "nope"),
+                      "--output", str(tmp_path / "o2"))
     assert bad.returncode == 1 and f"error: no such path: {tmp_path / 'nope'}" in bad.stderr
 
 

@@ -21,7 +21,8 @@ from albert_tf.packing import pack_ids, pad_features
 from albert_tf.records import example_of
 from albert_tf.tasks import glue
 from albert_tf.tokenization import Tokenizer
-from conftest import ROOT, SHARED_DIR, assert_spread, random_batch, randomize, tiny_config
+from conftest import (ROOT, SHARED_DIR, assert_spread, random_batch, randomize, run_command,
+                      tiny_config)
 from export.serving import OFFICIAL_SIGNATURE
 
 GLUE_ROOT = os.path.join(SHARED_DIR, "data", "glue")
@@ -201,9 +202,7 @@ def _hub_module(source, directory):
 
 
 def _run(args, cwd):
-    return subprocess.run([sys.executable, "-m", "albert_tf.run_classifier", *args], cwd=cwd,
-                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
-                          text=True, timeout=600)
+    return run_command("albert_tf.run_classifier", *args, cwd=cwd)
 
 
 @pytest.mark.slow

@@ -4,8 +4,6 @@ read it, the effective config each training run writes, and that config repeatin
 import json
 import math
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,7 +13,7 @@ from absl import flags
 from albert_tf import experiment
 from albert_tf.checkpoints.conversion import recorded_casing
 from albert_tf.experiment import ConfigFileError
-from conftest import GENERATION_KW, PRETRAINING_MODEL, ROOT
+from conftest import GENERATION_KW, PRETRAINING_MODEL, ROOT, run_command
 
 
 def _flag_values(argv=()):
@@ -380,10 +378,7 @@ def test_yaml_1_1_forms_and_nested_lists_are_refused(tmp_path, text, message):
 
 
 def _pretrain(args, cwd):
-    proc = subprocess.run([sys.executable, "-m", "albert_tf.run_pretraining", *args],
-                          cwd=cwd, env=dict(os.environ, PYTHONPATH=ROOT),
-                          capture_output=True, text=True, timeout=600)
-    return proc
+    return run_command("albert_tf.run_pretraining", *args, cwd=cwd)
 
 
 def _weights(directory):

@@ -5,7 +5,6 @@ op list of TF Serving 2.20; loading from C++ the way the server does."""
 import json
 import os
 import re
-import subprocess
 import sys
 
 import numpy as np
@@ -19,8 +18,8 @@ from albert_tf.packing import pack_ids, pad_features
 from albert_tf.records import example_of
 from albert_tf.tokenization import MASK_ID, SEP_ID, Tokenizer
 from conftest import (EXPORT_MAX_SEQ as MAX_SEQ, GUTENBERG, ROOT, WIKITEXT,
-                      export_config as _config, random_batch, randomize as _randomize,
-                      assert_serves_tokens, assert_spread)
+                      assert_serves_tokens, assert_spread, export_config as _config,
+                      random_batch, randomize as _randomize, run_command)
 from data.text_io import expand_input_patterns, read_text_lines
 from export.ops_check import UnsupportedOpError, check_saved_model_ops
 from export.serving import OFFICIAL_SIGNATURE
@@ -625,11 +624,10 @@ def test_entry_point_exports_our_model_directory(tmp_path, sample_vocab):
     model = AlbertClassifier(_config(), num_labels=2)
     _randomize(model, 5)
     model_dir = save_albert_tf(model, str(tmp_path / "model"), sample_vocab)
-    env = dict(os.environ, PYTHONPATH=ROOT)
     cmd = [sys.executable, "-m", "export.export_saved_model", "--model_dir", model_dir,
            "--export_dir", str(tmp_path / "exports" / "sst2"), "--max_seq_length", "32",
            "--text_pair", "--hidden_states"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+    proc = run_command(*cmd[2:])
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout[proc.stdout.index("{"):])
     assert summary["export"].endswith(os.path.join("sst2", "1"))
@@ -652,8 +650,7 @@ def test_entry_point_exports_our_model_directory(tmp_path, sample_vocab):
                                    atol=TOL, rtol=0)
         assert (hidden[~real] == 0).all()
     # A directory that holds no model: exit 1 and a message naming it.
-    proc = subprocess.run(cmd[:4] + [str(tmp_path)] + cmd[5:7], capture_output=True, text=True,
-                          env=env, cwd=ROOT)
+    proc = run_command(*cmd[2:4], str(tmp_path), *cmd[5:7])
     assert proc.returncode == 1 and "is neither an albert_tf model directory" in proc.stderr
 
 

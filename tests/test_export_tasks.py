@@ -298,23 +298,18 @@ def test_task_exports_load_from_cpp_the_way_tf_serving_does(squad_export, race_e
 def test_entry_point_exports_a_span_model_directory(squad_export, sample_vocab, tmp_path):
     """Our model format holds span models; `python -m export.export_saved_model` exports one
     with the decoding flags, and it answers as the exported original."""
-    import subprocess
-    import sys
-
     from albert_tf.checkpoints import load_pretrained, save_albert_tf
-    from conftest import ROOT
+    from conftest import run_command
 
     model, path, loaded, questions, threshold = squad_export
     save_albert_tf(model, str(tmp_path / "squad_model"), sample_vocab)
     assert load_pretrained(str(tmp_path / "squad_model")).albert_kind == "span"
-    proc = subprocess.run(
-        [sys.executable, "-m", "export.export_saved_model", "--model_dir",
-         str(tmp_path / "squad_model"), "--export_dir", str(tmp_path / "exports" / "qa"),
-         "--max_seq_length", str(MAX_SEQ), "--doc_stride", str(STRIDE), "--max_query_length",
-         str(MAX_QUERY), "--n_best_size", str(N_BEST), "--max_answer_length", str(MAX_ANSWER),
-         "--null_score_diff_threshold", repr(threshold)],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
-        timeout=600)
+    proc = run_command(
+        "export.export_saved_model", "--model_dir", str(tmp_path / "squad_model"),
+        "--export_dir", str(tmp_path / "exports" / "qa"), "--max_seq_length", str(MAX_SEQ),
+        "--doc_stride", str(STRIDE), "--max_query_length", str(MAX_QUERY), "--n_best_size",
+        str(N_BEST), "--max_answer_length", str(MAX_ANSWER), "--null_score_diff_threshold",
+        repr(threshold))
     assert proc.returncode == 0, proc.stderr[-3000:]
     again = tf.saved_model.load(str(tmp_path / "exports" / "qa" / "1"))
     inputs = dict(question=tf.constant([q["question"] for q in questions[:20]]),

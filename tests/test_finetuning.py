@@ -14,7 +14,7 @@ from albert_tf.tasks.classification import (ClassificationTask, write_examples,
                                             write_split_features)
 from albert_tf.tokenization import Tokenizer
 from albert_tf.train_lib import TrainingConfig, TrainingRun
-from conftest import ROOT, SHARED_DIR
+from conftest import ROOT, SHARED_DIR, run_command
 
 GLUE_DIR = os.path.join(SHARED_DIR, "data", "glue")
 SST2 = os.path.join(ROOT, "albert_tf", "sample_data", "glue", "SST-2")  # dev.tsv: the GLUE one
@@ -132,13 +132,10 @@ def test_run_classifier_command_line(tmp_path, sample_vocab):
     """The official command line on RTE's original files, initialised from a pretraining
     output_dir: eval_results.json scores all 277 dev examples, the GLUE submission file holds
     all 3,000 test predictions, and the exported SavedModel classifies raw sentence pairs."""
-    import subprocess
-    import sys
 
     import tensorflow_text  # noqa: F401 - SentencePiece ops of the SavedModel
 
     from albert_tf.pretrainer import AlbertPretrainer
-    from conftest import ROOT
 
     config = AlbertConfig(**TINY)
     config_file = tmp_path / "albert_config.json"
@@ -155,9 +152,7 @@ def test_run_classifier_command_line(tmp_path, sample_vocab):
             "--eval_batch_size", "16", "--predict_batch_size", "64", "--train_step", "4",
             "--warmup_step", "1", "--save_checkpoints_steps", "4", "--iterations_per_loop", "2",
             "--learning_rate", "1e-3", "--export_dir", str(tmp_path / "exports" / "rte")]
-    proc = subprocess.run([sys.executable, "-m", "albert_tf.run_classifier", *args], cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
-                          text=True, timeout=600)
+    proc = run_command("albert_tf.run_classifier", *args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "dev: 277 examples (11 padding" in proc.stdout
     assert re.search(r"Initialized 25 weights from .*; not used: 7 entries \(pretrainer head, "
@@ -192,7 +187,6 @@ def test_run_classifier_on_two_workers_equals_one_device(tmp_path, sample_vocab)
     import sys
 
     from albert_tf.classifier import AlbertClassifier
-    from conftest import ROOT
 
     config_file = tmp_path / "albert_config.json"
     AlbertConfig(**TINY, hidden_dropout_prob=0.0,

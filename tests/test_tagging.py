@@ -7,8 +7,6 @@ tags as --do_predict (in Python and through the C++ loader)."""
 import json
 import os
 import shutil
-import subprocess
-import sys
 import warnings
 
 import numpy as np
@@ -22,7 +20,7 @@ from albert_tf.tasks import conll
 from albert_tf.tasks.entity_metrics import entity_scores, get_entities, is_bio, token_accuracy
 from albert_tf.tasks.tagging import IGNORE, TaggingPreprocessor, TaggingTask, sentences_of_windows
 from albert_tf.token_classifier import AlbertTokenClassifier
-from conftest import ROOT, assert_spread, random_batch, run_cli, tiny_config
+from conftest import ROOT, assert_spread, random_batch, run_cli, run_command, tiny_config
 
 SAMPLE = os.path.join(ROOT, "albert_tf", "sample_data", "tagging")
 WNUT_TRAIN = os.path.join(SAMPLE, "wnut17", "train.conll")
@@ -475,9 +473,7 @@ def tagging_run(tmp_path_factory, sample_vocab):
             "--predict_batch_size", "16", "--train_step", "6", "--warmup_step", "1",
             "--save_checkpoints_steps", "6", "--iterations_per_loop", "3",
             "--learning_rate", "1e-3", "--export_dir", str(export)]
-    proc = subprocess.run([sys.executable, "-m", "albert_tf.run_tagging", *args], cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
-                          text=True, timeout=600)
+    proc = run_command("albert_tf.run_tagging", *args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, export / "1", proc.stdout
 
@@ -711,17 +707,15 @@ def test_run_tagging_overfits_a_small_easy_set(tmp_path, sample_vocab):
     train.write_text("".join("".join(f"{w}\t{t}\n" for w, t in s) + "\n"
                              for s in _easy_tagged_sentences(24, seed=3)))
     out = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "albert_tf.run_tagging", "--train_file", str(train),
+    proc = run_command(
+        "albert_tf.run_tagging", "--train_file", str(train),
          "--dev_file", str(train), "--albert_config_file",
          os.path.join(ROOT, "albert_tf", "sample_data", "albert_config_tiny.json"),
          "--spm_model_file", sample_vocab, "--output_dir", str(out), "--do_train",
          "--do_eval", "--max_seq_length", "32", "--train_batch_size", "16",
          "--eval_batch_size", "8", "--learning_rate", "1e-3", "--train_step", "150",
          "--warmup_step", "0", "--save_checkpoints_steps", "150",
-         "--iterations_per_loop", "50", "--random_seed", "12345"],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True,
-        timeout=600)
+         "--iterations_per_loop", "50", "--random_seed", "12345")
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((out / "eval_results.json").read_text())
     assert results["entity_f1"] >= 0.9, results

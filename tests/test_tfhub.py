@@ -4,8 +4,6 @@ outputs equal to our backbone's, ids equal to the Python feature path's, one tra
 changes the encoder."""
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,7 +17,7 @@ from albert_tf.checkpoints import (CheckpointError, initialize_backbone,
 from albert_tf.config import AlbertConfig
 from albert_tf.packing import pack_ids, pad_features
 from albert_tf.tokenization import Tokenizer
-from conftest import ROOT, assert_spread, export_config, randomize
+from conftest import assert_spread, export_config, randomize, run_command
 from export.tfhub import ExportError, export_tfhub, load_backbone
 
 pytestmark = pytest.mark.slow
@@ -256,10 +254,8 @@ def test_command_loads_a_tf1_checkpoint_and_refuses_an_existing_dir(pair, tmp_pa
     assert report["source"]["type"] == "tf1"
     for got, want in zip(loaded.weights, backbone.weights):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
-    run = subprocess.run([sys.executable, "-m", "export.export_tfhub", "--init_checkpoint",
-                          str(tf1), "--spm_model_file", sample_vocab, "--export_dir",
-                          export_dir], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         check=False)
+    run = run_command("export.export_tfhub", "--init_checkpoint", str(tf1), "--spm_model_file",
+                      sample_vocab, "--export_dir", export_dir)
     assert run.returncode == 1, run.stderr[-2000:]
     assert "not an empty directory" in run.stderr
 

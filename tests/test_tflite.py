@@ -6,15 +6,13 @@ import csv
 import json
 import os
 import random
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from albert_tf.tokenization import MASK_ID, Tokenizer
-from conftest import EXPORT_MAX_SEQ, GUTENBERG, WIKITEXT
+from conftest import EXPORT_MAX_SEQ, GUTENBERG, WIKITEXT, run_command
 from data.text_io import expand_input_patterns, read_text_lines
 from export.tflite import (TFLiteExportError, compare_outputs, export_tflite, interpreter,
                            record_path, run)
@@ -333,10 +331,9 @@ def test_quantized_files_agree_with_the_saved_model_on_sst2_dev(sst2_classifier)
 
     for mode, bound in bounds.items():
         path = str(sst2_classifier["dir"] / f"sst2_{mode}.tflite")
-        if mode == "dynamic_int8":  # the command line (one of them: a process costs 10 s)
-            proc = subprocess.run([sys.executable, "-m", "export.export_tflite", "--model_dir",
-                                   sst2_classifier["export"], "--output", path, "--quantize",
-                                   mode], capture_output=True, text=True, cwd=ROOT)
+        if mode == "dynamic_int8":  # the command line (one of them)
+            proc = run_command("export.export_tflite", "--model_dir", sst2_classifier["export"],
+                               "--output", path, "--quantize", mode)
             assert proc.returncode == 0, proc.stderr[-3000:]
             assert json.loads(proc.stdout)["size_bytes"] == os.path.getsize(path)
         else:  # what the command does
@@ -368,10 +365,8 @@ def test_quantized_files_agree_with_the_saved_model_on_sst2_dev(sst2_classifier)
           f"(max |dp|, label agreement) {figures}")
     assert sizes["dynamic_int8"] < sizes["float16"] < sizes["none"]
     # a second export to the same path is refused and leaves the file as it was
-    proc = subprocess.run([sys.executable, "-m", "export.export_tflite", "--model_dir",
-                           sst2_classifier["export"], "--output",
-                           str(sst2_classifier["dir"] / "sst2_dynamic_int8.tflite")],
-                          capture_output=True, text=True, cwd=ROOT)
+    proc = run_command("export.export_tflite", "--model_dir", sst2_classifier["export"],
+                       "--output", str(sst2_classifier["dir"] / "sst2_dynamic_int8.tflite"))
     assert proc.returncode == 1 and "exists; choose another --output" in proc.stderr
     assert os.path.getsize(sst2_classifier["dir"] / "sst2_dynamic_int8.tflite") == \
         sizes["dynamic_int8"]

@@ -3,8 +3,6 @@ tokens and ids, in Python and in-graph, and the factory that picks it by the fil
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,7 +11,7 @@ import tensorflow as tf
 from albert_tf.input_pipeline import parse_fn
 from albert_tf.tokenization import (Tokenizer, WordPieceTokenizer, basic_tokenize,
                                     load_wordpiece_vocab, make_tokenizer)
-from conftest import ROOT
+from conftest import run_command
 from data.generator import generate, make_job
 from test_tokenization import official_module
 
@@ -279,18 +277,16 @@ def test_generation_with_a_wordpiece_vocabulary(tmp_path, official, vocab_file):
 def test_generation_command_takes_vocab_file_alone(tmp_path, official, vocab_file):
     """The official command line of a WordPiece model; neither vocabulary flag is refused."""
     documents = _corpus(tmp_path / "corpus.txt")
-    command = [sys.executable, "-m", "data.create_pretraining_data", "--input_file",
+    command = ["data.create_pretraining_data", "--input_file",
                str(tmp_path / "corpus.txt"), "--output_file", str(tmp_path / "zh.tfrecord"),
                "--do_lower_case", "--max_seq_length", "24", "--max_predictions_per_seq", "4",
                "--dupe_factor", "2", "--random_seed", "3"]
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    run = subprocess.run(command + ["--vocab_file", vocab_file], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
+    run = run_command(*command, "--vocab_file", vocab_file)
     assert run.returncode == 0, run.stderr
     records, _ = _check_records(str(tmp_path / "zh.tfrecord"),
                                 official.FullTokenizer(vocab_file, True), documents, 24, 4)
     assert f"wrote {records:,} examples" in run.stdout
-    run = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    run = run_command(*command)
     assert run.returncode != 0 and "--spm_model_file (a SentencePiece model) or --vocab_file " \
         "alone (a WordPiece vocabulary) is required." in run.stderr
 
@@ -416,9 +412,7 @@ def test_run_classifier_with_a_wordpiece_vocabulary(tmp_path, vocab_file):
             "--train_batch_size", "8", "--eval_batch_size", "8", "--train_step", "2",
             "--warmup_step", "1", "--save_checkpoints_steps", "2", "--export_dir",
             str(tmp_path / "exports" / "rte")]
-    proc = subprocess.run([sys.executable, "-m", "albert_tf.run_classifier", *args], cwd=ROOT,
-                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
-                          text=True, timeout=900)
+    proc = run_command("albert_tf.run_classifier", *args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.load(open(out / "eval_results.json"))["examples"] == 8
     assert (out / "vocab.txt").read_bytes() == open(vocab_file, "rb").read()
@@ -427,10 +421,8 @@ def test_run_classifier_with_a_wordpiece_vocabulary(tmp_path, vocab_file):
                                                text_b=tf.constant([lines[8]]))
     ids, _ = pack_ids(tok.encode(lines[1]), tok.encode(lines[8]), 32, tok)
     assert got["input_ids"].numpy()[0].tolist() == ids and ids[0] == 101
-    proc = subprocess.run([sys.executable, "-m", "albert_tf.run_classifier",
-                           *[a for a in args if a not in ("--vocab_file", vocab_file)]],
-                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
-                          text=True, timeout=900)
+    proc = run_command("albert_tf.run_classifier",
+                       *[a for a in args if a not in ("--vocab_file", vocab_file)])
     assert proc.returncode != 0
     assert ("--spm_model_file or --vocab_file or --init_checkpoint or "
             "--albert_hub_module_handle is required.") in proc.stderr

@@ -220,8 +220,8 @@ def pytest_sessionfinish(session, exitstatus):
     if elapsed > float(budget):
         slowest = "\n".join(f"  {r['total']:7.1f} s  {r['nodeid']}" for r in records[:10])
         reporter = config.pluginmanager.get_plugin("terminalreporter")
-        message = (f"the whole suite took {elapsed:.0f} s, over its budget of {float(budget):.0f} s "
-                   f"({BUDGET_ENV}, set in .ci/run): make the new time back (docs/development.md, "
+        message = (f"the whole suite took {elapsed:.0f} s, over its budget of "
+                   f"{float(budget):.0f} s ({BUDGET_ENV}, set in .ci/run): make the new time back (docs/development.md, "
                    f"'Adding a test without adding minutes'). The slowest tests:\n{slowest}")
         if reporter is not None:
             reporter.write_sep("=", "time budget exceeded", red=True)
