@@ -24,6 +24,10 @@ import time
 import pytest
 
 BUDGET_ENV = "ALBERT_TF_TIME_BUDGET"
+# Each test file's measured seconds (tools/suite_times.py --file_times writes it): the files
+# are handed to the two workers longest first (`--no-loadscope-reorder` in pyproject.toml), so
+# no worker starts a long file while the other is left with nothing.
+FILE_TIMES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "file_times.json")
 CATEGORIES = ("subprocess", "training", "export", "load")
 
 _totals = dict.fromkeys(CATEGORIES, 0.0)
@@ -123,6 +127,21 @@ def pytest_configure(config):
     config._albert_start = time.time()
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """Files longest first by their measured time; a file not measured yet comes first (it
+    may be long), in collection order; the tests inside a file keep their order."""
+    try:
+        with open(FILE_TIMES) as f:
+            seconds = json.load(f)["files"]
+    except (OSError, ValueError, KeyError):
+        return
+    first = {}
+    for i, item in enumerate(items):
+        first.setdefault(item.nodeid.split("::")[0], i)
+    items.sort(key=lambda item: (-seconds.get(item.nodeid.split("::")[0], float("inf")),
+                                 first[item.nodeid.split("::")[0]]))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     for category in CATEGORIES:
@@ -147,7 +166,8 @@ def pytest_runtest_logreport(report):
         return
     record = config._albert_times.setdefault(report.nodeid, {
         "nodeid": report.nodeid, "setup": 0.0, "call": 0.0, "teardown": 0.0,
-        "slow": "slow" in report.keywords, "outcome": "passed"})
+        "slow": "slow" in report.keywords, "outcome": "passed",
+        "worker": _worker(report)})
     record[report.when] = report.duration
     if report.failed:
         record["outcome"] = "failed"
@@ -159,6 +179,12 @@ def pytest_runtest_logreport(report):
 
 
 _CONFIG = [None]
+
+
+def _worker(report):
+    """The xdist worker that ran the test ("gw0", "gw1"), or None in one process."""
+    gateway = getattr(getattr(report, "node", None), "gateway", None)
+    return getattr(gateway, "id", None)
 
 
 @pytest.hookimpl(trylast=True)

@@ -103,6 +103,14 @@ def section(after, fast=None, before=None) -> str:
     lines.append(f"- **Whole suite**: {s['count']} tests ({outcome}) in "
                  f"**{after['wall_seconds']:,.0f} s** of pytest time; the tests' own times sum "
                  f"to {s['total']:,.0f} s over the workers.")
+    busy = {}
+    for r in after["tests"]:
+        if r.get("worker"):
+            busy[r["worker"]] = busy.get(r["worker"], 0.0) + r["total"]
+    if busy:
+        lines.append("- **Workers**: " + ", ".join(f"{w} busy {t:,.0f} s" for w, t in
+                                                   sorted(busy.items())) + " (files handed "
+                     "out longest first, tests/file_times.json).")
     if before is not None:
         b = summary(before)
         lines.append(f"- **Before** ({describe(before)}): {b['count']} tests in "
@@ -159,6 +167,8 @@ def main(argv=None):
     parser.add_argument("after", help="the whole suite's --time-shares file")
     parser.add_argument("--fast", help="the fast tier's --time-shares file")
     parser.add_argument("--before", help="an earlier whole-suite file, for the before column")
+    parser.add_argument("--file_times", help="also write each file's seconds (the workers' "
+                                             "order: tests/file_times.json)")
     parser.add_argument("--doc", help="the Markdown file whose suite_times section to replace "
                                       "(printed when not given)")
     args = parser.parse_args(argv)
@@ -168,6 +178,15 @@ def main(argv=None):
         names = "\n".join(f"  {r['total']:.0f} s  {r['nodeid']}" for r in unjustified)
         sys.exit(f"error: tests over {LONG:.0f} s not in LONG_TESTS (tools/suite_times.py): "
                  f"make them shorter, or name what only they prove there:\n{names}")
+    if args.file_times:
+        files = {}
+        for r in after["tests"]:
+            name = r["nodeid"].split("::")[0]
+            files[name] = round(files.get(name, 0.0) + r["total"], 1)
+        with open(args.file_times, "w") as f:
+            json.dump({"measured": describe(after), "files": dict(
+                sorted(files.items(), key=lambda kv: -kv[1]))}, f, indent=1)
+            f.write("\n")
     text = section(after, load(args.fast) if args.fast else None,
                    load(args.before) if args.before else None)
     if not args.doc:
