@@ -232,14 +232,18 @@ def test_keras3_composition_fits_with_adam_and_adamw(pair, optimizer):
     assert np.abs(moved).max() > 100 * TOLERANCE
 
 
-def test_export_refuses_a_non_empty_dir_and_takes_an_empty_one(pair, tmp_path, sample_vocab):
-    backbone, export_dir, _ = pair
+def test_export_refuses_a_non_empty_dir_and_takes_an_empty_one(tmp_path, sample_vocab):
+    backbone = AlbertBackbone(CONFIG, name="albert")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "mine.txt").write_text("a user's file")
     with pytest.raises(ExportError, match="not an empty directory"):
-        export_tfhub(backbone, export_dir, sample_vocab)
+        export_tfhub(backbone, str(tmp_path / "full"), sample_vocab)
+    assert os.listdir(tmp_path / "full") == ["mine.txt"]
     (tmp_path / "empty").mkdir()
     with pytest.raises(ExportError, match="max_position_embeddings"):
         export_tfhub(backbone, str(tmp_path / "empty"), sample_vocab, seq_length=65)
-    assert os.listdir(tmp_path) == ["empty"]  # no temporary directory left
+    assert sorted(os.listdir(tmp_path)) == ["empty", "full"]  # no temporary directory left
+    assert os.listdir(tmp_path / "empty") == []
 
 
 def test_command_loads_a_tf1_checkpoint_and_refuses_an_existing_dir(pair, tmp_path,

@@ -257,8 +257,11 @@ def test_a_quantized_file_below_the_agreement_bound_is_refused(exported, sample_
     assert not os.listdir(tmp_path)
 
 
-def test_refusals_name_the_fix(exported, sample_vocab, tmp_path):
-    model = exported["classifier"][0]
+def test_refusals_name_the_fix(sample_vocab, tmp_path):
+    from albert_tf import AlbertClassifier
+    from conftest import export_config, tiny_config
+
+    model = AlbertClassifier(export_config(), num_labels=3)  # vocab 8000, 64 positions
     path = str(tmp_path / "x.tflite")
     with pytest.raises(TFLiteExportError, match="--quantize must be one of"):
         export_tflite(model, path, sample_vocab, quantize="int4")
@@ -266,9 +269,6 @@ def test_refusals_name_the_fix(exported, sample_vocab, tmp_path):
         export_tflite(model, str(tmp_path / "x.bin"), sample_vocab)
     with pytest.raises(TFLiteExportError, match="exceeds the model's max_position_embeddings"):
         export_tflite(model, path, sample_vocab, max_seq_length=65)
-    from conftest import tiny_config
-    from albert_tf import AlbertClassifier
-
     with pytest.raises(TFLiteExportError, match="8000 pieces but the model's vocab_size is 97"):
         export_tflite(AlbertClassifier(tiny_config(), num_labels=2), path, sample_vocab)
     from albert_tf.tasks.squad import AlbertSpanModel

@@ -14,6 +14,10 @@ training run counts as export).
 it into docs/development.md's table). With ALBERT_TF_TIME_BUDGET=SECONDS set (.ci/run sets it),
 a run of the whole suite that takes longer fails at its end, naming the budget and the slowest
 tests; a run of part of the suite (-m, -k, a file) is not held to it.
+
+tests/file_times.json (written by tools/suite_times.py --file_times from a whole-suite run)
+orders the files for the workers, longest first, and puts every test measured at
+SLOW_SECONDS or more in the slow tier.
 """
 
 import json
@@ -24,9 +28,15 @@ import time
 import pytest
 
 BUDGET_ENV = "ALBERT_TF_TIME_BUDGET"
-# Each test file's measured seconds (tools/suite_times.py --file_times writes it): the files
-# are handed to the two workers longest first (`--no-loadscope-reorder` in pyproject.toml), so
-# no worker starts a long file while the other is left with nothing.
+# A test measured at this many seconds or more (setup, call and teardown) is in the slow tier
+# even when not marked `slow` by hand.
+SLOW_SECONDS = 2.0
+# ... and so is a test that uses a module or session fixture measured at this many seconds or
+# more (its cost lands on whichever test of the tier uses it first).
+FIXTURE_SECONDS = 10.0
+# Each test file's and each test's measured seconds (tools/suite_times.py --file_times writes
+# it): the files are handed to the two workers longest first (`--no-loadscope-reorder` in
+# pyproject.toml), so no worker starts a long file while the other is left with nothing.
 FILE_TIMES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "file_times.json")
 CATEGORIES = ("subprocess", "training", "export", "load")
 
@@ -34,6 +44,7 @@ _totals = dict.fromkeys(CATEGORIES, 0.0)
 _stack = []  # (category, time it was entered or resumed)
 _children = []  # [start, end or None] per child process started during the current test
 _test_start = [0.0]
+_fixtures = {}  # "where::name" of a fixture set up during the current test: its seconds
 
 
 def _enter(category):
@@ -127,19 +138,34 @@ def pytest_configure(config):
     config._albert_start = time.time()
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the marks added here
 def pytest_collection_modifyitems(session, config, items):
-    """Files longest first by their measured time; a file not measured yet comes first (it
-    may be long), in collection order; the tests inside a file keep their order."""
+    """Files longest first by their measured time (a file not measured yet first: it may be
+    long), the tests inside a file in their order; a test measured at SLOW_SECONDS or more
+    (with its fixtures) is marked slow, so the fast tier stays fast as tests change."""
     try:
         with open(FILE_TIMES) as f:
-            seconds = json.load(f)["files"]
+            measured = json.load(f)
+        files, tests = measured["files"], measured["tests"]
+        fixtures = measured.get("fixtures", {})
     except (OSError, ValueError, KeyError):
         return
     first = {}
     for i, item in enumerate(items):
         first.setdefault(item.nodeid.split("::")[0], i)
-    items.sort(key=lambda item: (-seconds.get(item.nodeid.split("::")[0], float("inf")),
+        if (tests.get(item.nodeid, 0.0) >= SLOW_SECONDS
+                or any(fixtures.get(key, 0.0) >= FIXTURE_SECONDS for key in _fixture_keys(item))):
+            item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: (-files.get(item.nodeid.split("::")[0], float("inf")),
                                  first[item.nodeid.split("::")[0]]))
+
+
+def _fixture_keys(item):
+    info = getattr(item, "_fixtureinfo", None)
+    for name in getattr(info, "names_closure", ()):
+        definitions = info.name2fixturedefs.get(name)
+        if definitions:
+            yield _fixture_key(definitions[-1])
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -147,14 +173,28 @@ def pytest_runtest_protocol(item, nextitem):
     for category in CATEGORIES:
         _totals[category] = 0.0
     _children.clear()
+    _fixtures.clear()
     _test_start[0] = time.perf_counter()
     yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    start = time.perf_counter()
+    yield
+    if fixturedef.scope != "function":  # a function fixture's time is its test's own
+        _fixtures[_fixture_key(fixturedef)] = time.perf_counter() - start
+
+
+def _fixture_key(fixturedef) -> str:
+    return f"{fixturedef.baseid or 'tests'}::{fixturedef.argname}"
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     if call.when == "teardown":
         shares = dict(_totals)
+        shares["fixtures"] = dict(_fixtures)
         shares["subprocess"] = _children_time(_test_start[0], time.perf_counter())
         item.user_properties.append(("time_shares", shares))
     yield

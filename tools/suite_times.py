@@ -72,6 +72,15 @@ def short(nodeid: str) -> str:
     return nodeid.replace("tests/", "", 1)
 
 
+def fixture_times(run) -> dict:
+    """Each module or session fixture's longest measured setup, in seconds."""
+    times = {}
+    for r in run["tests"]:
+        for key, seconds in r.get("fixtures", {}).items():
+            times[key] = round(max(times.get(key, 0.0), seconds), 2)
+    return dict(sorted(times.items(), key=lambda kv: -kv[1]))
+
+
 def summary(run) -> dict:
     tests = run["tests"]
     total = sum(r["total"] for r in tests)
@@ -173,11 +182,6 @@ def main(argv=None):
                                       "(printed when not given)")
     args = parser.parse_args(argv)
     after = load(args.after)
-    unjustified = [r for r in summary(after)["over_long"] if r["nodeid"] not in LONG_TESTS]
-    if unjustified:
-        names = "\n".join(f"  {r['total']:.0f} s  {r['nodeid']}" for r in unjustified)
-        sys.exit(f"error: tests over {LONG:.0f} s not in LONG_TESTS (tools/suite_times.py): "
-                 f"make them shorter, or name what only they prove there:\n{names}")
     if args.file_times:
         files = {}
         for r in after["tests"]:
@@ -185,8 +189,16 @@ def main(argv=None):
             files[name] = round(files.get(name, 0.0) + r["total"], 1)
         with open(args.file_times, "w") as f:
             json.dump({"measured": describe(after), "files": dict(
-                sorted(files.items(), key=lambda kv: -kv[1]))}, f, indent=1)
+                sorted(files.items(), key=lambda kv: -kv[1])),
+                "tests": {r["nodeid"]: round(r["total"], 2) for r in after["tests"]},
+                "fixtures": fixture_times(after)},
+                f, indent=0)
             f.write("\n")
+    unjustified = [r for r in summary(after)["over_long"] if r["nodeid"] not in LONG_TESTS]
+    if unjustified:
+        names = "\n".join(f"  {r['total']:.0f} s  {r['nodeid']}" for r in unjustified)
+        sys.exit(f"error: tests over {LONG:.0f} s not in LONG_TESTS (tools/suite_times.py): "
+                 f"make them shorter, or name what only they prove there:\n{names}")
     text = section(after, load(args.fast) if args.fast else None,
                    load(args.before) if args.before else None)
     if not args.doc:
