@@ -10,10 +10,11 @@ was doing, measured by wrapping the calls themselves (not guessed from names):
 A category nested in another is counted once, by the innermost (an export at the end of a
 training run counts as export).
 
-`pytest tests --time-shares=FILE` writes one JSON record per test (tools/suite_times.py turns
-it into docs/development.md's table). With ALBERT_TF_TIME_BUDGET=SECONDS set (.ci/run sets it),
-a run of the whole suite that takes longer fails at its end, naming the budget and the slowest
-tests; a run of part of the suite (-m, -k, a file) is not held to it.
+`pytest tests --time-shares=FILE` (or ALBERT_TF_TIME_SHARES=FILE) writes one JSON record per
+test (tools/suite_times.py turns it into docs/development.md's table). With
+ALBERT_TF_TIME_BUDGET=SECONDS set (.ci/run sets it), a run of the whole suite that takes
+longer fails at its end, naming the budget and the slowest tests; a run of part of the suite
+(-m, -k, a file) is not held to it.
 
 tests/file_times.json (written by tools/suite_times.py --file_times from a whole-suite run)
 orders the files for the workers, longest first, and puts every test measured at
@@ -28,6 +29,7 @@ import time
 import pytest
 
 BUDGET_ENV = "ALBERT_TF_TIME_BUDGET"
+SHARES_ENV = "ALBERT_TF_TIME_SHARES"  # the --time-shares file, for a command left unchanged
 # A test measured at this many seconds or more (setup, call and teardown) is in the slow tier
 # even when not marked `slow` by hand.
 SLOW_SECONDS = 2.0
@@ -114,9 +116,10 @@ def _install():
         subprocess.Popen._handle_exitstatus = handle
 
 
-def _children_time(start, end) -> float:
-    """The time at least one child process was alive within [start, end] (overlaps once)."""
-    spans = sorted((max(a, start), min(b if b is not None else end, end)) for a, b in _children)
+def _children_time(children, start, end) -> float:
+    """The time at least one child process ([start, end or None while alive]) was alive within
+    [start, end] (overlaps counted once)."""
+    spans = sorted((max(a, start), min(b if b is not None else end, end)) for a, b in children)
     total, reach = 0.0, start
     for a, b in spans:
         a = max(a, reach)
@@ -195,7 +198,7 @@ def pytest_runtest_makereport(item, call):
     if call.when == "teardown":
         shares = dict(_totals)
         shares["fixtures"] = dict(_fixtures)
-        shares["subprocess"] = _children_time(_test_start[0], time.perf_counter())
+        shares["subprocess"] = _children_time(_children, _test_start[0], time.perf_counter())
         item.user_properties.append(("time_shares", shares))
     yield
 
@@ -270,7 +273,7 @@ def pytest_sessionfinish(session, exitstatus):
                      key=lambda r: -(r["setup"] + r["call"] + r["teardown"]))
     for r in records:
         r["total"] = r["setup"] + r["call"] + r["teardown"]
-    path = config.getoption("--time-shares")
+    path = config.getoption("--time-shares") or os.environ.get(SHARES_ENV)
     if path:
         with open(path, "w") as f:
             json.dump({"wall_seconds": time.time() - config._albert_start,
@@ -282,14 +285,21 @@ def pytest_sessionfinish(session, exitstatus):
     budget = os.environ.get(BUDGET_ENV)
     if not budget or not records or not _only_testpaths(config):
         return
-    elapsed = time.time() - config._albert_start
-    if elapsed > float(budget):
-        slowest = "\n".join(f"  {r['total']:7.1f} s  {r['nodeid']}" for r in records[:10])
+    message = over_budget(time.time() - config._albert_start, float(budget), records)
+    if message:
         reporter = config.pluginmanager.get_plugin("terminalreporter")
-        message = (f"the whole suite took {elapsed:.0f} s, over its budget of "
-                   f"{float(budget):.0f} s ({BUDGET_ENV}, set in .ci/run): make the new time back (docs/development.md, "
-                   f"'Adding a test without adding minutes'). The slowest tests:\n{slowest}")
         if reporter is not None:
             reporter.write_sep("=", "time budget exceeded", red=True)
             reporter.write_line(message)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def over_budget(elapsed: float, budget: float, records) -> str | None:
+    """The failure message when the whole suite's `elapsed` seconds pass `budget`, naming the
+    ten slowest of `records` (longest first); None within it."""
+    if elapsed <= budget:
+        return None
+    slowest = "\n".join(f"  {r['total']:7.1f} s  {r['nodeid']}" for r in records[:10])
+    return (f"the whole suite took {elapsed:.0f} s, over its budget of {budget:.0f} s "
+            f"({BUDGET_ENV}, set in .ci/run): win the time back (docs/development.md, 'Adding "
+            f"a test without adding minutes'). The slowest tests:\n{slowest}")

@@ -24,7 +24,8 @@ LONG = 60.0
 LONG_TESTS = {
     "tests/test_train.py::test_a_lost_worker_stops_the_cluster_and_the_rerun_resumes":
         "three-process clusters killed, frozen and preempted, then resumed: 18 processes",
-    "tests/test_demo.py::test_killed_mid_pretraining_and_mid_finetuning_resumes_to_the_same_results":
+    "tests/test_demo.py::"
+    "test_killed_mid_pretraining_and_mid_finetuning_resumes_to_the_same_results":
         "the main job killed twice by a signal and resumed, as a process",
     "tests/test_demo.py::test_smoke_run_pretraining_figures":
         "its setup is the main job (README command 1) run once as a user runs it; "
@@ -47,6 +48,17 @@ LONG_TESTS = {
         "a run killed by SIGKILL and resumed equals the uninterrupted run, as a process",
     "tests/test_experiment.py::test_a_runs_written_config_repeats_it_exactly":
         "a run repeated from its own config.yaml is bit-identical",
+    "tests/test_layers.py::test_shared_weights_cast_once_equal_the_casts_on_every_call"
+    "[mixed_float16]": "30 traced training steps: every sharing mode, each padding and "
+                       "recompute path, cast once against cast per call, bit for bit",
+    "tests/test_layers.py::test_shared_weights_cast_once_equal_the_casts_on_every_call"
+    "[mixed_bfloat16]": "the same in bfloat16",
+    "tests/test_squad.py::test_run_squad_v2_with_the_official_answer_class_head":
+        "the official v2 model trained, predicted, scored and exported from the command line",
+    "tests/test_export.py::test_loaded_from_cpp_the_way_tf_serving_does":
+        "every export loaded and answered by the C++ loader, as TF Serving loads it",
+    "tests/test_tflite.py::test_quantized_files_agree_with_the_saved_model_on_sst2_dev":
+        "a fine-tuned classifier in every quantization against its SavedModel on SST-2 dev",
     "tests/test_cli.py::test_console_scripts_from_outside_the_repository":
         "each installed console script started from outside the repository",
 }
@@ -98,8 +110,8 @@ def summary(run) -> dict:
 def describe(run) -> str:
     m = run.get("machine", {})
     flags = "/".join(m.get("flags", [])) or "no flags read"
-    return (f"{m.get('cores', '?')}-core {m.get('cpu', 'unknown')} ({flags}), {run.get('date', '?')}, "
-            f"{run.get('workers')} xdist workers")
+    return (f"{m.get('cores', '?')}-core {m.get('cpu', 'unknown')} ({flags}), "
+            f"{run.get('date', '?')}, {run.get('workers')} xdist workers")
 
 
 def section(after, fast=None, before=None) -> str:
@@ -157,7 +169,8 @@ def section(after, fast=None, before=None) -> str:
         lines.append(row)
     if before is not None:
         lines += ["", "The slowest 30 before:", "",
-                  "| # | test | tier | seconds | largest part | after |", "|---|---|---|---|---|---|"]
+                  "| # | test | tier | seconds | largest part | after |",
+                  "|---|---|---|---|---|---|"]
         now = {r["nodeid"]: r["total"] for r in after["tests"]}
         for i, r in enumerate(before["tests"][:30], 1):
             name, frac = share(r)
