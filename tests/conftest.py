@@ -8,6 +8,7 @@ import io
 import os
 import subprocess
 import sys
+import time
 
 # The repository's root, for `bench` (not an installed package) when pytest runs from elsewhere
 # (`pytest /path/to/clone/tests`); `python -m pytest` in the root has it already.
@@ -159,11 +160,18 @@ def random_batch(config: AlbertConfig, batch=3, seq=11, predictions=7, seed=0) -
 def _fresh_keras_state():
     keras.mixed_precision.set_global_policy("float32")
     keras.utils.set_random_seed(1234)
+    started = time.perf_counter()
     yield
     keras.mixed_precision.set_global_policy("float32")
-    # Keras' state reset without its gc.collect() (free_memory=True): a full collection of a
-    # worker's heap after each of the suite's tests cost 0.24 s or more each (docs/development.md).
-    keras.backend.clear_session(free_memory=False)
+    # Keras' state reset; its full gc.collect() (free_memory=True) only after a test that ran a
+    # second or more. After every test the collections cost 1,382 s of the suite (0.24 to 2 s
+    # each, more than most tests); after none, tests late in a worker slowed (one that takes 6 s
+    # alone took 31 s with them and 87 s without: garbage that holds TensorFlow functions is
+    # the likely cause). docs/development.md has the measured times.
+    keras.backend.clear_session(free_memory=time.perf_counter() - started >= GC_AFTER_SECONDS)
+
+
+GC_AFTER_SECONDS = 1.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,18 +184,21 @@ WIKI_FLAGS = dict(paragraphs="lines", document_marker_regex=r"^ = [^=].* = $",
                   drop_line_regex=r"^ (= )+.*( =)+ $")
 
 
-def run_command(module, *args, process=False, cwd=None):
+def run_command(module, *args, process=False, cwd=None, env=None):
     """`python -m module args...`: the finished command, its output captured as text
     (`.returncode`, `.stdout`, `.stderr`). In this process by default (its `cli()` through
     `run_cli`, sys.stdout and sys.stderr captured): a process start costs TensorFlow's import
     and a new graph, seconds each (docs/development.md). `process=True` starts the real program
     from the repository root, its packages importable (at most 10 minutes), for a test about
-    the process itself (its exit, its start-up output, a signal). `cwd`: the directory it runs
-    in (the repository root when not given, as a process)."""
+    the process itself (its exit, its start-up output, a signal; one such test per command
+    keeps its `python -m` start tested), or one that must not share this process's state
+    (`env`: variables set for it). `cwd`: the directory it runs in (the repository root when
+    not given, as a process)."""
     if process:
         return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd or ROOT,
-                              env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
-                              text=True, timeout=600)
+                              env=dict(os.environ, PYTHONPATH=ROOT, **(env or {})),
+                              capture_output=True, text=True, timeout=600)
+    assert env is None, "env= is for a command run as its own process (process=True)"
     out, err = io.StringIO(), io.StringIO()
     with contextlib.chdir(cwd or ROOT), contextlib.redirect_stdout(out), \
             contextlib.redirect_stderr(err):

@@ -377,8 +377,8 @@ def test_yaml_1_1_forms_and_nested_lists_are_refused(tmp_path, text, message):
         f"--config_file {path}")
 
 
-def _pretrain(args, cwd):
-    return run_command("albert_tf.run_pretraining", *args, cwd=cwd)
+def _pretrain(args, cwd, **process):
+    return run_command("albert_tf.run_pretraining", *args, cwd=cwd, **process)
 
 
 def _weights(directory):
@@ -420,9 +420,10 @@ def test_a_runs_written_config_repeats_it_exactly(generated_data, tmp_path):
     seed = written["model"]["random_seed"]
     assert seed != -1 and 0 <= seed < 2 ** 31  # the drawn seed, recorded
 
-    again = tmp_path / "again"  # run from another directory
+    again = tmp_path / "again"  # run from another directory, as a process of its own (another
+    # string hash seed, nothing shared with the first run's process)
     proc = _pretrain(["--config_file", str(first / "config.yaml"), "--output_dir", str(again)],
-                     ROOT)
+                     ROOT, process=True, env={"PYTHONHASHSEED": "12345"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     a, b = _weights(first), _weights(again)
     assert a.keys() == b.keys() and len(a) > 10

@@ -357,6 +357,7 @@ def test_run_race_command_line(tmp_path, squad_paragraphs, sample_vocab):
                   for k in ("input_ids", "input_mask", "segment_ids")})["logits"].numpy()
     np.testing.assert_allclose(got["logits"].numpy(), want, atol=1e-5, rtol=0)
     # Bad input: a clear error, no traceback.
-    bad = run_command("albert_tf.run_race", "--data_dir", str(tmp_path / "missing"), *args[2:])
+    bad = run_command("albert_tf.run_race", "--data_dir", str(tmp_path / "missing"), *args[2:],
+                      process=True)  # `python -m` itself: a clear error, no traceback
     assert bad.returncode == 1 and "RACE/train/middle" in bad.stderr
     assert "Traceback" not in bad.stderr

@@ -431,7 +431,7 @@ def test_run_squad_v1_command_line(tmp_path, sample_vocab):
     # --export_dir alone (the official run_squad_v1.py's action): the run's model, exported
     # again, answers the same.
     proc = run_command("albert_tf.run_squad_v1", *args[4:10], *WINDOW_FLAGS, "--export_dir",
-                       str(tmp_path / "exports" / "alone"))
+                       str(tmp_path / "exports" / "alone"), process=True)  # `python -m`, once
     assert proc.returncode == 0, proc.stderr[-3000:]
     _assert_export_answers(tmp_path / "exports" / "alone" / "1", questions, predictions)
 
@@ -502,7 +502,8 @@ def test_run_squad_v2_command_line_null_odds_and_best_threshold(tmp_path, sample
     stray.write_text("not ours")
     proc = run_command("albert_tf.run_squad_v2", *args, "--do_train", "--train_file",
                        str(tmp_path / "slice.json"), "--learning_rate", "1e-3",
-                       "--train_feature_file", str(tmp_path / "ff" / "feat.tfrecord"))
+                       "--train_feature_file", str(tmp_path / "ff" / "feat.tfrecord"),
+                       process=True)  # `python -m` itself, once
     assert proc.returncode != 0 and stray.read_text() == "not ours"
     assert f"{stray} exists and was not made from this run's inputs" in proc.stderr, \
         proc.stderr[-2000:]

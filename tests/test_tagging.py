@@ -473,7 +473,7 @@ def tagging_run(tmp_path_factory, sample_vocab):
             "--predict_batch_size", "16", "--train_step", "6", "--warmup_step", "1",
             "--save_checkpoints_steps", "6", "--iterations_per_loop", "3",
             "--learning_rate", "1e-3", "--export_dir", str(export)]
-    proc = run_command("albert_tf.run_tagging", *args)
+    proc = run_command("albert_tf.run_tagging", *args, process=True)  # `python -m` itself
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, export / "1", proc.stdout
 

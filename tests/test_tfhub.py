@@ -259,7 +259,7 @@ def test_command_loads_a_tf1_checkpoint_and_refuses_an_existing_dir(pair, tmp_pa
     for got, want in zip(loaded.weights, backbone.weights):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
     run = run_command("export.export_tfhub", "--init_checkpoint", str(tf1), "--spm_model_file",
-                      sample_vocab, "--export_dir", export_dir)
+                      sample_vocab, "--export_dir", export_dir, process=True)  # `python -m`
     assert run.returncode == 1, run.stderr[-2000:]
     assert "not an empty directory" in run.stderr
 

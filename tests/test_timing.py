@@ -28,7 +28,8 @@ def test_children_alive_time_counts_overlaps_once_and_clips_to_the_test():
 
 def test_nested_categories_count_once_by_the_innermost(monkeypatch):
     clock = iter([0.0, 2.0, 5.0, 6.0])  # train from 0 to 6, an export inside it from 2 to 5
-    monkeypatch.setattr(plugin.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(plugin, "_clock", lambda: next(clock))
+    monkeypatch.setattr(plugin, "_stack", [])
     for category in plugin.CATEGORIES:
         monkeypatch.setitem(plugin._totals, category, 0.0)
     plugin._enter("training")
@@ -99,8 +100,9 @@ def test_files_go_out_longest_first_and_measured_cost_leaves_the_fast_tier(tmp_p
     assert slow == {"tests/test_a.py::long", "tests/test_b.py::one"}
 
 
-def _run(tests, wall, machine="AMD EPYC"):
+def _run(tests, wall, machine="AMD EPYC", whole_suite=True):
     return {"wall_seconds": wall, "workers": 2, "date": "2026-11-28 14:00 UTC",
+            "whole_suite": whole_suite,
             "machine": {"cpu": machine, "cores": 2, "flags": ["avx2"]}, "tests": [
                 dict({"setup": 0.0, "teardown": 0.0, "slow": False, "outcome": "passed",
                       "subprocess": 0.0, "training": 0.0, "export": 0.0, "load": 0.0,
@@ -110,7 +112,7 @@ def _run(tests, wall, machine="AMD EPYC"):
 def test_the_table_holds_the_measured_numbers(tmp_path):
     after = _run([{"nodeid": "tests/test_a.py::x", "call": 30.0, "training": 24.0, "slow": True},
                   {"nodeid": "tests/test_b.py::y", "setup": 4.0, "call": 6.0, "subprocess": 9.0,
-                   "worker": "gw1"},
+                   "worker": "gw1", "fixtures": {"tests::sample_vocab": 3.5}},
                   {"nodeid": "tests/test_b.py::z", "call": 0.5, "outcome": "skipped"}], 25.0)
     before = _run([{"nodeid": "tests/test_a.py::x", "call": 50.0, "slow": True}], 60.0)
     for run, name in ((after, "after"), (before, "before")):
@@ -128,7 +130,21 @@ def test_the_table_holds_the_measured_numbers(tmp_path):
     assert "| 2 | `test_b.py::y` | fast | 10.0 | subprocess 90% | new |" in text
     times = json.loads((tmp_path / "times.json").read_text())
     assert times["files"] == {"tests/test_a.py": 30.0, "tests/test_b.py": 10.5}
-    assert times["tests"]["tests/test_b.py::y"] == 10.0
+    # a test's own time leaves out the shared fixture it happened to build first
+    assert times["tests"]["tests/test_b.py::y"] == 6.5
+    assert times["fixtures"] == {"tests::sample_vocab": 3.5}
+    (tmp_path / "part.json").write_text(json.dumps(dict(after, whole_suite=False)))
+    with pytest.raises(SystemExit, match="not a run of the whole suite"):
+        suite_times.main([str(tmp_path / "part.json"), "--file_times", str(tmp_path / "t2.json")])
+    assert not (tmp_path / "t2.json").exists()
+
+
+def test_a_child_alive_while_the_process_trains_is_counted_once(tmp_path):
+    run = _run([{"nodeid": "tests/test_a.py::x", "call": 10.0, "training": 8.0,
+                 "subprocess": 9.0}], 10.0)
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    (record,) = suite_times.load(str(tmp_path / "run.json"))["tests"]
+    assert record["subprocess"] == 2.0 and record["training"] == 8.0  # 10 s in all, not 17
 
 
 def test_a_long_test_must_say_what_only_it_proves(tmp_path, capsys):
@@ -137,4 +153,9 @@ def test_a_long_test_must_say_what_only_it_proves(tmp_path, capsys):
     with pytest.raises(SystemExit) as raised:
         suite_times.main([str(tmp_path / "run.json")])
     assert "61 s  tests/test_a.py::sweep" in str(raised.value)
+    # the same test with 30 s of a shared fixture it built first is 31 s of its own
+    run["tests"][0]["fixtures"] = {"tests::exported": 30.0}
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    suite_times.main([str(tmp_path / "run.json")])
+    assert "`test_a.py::sweep` | fast | 61.0 |" in capsys.readouterr().out
     assert "LONG_TESTS" in str(raised.value)

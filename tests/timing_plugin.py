@@ -46,11 +46,12 @@ _totals = dict.fromkeys(CATEGORIES, 0.0)
 _stack = []  # (category, time it was entered or resumed)
 _children = []  # [start, end or None] per child process started during the current test
 _test_start = [0.0]
+_clock = time.perf_counter  # the plugin's clock (tests/test_timing.py replaces it)
 _fixtures = {}  # "where::name" of a fixture set up during the current test: its seconds
 
 
 def _enter(category):
-    now = time.perf_counter()
+    now = _clock()
     if _stack:
         outer, since = _stack[-1]
         _totals[outer] += now - since
@@ -58,7 +59,7 @@ def _enter(category):
 
 
 def _leave():
-    now = time.perf_counter()
+    now = _clock()
     category, since = _stack.pop()
     _totals[category] += now - since
     if _stack:
@@ -100,18 +101,20 @@ def _install():
     exit_status = subprocess.Popen._handle_exitstatus
 
     def init(self, *args, **kwargs):
-        self._albert_span = [time.perf_counter(), None]
+        started = _clock()
+        popen_init(self, *args, **kwargs)  # a start that fails is not a child
+        self._albert_span = [started, None]
         _children.append(self._albert_span)
-        popen_init(self, *args, **kwargs)
 
     def handle(self, *args, **kwargs):
         span = getattr(self, "_albert_span", None)
         if span is not None and span[1] is None:
-            span[1] = time.perf_counter()
+            span[1] = _clock()
         return exit_status(self, *args, **kwargs)
 
     if not getattr(popen_init, "_albert_timed", False):
         init._albert_timed = True
+        init.__wrapped__ = popen_init
         subprocess.Popen.__init__ = init
         subprocess.Popen._handle_exitstatus = handle
 
@@ -138,7 +141,8 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     _install()
     config._albert_times = {}
-    config._albert_start = time.time()
+    config._albert_start = time.monotonic()
+    config._albert_over_budget = None
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the marks added here
@@ -177,16 +181,17 @@ def pytest_runtest_protocol(item, nextitem):
         _totals[category] = 0.0
     _children.clear()
     _fixtures.clear()
-    _test_start[0] = time.perf_counter()
+    _stack.clear()
+    _test_start[0] = _clock()
     yield
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_fixture_setup(fixturedef, request):
-    start = time.perf_counter()
+    start = _clock()
     yield
     if fixturedef.scope != "function":  # a function fixture's time is its test's own
-        _fixtures[_fixture_key(fixturedef)] = time.perf_counter() - start
+        _fixtures[_fixture_key(fixturedef)] = _clock() - start
 
 
 def _fixture_key(fixturedef) -> str:
@@ -198,7 +203,7 @@ def pytest_runtest_makereport(item, call):
     if call.when == "teardown":
         shares = dict(_totals)
         shares["fixtures"] = dict(_fixtures)
-        shares["subprocess"] = _children_time(_children, _test_start[0], time.perf_counter())
+        shares["subprocess"] = _children_time(_children, _test_start[0], _clock())
         item.user_properties.append(("time_shares", shares))
     yield
 
@@ -276,7 +281,7 @@ def pytest_sessionfinish(session, exitstatus):
     path = config.getoption("--time-shares") or os.environ.get(SHARES_ENV)
     if path:
         with open(path, "w") as f:
-            json.dump({"wall_seconds": time.time() - config._albert_start,
+            json.dump({"wall_seconds": time.monotonic() - config._albert_start,
                        "workers": getattr(config.option, "numprocesses", None),
                        "dist": getattr(config.option, "dist", None),
                        "whole_suite": _only_testpaths(config), "machine": _machine(),
@@ -285,13 +290,19 @@ def pytest_sessionfinish(session, exitstatus):
     budget = os.environ.get(BUDGET_ENV)
     if not budget or not records or not _only_testpaths(config):
         return
-    message = over_budget(time.time() - config._albert_start, float(budget), records)
+    message = over_budget(time.monotonic() - config._albert_start, float(budget), records)
     if message:
-        reporter = config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_sep("=", "time budget exceeded", red=True)
-            reporter.write_line(message)
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        config._albert_over_budget = message
+        if session.exitstatus == pytest.ExitCode.OK:  # a failure's own status is kept
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The budget's verdict last, after the counts (so the log does not end in green)."""
+    message = getattr(config, "_albert_over_budget", None)
+    if message:
+        terminalreporter.write_sep("=", "time budget exceeded", red=True)
+        terminalreporter.write_line(message)
 
 
 def over_budget(elapsed: float, budget: float, records) -> str | None:

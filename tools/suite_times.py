@@ -59,6 +59,9 @@ LONG_TESTS = {
         "every export loaded and answered by the C++ loader, as TF Serving loads it",
     "tests/test_tflite.py::test_quantized_files_agree_with_the_saved_model_on_sst2_dev":
         "a fine-tuned classifier in every quantization against its SavedModel on SST-2 dev",
+    "tests/test_bad_input.py::test_a_quantized_model_is_refused_by_name_and_nothing_is_written":
+        "NOT a proof: 6 s alone, 87 s late in a worker (31 s before issue 59); a slowdown "
+        "that grows with what the worker ran before, not yet explained (issue 59's note)",
     "tests/test_cli.py::test_console_scripts_from_outside_the_repository":
         "each installed console script started from outside the repository",
 }
@@ -69,6 +72,12 @@ def load(path):
         run = json.load(f)
     for r in run["tests"]:
         r["total"] = r["setup"] + r["call"] + r["teardown"]
+        # without the module and session fixtures it happened to build first (their cost is
+        # the fixture's, and another test pays it in another order)
+        r["own"] = max(0.0, r["total"] - sum(r.get("fixtures", {}).values()))
+        # a child alive while this process trained or exported is counted once, there
+        inside = sum(r.get(c, 0.0) for c in CATEGORIES if c != "subprocess")
+        r["subprocess"] = min(r.get("subprocess", 0.0), max(0.0, r["total"] - inside))
     return run
 
 
@@ -104,7 +113,7 @@ def summary(run) -> dict:
     fast = [r for r in tests if not r["slow"]]
     return {"total": total, "parts": parts, "outcomes": outcomes, "count": len(tests),
             "fast_count": len(fast), "fast_total": sum(r["total"] for r in fast),
-            "over_long": [r for r in tests if r["total"] > LONG]}
+            "over_long": [r for r in tests if r["own"] > LONG]}
 
 
 def describe(run) -> str:
@@ -144,6 +153,10 @@ def section(after, fast=None, before=None) -> str:
     else:
         lines.append(f"- **Fast tier** (`-m \"not slow\"`): {s['fast_count']} tests whose times "
                      f"sum to {s['fast_total']:,.0f} s in the whole run.")
+    files = {r["nodeid"].split("::")[0] for r in after["tests"]}
+    with_fast = {r["nodeid"].split("::")[0] for r in after["tests"] if not r["slow"]}
+    alone = ", ".join(f"`{short(f)}`" for f in sorted(files - with_fast)) or "none"
+    lines.append(f"- Test files with no test in the fast tier: {alone}.")
     parts = ", ".join(f"{name} {seconds:,.0f} s ({seconds / s['total']:.0%})"
                       for name, seconds in s["parts"].items())
     lines.append(f"- **Where the time goes** (the tests' times summed): {parts}. Subprocess: a "
@@ -179,7 +192,8 @@ def section(after, fast=None, before=None) -> str:
                          f"{r['total']:.1f} | {name} {frac:.0%} | {after_s} |")
     lines += ["", f"Tests over {LONG:.0f} s, each for what no shorter test proves:", ""]
     for r in s["over_long"]:
-        lines.append(f"- `{short(r['nodeid'])}` ({r['total']:.0f} s): {LONG_TESTS[r['nodeid']]}")
+        lines.append(f"- `{short(r['nodeid'])}` ({r['own']:.0f} s without shared fixtures): "
+                     f"{LONG_TESTS[r['nodeid']]}")
     lines += ["", END]
     return "\n".join(lines)
 
@@ -195,7 +209,15 @@ def main(argv=None):
                                       "(printed when not given)")
     args = parser.parse_args(argv)
     after = load(args.after)
+    unjustified = [r for r in summary(after)["over_long"] if r["nodeid"] not in LONG_TESTS]
+    if unjustified:
+        names = "\n".join(f"  {r['own']:.0f} s  {r['nodeid']}" for r in unjustified)
+        sys.exit(f"error: tests over {LONG:.0f} s not in LONG_TESTS (tools/suite_times.py): "
+                 f"make them shorter, or name what only they prove there:\n{names}")
     if args.file_times:
+        if not after.get("whole_suite"):
+            sys.exit(f"error: {args.after} is not a run of the whole suite (-m, -k or a file "
+                     "was given): the tiers need every test measured")
         files = {}
         for r in after["tests"]:
             name = r["nodeid"].split("::")[0]
@@ -203,15 +225,9 @@ def main(argv=None):
         with open(args.file_times, "w") as f:
             json.dump({"measured": describe(after), "files": dict(
                 sorted(files.items(), key=lambda kv: -kv[1])),
-                "tests": {r["nodeid"]: round(r["total"], 2) for r in after["tests"]},
-                "fixtures": fixture_times(after)},
-                f, indent=0)
+                "tests": {r["nodeid"]: round(r["own"], 2) for r in after["tests"]},
+                "fixtures": fixture_times(after)}, f, indent=0)
             f.write("\n")
-    unjustified = [r for r in summary(after)["over_long"] if r["nodeid"] not in LONG_TESTS]
-    if unjustified:
-        names = "\n".join(f"  {r['total']:.0f} s  {r['nodeid']}" for r in unjustified)
-        sys.exit(f"error: tests over {LONG:.0f} s not in LONG_TESTS (tools/suite_times.py): "
-                 f"make them shorter, or name what only they prove there:\n{names}")
     text = section(after, load(args.fast) if args.fast else None,
                    load(args.before) if args.before else None)
     if not args.doc:
