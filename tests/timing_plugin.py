@@ -47,6 +47,7 @@ _stack = []  # (category, time it was entered or resumed)
 _children = []  # [start, end or None] per child process started during the current test
 _test_start = [0.0]
 _clock = time.perf_counter  # the plugin's clock (tests/test_timing.py replaces it)
+_records = {}  # nodeid: its phases' seconds and shares, as the reports reach this process
 _fixtures = {}  # "where::name" of a fixture set up during the current test: its seconds
 
 
@@ -140,7 +141,6 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     _install()
-    config._albert_times = {}
     config._albert_start = time.monotonic()
     config._albert_over_budget = None
 
@@ -209,10 +209,7 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_runtest_logreport(report):
-    config = _CONFIG[0]
-    if config is None:
-        return
-    record = config._albert_times.setdefault(report.nodeid, {
+    record = _records.setdefault(report.nodeid, {
         "nodeid": report.nodeid, "setup": 0.0, "call": 0.0, "teardown": 0.0,
         "slow": "slow" in report.keywords, "outcome": "passed",
         "worker": _worker(report)})
@@ -226,18 +223,10 @@ def pytest_runtest_logreport(report):
             record.update(value)
 
 
-_CONFIG = [None]
-
-
 def _worker(report):
     """The xdist worker that ran the test ("gw0", "gw1"), or None in one process."""
     gateway = getattr(getattr(report, "node", None), "gateway", None)
     return getattr(gateway, "id", None)
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_sessionstart(session):
-    _CONFIG[0] = session.config
 
 
 def _only_testpaths(config) -> bool:
@@ -274,7 +263,7 @@ def pytest_sessionfinish(session, exitstatus):
     config = session.config
     if hasattr(config, "workerinput"):
         return  # an xdist worker: the controller writes and checks
-    records = sorted(config._albert_times.values(),
+    records = sorted(_records.values(),
                      key=lambda r: -(r["setup"] + r["call"] + r["teardown"]))
     for r in records:
         r["total"] = r["setup"] + r["call"] + r["teardown"]
