@@ -49,6 +49,7 @@ _test_start = [0.0]
 _clock = time.perf_counter  # the plugin's clock (tests/test_timing.py replaces it)
 _records = {}  # nodeid: its phases' seconds and shares, as the reports reach this process
 _fixtures = {}  # "where::name" of a fixture set up during the current test: its seconds
+_cpu_start = [None]  # os.times() as the current test started
 
 
 def _enter(category):
@@ -183,6 +184,7 @@ def pytest_runtest_protocol(item, nextitem):
     _fixtures.clear()
     _stack.clear()
     _test_start[0] = _clock()
+    _cpu_start[0] = (os.times(), time.time())
     yield
 
 
@@ -192,6 +194,18 @@ def pytest_fixture_setup(fixturedef, request):
     yield
     if fixturedef.scope != "function":  # a function fixture's time is its test's own
         _fixtures[_fixture_key(fixturedef)] = _clock() - start
+
+
+def _cpu_since(times, started) -> dict:
+    """The CPU seconds the test's process (`cpu`) and the child processes it waited for
+    (`children_cpu`) used since `times` (os.times()), and its start (`started`, epoch seconds,
+    to order a worker's tests). CPU time, unlike wall time, does not grow when the other worker
+    keeps the cores busy."""
+    now = os.times()
+    return {"cpu": (now.user - times.user) + (now.system - times.system),
+            "children_cpu": ((now.children_user - times.children_user)
+                             + (now.children_system - times.children_system)),
+            "started": started}
 
 
 def _fixture_key(fixturedef) -> str:
@@ -204,6 +218,8 @@ def pytest_runtest_makereport(item, call):
         shares = dict(_totals)
         shares["fixtures"] = dict(_fixtures)
         shares["subprocess"] = _children_time(_children, _test_start[0], _clock())
+        if _cpu_start[0] is not None:
+            shares.update(_cpu_since(*_cpu_start[0]))
         item.user_properties.append(("time_shares", shares))
     yield
 
