@@ -156,8 +156,32 @@ def random_batch(config: AlbertConfig, batch=3, seq=11, predictions=7, seed=0) -
     }
 
 
+# Grappler, TensorFlow's graph optimizer, is off in the test processes: it optimizes each graph
+# function the first time it runs, seconds for a model's signature or step, and most tests run
+# each function once or a few times (test_serving_requests.py alone: 181 s with it, 110 s
+# without; docs/development.md). Its rewrites keep a graph's meaning, so the assertions hold
+# either way. The programs the tests start as processes (the commands, the demo, the training
+# workers, the C++ loader that loads a SavedModel as TF Serving does) run with it, as users run
+# them, and so do the tests marked `grappler` in this process. ALBERT_TF_TEST_GRAPPLER=1 runs
+# every test with it.
+GRAPPLER = os.environ.get("ALBERT_TF_TEST_GRAPPLER") == "1"
+if not GRAPPLER:
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+
+
 @pytest.fixture(autouse=True)
-def _fresh_keras_state():
+def _fresh_keras_state(request):
+    grappler = not GRAPPLER and request.node.get_closest_marker("grappler") is not None
+    if grappler:
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": False})
+    try:
+        yield from _keras_state()
+    finally:
+        if grappler:
+            tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+
+
+def _keras_state():
     keras.mixed_precision.set_global_policy("float32")
     keras.utils.set_random_seed(1234)
     started = time.perf_counter()

@@ -22,6 +22,7 @@ MLM_DROP = 1.2        # nats, first 50 steps vs last 150
 SOP_MARGIN = 0.01     # over the label-1 (majority) rate, last 150 steps (9,600 examples)
 
 
+@pytest.mark.grappler  # training as users run it
 @pytest.mark.slow
 def test_convergence_on_the_bundled_corpus(tmp_path, prepared_corpus, sample_vocab):
     """A few hundred steps of a tiny model on the bundled text lower the masked-LM loss and

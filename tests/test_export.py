@@ -115,6 +115,7 @@ def _example(row):
     return example_of(row)
 
 
+@pytest.mark.grappler  # as TF Serving and users run the graphs
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["pretrainer", "classifier", "regressor"])
 def test_token_and_example_signatures_equal_the_keras_model(exported, kind):

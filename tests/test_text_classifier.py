@@ -273,6 +273,7 @@ def _readme_example() -> str:
     return section[start:section.index("\n```", start)]
 
 
+@pytest.mark.grappler  # training as users run it
 @pytest.mark.slow
 def test_readme_example_on_the_bundled_sst2(tmp_path, sample_vocab):
     """The README's example, run as written, on the bundled SST-2: 1,000 training sentences,

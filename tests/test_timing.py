@@ -9,9 +9,10 @@ import sys
 import types
 
 import pytest
+import tensorflow as tf
 
 import timing_plugin as plugin
-from conftest import ROOT
+from conftest import GRAPPLER, ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import suite_times  # noqa: E402
@@ -159,3 +160,21 @@ def test_a_long_test_must_say_what_only_it_proves(tmp_path, capsys):
     suite_times.main([str(tmp_path / "run.json")])
     assert "`test_a.py::sweep` | fast | 61.0 |" in capsys.readouterr().out
     assert "LONG_TESTS" in str(raised.value)
+
+
+def _grappler_on() -> bool:
+    return not tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer", False)
+
+
+def test_grappler_is_off_in_the_test_process_unless_asked_for():
+    assert _grappler_on() is GRAPPLER
+
+
+@pytest.mark.grappler
+def test_a_test_marked_grappler_runs_with_it_and_the_next_without():
+    assert _grappler_on()
+
+
+def test_the_option_is_restored_after_a_grappler_test():
+    # runs after the marked test in this file's order (one worker runs a whole file)
+    assert _grappler_on() is GRAPPLER
