@@ -111,9 +111,11 @@ def _run(tests, wall, machine="AMD EPYC", whole_suite=True):
 
 
 def test_the_table_holds_the_measured_numbers(tmp_path):
-    after = _run([{"nodeid": "tests/test_a.py::x", "call": 30.0, "training": 24.0, "slow": True},
+    after = _run([{"nodeid": "tests/test_a.py::x", "call": 30.0, "training": 24.0, "slow": True,
+                   "cpu": 28.0, "children_cpu": 0.0},
                   {"nodeid": "tests/test_b.py::y", "setup": 4.0, "call": 6.0, "subprocess": 9.0,
-                   "worker": "gw1", "fixtures": {"tests::sample_vocab": 3.5}},
+                   "worker": "gw1", "fixtures": {"tests::sample_vocab": 3.5}, "cpu": 1.5,
+                   "children_cpu": 12.5},
                   {"nodeid": "tests/test_b.py::z", "call": 0.5, "outcome": "skipped"}], 25.0)
     before = _run([{"nodeid": "tests/test_a.py::x", "call": 50.0, "slow": True}], 60.0)
     for run, name in ((after, "after"), (before, "before")):
@@ -127,8 +129,11 @@ def test_the_table_holds_the_measured_numbers(tmp_path):
     assert "3 tests (2 passed, 1 skipped) in **25 s**" in text
     assert "training 24 s (59%), export 0 s (0%), load 0 s (0%)" in text  # of 40.5 s
     assert "subprocess 9 s (22%)" in text and "gw0 busy 30 s, gw1 busy 10 s" in text
-    assert "| 1 | `test_a.py::x` | slow | 30.0 | training 80% | 50.0 |" in text
-    assert "| 2 | `test_b.py::y` | fast | 10.0 | subprocess 90% | new |" in text
+    assert "| 1 | `test_a.py::x` | slow | 30.0 | 28.0 | training 80% | 50.0 |" in text
+    assert "| 2 | `test_b.py::y` | fast | 10.0 | 14.0 | subprocess 90% | new |" in text
+    # 42 CPU seconds (29.5 in the test processes, 12.5 in their children) over 2 cores
+    assert ("used 42 CPU seconds (30 in the test processes, 12 in the child processes they "
+            "started), so on 2 cores the suite cannot end before 21 s") in text
     times = json.loads((tmp_path / "times.json").read_text())
     assert times["files"] == {"tests/test_a.py": 30.0, "tests/test_b.py": 10.5}
     # a test's own time leaves out the shared fixture it happened to build first

@@ -60,8 +60,8 @@ LONG_TESTS = {
     "tests/test_tflite.py::test_quantized_files_agree_with_the_saved_model_on_sst2_dev":
         "a fine-tuned classifier in every quantization against its SavedModel on SST-2 dev",
     "tests/test_bad_input.py::test_a_quantized_model_is_refused_by_name_and_nothing_is_written":
-        "NOT a proof: 6 s alone, 87 s late in a worker (31 s before issue 59); a slowdown "
-        "that grows with what the worker ran before, not yet explained (issue 59's note)",
+        "NOT a proof: 21 CPU seconds; its wall time (up to 87 s) grows when the other worker "
+        "runs a test of several processes at the same time on the two cores",
     "tests/test_cli.py::test_console_scripts_from_outside_the_repository":
         "each installed console script started from outside the repository",
 }
@@ -111,7 +111,9 @@ def summary(run) -> dict:
     for r in tests:
         outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
     fast = [r for r in tests if not r["slow"]]
-    return {"total": total, "parts": parts, "outcomes": outcomes, "count": len(tests),
+    cpu = {"own": sum(r.get("cpu", 0.0) for r in tests),
+           "children": sum(r.get("children_cpu", 0.0) for r in tests)}
+    return {"total": total, "parts": parts, "outcomes": outcomes, "count": len(tests), "cpu": cpu,
             "fast_count": len(fast), "fast_total": sum(r["total"] for r in fast),
             "over_long": [r for r in tests if r["own"] > LONG]}
 
@@ -141,6 +143,14 @@ def section(after, fast=None, before=None) -> str:
         lines.append("- **Workers**: " + ", ".join(f"{w} busy {t:,.0f} s" for w, t in
                                                    sorted(busy.items())) + " (files handed "
                      "out longest first, tests/file_times.json).")
+    if s["cpu"]["own"]:
+        cores = after.get("machine", {}).get("cores") or 2
+        used = s["cpu"]["own"] + s["cpu"]["children"]
+        lines.append(f"- **CPU**: the tests used {used:,.0f} CPU seconds ({s['cpu']['own']:,.0f} "
+                     f"in the test processes, {s['cpu']['children']:,.0f} in the child processes "
+                     f"they started), so on {cores} cores the suite cannot end before "
+                     f"{used / cores:,.0f} s. A test's CPU seconds, unlike its wall time, do not "
+                     "grow when the other worker keeps the cores busy.")
     if before is not None:
         b = summary(before)
         lines.append(f"- **Before** ({describe(before)}): {b['count']} tests in "
@@ -171,12 +181,14 @@ def section(after, fast=None, before=None) -> str:
     lines += ["", "The slowest 30 tests (seconds with their setup and teardown: a module "
               "fixture's cost lands on the first test that uses it):", ""]
     was = {r["nodeid"]: r["total"] for r in before["tests"]} if before is not None else {}
-    head = "| # | test | tier | seconds | largest part |" + (" before |" if was else "")
+    head = ("| # | test | tier | seconds | CPU seconds | largest part |"
+            + (" before |" if was else ""))
     lines += [head, "|" + "---|" * (head.count("|") - 1)]
     for i, r in enumerate(after["tests"][:30], 1):
         name, frac = share(r)
+        cpu = (f"{r['cpu'] + r.get('children_cpu', 0.0):.1f}" if "cpu" in r else "?")
         row = (f"| {i} | `{short(r['nodeid'])}` | {'slow' if r['slow'] else 'fast'} | "
-               f"{r['total']:.1f} | {name} {frac:.0%} |")
+               f"{r['total']:.1f} | {cpu} | {name} {frac:.0%} |")
         if was:
             row += f" {was[r['nodeid']]:.1f} |" if r["nodeid"] in was else " new |"
         lines.append(row)
