@@ -3,9 +3,11 @@ and the tiny configurations whose dimensions all differ (so a transposed or swap
 cannot pass by having the right shape)."""
 
 import contextlib
+import fcntl
 import importlib
 import io
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -251,10 +253,33 @@ def sample_vocab(tmp_path_factory, prepared_corpus):
     """An 8,000-piece lowercased vocabulary trained on the prepared sample corpus."""
     from data.train_vocab import train_vocab
 
-    prefix = str(tmp_path_factory.mktemp("vocab") / "sample8k")
-    train_vocab([prepared_corpus["books"], prepared_corpus["wiki"]], prefix, vocab_size=8000,
-                do_lower_case=True, num_threads=2)
-    return prefix + ".model"
+    def build(directory):
+        train_vocab([prepared_corpus["books"], prepared_corpus["wiki"]],
+                    str(directory / "sample8k"), vocab_size=8000, do_lower_case=True,
+                    num_threads=2)
+
+    return str(once_per_run(tmp_path_factory, "vocab", build) / "sample8k.model")
+
+
+def once_per_run(tmp_path_factory, name, build):
+    """The directory `name` after `build(directory)` ran in it once for the whole run: the
+    xdist workers of one run share their base temp's parent, so the first to get there builds
+    (under a lock) and the other waits and reads the same files (a session fixture costs the
+    run once, not once per worker). In one process, its own directory."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        directory = tmp_path_factory.mktemp(name)
+        build(directory)
+        return directory
+    root = tmp_path_factory.getbasetemp().parent
+    directory, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            build(directory)
+            done.touch()
+    return directory
 
 
 GENERATION_KW = dict(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=2,
@@ -297,7 +322,9 @@ def serving_loader(tmp_path_factory):
     from export.cc_loader import compile_loader, tensorflow_info
 
     info = tensorflow_info()
-    return compile_loader(info, str(tmp_path_factory.mktemp("loader") / "serving_loader")), info
+    directory = once_per_run(tmp_path_factory, "loader",
+                             lambda d: compile_loader(info, str(d / "serving_loader")))
+    return str(directory / "serving_loader"), info
 
 
 # ---------------------------------------------------------------------------------------------
