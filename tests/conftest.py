@@ -195,13 +195,28 @@ def _keras_state():
     # every test the collections cost 1,382 s of the suite (0.24 to 2 s each, more than most
     # tests). docs/development.md has the measured times.
     keras.backend.clear_session(free_memory=time.perf_counter() - started >= GC_AFTER_SECONDS)
+    gc.freeze()  # what is still alive now is the module's and the session's: out of reach
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _collect_after_module():
+    """The module's own fixtures are gone: everything is collectable again, collected once,
+    and what survives (the session's fixtures and caches) is put out of reach again."""
+    yield
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
 
 
 GC_AFTER_SECONDS = 1.0
-# The ~380,000 objects that TensorFlow's, Keras' and our imports leave alive for the whole
-# process are moved out of the collector's reach: each full collection (the one above, and
-# Python's own) then scans only what the tests made, 0.1 s instead of 0.25 s after a small
-# model's test on a 2-core AMD EPYC.
+# A full garbage collection scans every live object, and its cost grows with them: late in a
+# worker (loaded SavedModels, models and datasets kept by fixtures) one takes 0.3 to 1 s. Keras
+# runs one whenever a layer's variable is deleted (`Layer.__delattr__`: 27 for a quantize()
+# call), and so do clear_session(free_memory=True) and Python's own collector. So what is
+# alive is frozen (gc.freeze) and each collection scans only what the running test made: the
+# objects of the imports here, what survives each test, and (after its module) each module's
+# survivors. The quantized-model refusal took 0.5 s alone and 11 s beside 3,000 live traced
+# functions; with them frozen, 0.8 s.
 gc.freeze()
 
 
