@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 # The repository's root, for `bench` (not an installed package) when pytest runs from elsewhere
 # (`pytest /path/to/clone/tests`); `python -m pytest` in the root has it already.
@@ -26,6 +25,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from absl import app, flags  # noqa: E402
+from tensorflow.python.eager import context as tf_context  # noqa: E402
 
 from albert_tf import AlbertConfig  # noqa: E402
 from albert_tf.train_lib import PretrainingConfig  # noqa: E402
@@ -162,61 +162,67 @@ def random_batch(config: AlbertConfig, batch=3, seq=11, predictions=7, seed=0) -
 # Grappler, TensorFlow's graph optimizer, is off in the test processes: it optimizes each graph
 # function the first time it runs, seconds for a model's signature or step, and most tests run
 # each function once or a few times (test_serving_requests.py alone: 181 s with it, 110 s
-# without; docs/development.md). Its rewrites keep a graph's meaning, so the assertions hold
-# either way. The programs the tests start as processes (the commands, the demo, the training
-# workers, the C++ loader that loads a SavedModel as TF Serving does) run with it, as users run
-# them, and so do the tests marked `grappler` in this process. ALBERT_TF_TEST_GRAPPLER=1 runs
-# every test with it.
+# without; docs/development.md). Its rewrites are meant to keep a graph's meaning, but they
+# change float results in the last bits (arithmetic reassociation, fused kernels), so a parity
+# test in this process compares graphs as TensorFlow runs them unoptimized. The programs the
+# tests start as processes (the commands, the demo, the training workers, the C++ loader that
+# loads a SavedModel as TF Serving does) run with it, as users run them, and so do the tests
+# marked `grappler` (TensorFlow's default options). ALBERT_TF_TEST_GRAPPLER=1 runs every test
+# with it.
 GRAPPLER = os.environ.get("ALBERT_TF_TEST_GRAPPLER") == "1"
-if not GRAPPLER:
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+OPTIMIZER_OPTIONS = {} if GRAPPLER else {"disable_meta_optimizer": True}
+
+
+def _set_optimizer_options(options):
+    """Grappler's options exactly `options` ({}: TensorFlow's defaults). TensorFlow's own setter
+    only adds keys (a test that turns one rewrite off and "restores" leaves it set), so the
+    context's dict is replaced; the cached call options are dropped as the setter drops them."""
+    ctx = tf_context.context()
+    ctx._optimizer_experimental_options = dict(options)
+    ctx._thread_local_data.function_call_options = None
+
+
+_set_optimizer_options(OPTIMIZER_OPTIONS)
 
 
 @pytest.fixture(autouse=True)
 def _fresh_keras_state(request):
-    grappler = not GRAPPLER and request.node.get_closest_marker("grappler") is not None
-    if grappler:
-        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": False})
-    try:
-        yield from _keras_state()
-    finally:
-        if grappler:
-            tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-
-
-def _keras_state():
+    if request.node.get_closest_marker("grappler") is not None:
+        _set_optimizer_options({})
     keras.mixed_precision.set_global_policy("float32")
     keras.utils.set_random_seed(1234)
-    started = time.perf_counter()
-    yield
-    keras.mixed_precision.set_global_policy("float32")
-    # Keras' state reset; its full gc.collect() (free_memory=True) only after a test that ran a
-    # second or more (such a test leaves models and traced functions behind to free). After
-    # every test the collections cost 1,382 s of the suite (0.24 to 2 s each, more than most
-    # tests). docs/development.md has the measured times.
-    keras.backend.clear_session(free_memory=time.perf_counter() - started >= GC_AFTER_SECONDS)
-    gc.freeze()  # what is still alive now is the module's and the session's: out of reach
+    try:
+        yield
+    finally:
+        _set_optimizer_options(OPTIMIZER_OPTIONS)
+        keras.mixed_precision.set_global_policy("float32")
+        keras.backend.clear_session(free_memory=False)  # collected after the teardown, below
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _collect_after_module():
-    """The module's own fixtures are gone: everything is collectable again, collected once,
-    and what survives (the session's fixtures and caches) is put out of reach again."""
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After the test's fixtures are torn down (inside its teardown, so its time and CPU count
+    it): the values it read released, what it left collected, and what is still alive frozen
+    (gc.freeze), so the next test's collections do not scan it again. After a module's last
+    test everything is unfrozen and collected once (its module fixtures are gone by then).
+
+    A full collection scans every live object, and its cost grows with them: late in a worker
+    (loaded SavedModels, models and datasets kept by fixtures) one took 0.3 to 1 s. Keras runs
+    one whenever a layer's variable is deleted (`Layer.__delattr__`: 27 in a quantize() call),
+    so tests slowed with what their worker kept alive: the quantized-model refusal took 0.5 s
+    alone, 11 s beside 3,000 live traced functions, 0.8 s with them frozen. Keras'
+    clear_session(free_memory=True) after every test, a full collection each, cost 1,382 s of
+    the suite before."""
     yield
-    gc.unfreeze()
+    if item.funcargs:
+        item.funcargs.clear()  # pytest drops them after the teardown; they are done with
+    if nextitem is None or getattr(nextitem, "module", None) is not getattr(item, "module", 0):
+        gc.unfreeze()
     gc.collect()
     gc.freeze()
 
 
-GC_AFTER_SECONDS = 1.0
-# A full garbage collection scans every live object, and its cost grows with them: late in a
-# worker (loaded SavedModels, models and datasets kept by fixtures) one takes 0.3 to 1 s. Keras
-# runs one whenever a layer's variable is deleted (`Layer.__delattr__`: 27 for a quantize()
-# call), and so do clear_session(free_memory=True) and Python's own collector. So what is
-# alive is frozen (gc.freeze) and each collection scans only what the running test made: the
-# objects of the imports here, what survives each test, and (after its module) each module's
-# survivors. The quantized-model refusal took 0.5 s alone and 11 s beside 3,000 live traced
-# functions; with them frozen, 0.8 s.
+# The objects of the imports (~380,000: TensorFlow, Keras, ours) are out of reach from the start.
 gc.freeze()
 
 
@@ -286,11 +292,11 @@ def once_per_run(tmp_path_factory, name, build):
     xdist workers of one run share their base temp's parent, so the first to get there builds
     (under a lock) and the other waits and reads the same files (a session fixture costs the
     run once, not once per worker). In one process, its own directory."""
-    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+    if not tmp_path_factory.getbasetemp().name.startswith("popen-"):  # not an xdist worker
         directory = tmp_path_factory.mktemp(name)
         build(directory)
         return directory
-    root = tmp_path_factory.getbasetemp().parent
+    root = tmp_path_factory.getbasetemp().parent  # this run's, made fresh by the controller
     directory, done = root / name, root / f"{name}.done"
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

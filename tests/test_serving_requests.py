@@ -387,6 +387,7 @@ def _same(got, want, what):
         what, np.abs(got - want).max() if got.shape == want.shape else (got.shape, want.shape))
 
 
+@pytest.mark.grappler  # the optimized graphs, as TF Serving runs them
 @pytest.mark.slow
 def test_valid_requests_answer_bit_for_bit_as_the_keras_model(exported, sample_vocab):
     """Text, text pairs (empty strings among them: [CLS] [SEP]), token rows of different

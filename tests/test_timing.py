@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import timing_plugin as plugin
-from conftest import GRAPPLER, ROOT
+from conftest import GRAPPLER, OPTIMIZER_OPTIONS, ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import suite_times  # noqa: E402
@@ -183,3 +183,34 @@ def test_a_test_marked_grappler_runs_with_it_and_the_next_without():
 def test_the_option_is_restored_after_a_grappler_test():
     # runs after the marked test in this file's order (one worker runs a whole file)
     assert _grappler_on() is GRAPPLER
+
+
+def test_a_rewrite_a_test_turns_off_is_on_again_in_the_next():
+    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
+    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": True})
+    # TensorFlow's setter only adds keys: "restoring" leaves the option set in the context
+    assert "arithmetic_optimization" in tf.config.optimizer.get_experimental_options()
+
+
+def test_the_next_test_has_the_suites_options_exactly():
+    options = tf.config.optimizer.get_experimental_options()
+    assert "arithmetic_optimization" not in options
+    assert options.get("disable_meta_optimizer", False) is OPTIMIZER_OPTIONS.get(
+        "disable_meta_optimizer", False)
+
+
+def test_a_tests_cpu_seconds_count_its_process_and_the_children_it_waited_for():
+    import subprocess
+    import time
+
+    before = os.times()
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:  # 0.3 s of this process's CPU
+        pass
+    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time() + 0.4\n"
+                    "while time.process_time() < t: pass"], check=True)
+    cpu = plugin._cpu_since(before, 123.0)
+    assert cpu["started"] == 123.0
+    # os.times() counts in clock ticks (10 ms here)
+    assert 0.28 <= cpu["cpu"] < 1.5  # the child's 0.4 s is not this process's
+    assert 0.38 <= cpu["children_cpu"] < 2.0
