@@ -479,53 +479,50 @@ def test_shared_weights_cast_once_equal_the_casts_on_every_call(policy, monkeypa
     from albert_tf import AlbertBackbone, AlbertConfig
     from albert_tf.layers import transformer
 
-    saved = tf.config.optimizer.get_experimental_options()
+    # off for this test only: tests/conftest.py puts the suite's options back exactly after it
     tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
-    try:
-        mask = (np.arange(9)[None, :] < np.array([9, 4, 1, 6])[:, None]).astype(np.int32)
-        ids = RNG.integers(1, 37, (4, 9)).astype(np.int32) * mask
-        for sharing, layers, groups, inner, casts_saved in (
-                ("all", 4, 1, 1, 3 * 12), ("all", 3, 2, 2, 2 * 12),
-                ("attention", 4, 2, 1, 2 * 8), ("ffn", 3, 1, 1, 2 * 4), ("none", 3, 1, 1, 0)):
-            model = AlbertBackbone(AlbertConfig(
-                vocab_size=37, embedding_size=6, hidden_size=16, num_hidden_layers=layers,
-                num_attention_heads=2, intermediate_size=24, num_hidden_groups=groups,
-                inner_group_num=inner, sharing=sharing, initializer_range=0.3,
-                hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1), dtype=policy)
-            generators = [v for v in model.variables if "seed_generator" in v.path]
-            for remove_padding, recompute in ((False, False), (True, True), (True, False)):
-                model.encoder.remove_padding, model.encoder.recompute = remove_padding, recompute
-                runs, casts = {}, {}
-                for once in (False, True):
-                    monkeypatch.setattr(transformer, "CAST_SHARED_WEIGHTS_ONCE", once)
-                    step = tf.function(lambda x: _sum_of_squares_step(model, x))
-                    inputs = {"input_ids": tf.constant(ids), "input_mask": tf.constant(mask),
-                              "segment_ids": tf.constant(ids % 2)}
-                    traced = step.get_concrete_function(inputs)
-                    casts[once] = _weight_casts(traced.graph)
-                    start = [v.numpy() for v in generators]
-                    runs[once] = [np.asarray(t, np.float32) for t in
-                                  tf.nest.flatten(tf.nest.map_structure(
-                                      lambda t: tf.cast(tf.convert_to_tensor(t), tf.float32),
-                                      step(inputs)))]
-                    for variable, value in zip(generators, start):
-                        variable.assign(value)
-                if recompute:  # the calls' casts run again in the backward pass; one does not
-                    assert casts[False] - casts[True] >= casts_saved, (sharing, casts)
-                else:
-                    assert casts[False] - casts[True] == casts_saved, (sharing, casts)
-                assert len(runs[True]) == 1 + len(model.trainable_variables)
-                for a, b in zip(runs[False], runs[True]):
-                    np.testing.assert_array_equal(b, a, err_msg=f"{sharing} {layers} {groups} "
-                                                  f"{inner} {remove_padding} {recompute}")
-                assert all(np.abs(g).max() > 0 for g in runs[True][1:])  # every weight learns
-                assert max(np.abs(g).max() for g in runs[True][1:]) > 0.1
-            other = _sum_of_squares_step(model, {"input_ids": tf.constant((ids + 1) * mask),
-                                                 "input_mask": tf.constant(mask),
-                                                 "segment_ids": tf.constant(ids % 2)})
-            assert np.abs(np.asarray(tf.cast(other[0], tf.float32)) - runs[True][0]).max() > 0.1
-    finally:
-        tf.config.optimizer.set_experimental_options(saved)
+    mask = (np.arange(9)[None, :] < np.array([9, 4, 1, 6])[:, None]).astype(np.int32)
+    ids = RNG.integers(1, 37, (4, 9)).astype(np.int32) * mask
+    for sharing, layers, groups, inner, casts_saved in (
+            ("all", 4, 1, 1, 3 * 12), ("all", 3, 2, 2, 2 * 12),
+            ("attention", 4, 2, 1, 2 * 8), ("ffn", 3, 1, 1, 2 * 4), ("none", 3, 1, 1, 0)):
+        model = AlbertBackbone(AlbertConfig(
+            vocab_size=37, embedding_size=6, hidden_size=16, num_hidden_layers=layers,
+            num_attention_heads=2, intermediate_size=24, num_hidden_groups=groups,
+            inner_group_num=inner, sharing=sharing, initializer_range=0.3,
+            hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1), dtype=policy)
+        generators = [v for v in model.variables if "seed_generator" in v.path]
+        for remove_padding, recompute in ((False, False), (True, True), (True, False)):
+            model.encoder.remove_padding, model.encoder.recompute = remove_padding, recompute
+            runs, casts = {}, {}
+            for once in (False, True):
+                monkeypatch.setattr(transformer, "CAST_SHARED_WEIGHTS_ONCE", once)
+                step = tf.function(lambda x: _sum_of_squares_step(model, x))
+                inputs = {"input_ids": tf.constant(ids), "input_mask": tf.constant(mask),
+                          "segment_ids": tf.constant(ids % 2)}
+                traced = step.get_concrete_function(inputs)
+                casts[once] = _weight_casts(traced.graph)
+                start = [v.numpy() for v in generators]
+                runs[once] = [np.asarray(t, np.float32) for t in
+                              tf.nest.flatten(tf.nest.map_structure(
+                                  lambda t: tf.cast(tf.convert_to_tensor(t), tf.float32),
+                                  step(inputs)))]
+                for variable, value in zip(generators, start):
+                    variable.assign(value)
+            if recompute:  # the calls' casts run again in the backward pass; one does not
+                assert casts[False] - casts[True] >= casts_saved, (sharing, casts)
+            else:
+                assert casts[False] - casts[True] == casts_saved, (sharing, casts)
+            assert len(runs[True]) == 1 + len(model.trainable_variables)
+            for a, b in zip(runs[False], runs[True]):
+                np.testing.assert_array_equal(b, a, err_msg=f"{sharing} {layers} {groups} "
+                                              f"{inner} {remove_padding} {recompute}")
+            assert all(np.abs(g).max() > 0 for g in runs[True][1:])  # every weight learns
+            assert max(np.abs(g).max() for g in runs[True][1:]) > 0.1
+        other = _sum_of_squares_step(model, {"input_ids": tf.constant((ids + 1) * mask),
+                                             "input_mask": tf.constant(mask),
+                                             "segment_ids": tf.constant(ids % 2)})
+        assert np.abs(np.asarray(tf.cast(other[0], tf.float32)) - runs[True][0]).max() > 0.1
 
 
 def _sum_of_squares_step(model, inputs):
