@@ -128,22 +128,34 @@ def for_batches(fn, num_items: int, batch_size: int, num_ragged: int, *extra_spe
 
 
 def keep_first(ragged, keep):
-    """The first `keep[i]` values of each row of a 2-D RaggedTensor."""
-    import tensorflow as tf
-
-    positions = tf.ragged.range(ragged.row_lengths())
-    return tf.ragged.boolean_mask(ragged, positions < tf.expand_dims(
-        tf.cast(keep, positions.dtype), 1))
+    """The first `keep[i]` values of each row of a 2-D RaggedTensor (`keep`: one per row, or
+    one for all; all of a shorter row, none for keep <= 0)."""
+    return _keep(ragged, keep, from_end=False)
 
 
 def keep_last(ragged, keep):
     """The last `keep[i]` values of each row of a 2-D RaggedTensor (all when shorter)."""
+    return _keep(ragged, keep, from_end=True)
+
+
+def _keep(ragged, keep, from_end: bool):
+    """`keep_first` / `keep_last` on the flat values: each value's position in its row against
+    its row's count, with no ragged broadcasting (whose shape checks made 8 assertions per call,
+    most of the serving signature's tracing time)."""
     import tensorflow as tf
 
     lengths = ragged.row_lengths()
-    positions = tf.ragged.range(lengths)
-    return tf.ragged.boolean_mask(ragged, positions >= tf.expand_dims(
-        lengths - tf.cast(keep, lengths.dtype), 1))
+    keep = tf.minimum(tf.maximum(tf.broadcast_to(tf.cast(keep, lengths.dtype),
+                                                 tf.shape(lengths)), 0), lengths)
+    rows = ragged.value_rowids()
+    position = tf.range(tf.size(rows, out_type=lengths.dtype), dtype=lengths.dtype) - tf.gather(
+        ragged.row_starts(), rows)
+    if from_end:
+        kept = position >= tf.gather(lengths - keep, rows)
+    else:
+        kept = position < tf.gather(keep, rows)
+    return tf.RaggedTensor.from_row_lengths(tf.boolean_mask(ragged.values, kept), keep,
+                                            validate=False)
 
 
 def join_in_graph(ids_a, ids_b=None, empty_b_is_one_segment: bool = False,
@@ -151,7 +163,7 @@ def join_in_graph(ids_a, ids_b=None, empty_b_is_one_segment: bool = False,
     """`[CLS] A [SEP] (B [SEP])` of already-truncated rows, as model inputs.
 
     Args:
-        ids_a, ids_b: int32 RaggedTensors [rows, (tokens)]; `ids_b` None for one segment.
+        ids_a, ids_b: int RaggedTensors [rows, (tokens)]; `ids_b` None for one segment.
         empty_b_is_one_segment: a row whose B is empty gets no second [SEP] (`[CLS] A [SEP]`,
             the official classifier packing); otherwise it gets `[CLS] A [SEP] [SEP]`.
         special: the tokenizer whose [CLS] and [SEP] ids to use (None: SentencePiece's).
@@ -159,31 +171,49 @@ def join_in_graph(ids_a, ids_b=None, empty_b_is_one_segment: bool = False,
     Returns:
         dict of int32 [rows, length] tensors `input_ids`, `input_mask`, `segment_ids` (segment
         0 through the first [SEP], 1 after), padded with 0 to the longest row.
+
+    Each id is scattered to its (row, column) in one dense tensor: dense ops only, no ragged
+    concatenation (whose row-count checks were assertions in every serving graph).
     """
     import tensorflow as tf
 
     cls_id, sep_id = _special_ids(special)
-    ids_a = tf.cast(ids_a, tf.int32)
-    rows = ids_a.nrows()
-
-    def column(value, lengths=None):
-        lengths = tf.ones([rows], tf.int64) if lengths is None else lengths
-        return tf.RaggedTensor.from_row_lengths(
-            tf.fill([tf.reduce_sum(lengths)], tf.constant(value, tf.int32)), lengths)
-
-    parts = [column(cls_id), ids_a, column(sep_id)]
-    segments = [0, 0, 0]
+    len_a = tf.cast(ids_a.row_lengths(), tf.int64)
+    rows = tf.range(tf.size(len_a, out_type=tf.int64), dtype=tf.int64)
+    sep_a = len_a + 1  # column of the first [SEP]
+    length = sep_a + 1  # each row's packed length
+    index, values = [tf.stack([rows, tf.zeros_like(rows)], 1), _value_index(ids_a, 1),
+                     tf.stack([rows, sep_a], 1)], [tf.fill(tf.shape(rows), cls_id),
+                                                   tf.cast(ids_a.values, tf.int32),
+                                                   tf.fill(tf.shape(rows), sep_id)]
     if ids_b is not None:
-        ids_b = tf.cast(ids_b, tf.int32)
-        closing = (tf.cast(ids_b.row_lengths() > 0, tf.int64) if empty_b_is_one_segment
-                   else None)
-        parts += [ids_b, column(sep_id, closing)]
-        segments += [1, 1]
-    input_ids = tf.concat(parts, axis=1)
-    segment_ids = tf.concat([tf.ones_like(p) * s for p, s in zip(parts, segments)], axis=1)
-    return {"input_ids": input_ids.to_tensor(0),
-            "input_mask": tf.ones_like(input_ids).to_tensor(0),
-            "segment_ids": segment_ids.to_tensor(0)}
+        len_b = tf.cast(ids_b.row_lengths(), tf.int64)
+        closing = (len_b > 0) if empty_b_is_one_segment else tf.ones_like(len_b, tf.bool)
+        ends = tf.boolean_mask(rows, closing)
+        index += [_value_index(ids_b, length),
+                  tf.stack([ends, tf.gather(length + len_b, ends)], 1)]
+        values += [tf.cast(ids_b.values, tf.int32), tf.fill(tf.shape(ends), sep_id)]
+        length += len_b + tf.cast(closing, tf.int64)
+    width = tf.reduce_max(tf.concat([length, tf.zeros([1], tf.int64)], 0))
+    input_ids = tf.scatter_nd(tf.concat(index, 0), tf.concat(values, 0),
+                              tf.stack([tf.size(len_a, out_type=tf.int64), width]))
+    column = tf.range(width, dtype=tf.int64)[None, :]
+    real = column < length[:, None]
+    second = real & (column > sep_a[:, None]) if ids_b is not None else tf.zeros_like(real)
+    return {"input_ids": input_ids, "input_mask": tf.cast(real, tf.int32),
+            "segment_ids": tf.cast(second, tf.int32)}
+
+
+def _value_index(ragged, offset):
+    """The (row, column) of each value of a 2-D RaggedTensor placed from column `offset` of
+    its row (an int, or an int64 tensor with one offset per row), as int64 [values, 2]."""
+    import tensorflow as tf
+
+    rows = tf.cast(ragged.value_rowids(), tf.int64)
+    column = tf.range(tf.size(rows, out_type=tf.int64), dtype=tf.int64) - tf.gather(
+        tf.cast(ragged.row_starts(), tf.int64), rows)
+    offset = tf.gather(offset, rows) if tf.is_tensor(offset) else offset
+    return tf.stack([rows, column + offset], 1)
 
 
 def pack_in_graph(ids_a, ids_b=None, max_seq_length: int = 512, special=None) -> dict:

@@ -529,10 +529,11 @@ class InGraphTokenizer:
         first = tf.where(fix, tf.strings.substr(first, tf.ones_like(first_length),
                                                 first_length - 1, unit="UTF8_CHAR"), first)
         head = tf.RaggedTensor.from_row_lengths(tf.boolean_mask(first, keep_first),
-                                                tf.cast(keep_first, tf.int64))
-        comma = tf.RaggedTensor.from_row_lengths(tf.fill([m], ","), tf.ones([m], tf.int64))
+                                                tf.cast(keep_first, tf.int64), validate=False)
+        comma = tf.RaggedTensor.from_row_lengths(tf.fill([m], ","), tf.ones([m], tf.int64),
+                                                 validate=False)
         replacement = tf.concat([head, sub[:, 1:], comma], axis=1)
-        singles = tf.RaggedTensor.from_row_lengths(flat, tf.ones([n], tf.int64))
+        singles = tf.RaggedTensor.from_row_lengths(flat, tf.ones([n], tf.int64), validate=False)
         # Row i of `rows`: piece i itself, or its replacement when it matched.
         index = tf.where(match, n + tf.cumsum(tf.cast(match, tf.int64)) - 1,
                          tf.range(n, dtype=tf.int64))
@@ -932,11 +933,14 @@ def _encode_with_masks_in_graph(tokenizer, strings):
 
     parts = tf.strings.split(strings, sep=MASK_PIECE)  # [batch, (parts)], never empty rows
     ids = tokenizer(parts.flat_values)  # [parts, (ids)]
-    lengths = parts.row_lengths()
-    is_last = tf.equal(tf.ragged.range(lengths) + 1, tf.expand_dims(lengths, 1)).flat_values
-    follows = tf.cast(~is_last, tf.int64)  # every part but a row's last is followed by a mask
+    # every part but a row's last is followed by a mask (flat: no ragged broadcasting asserts)
+    is_last = tf.equal(tf.range(tf.size(parts.values, out_type=parts.row_splits.dtype),
+                                dtype=parts.row_splits.dtype) + 1,
+                       tf.gather(parts.row_splits[1:], parts.value_rowids()))
+    follows = tf.cast(~is_last, tf.int64)
     masks = tf.RaggedTensor.from_row_lengths(
-        tf.fill([tf.reduce_sum(follows)], tf.constant(tokenizer.mask_id, ids.dtype)), follows)
+        tf.fill([tf.reduce_sum(follows)], tf.constant(tokenizer.mask_id, ids.dtype)), follows,
+        validate=False)
     joined = tf.concat([ids, masks], axis=1)
     return tf.RaggedTensor.from_row_splits(joined, parts.row_splits).merge_dims(1, 2)
 
