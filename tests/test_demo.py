@@ -7,6 +7,7 @@ import glob
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -218,20 +219,28 @@ def test_killed_mid_pretraining_and_mid_finetuning_resumes_to_the_same_results(
         smoke_run, tmp_path):
     """The same job with the step count the smoke run chose, SIGKILLed (with its children) once
     pretraining has saved its first checkpoint, and again inside the fine-tuning of a seed;
-    the third invocation finishes, and results.json holds the uninterrupted run's figures."""
+    the third invocation finishes, and results.json holds the uninterrupted run's figures.
+    The steps before pretraining (corpus, vocabulary, records, the random-init fine-tuning)
+    are the smoke run's, copied: the job skips a step whose last artefact exists, and its
+    figures from them must come back unchanged too (the second-run test reruns none of them)."""
     steps = smoke_run["results"]["compute"]["steps"]
+    run_dir = str(tmp_path / "runs" / "resumed")
+    for part in ("corpus", "heldout", "vocab", "pretraining"):
+        shutil.copytree(os.path.join(smoke_run["dir"], part), os.path.join(run_dir, part))
+    for seed in SMOKE["finetune_seeds"]:
+        part = os.path.join("finetune", f"random_seed{seed}")
+        shutil.copytree(os.path.join(smoke_run["dir"], part), os.path.join(run_dir, part))
     args = [sys.executable, "-m", "albert_tf.demo", "--smoke", "--quiet",
-            "--pretrain_steps", str(steps), "--runs_dir", str(tmp_path / "runs")]
+            "--pretrain_steps", str(steps), "--run_dir", run_dir]
     env = dict(os.environ, ALBERT_TF_VERBOSE="0", PYTHONPATH=ROOT)
     start = lambda: subprocess.Popen(args, cwd=str(tmp_path), env=env, text=True,  # noqa: E731
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      start_new_session=True)
     first = steps // SMOKE["evaluations"]
-    pretrain = lambda *p: os.path.join(*glob.glob(str(tmp_path / "runs" / "*")), "pretrain", *p)  # noqa: E731,E501
-    _wait_then_kill(start(), lambda: glob.glob(pretrain(f"ckpt-{first}.index")),
+    pretrain = lambda *p: os.path.join(run_dir, "pretrain", *p)  # noqa: E731
+    _wait_then_kill(start(), lambda: os.path.exists(pretrain(f"ckpt-{first}.index")),
                     "first pretraining checkpoint")
     assert not os.path.exists(pretrain(f"eval_results_step_{steps}.json")), "killed too late"
-    (run_dir,) = glob.glob(str(tmp_path / "runs" / "*"))
     seed = SMOKE["finetune_seeds"][-1]
     last = os.path.join(run_dir, "finetune", f"pretrained_seed{seed}")
     _wait_then_kill(start(), lambda: os.path.exists(os.path.join(last, "albert_config.json")),
@@ -240,7 +249,9 @@ def test_killed_mid_pretraining_and_mid_finetuning_resumes_to_the_same_results(
     proc = start()
     out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, out[-3000:]
-    assert glob.glob(str(tmp_path / "runs" / "*")) == [run_dir]
+    assert os.listdir(tmp_path / "runs") == ["resumed"]
+    state = json.load(open(os.path.join(run_dir, "state.json")))
+    assert [s for s in STEPS[:4] if not state["steps"][s]["skipped"]] == []  # the copied ones
     resumed = json.load(open(os.path.join(run_dir, "results.json")))
     expected = smoke_run["results"]
     for key in ("mlm", "sop", "pretraining_gain", "fill_mask"):

@@ -475,7 +475,8 @@ def test_shared_weights_cast_once_equal_the_casts_on_every_call(policy, monkeypa
     FFN shared; none), with and without `remove_padding` and `recompute`. Grappler's
     arithmetic rewrites are off for the comparison: they reassociate the 16-bit GELU differently
     in every graph (graph and eager mode differ by them too). The traced step casts each shared
-    weight once, not once per call."""
+    weight once, not once per call. (float16 runs the padding/recompute variants on "all"
+    sharing only, bfloat16 on every mode: the casting code is the same for both dtypes.)"""
     from albert_tf import AlbertBackbone, AlbertConfig
     from albert_tf.layers import transformer
 
@@ -492,7 +493,10 @@ def test_shared_weights_cast_once_equal_the_casts_on_every_call(policy, monkeypa
             inner_group_num=inner, sharing=sharing, initializer_range=0.3,
             hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1), dtype=policy)
         generators = [v for v in model.variables if "seed_generator" in v.path]
-        for remove_padding, recompute in ((False, False), (True, True), (True, False)):
+        variants = ((False, False), (True, True), (True, False))
+        if policy == "mixed_float16" and sharing != "all":  # the cast is the same code for
+            variants = variants[:1]  # both dtypes: float16 runs every variant on one mode
+        for remove_padding, recompute in variants:
             model.encoder.remove_padding, model.encoder.recompute = remove_padding, recompute
             runs, casts = {}, {}
             for once in (False, True):
@@ -519,7 +523,7 @@ def test_shared_weights_cast_once_equal_the_casts_on_every_call(policy, monkeypa
                                               f"{inner} {remove_padding} {recompute}")
             assert all(np.abs(g).max() > 0 for g in runs[True][1:])  # every weight learns
             assert max(np.abs(g).max() for g in runs[True][1:]) > 0.1
-        other = _sum_of_squares_step(model, {"input_ids": tf.constant((ids + 1) * mask),
+        other = _sum_of_squares_step(model, {"input_ids": tf.constant((ids % 36 + 1) * mask),
                                              "input_mask": tf.constant(mask),
                                              "segment_ids": tf.constant(ids % 2)})
         assert np.abs(np.asarray(tf.cast(other[0], tf.float32)) - runs[True][0]).max() > 0.1
