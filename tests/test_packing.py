@@ -1,5 +1,7 @@
 """The packing rule: closed-form truncation equals the official loop; in-graph equals Python."""
 
+import collections
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -158,3 +160,18 @@ def test_the_tflite_form_packs_an_empty_b_as_one_segment():
         got = runner(a=a, b=np.array(b, np.int32))
         assert got["input_ids"].tolist() == [ids] and got["segment_ids"].tolist() == [segments]
         assert got["input_mask"].tolist() == [[1] * 6] and got["num_tokens"].tolist() == [num]
+
+
+def test_in_graph_packing_traces_no_assertion():
+    """`pack_in_graph` (every serving text signature, the Keras preprocessors, RACE and SQuAD
+    packing) works on flat values and one scatter: no ragged broadcasting or concatenation,
+    whose shape checks were 48 of a classifier export's 165 assertions (each a cond to trace,
+    and to run on every request). Its output equals `pack_ids` (the tests above)."""
+    ragged = tf.RaggedTensorSpec([None, None], tf.int32, 1, tf.int64)
+    for pair in (False, True):
+        traced = tf.function(
+            lambda a, b: pack_in_graph(a, b if pair else None, max_seq_length=16)
+        ).get_concrete_function(ragged, ragged)
+        ops = collections.Counter(op.type for op in traced.graph.get_operations())
+        assert ops["Assert"] + ops["If"] + ops["StatelessIf"] == 0, ops
+        assert ops["ScatterNd"] == 1
