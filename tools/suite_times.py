@@ -23,10 +23,12 @@ LONG = 60.0
 # Tests allowed over 60 s, each with what no shorter test proves.
 LONG_TESTS = {
     "tests/test_train.py::test_a_lost_worker_stops_the_cluster_and_the_rerun_resumes":
-        "three-process clusters killed, frozen and preempted, then resumed: 18 processes",
+        "three-process clusters killed, frozen and preempted, then resumed exactly: 21 "
+        "processes (the suite's only multi-worker kill-and-resume)",
     "tests/test_demo.py::"
     "test_killed_mid_pretraining_and_mid_finetuning_resumes_to_the_same_results":
-        "the main job killed twice by a signal and resumed, as a process",
+        "the main job killed twice by a signal and resumed, as a process (from the smoke "
+        "run's records)",
     "tests/test_demo.py::test_smoke_run_pretraining_figures":
         "its setup is the main job (README command 1) run once as a user runs it; "
         "the file's other tests read the same run",
@@ -35,7 +37,7 @@ LONG_TESTS = {
     "tests/test_train.py::test_mirrored_two_devices_equals_one_device_and_accumulation":
         "the mirrored strategy on two devices against one device and accumulation",
     "tests/test_train.py::test_multi_worker_mirrored_two_processes":
-        "two worker processes under MultiWorkerMirroredStrategy equal one device",
+        "two worker processes under MultiWorkerMirroredStrategy equal one device (3 processes)",
     "tests/test_race.py::test_a_tiny_model_learns_a_race_slice_with_the_level_breakdown":
         "a RACE run that learns, from the command line",
     "tests/test_squad.py::test_run_squad_v1_command_line":
@@ -49,10 +51,11 @@ LONG_TESTS = {
     "tests/test_experiment.py::test_a_runs_written_config_repeats_it_exactly":
         "a run repeated from its own config.yaml is bit-identical",
     "tests/test_layers.py::test_shared_weights_cast_once_equal_the_casts_on_every_call"
-    "[mixed_float16]": "30 traced training steps: every sharing mode, each padding and "
-                       "recompute path, cast once against cast per call, bit for bit",
+    "[mixed_bfloat16]": "30 traced training steps: every sharing mode, each padding and "
+                        "recompute path, cast once against cast per call, bit for bit",
     "tests/test_layers.py::test_shared_weights_cast_once_equal_the_casts_on_every_call"
-    "[mixed_bfloat16]": "the same in bfloat16",
+    "[mixed_float16]": "the same in float16 (14 traces: the padding and recompute paths on "
+                       "one sharing mode)",
     "tests/test_squad.py::test_run_squad_v2_with_the_official_answer_class_head":
         "the official v2 model trained, predicted, scored and exported from the command line",
     "tests/test_export.py::test_loaded_from_cpp_the_way_tf_serving_does":
