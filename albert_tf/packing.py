@@ -177,22 +177,22 @@ def join_in_graph(ids_a, ids_b=None, empty_b_is_one_segment: bool = False,
     """
     import tensorflow as tf
 
-    cls_id, sep_id = _special_ids(special)
+    cls, sep = (tf.constant(i, tf.int32) for i in _special_ids(special))
     len_a = tf.cast(ids_a.row_lengths(), tf.int64)
     rows = tf.range(tf.size(len_a, out_type=tf.int64), dtype=tf.int64)
     sep_a = len_a + 1  # column of the first [SEP]
     length = sep_a + 1  # each row's packed length
     index, values = [tf.stack([rows, tf.zeros_like(rows)], 1), _value_index(ids_a, 1),
-                     tf.stack([rows, sep_a], 1)], [tf.fill(tf.shape(rows), cls_id),
+                     tf.stack([rows, sep_a], 1)], [tf.fill(tf.shape(rows), cls),
                                                    tf.cast(ids_a.values, tf.int32),
-                                                   tf.fill(tf.shape(rows), sep_id)]
-    if ids_b is not None:
-        len_b = tf.cast(ids_b.row_lengths(), tf.int64)
+                                                   tf.fill(tf.shape(rows), sep)]
+    if ids_b is not None:  # as many rows as A (an error otherwise, without an Assert op)
+        len_b = tf.reshape(tf.cast(ids_b.row_lengths(), tf.int64), tf.shape(len_a))
         closing = (len_b > 0) if empty_b_is_one_segment else tf.ones_like(len_b, tf.bool)
         ends = tf.boolean_mask(rows, closing)
         index += [_value_index(ids_b, length),
                   tf.stack([ends, tf.gather(length + len_b, ends)], 1)]
-        values += [tf.cast(ids_b.values, tf.int32), tf.fill(tf.shape(ends), sep_id)]
+        values += [tf.cast(ids_b.values, tf.int32), tf.fill(tf.shape(ends), sep)]
         length += len_b + tf.cast(closing, tf.int64)
     width = tf.reduce_max(tf.concat([length, tf.zeros([1], tf.int64)], 0))
     input_ids = tf.scatter_nd(tf.concat(index, 0), tf.concat(values, 0),

@@ -7,6 +7,7 @@ import glob
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -220,25 +221,29 @@ def test_killed_mid_pretraining_and_mid_finetuning_resumes_to_the_same_results(
     """The same job with the step count the smoke run chose, SIGKILLed (with its children) once
     pretraining has saved its first checkpoint, and again inside the fine-tuning of a seed;
     the third invocation finishes, and results.json holds the uninterrupted run's figures.
-    The steps before pretraining (corpus, vocabulary, records, the random-init fine-tuning)
-    are the smoke run's, copied: the job skips a step whose last artefact exists, and its
-    figures from them must come back unchanged too (the second-run test reruns none of them)."""
+    The second and third invocations find the run as a user's rerun does (the newest run of
+    RUNS_DIR with the same settings). The steps before pretraining (corpus, vocabulary, records,
+    the random-init fine-tuning) are the smoke run's, copied into the first invocation's
+    --run_dir: the job skips a step whose last artefact exists. (Records reproduce in
+    test_generator.py, a run repeats bit for bit from its config in test_experiment.py, and the
+    pretrained arm's fine-tuning here reruns from scratch in new processes.)"""
     steps = smoke_run["results"]["compute"]["steps"]
-    run_dir = str(tmp_path / "runs" / "resumed")
+    runs = tmp_path / "runs"
+    run_dir = str(runs / os.path.basename(smoke_run["dir"]))
     for part in ("corpus", "heldout", "vocab", "pretraining"):
         shutil.copytree(os.path.join(smoke_run["dir"], part), os.path.join(run_dir, part))
     for seed in SMOKE["finetune_seeds"]:
         part = os.path.join("finetune", f"random_seed{seed}")
         shutil.copytree(os.path.join(smoke_run["dir"], part), os.path.join(run_dir, part))
     args = [sys.executable, "-m", "albert_tf.demo", "--smoke", "--quiet",
-            "--pretrain_steps", str(steps), "--run_dir", run_dir]
+            "--pretrain_steps", str(steps), "--runs_dir", str(runs)]
     env = dict(os.environ, ALBERT_TF_VERBOSE="0", PYTHONPATH=ROOT)
-    start = lambda: subprocess.Popen(args, cwd=str(tmp_path), env=env, text=True,  # noqa: E731
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+    start = lambda first=False: subprocess.Popen(  # noqa: E731
+        args + (["--run_dir", run_dir] if first else []), cwd=str(tmp_path), env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     first = steps // SMOKE["evaluations"]
     pretrain = lambda *p: os.path.join(run_dir, "pretrain", *p)  # noqa: E731
-    _wait_then_kill(start(), lambda: os.path.exists(pretrain(f"ckpt-{first}.index")),
+    _wait_then_kill(start(first=True), lambda: os.path.exists(pretrain(f"ckpt-{first}.index")),
                     "first pretraining checkpoint")
     assert not os.path.exists(pretrain(f"eval_results_step_{steps}.json")), "killed too late"
     seed = SMOKE["finetune_seeds"][-1]
@@ -249,9 +254,11 @@ def test_killed_mid_pretraining_and_mid_finetuning_resumes_to_the_same_results(
     proc = start()
     out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, out[-3000:]
-    assert os.listdir(tmp_path / "runs") == ["resumed"]
+    assert os.listdir(runs) == [os.path.basename(run_dir)]  # the reruns found the run
     state = json.load(open(os.path.join(run_dir, "state.json")))
     assert [s for s in STEPS[:4] if not state["steps"][s]["skipped"]] == []  # the copied ones
+    log = open(os.path.join(run_dir, "logs", "pretrain.log"), encoding="utf-8").read()
+    assert re.search(r"Resumed from \S*pretrain/ckpt-\d+ at step [1-9]", log), log[-3000:]
     resumed = json.load(open(os.path.join(run_dir, "results.json")))
     expected = smoke_run["results"]
     for key in ("mlm", "sop", "pretraining_gain", "fill_mask"):

@@ -475,8 +475,10 @@ def test_shared_weights_cast_once_equal_the_casts_on_every_call(policy, monkeypa
     FFN shared; none), with and without `remove_padding` and `recompute`. Grappler's
     arithmetic rewrites are off for the comparison: they reassociate the 16-bit GELU differently
     in every graph (graph and eager mode differ by them too). The traced step casts each shared
-    weight once, not once per call. (float16 runs the padding/recompute variants on "all"
-    sharing only, bfloat16 on every mode: the casting code is the same for both dtypes.)"""
+    weight once, not once per call. float16 runs the padding and recompute variants on the
+    two "all" configurations and the plain variant on the other modes; bfloat16 runs every
+    variant on every mode. The cast-once code has no dtype branch; the bias add does
+    (`layers.common.add_bias` has a bfloat16 path), and float16 runs it in every mode."""
     from albert_tf import AlbertBackbone, AlbertConfig
     from albert_tf.layers import transformer
 
@@ -494,8 +496,8 @@ def test_shared_weights_cast_once_equal_the_casts_on_every_call(policy, monkeypa
             hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1), dtype=policy)
         generators = [v for v in model.variables if "seed_generator" in v.path]
         variants = ((False, False), (True, True), (True, False))
-        if policy == "mixed_float16" and sharing != "all":  # the cast is the same code for
-            variants = variants[:1]  # both dtypes: float16 runs every variant on one mode
+        if policy == "mixed_float16" and sharing != "all":  # see the docstring
+            variants = variants[:1]
         for remove_padding, recompute in variants:
             model.encoder.remove_padding, model.encoder.recompute = remove_padding, recompute
             runs, casts = {}, {}

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from albert_tf import packing
 from albert_tf.classifier import AlbertClassifier
 from albert_tf.packing import (pack_ids, pack_in_graph, pack_row_in_graph, packed_length,
                                pad_features, truncated_lengths)
@@ -175,3 +176,59 @@ def test_in_graph_packing_traces_no_assertion():
         ops = collections.Counter(op.type for op in traced.graph.get_operations())
         assert ops["Assert"] + ops["If"] + ops["StatelessIf"] == 0, ops
         assert ops["ScatterNd"] == 1
+
+
+def test_keep_and_join_in_graph_equal_the_rule_written_in_python():
+    """`keep_first`, `keep_last` and `join_in_graph` (both B layouts) against the rule written
+    out on Python lists, on random rows (empty rows, zero rows, keeps below 0 and past the
+    row, one keep for all rows), eagerly and traced; rows of B that do not match A's are an
+    error, not a silent packing."""
+    rng = np.random.default_rng(7)
+
+    def ragged(rows):
+        return tf.RaggedTensor.from_row_lengths(
+            np.array([i for r in rows for i in r], np.int32), np.array([len(r) for r in rows],
+                                                                       np.int64))
+
+    def joined(a, b, one_segment):
+        ids, segments = [CLS_ID] + a + [SEP_ID], [0] * (len(a) + 2)
+        if b is not None:
+            closing = [SEP_ID] if b or not one_segment else []
+            ids, segments = ids + b + closing, segments + [1] * (len(b) + len(closing))
+        return ids, segments
+
+    checked = 0
+    for trial in range(40):
+        n = int(rng.integers(0, 5))
+        rows_a = [[int(i) for i in rng.integers(5, 99, rng.integers(0, 9))] for _ in range(n)]
+        rows_b = [[int(i) for i in rng.integers(5, 99, rng.integers(0, 9))] for _ in range(n)]
+        keep = rng.integers(-2, 11, n)
+        single = int(rng.integers(-1, 10))
+        traced = trial % 2 == 1
+        run = (lambda f, *x: tf.function(f)(*x)) if traced else (lambda f, *x: f(*x))
+        got = run(lambda r: packing.keep_first(r, keep), ragged(rows_a)).to_list()
+        assert got == [r[:max(k, 0)] for r, k in zip(rows_a, keep)]
+        got = run(lambda r: packing.keep_last(r, keep), ragged(rows_a)).to_list()
+        assert got == [r[len(r) - min(max(k, 0), len(r)):] for r, k in zip(rows_a, keep)]
+        got = run(lambda r: packing.keep_last(r, single), ragged(rows_a)).to_list()
+        assert got == [r[len(r) - min(max(single, 0), len(r)):] for r in rows_a]
+        for b, one_segment in ((None, False), (rows_b, False), (rows_b, True)):
+            out = run(lambda x, y: packing.join_in_graph(
+                x, y, empty_b_is_one_segment=one_segment), ragged(rows_a),
+                ragged(b) if b is not None else None) if b is not None else run(
+                packing.join_in_graph, ragged(rows_a))
+            expected = [joined(a, None if b is None else b[i], one_segment)
+                        for i, a in enumerate(rows_a)]
+            width = max([len(ids) for ids, _ in expected], default=0)
+            assert out["input_ids"].shape == (n, width)
+            for i, (ids, segments) in enumerate(expected):
+                pad = [0] * (width - len(ids))
+                assert out["input_ids"][i].numpy().tolist() == ids + pad
+                assert out["segment_ids"][i].numpy().tolist() == segments + pad
+                assert out["input_mask"][i].numpy().tolist() == [1] * len(ids) + pad
+            checked += n
+    assert checked > 200
+    for traced in (False, True):
+        join = tf.function(packing.join_in_graph) if traced else packing.join_in_graph
+        with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match="reshape"):
+            join(ragged([[5, 6], [7], [8]]), ragged([[9]]))  # traced: refused at trace time

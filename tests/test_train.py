@@ -181,22 +181,35 @@ def _multi_worker(tmp_path, name, output_dir, extra=(), workers=2):
 @pytest.mark.slow
 def test_multi_worker_mirrored_two_processes(generated_data, tmp_path):
     """2 worker processes, each reading its own input shard: their final weights equal a
-    single-device run of the same global batches (2 input shards on one device) within 1e-5.
-    (A cluster killed after its step-2 checkpoint and rerun ends exactly where the uninterrupted
-    one does: the lost-worker test below, on three workers.)"""
+    single-device run of the same global batches (2 input shards on one device) within 1e-5;
+    both workers SIGKILLed after the step-2 checkpoint and restarted end exactly where the
+    uninterrupted pair does."""
     data = ["--files", _pattern(generated_data)]
     runs = {"single": ["--strategy", "one_device", "--input_shards", "2", "--output_dir",
                        str(tmp_path / "single"), *data]}
     runs.update(_multi_worker(tmp_path, "w", tmp_path / "out", data))
-    _assert_exits(_run_workers(runs, tmp_path, timeout=300))
+    runs.update(_multi_worker(tmp_path, "k", tmp_path / "killed",
+                              data + ["--save_every", "2", "--kill_at_step", "2"]))
+    _assert_exits(_run_workers(runs, tmp_path, timeout=300),
+                  lambda name: -signal.SIGKILL if name.startswith("k") else 0)
+    assert not os.path.exists(tmp_path / "killed" / "ckpt-4.index")
+    restarted = _multi_worker(tmp_path, "r", tmp_path / "killed", data + ["--save_every", "2"])
+    outputs = _run_workers(restarted, tmp_path, timeout=300)
+    _assert_exits(outputs)
+    for name, (code, out) in outputs.items():
+        assert "start=resumed first_logged_step=4 " in out, out[-2000:]
     w0, replicas = _weights(tmp_path / "w0.npz")
     w1, _ = _weights(tmp_path / "w1.npz")
     single, single_replicas = _weights(tmp_path / "single.npz")
+    r0, _ = _weights(tmp_path / "r0.npz")
+    r1, _ = _weights(tmp_path / "r1.npz")
     assert (replicas, single_replicas) == (2, 1)
     assert _max_diff(w0, w1) == 0.0
     print(f"\n2 workers vs one device (same global batches), max |dw| after 4 steps: "
-          f"{_max_diff(w0, single):.2e}")
+          f"{_max_diff(w0, single):.2e}; killed at step 2 and restarted vs uninterrupted: "
+          f"{_max_diff(w0, r0):.2e}")
     assert _max_diff(w0, single) <= 1e-5
+    assert _max_diff(w0, r0) == 0.0 and _max_diff(r0, r1) == 0.0
     assert os.path.exists(tmp_path / "out" / "ckpt-4.index")          # the chief's
     assert os.path.exists(tmp_path / "out" / ".worker-1" / "ckpt-4.index")  # worker 1's
 
@@ -219,8 +232,7 @@ def test_a_lost_worker_stops_the_cluster_and_the_rerun_resumes(generated_data, t
     intact checkpoint, within 60 s of its death (no hang in a collective); so do they when one
     freezes (SIGSTOP: no connection is closed, the heartbeats stop). SIGTERM to one (a
     preemption notice): the whole cluster saves a checkpoint and exits with 42. Rerunning all
-    three resumes each from its checkpoint and ends exactly where an uninterrupted run does
-    (this is also the suite's check that a killed cluster resumes exactly)."""
+    three resumes each from its checkpoint and ends exactly where an uninterrupted run does."""
     data = ["--files", _pattern(generated_data), "--steps", "12", "--save_every", "2",
             "--batch", "12"]
     killed = _multi_worker(tmp_path, "k", tmp_path / "killed", data, workers=3)

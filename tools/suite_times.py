@@ -24,7 +24,7 @@ LONG = 60.0
 LONG_TESTS = {
     "tests/test_train.py::test_a_lost_worker_stops_the_cluster_and_the_rerun_resumes":
         "three-process clusters killed, frozen and preempted, then resumed exactly: 21 "
-        "processes (the suite's only multi-worker kill-and-resume)",
+        "processes",
     "tests/test_demo.py::"
     "test_killed_mid_pretraining_and_mid_finetuning_resumes_to_the_same_results":
         "the main job killed twice by a signal and resumed, as a process (from the smoke "
@@ -37,7 +37,8 @@ LONG_TESTS = {
     "tests/test_train.py::test_mirrored_two_devices_equals_one_device_and_accumulation":
         "the mirrored strategy on two devices against one device and accumulation",
     "tests/test_train.py::test_multi_worker_mirrored_two_processes":
-        "two worker processes under MultiWorkerMirroredStrategy equal one device (3 processes)",
+        "two worker processes under MultiWorkerMirroredStrategy equal one device; the "
+        "pair (its chief too) SIGKILLed and restarted",
     "tests/test_race.py::test_a_tiny_model_learns_a_race_slice_with_the_level_breakdown":
         "a RACE run that learns, from the command line",
     "tests/test_squad.py::test_run_squad_v1_command_line":
