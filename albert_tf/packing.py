@@ -147,13 +147,10 @@ def _keep(ragged, keep, from_end: bool):
     lengths = ragged.row_lengths()
     keep = tf.minimum(tf.maximum(tf.broadcast_to(tf.cast(keep, lengths.dtype),
                                                  tf.shape(lengths)), 0), lengths)
-    rows = ragged.value_rowids()
-    position = tf.range(tf.size(rows, out_type=lengths.dtype), dtype=lengths.dtype) - tf.gather(
-        ragged.row_starts(), rows)
-    if from_end:
-        kept = position >= tf.gather(lengths - keep, rows)
-    else:
-        kept = position < tf.gather(keep, rows)
+    rows, position = _positions(ragged)
+    start = tf.cast(lengths - keep if from_end else tf.zeros_like(keep), tf.int64)
+    kept = (position >= tf.gather(start, rows)) & (
+        position < tf.gather(start + tf.cast(keep, tf.int64), rows))
     return tf.RaggedTensor.from_row_lengths(tf.boolean_mask(ragged.values, kept), keep,
                                             validate=False)
 
@@ -204,16 +201,24 @@ def join_in_graph(ids_a, ids_b=None, empty_b_is_one_segment: bool = False,
             "segment_ids": tf.cast(second, tf.int32)}
 
 
+def _positions(ragged):
+    """The row of each value of a 2-D RaggedTensor and its position in that row (int64)."""
+    import tensorflow as tf
+
+    rows = tf.cast(ragged.value_rowids(), tf.int64)
+    position = tf.range(tf.size(rows, out_type=tf.int64), dtype=tf.int64) - tf.gather(
+        tf.cast(ragged.row_starts(), tf.int64), rows)
+    return rows, position
+
+
 def _value_index(ragged, offset):
     """The (row, column) of each value of a 2-D RaggedTensor placed from column `offset` of
     its row (an int, or an int64 tensor with one offset per row), as int64 [values, 2]."""
     import tensorflow as tf
 
-    rows = tf.cast(ragged.value_rowids(), tf.int64)
-    column = tf.range(tf.size(rows, out_type=tf.int64), dtype=tf.int64) - tf.gather(
-        tf.cast(ragged.row_starts(), tf.int64), rows)
+    rows, position = _positions(ragged)
     offset = tf.gather(offset, rows) if tf.is_tensor(offset) else offset
-    return tf.stack([rows, column + offset], 1)
+    return tf.stack([rows, position + offset], 1)
 
 
 def pack_in_graph(ids_a, ids_b=None, max_seq_length: int = 512, special=None) -> dict:

@@ -213,10 +213,11 @@ def test_keep_and_join_in_graph_equal_the_rule_written_in_python():
         got = run(lambda r: packing.keep_last(r, single), ragged(rows_a)).to_list()
         assert got == [r[len(r) - min(max(single, 0), len(r)):] for r in rows_a]
         for b, one_segment in ((None, False), (rows_b, False), (rows_b, True)):
-            out = run(lambda x, y: packing.join_in_graph(
-                x, y, empty_b_is_one_segment=one_segment), ragged(rows_a),
-                ragged(b) if b is not None else None) if b is not None else run(
-                packing.join_in_graph, ragged(rows_a))
+            if b is None:
+                out = run(packing.join_in_graph, ragged(rows_a))
+            else:
+                out = run(lambda x, y: packing.join_in_graph(
+                    x, y, empty_b_is_one_segment=one_segment), ragged(rows_a), ragged(b))
             expected = [joined(a, None if b is None else b[i], one_segment)
                         for i, a in enumerate(rows_a)]
             width = max([len(ids) for ids, _ in expected], default=0)

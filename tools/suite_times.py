@@ -55,8 +55,8 @@ LONG_TESTS = {
     "[mixed_bfloat16]": "30 traced training steps: every sharing mode, each padding and "
                         "recompute path, cast once against cast per call, bit for bit",
     "tests/test_layers.py::test_shared_weights_cast_once_equal_the_casts_on_every_call"
-    "[mixed_float16]": "the same in float16 (14 traces: the padding and recompute paths on "
-                       "one sharing mode)",
+    "[mixed_float16]": "the same in float16 (18 traces: the padding and recompute paths on "
+                       "the two 'all' configurations)",
     "tests/test_squad.py::test_run_squad_v2_with_the_official_answer_class_head":
         "the official v2 model trained, predicted, scored and exported from the command line",
     "tests/test_export.py::test_loaded_from_cpp_the_way_tf_serving_does":
