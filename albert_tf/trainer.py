@@ -82,7 +82,7 @@ class Trainer:
         if self._all_finite is None:
             variables = self.model.weights
 
-            @tf.function
+            @tf.function(autograph=False)
             def all_finite():
                 return tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(v))
                                                for v in variables]))
@@ -183,10 +183,14 @@ class Trainer:
         jit = self.cfg.jit_compile and not self.tpu
         # XLA: on one device the whole step compiles (the TPU proxy); across replicas the
         # forward/backward compiles and the all-reduce and update run outside it.
-        self._compute_fn = (tf.function(self._compute, jit_compile=True)
+        self._compute_fn = (tf.function(self._compute, jit_compile=True, autograph=False)
                             if jit and not single_device else self._compute)
-        replica_step = (tf.function(self._replica_step, jit_compile=True) if jit and single_device
+        replica_step = (tf.function(self._replica_step, jit_compile=True,
+                                    autograph=False) if jit and single_device
                         else self._replica_step)
+        # AutoGraph converts the loop below only: the step branches on Python values alone, and
+        # converting the model and optimizer code under it costs CPU seconds in every process.
+        replica_step = tf.autograph.experimental.do_not_convert(replica_step)
         strategy, names = self.strategy, self.task.term_names
 
         @tf.function
@@ -245,7 +249,7 @@ class Trainer:
             outputs = self.model(inputs, training=False)
             return task.loss_terms(outputs, features), task.eval_outputs(outputs, features)
 
-        @tf.function
+        @tf.function(autograph=False)  # Python control flow only
         def eval_step(batch):
             terms, per_example = strategy.run(replica_eval, args=(self._distribute(batch),))
             sums = {k: strategy.reduce(SUM, v, axis=None) for k, v in terms.items()}

@@ -9,6 +9,7 @@ import importlib
 import io
 import os
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -306,6 +307,37 @@ def once_per_run(tmp_path_factory, name, build):
             build(directory)
             done.touch()
     return directory
+
+
+# ---------------------------------------------------------------------------------------------
+_HANDED_OUT = set()  # ports given to a worker by this process's tests: never given twice
+
+
+def free_port() -> int:
+    """A port nothing listens on, below the kernel's ephemeral range: a port the kernel hands
+    out (bind to 0) can be taken as the client side of another connection - one of the other
+    worker's, or another test's - before the worker that should listen on it starts. Never one
+    handed out before: clusters started together would otherwise draw the same free port (one
+    worker then fails with "Could not start gRPC server")."""
+    low = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    rng = np.random.default_rng()
+    for _ in range(100):
+        port = int(rng.integers(max(1024, low - 12000), low))
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 GENERATION_KW = dict(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=2,

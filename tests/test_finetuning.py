@@ -14,7 +14,7 @@ from albert_tf.tasks.classification import (ClassificationTask, write_examples,
                                             write_split_features)
 from albert_tf.tokenization import Tokenizer
 from albert_tf.train_lib import TrainingConfig, TrainingRun
-from conftest import ROOT, SHARED_DIR, run_command
+from conftest import ROOT, SHARED_DIR, free_port, run_command
 
 GLUE_DIR = os.path.join(SHARED_DIR, "data", "glue")
 SST2 = os.path.join(ROOT, "albert_tf", "sample_data", "glue", "SST-2")  # dev.tsv: the GLUE one
@@ -182,7 +182,6 @@ def test_run_classifier_on_two_workers_equals_one_device(tmp_path, sample_vocab)
     output_dir (both write the same feature files at once): the fine-tuned weights equal one
     device reading the same global batches (`--input_shards 2`) within 1e-5, and the evaluation,
     sharded by record over the workers, scores all 277 RTE dev examples as one device does."""
-    import socket
     import subprocess
     import sys
 
@@ -201,11 +200,7 @@ def test_run_classifier_on_two_workers_equals_one_device(tmp_path, sample_vocab)
                 "--iterations_per_loop", "2", "--learning_rate", "1e-3", "--dropout_rate", "0",
                 *extra]
 
-    ports = []
-    for _ in range(2):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
+    ports = [free_port(), free_port()]
     procs = []
     for index in range(2):
         tf_config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},

@@ -228,6 +228,9 @@ def test_evaluation_records_are_sharded_over_workers_in_equal_batch_counts(gener
         single = np.concatenate([b["input_ids"].numpy() for b in ordered_dataset(
             files, batch, schema, num_batches=total // batch)])
         assert len(single) == total // batch * batch
+        every = [r.tobytes() for r in np.concatenate([b["input_ids"].numpy() for b in
+                                                      ordered_dataset(files, 1, schema)])]
+        assert len(every) == total
         for workers in (2, 3, 4):
             rows, counts = [], []
             for worker in range(workers):
@@ -241,8 +244,6 @@ def test_evaluation_records_are_sharded_over_workers_in_equal_batch_counts(gener
                 assert all(len(p) == batch // workers for p in parts)
                 rows += [r.tobytes() for p in parts for r in p]
             assert counts == [total // batch] * workers
-            every = [r.tobytes() for r in np.concatenate([b["input_ids"].numpy() for b in
-                                                          ordered_dataset(files, 1, schema)])]
             # Worker w's k-th record is record k * workers + w of the concatenation.
             want = sorted(every[i] for i in range(len(every))
                           if i // workers < total // batch * (batch // workers))

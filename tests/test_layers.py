@@ -475,10 +475,12 @@ def test_shared_weights_cast_once_equal_the_casts_on_every_call(policy, monkeypa
     FFN shared; none), with and without `remove_padding` and `recompute`. Grappler's
     arithmetic rewrites are off for the comparison: they reassociate the 16-bit GELU differently
     in every graph (graph and eager mode differ by them too). The traced step casts each shared
-    weight once, not once per call. float16 runs the padding and recompute variants on the
-    two "all" configurations and the plain variant on the other modes; bfloat16 runs every
-    variant on every mode. The cast-once code has no dtype branch; the bias add does
-    (`layers.common.add_bias` has a bfloat16 path), and float16 runs it in every mode."""
+    weight once, not once per call. The cast-once code has no dtype branch, so each sharing
+    mode with each padding and recompute variant runs under one of the two policies: float16
+    runs the variants on the two "all" configurations, bfloat16 on the attention and FFN modes;
+    each runs the plain variant on every mode (the bias add has a bfloat16 path,
+    `layers.common.add_bias`), and "none" (nothing shared, nothing cast once) the plain one
+    only."""
     from albert_tf import AlbertBackbone, AlbertConfig
     from albert_tf.layers import transformer
 
@@ -496,7 +498,8 @@ def test_shared_weights_cast_once_equal_the_casts_on_every_call(policy, monkeypa
             hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1), dtype=policy)
         generators = [v for v in model.variables if "seed_generator" in v.path]
         variants = ((False, False), (True, True), (True, False))
-        if policy == "mixed_float16" and sharing != "all":  # see the docstring
+        # see the docstring: each (mode, variant) in one of the two 16-bit policies
+        if (sharing == "none" or (policy == "mixed_float16") != (sharing == "all")):
             variants = variants[:1]
         for remove_padding, recompute in variants:
             model.encoder.remove_padding, model.encoder.recompute = remove_padding, recompute

@@ -20,7 +20,7 @@ from albert_tf.input_pipeline import DataMismatchError
 from albert_tf.optimization import AlbertOptimizer
 from albert_tf.train_lib import (CorruptInputError, NonFiniteLossError, OutputDirMismatchError,
                                  PretrainingConfig, PretrainingRun, TrainingConfig)
-from conftest import PRETRAINING_MODEL, ROOT, pretraining_config
+from conftest import PRETRAINING_MODEL, ROOT, free_port, pretraining_config
 
 WORKER = os.path.join(ROOT, "tests", "train_worker.py")
 TINY = PRETRAINING_MODEL
@@ -140,33 +140,11 @@ def _check_export_of_mirrored_run(path, weights):
     assert not os.path.exists(os.path.dirname(str(path)) + "_best")  # no --do_eval, no best
 
 
-def _free_port():
-    """A port nothing listens on, below the kernel's ephemeral range: a port the kernel hands
-    out (bind to 0) can be taken as the client side of another connection - one of the other
-    worker's, or another test's - before the worker that should listen on it starts."""
-    low = 32768
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        pass
-    rng = np.random.default_rng()
-    for _ in range(100):
-        port = int(rng.integers(max(1024, low - 12000), low))
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port below the ephemeral range")
-
-
 def _multi_worker(tmp_path, name, output_dir, extra=(), workers=2):
     """Worker arguments of a MultiWorkerMirrored run of `workers` processes: {name-i: args}."""
-    ports = [_free_port()]
+    ports = [free_port()]
     while len(ports) < workers:
-        port = _free_port()
+        port = free_port()
         if port not in ports:
             ports.append(port)
     runs = {}
@@ -176,42 +154,6 @@ def _multi_worker(tmp_path, name, output_dir, extra=(), workers=2):
         runs[f"{name}{index}"] = ["--strategy", "multi_worker_mirrored", "--output_dir",
                                   str(output_dir), "--tf_config", json.dumps(tf_config), *extra]
     return runs
-
-
-@pytest.mark.slow
-def test_multi_worker_mirrored_two_processes(generated_data, tmp_path):
-    """2 worker processes, each reading its own input shard: their final weights equal a
-    single-device run of the same global batches (2 input shards on one device) within 1e-5;
-    both workers SIGKILLed after the step-2 checkpoint and restarted end exactly where the
-    uninterrupted pair does."""
-    data = ["--files", _pattern(generated_data)]
-    runs = {"single": ["--strategy", "one_device", "--input_shards", "2", "--output_dir",
-                       str(tmp_path / "single"), *data]}
-    runs.update(_multi_worker(tmp_path, "w", tmp_path / "out", data))
-    runs.update(_multi_worker(tmp_path, "k", tmp_path / "killed",
-                              data + ["--save_every", "2", "--kill_at_step", "2"]))
-    _assert_exits(_run_workers(runs, tmp_path, timeout=300),
-                  lambda name: -signal.SIGKILL if name.startswith("k") else 0)
-    assert not os.path.exists(tmp_path / "killed" / "ckpt-4.index")
-    restarted = _multi_worker(tmp_path, "r", tmp_path / "killed", data + ["--save_every", "2"])
-    outputs = _run_workers(restarted, tmp_path, timeout=300)
-    _assert_exits(outputs)
-    for name, (code, out) in outputs.items():
-        assert "start=resumed first_logged_step=4 " in out, out[-2000:]
-    w0, replicas = _weights(tmp_path / "w0.npz")
-    w1, _ = _weights(tmp_path / "w1.npz")
-    single, single_replicas = _weights(tmp_path / "single.npz")
-    r0, _ = _weights(tmp_path / "r0.npz")
-    r1, _ = _weights(tmp_path / "r1.npz")
-    assert (replicas, single_replicas) == (2, 1)
-    assert _max_diff(w0, w1) == 0.0
-    print(f"\n2 workers vs one device (same global batches), max |dw| after 4 steps: "
-          f"{_max_diff(w0, single):.2e}; killed at step 2 and restarted vs uninterrupted: "
-          f"{_max_diff(w0, r0):.2e}")
-    assert _max_diff(w0, single) <= 1e-5
-    assert _max_diff(w0, r0) == 0.0 and _max_diff(r0, r1) == 0.0
-    assert os.path.exists(tmp_path / "out" / "ckpt-4.index")          # the chief's
-    assert os.path.exists(tmp_path / "out" / ".worker-1" / "ckpt-4.index")  # worker 1's
 
 
 def _wait_for(path, procs, timeout=300):
@@ -225,87 +167,97 @@ def _wait_for(path, procs, timeout=300):
         time.sleep(0.05)
 
 
+def _survivor_error(proc, lost, died):
+    """The surviving worker of a pair exits with status 1 within 60 s of the loss and one
+    `error: ` line naming the lost worker (index, address) and the intact checkpoint."""
+    out, _ = proc.communicate(timeout=600)
+    waited = time.time() - died
+    print(f"\nthe survivor exited {waited:.1f} s after worker {lost} stopped")
+    assert proc.returncode == 1, out[-3000:]
+    assert waited < 60, out[-3000:]
+    error = [line for line in out.splitlines() if line.startswith("error: ")]
+    assert len(error) == 1 and "A worker of the cluster stopped answering during steps" in (
+        error[0]), out[-3000:]
+    return error[0]
+
+
 @pytest.mark.slow
-def test_a_lost_worker_stops_the_cluster_and_the_rerun_resumes(generated_data, tmp_path):
-    """Three workers under MultiWorkerMirroredStrategy. One SIGKILLed after its step-2
-    checkpoint: the other two exit with status 1 and an error naming the lost worker and the
-    intact checkpoint, within 60 s of its death (no hang in a collective); so do they when one
-    freezes (SIGSTOP: no connection is closed, the heartbeats stop). SIGTERM to one (a
-    preemption notice): the whole cluster saves a checkpoint and exits with 42. Rerunning all
-    three resumes each from its checkpoint and ends exactly where an uninterrupted run does."""
+def test_multi_worker_pair_equals_one_device_survives_a_lost_worker_and_resumes(
+        generated_data, tmp_path):
+    """Two worker processes under MultiWorkerMirroredStrategy, each reading its own input
+    shard. The chief SIGKILLed after its step-2 checkpoint: the other worker exits with status
+    1 and an error naming worker 0 and its intact checkpoint within 60 s (no hang in a
+    collective). Worker 1 frozen (SIGSTOP: no connection closes, the heartbeats stop): the
+    chief exits the same way. SIGTERM to worker 1 (a preemption notice): the pair saves a
+    checkpoint and exits with 42. Then, at once: an uninterrupted pair, whose final weights
+    equal a single-device run of the same global batches (2 input shards on one device) within
+    1e-5, and both interrupted pairs rerun with the same command, each resuming from its
+    checkpoint and ending exactly (0.0) where the uninterrupted pair does."""
     data = ["--files", _pattern(generated_data), "--steps", "12", "--save_every", "2",
             "--batch", "12"]
-    killed = _multi_worker(tmp_path, "k", tmp_path / "killed", data, workers=3)
-    killed["k2"] += ["--kill_at_step", "2"]
-    procs = {name: _worker(args + ["--weights", str(tmp_path / f"{name}.npz")])
-             for name, args in killed.items()}
-    out2, _ = procs["k2"].communicate(timeout=600)
+
+    def start(name):
+        runs = _multi_worker(tmp_path, name, tmp_path / name, data)
+        if name == "k":
+            runs["k0"] += ["--kill_at_step", "2"]
+        return {n: _worker(args + ["--weights", str(tmp_path / f"{n}.npz")])
+                for n, args in runs.items()}, runs
+
+    procs, killed = start("k")  # the chief dies: SIGKILL, nothing cleaned up
+    out0, _ = procs["k0"].communicate(timeout=600)
     died = time.time()
-    assert procs["k2"].returncode == -signal.SIGKILL, out2[-3000:]
-    errors = []
-    for name in ("k0", "k1"):
-        out, _ = procs[name].communicate(timeout=600)
-        waited = time.time() - died
-        print(f"\n{name} exited {waited:.1f} s after worker 2 died")
-        assert procs[name].returncode == 1, out[-3000:]
-        assert waited < 60
-        error = [line for line in out.splitlines() if line.startswith("error: ")]
-        assert len(error) == 1 and "A worker of the cluster stopped answering during steps" in (
-            error[0]), out[-3000:]
-        assert "ckpt-2, is intact" in error[0]
-        errors.append(error[0])
-    # the worker that lost its ring neighbour names it (the other may only see the abort)
-    k2 = killed["k2"]
-    address = json.loads(k2[k2.index("--tf_config") + 1])["cluster"]["worker"][2]
-    assert any(f"worker 2 ({address})" in e for e in errors), errors
-    assert not os.path.exists(tmp_path / "killed" / "ckpt-4.index")
-    tf.train.load_checkpoint(str(tmp_path / "killed" / "ckpt-2"))  # intact
+    assert procs["k0"].returncode == -signal.SIGKILL, out0[-3000:]
+    error = _survivor_error(procs["k1"], 0, died)
+    k0 = killed["k0"]
+    address = json.loads(k0[k0.index("--tf_config") + 1])["cluster"]["worker"][0]
+    assert f"worker 0 ({address})" in error, error
+    assert f"{tmp_path / 'k' / '.worker-1' / 'ckpt-2'}, is intact" in error, error
+    assert not os.path.exists(tmp_path / "k" / "ckpt-4.index")
+    tf.train.load_checkpoint(str(tmp_path / "k" / "ckpt-2"))  # the chief's, intact
 
     # A worker that stops answering without its connections closing (a host that froze or
     # dropped off the network; SIGSTOP here): the coordination service's heartbeats find it.
-    frozen = _multi_worker(tmp_path, "f", tmp_path / "frozen", data, workers=3)
-    procs = {name: _worker(args + ["--weights", str(tmp_path / f"{name}.npz")])
-             for name, args in frozen.items()}
-    _wait_for(tmp_path / "frozen" / "ckpt-2.index", procs)
-    procs["f2"].send_signal(signal.SIGSTOP)
+    procs, _ = start("f")
+    _wait_for(tmp_path / "f" / "ckpt-2.index", procs)
+    procs["f1"].send_signal(signal.SIGSTOP)
     stopped = time.time()
     try:
-        for name in ("f0", "f1"):
-            out, _ = procs[name].communicate(timeout=300)
-            waited = time.time() - stopped
-            print(f"{name} exited {waited:.1f} s after worker 2 froze")
-            assert procs[name].returncode == 1, out[-3000:]
-            assert waited < 60 and "error: A worker of the cluster stopped answering" in out
+        _survivor_error(procs["f0"], 1, stopped)
     finally:
-        procs["f2"].kill()
-        procs["f2"].communicate()
+        procs["f1"].kill()
+        procs["f1"].communicate()
 
-    terminated = _multi_worker(tmp_path, "t", tmp_path / "terminated", data, workers=3)
-    procs = {name: _worker(args + ["--weights", str(tmp_path / f"{name}.npz")])
-             for name, args in terminated.items()}
-    _wait_for(tmp_path / "terminated" / "ckpt-2.index", procs)
-    procs["t2"].send_signal(signal.SIGTERM)
+    procs, _ = start("t")
+    _wait_for(tmp_path / "t" / "ckpt-2.index", procs)
+    procs["t1"].send_signal(signal.SIGTERM)
     for name, proc in procs.items():
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 42, out[-3000:]
         assert "Preemption notice (SIGTERM to a worker): the cluster saved" in out, out[-3000:]
 
-    runs = _multi_worker(tmp_path, "u", tmp_path / "uninterrupted", data, workers=3)
-    runs.update(_multi_worker(tmp_path, "rk", tmp_path / "killed", data, workers=3))
-    runs.update(_multi_worker(tmp_path, "rt", tmp_path / "terminated", data, workers=3))
+    runs = {"single": ["--strategy", "one_device", "--input_shards", "2", "--output_dir",
+                       str(tmp_path / "single"), *data]}
+    runs.update(_multi_worker(tmp_path, "u", tmp_path / "u", data))
+    runs.update(_multi_worker(tmp_path, "rk", tmp_path / "k", data))
+    runs.update(_multi_worker(tmp_path, "rt", tmp_path / "t", data))
     outputs = _run_workers(runs, tmp_path, timeout=900)
     _assert_exits(outputs)
     for name, (_, out) in outputs.items():
-        if name.startswith("r"):
+        if name.startswith("rt"):
             assert "start=resumed" in out, out[-2000:]
         if name.startswith("rk"):
             assert "start=resumed first_logged_step=4 " in out, out[-2000:]
     u0, replicas = _weights(tmp_path / "u0.npz")
-    assert replicas == 3
+    single, single_replicas = _weights(tmp_path / "single.npz")
+    assert (replicas, single_replicas) == (2, 1)
     diffs = {name: _max_diff(u0, _weights(tmp_path / f"{name}.npz")[0])
-             for name in ("u1", "u2", "rk0", "rk1", "rk2", "rt0", "rt1", "rt2")}
-    print(f"max |w - w_u0|: {diffs}")
+             for name in ("u1", "rk0", "rk1", "rt0", "rt1")}
+    print(f"2 workers vs one device (same global batches), max |dw| after 12 steps: "
+          f"{_max_diff(u0, single):.2e}; max |w - w_u0|: {diffs}")
+    assert _max_diff(u0, single) <= 1e-5
     assert max(diffs.values()) == 0.0, diffs
+    assert os.path.exists(tmp_path / "u" / "ckpt-12.index")          # the chief's
+    assert os.path.exists(tmp_path / "u" / ".worker-1" / "ckpt-12.index")  # worker 1's
 
 
 def _cli(args, **kwargs):
@@ -333,30 +285,34 @@ def test_sigkill_then_resume_equals_uninterrupted(generated_data, tmp_path):
               "--save_checkpoints_steps", "10", "--iterations_per_loop", "5",
               "--random_seed", "4", "--deterministic"]
     clean = _cli(common + ["--output_dir", str(tmp_path / "clean")])
-    stopped = {}
-    for name, sig in (("killed", signal.SIGKILL), ("terminated", signal.SIGTERM)):
-        proc = _cli(common + ["--output_dir", str(tmp_path / name)], start_new_session=True)
+    # One run directory stopped twice: SIGKILL once checkpoint 20 exists, then the rerun (which
+    # resumes from it) SIGTERMed once checkpoint 40 exists, then a last rerun to the end.
+    run = common + ["--output_dir", str(tmp_path / "stopped")]
+    outputs, codes = [], []
+    for sig, wait_for in ((signal.SIGKILL, 20), (signal.SIGTERM, 40)):
+        proc = _cli(run, start_new_session=True)
         deadline = time.time() + 300
-        while time.time() < deadline and not os.path.exists(tmp_path / name / "ckpt-20.index"):
+        while (time.time() < deadline
+               and not os.path.exists(tmp_path / "stopped" / f"ckpt-{wait_for}.index")):
             time.sleep(0.05)
         os.killpg(proc.pid, sig)
-        stopped[name] = proc.communicate(timeout=300)
-        assert not os.path.exists(tmp_path / name / "ckpt-60.index")
-    # SIGTERM: a clean stop with a checkpoint at the next loop boundary.
-    assert "SIGTERM: checkpoint saved at step" in stopped["terminated"][0]
-    for name in ("killed", "terminated"):
-        resumed = _cli(common + ["--output_dir", str(tmp_path / name)])
-        out, err = resumed.communicate(timeout=600)
-        assert resumed.returncode == 0, err[-3000:]
-        assert "Resumed from" in out
+        outputs.append(proc.communicate(timeout=300))
+        codes.append(proc.returncode)
+        assert not os.path.exists(tmp_path / "stopped" / "ckpt-60.index")
+    # SIGTERM: a clean stop with a checkpoint at the next loop boundary, status 128 + 15.
+    assert codes == [-signal.SIGKILL, 128 + signal.SIGTERM], outputs[-1][1][-3000:]
+    assert "SIGTERM: checkpoint saved at step" in outputs[1][0]
+    resumed = _cli(run)
+    outputs.append(resumed.communicate(timeout=600))
+    assert resumed.returncode == 0, outputs[-1][1][-3000:]
+    assert [out.count("Resumed from") for out, _ in outputs] == [0, 1, 1]
     out, err = clean.communicate(timeout=600)
     assert clean.returncode == 0, err[-3000:]
     a = _checkpoint_arrays(str(tmp_path / "clean" / "ckpt-60"))
-    for name in ("killed", "terminated"):
-        b = _checkpoint_arrays(str(tmp_path / name / "ckpt-60"))
-        assert a.keys() == b.keys() and len(a) > 50
-        for key in a:
-            np.testing.assert_array_equal(a[key], b[key], err_msg=f"{name}: {key}")
+    b = _checkpoint_arrays(str(tmp_path / "stopped" / "ckpt-60"))
+    assert a.keys() == b.keys() and len(a) > 50
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
 @pytest.mark.slow
@@ -593,7 +549,7 @@ def test_strategy_factory_fails_fast():
     with pytest.raises(StrategyError, match=r"--distribution_strategy=tpu found no TPU"):
         get_strategy("tpu", tpu=None, connect_timeout_s=10)
     with pytest.raises(StrategyError, match=r"Cannot reach the TPU worker at 127.0.0.1:\d+"):
-        get_strategy("tpu", tpu=f"grpc://127.0.0.1:{_free_port()}", connect_timeout_s=5)
+        get_strategy("tpu", tpu=f"grpc://127.0.0.1:{free_port()}", connect_timeout_s=5)
     assert time.time() - start < 30
     with pytest.raises(ValueError, match="Unknown --distribution_strategy 'gpu'"):
         get_strategy("gpu")

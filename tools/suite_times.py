@@ -22,9 +22,11 @@ CATEGORIES = ("subprocess", "training", "export", "load")
 LONG = 60.0
 # Tests allowed over 60 s, each with what no shorter test proves.
 LONG_TESTS = {
-    "tests/test_train.py::test_a_lost_worker_stops_the_cluster_and_the_rerun_resumes":
-        "three-process clusters killed, frozen and preempted, then resumed exactly: 21 "
-        "processes",
+    "tests/test_train.py::"
+    "test_multi_worker_pair_equals_one_device_survives_a_lost_worker_and_resumes":
+        "worker pairs under MultiWorkerMirroredStrategy: the chief killed, a worker frozen, a "
+        "preemption, each rerun to the uninterrupted pair's weights, which equal one device: "
+        "13 processes",
     "tests/test_demo.py::"
     "test_killed_mid_pretraining_and_mid_finetuning_resumes_to_the_same_results":
         "the main job killed twice by a signal and resumed, as a process (from the smoke "
@@ -36,9 +38,6 @@ LONG_TESTS = {
         "800 steps: the shortest run whose MLM drop and SOP margin hold over four seeds",
     "tests/test_train.py::test_mirrored_two_devices_equals_one_device_and_accumulation":
         "the mirrored strategy on two devices against one device and accumulation",
-    "tests/test_train.py::test_multi_worker_mirrored_two_processes":
-        "two worker processes under MultiWorkerMirroredStrategy equal one device; the "
-        "pair (its chief too) SIGKILLed and restarted",
     "tests/test_race.py::test_a_tiny_model_learns_a_race_slice_with_the_level_breakdown":
         "a RACE run that learns, from the command line",
     "tests/test_squad.py::test_run_squad_v1_command_line":
@@ -52,10 +51,11 @@ LONG_TESTS = {
     "tests/test_experiment.py::test_a_runs_written_config_repeats_it_exactly":
         "a run repeated from its own config.yaml is bit-identical",
     "tests/test_layers.py::test_shared_weights_cast_once_equal_the_casts_on_every_call"
-    "[mixed_bfloat16]": "30 traced training steps: every sharing mode, each padding and "
-                        "recompute path, cast once against cast per call, bit for bit",
+    "[mixed_bfloat16]": "18 traced training steps: every sharing mode, each padding and "
+                        "recompute path of the attention and FFN modes, cast once against "
+                        "cast per call, bit for bit",
     "tests/test_layers.py::test_shared_weights_cast_once_equal_the_casts_on_every_call"
-    "[mixed_float16]": "the same in float16 (18 traces: the padding and recompute paths on "
+    "[mixed_float16]": "the same in float16 (18 traces: the padding and recompute paths of "
                        "the two 'all' configurations)",
     "tests/test_squad.py::test_run_squad_v2_with_the_official_answer_class_head":
         "the official v2 model trained, predicted, scored and exported from the command line",

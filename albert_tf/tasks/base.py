@@ -98,7 +98,7 @@ class Task:
         padding examples are dropped."""
         schema = self.schema()
 
-        @tf.function
+        @tf.function(autograph=False)  # Python control flow only
         def outputs_of(batch):
             out = model({k: batch[k] for k in self.model_inputs}, training=False)
             return {name: tf.cast(out[name], tf.float32) for name in names}
