@@ -402,24 +402,31 @@ def export_config(**changes):
 @pytest.fixture(scope="session")
 def exported(tmp_path_factory, sample_vocab):
     """{kind: (keras model, version dir, loaded SavedModel)} for a pretrainer, a 3-class
-    classifier and a regression head."""
+    classifier and a regression head. Exported once per run (`once_per_run`: read-only to the
+    tests); each worker builds the same models (seeded weights) beside the loaded exports."""
     import tensorflow as tf
     import tensorflow_text  # noqa: F401 - the SentencePiece ops of the SavedModels
 
     from albert_tf import AlbertClassifier, AlbertPretrainer
     from export.saved_model import export_saved_model
 
-    base = tmp_path_factory.mktemp("exports")
-    out = {}
     models = {"pretrainer": AlbertPretrainer(export_config()),
               "classifier": AlbertClassifier(export_config(), num_labels=3),
               "regressor": AlbertClassifier(export_config(), num_labels=1)}
     for kind, model in models.items():
         randomize(model, seed=len(kind))
-        path = export_saved_model(model, str(base / kind), sample_vocab,
-                                  max_seq_length=EXPORT_MAX_SEQ, top_k=4,
-                                  labels=["neg", "neutral", "pos"] if kind == "classifier"
-                                  else None)
+
+    def export_all(directory):
+        for kind, model in models.items():
+            export_saved_model(model, str(directory / kind), sample_vocab,
+                               max_seq_length=EXPORT_MAX_SEQ, top_k=4,
+                               labels=["neg", "neutral", "pos"] if kind == "classifier"
+                               else None)
+
+    base = once_per_run(tmp_path_factory, "exports", export_all)
+    out = {}
+    for kind, model in models.items():
+        path = str(base / kind / "1")  # the first version of each name
         out[kind] = (model, path, tf.saved_model.load(path))
     return out
 
