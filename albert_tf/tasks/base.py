@@ -18,6 +18,10 @@ TensorBoard, progress and export. A task supplies:
 
 `LabelledTask` is fine-tuning on labelled records (GLUE, RACE); `albert_tf.tasks.pretraining.
 PretrainingTask` is ALBERT pretraining (masked LM + sentence order).
+
+A task's methods run inside the traced step without AutoGraph (as Keras 3 traces its own
+`train_step`): they branch on Python values only; a choice that depends on a tensor's value is
+a tensor op (`tf.where`, `tf.cond`), as everywhere in the model.
 """
 
 from __future__ import annotations
