@@ -181,8 +181,8 @@ def test_in_graph_packing_traces_no_assertion():
 def test_keep_and_join_in_graph_equal_the_rule_written_in_python():
     """`keep_first`, `keep_last` and `join_in_graph` (both B layouts) against the rule written
     out on Python lists, on random rows (empty rows, zero rows, keeps below 0 and past the
-    row, one keep for all rows), eagerly and traced; rows of B that do not match A's are an
-    error, not a silent packing."""
+    row, one keep for all rows), eagerly and traced (once each, keeps as tensors); rows of B
+    that do not match A's are an error, not a silent packing."""
     rng = np.random.default_rng(7)
 
     def ragged(rows):
@@ -197,6 +197,22 @@ def test_keep_and_join_in_graph_equal_the_rule_written_in_python():
             ids, segments = ids + b + closing, segments + [1] * (len(b) + len(closing))
         return ids, segments
 
+    # traced once each, for any rows and keeps (the serving graph's case: keeps are tensors)
+    rows_spec = tf.RaggedTensorSpec([None, None], tf.int32, ragged_rank=1,
+                                    row_splits_dtype=tf.int64)
+    keeps, one_keep = tf.TensorSpec([None], tf.int64), tf.TensorSpec([], tf.int64)
+    traced = {
+        "first": tf.function(packing.keep_first, input_signature=[rows_spec, keeps]),
+        "last": tf.function(packing.keep_last, input_signature=[rows_spec, keeps]),
+        "last_single": tf.function(packing.keep_last, input_signature=[rows_spec, one_keep]),
+        "join_a": tf.function(packing.join_in_graph, input_signature=[rows_spec]),
+        **{f"join_ab_{one}": tf.function(
+            lambda x, y, one=one: packing.join_in_graph(x, y, empty_b_is_one_segment=one),
+            input_signature=[rows_spec, rows_spec]) for one in (False, True)}}
+    eager = {"first": packing.keep_first, "last": packing.keep_last,
+             "last_single": packing.keep_last, "join_a": packing.join_in_graph,
+             **{f"join_ab_{one}": lambda x, y, one=one: packing.join_in_graph(
+                 x, y, empty_b_is_one_segment=one) for one in (False, True)}}
     checked = 0
     for trial in range(40):
         n = int(rng.integers(0, 5))
@@ -204,20 +220,18 @@ def test_keep_and_join_in_graph_equal_the_rule_written_in_python():
         rows_b = [[int(i) for i in rng.integers(5, 99, rng.integers(0, 9))] for _ in range(n)]
         keep = rng.integers(-2, 11, n)
         single = int(rng.integers(-1, 10))
-        traced = trial % 2 == 1
-        run = (lambda f, *x: tf.function(f)(*x)) if traced else (lambda f, *x: f(*x))
-        got = run(lambda r: packing.keep_first(r, keep), ragged(rows_a)).to_list()
+        fn = traced if trial % 2 == 1 else eager
+        got = fn["first"](ragged(rows_a), keep).to_list()
         assert got == [r[:max(k, 0)] for r, k in zip(rows_a, keep)]
-        got = run(lambda r: packing.keep_last(r, keep), ragged(rows_a)).to_list()
+        got = fn["last"](ragged(rows_a), keep).to_list()
         assert got == [r[len(r) - min(max(k, 0), len(r)):] for r, k in zip(rows_a, keep)]
-        got = run(lambda r: packing.keep_last(r, single), ragged(rows_a)).to_list()
+        got = fn["last_single"](ragged(rows_a), single).to_list()
         assert got == [r[len(r) - min(max(single, 0), len(r)):] for r in rows_a]
         for b, one_segment in ((None, False), (rows_b, False), (rows_b, True)):
             if b is None:
-                out = run(packing.join_in_graph, ragged(rows_a))
+                out = fn["join_a"](ragged(rows_a))
             else:
-                out = run(lambda x, y: packing.join_in_graph(
-                    x, y, empty_b_is_one_segment=one_segment), ragged(rows_a), ragged(b))
+                out = fn[f"join_ab_{one_segment}"](ragged(rows_a), ragged(b))
             expected = [joined(a, None if b is None else b[i], one_segment)
                         for i, a in enumerate(rows_a)]
             width = max([len(ids) for ids, _ in expected], default=0)
