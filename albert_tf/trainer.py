@@ -188,8 +188,9 @@ class Trainer:
         replica_step = (tf.function(self._replica_step, jit_compile=True,
                                     autograph=False) if jit and single_device
                         else self._replica_step)
-        # AutoGraph converts the loop below only: the step branches on Python values alone, and
-        # converting the model and optimizer code under it costs CPU seconds in every process.
+        # AutoGraph converts the loop below only: the step branches on Python values alone
+        # (Keras' layers and optimizers are never converted; converting the step's own, the
+        # task's and the loss code cost about a CPU second in every process).
         replica_step = tf.autograph.experimental.do_not_convert(replica_step)
         strategy, names = self.strategy, self.task.term_names
 

@@ -317,17 +317,24 @@ def free_port() -> int:
     """A port nothing listens on, below the kernel's ephemeral range: a port the kernel hands
     out (bind to 0) can be taken as the client side of another connection - one of the other
     worker's, or another test's - before the worker that should listen on it starts. Never one
-    handed out before: clusters started together would otherwise draw the same free port (one
-    worker then fails with "Could not start gRPC server")."""
+    this test process handed out before (clusters started together would otherwise draw the
+    same free port, and one worker fail with "Could not start gRPC server"), and each xdist
+    worker draws from its own part of the range (the other's draws are not bound yet)."""
     low = 32768
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
             low = int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         pass
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    start = max(1024, low - 12000)
+    part = (low - start) // count
+    start += part * (index % count)
     rng = np.random.default_rng()
     for _ in range(100):
-        port = int(rng.integers(max(1024, low - 12000), low))
+        port = int(rng.integers(start, start + part))
         if port in _HANDED_OUT:
             continue
         with socket.socket() as s:

@@ -507,7 +507,8 @@ def test_export_refuses_another_kind_and_follows_the_umask(exported, sample_voca
     from export.saved_model import ExportError, export_saved_model
 
     _, path, _ = exported["pretrainer"]
-    base = os.path.dirname(path)
+    base = str(tmp_path / "pretrainer")  # a copy: the fixture's exports are shared
+    shutil.copytree(os.path.dirname(path), base)
     before = sorted(os.listdir(base))
     classifier = AlbertClassifier(export_config(), num_labels=2)
     with pytest.raises(ExportError, match=r"serves a pretrainer model \(version 1\); this is a "

@@ -5,6 +5,7 @@ op list of TF Serving 2.20; loading from C++ the way the server does."""
 import json
 import os
 import re
+import shutil
 import sys
 
 import numpy as np
@@ -345,6 +346,9 @@ def test_versions_layout_and_refusals(exported, sample_vocab, tmp_path):
     assert read_batching_parameters(os.path.join(base, BATCHING_CONFIG)) == {
         "max_batch_size": 32, "batch_timeout_micros": 2000, "max_enqueued_batches": 16,
         "num_batch_threads": 2}
+    # the refusals on a copy: the fixture's exports are shared with the other test worker
+    base = str(tmp_path / "pretrainer")
+    shutil.copytree(os.path.dirname(path), base)
     with pytest.raises(ExportError, match="Version 1 already exists"):
         export_saved_model(model, base, sample_vocab, version=1, max_seq_length=MAX_SEQ)
     with pytest.raises(ExportError, match="exceeds the model's max_position_embeddings=64"):

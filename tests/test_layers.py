@@ -476,11 +476,11 @@ def test_shared_weights_cast_once_equal_the_casts_on_every_call(policy, monkeypa
     arithmetic rewrites are off for the comparison: they reassociate the 16-bit GELU differently
     in every graph (graph and eager mode differ by them too). The traced step casts each shared
     weight once, not once per call. The cast-once code has no dtype branch, so each sharing
-    mode with each padding and recompute variant runs under one of the two policies: float16
-    runs the variants on the two "all" configurations, bfloat16 on the attention and FFN modes;
-    each runs the plain variant on every mode (the bias add has a bfloat16 path,
-    `layers.common.add_bias`), and "none" (nothing shared, nothing cast once) the plain one
-    only."""
+    mode that shares weights runs each padding and recompute variant under one of the two
+    policies: float16 on the two "all" configurations, bfloat16 on the attention and FFN modes;
+    both run the plain variant on every mode (the bias add has a bfloat16 path,
+    `layers.common.add_bias`). "none" shares nothing, so nothing is cast once and both graphs
+    are the same: it runs the plain variant only."""
     from albert_tf import AlbertBackbone, AlbertConfig
     from albert_tf.layers import transformer
 

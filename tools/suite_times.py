@@ -22,11 +22,6 @@ CATEGORIES = ("subprocess", "training", "export", "load")
 LONG = 60.0
 # Tests allowed over 60 s, each with what no shorter test proves.
 LONG_TESTS = {
-    "tests/test_train.py::"
-    "test_multi_worker_pair_equals_one_device_survives_a_lost_worker_and_resumes":
-        "worker pairs under MultiWorkerMirroredStrategy: the chief killed, a worker frozen, a "
-        "preemption, each rerun to the uninterrupted pair's weights, which equal one device: "
-        "13 processes",
     "tests/test_demo.py::"
     "test_killed_mid_pretraining_and_mid_finetuning_resumes_to_the_same_results":
         "the main job killed twice by a signal and resumed, as a process (from the smoke "
@@ -47,7 +42,8 @@ LONG_TESTS = {
     "tests/test_export.py::test_warmup_requests_parse_and_replay":
         "the warmup file replayed by the C++ loader as TF Serving replays it",
     "tests/test_train.py::test_sigkill_then_resume_equals_uninterrupted":
-        "a run killed by SIGKILL and resumed equals the uninterrupted run, as a process",
+        "a run killed by SIGKILL, resumed, stopped by SIGTERM and resumed again equals the "
+        "uninterrupted run, as a process",
     "tests/test_experiment.py::test_a_runs_written_config_repeats_it_exactly":
         "a run repeated from its own config.yaml is bit-identical",
     "tests/test_layers.py::test_shared_weights_cast_once_equal_the_casts_on_every_call"

@@ -19,9 +19,11 @@ TensorBoard, progress and export. A task supplies:
 `LabelledTask` is fine-tuning on labelled records (GLUE, RACE); `albert_tf.tasks.pretraining.
 PretrainingTask` is ALBERT pretraining (masked LM + sentence order).
 
-A task's methods run inside the traced step without AutoGraph (as Keras 3 traces its own
-`train_step`): they branch on Python values only; a choice that depends on a tensor's value is
-a tensor op (`tf.where`, `tf.cond`), as everywhere in the model.
+A task's methods run inside the traced training, evaluation and prediction steps without
+AutoGraph (as Keras 3 traces its own `train_step`): they branch on Python values only; a choice
+that depends on a tensor's value is a tensor op (`tf.where`, `tf.cond`), as everywhere in the
+model. A Python `if`, `while` or `assert` on a tensor raises `OperatorNotAllowedInGraphError`
+when the step is traced, and `print` prints once, at tracing (`tf.print` prints every step).
 """
 
 from __future__ import annotations
