@@ -27,7 +27,7 @@ from absl import logging
 from albert_tf.paths import atomic_write
 from albert_tf.backbone import Performance
 from albert_tf.checkpoints import CheckpointError, CheckpointMismatchError
-from albert_tf.checkpoints.common import reading_checkpoint
+from albert_tf.checkpoints.common import newest_checkpoint, reading_checkpoint
 from albert_tf.checkpoints.conversion import (carried_tokenizer, checkpoint_config,
                                               recorded_casing)
 from albert_tf.config import AlbertConfig
@@ -141,7 +141,7 @@ def _discarded_if_init_fails(exp: ExperimentConfig, lock: OutputLock):
         yield
     except (CheckpointError, CheckpointMismatchError, NonFiniteLossError):
         if (exp.get("init_checkpoint") or exp.get("albert_hub_module_handle")) \
-                and tf.train.latest_checkpoint(lock.target) is None:
+                and newest_checkpoint(lock.target) is None:
             lock.discard_new_output()
         raise
 
@@ -487,7 +487,7 @@ def model_for_prediction(exp: ExperimentConfig, task,
         step = int(run.optimizer.iterations.numpy())
         what = f"the trained model (step {step}; no evaluation kept a best checkpoint)"
     else:
-        latest = tf.train.latest_checkpoint(out)
+        latest = newest_checkpoint(out)
         if not latest:
             asked = [f"--{name}" for name in ("do_predict", "export_dir") if exp.get(name)]
             pretrained = exp.get("init_checkpoint")

@@ -36,7 +36,7 @@ from albert_tf.input_pipeline import InputPlan, list_files
 from albert_tf.run_directory import (INPUT_PLAN_FILE, OutputDirMismatchError, RunDirectory,
                                      write_dir_of, write_text_atomically)
 from albert_tf.tasks import PretrainingTask, Task
-from albert_tf.trainer import PRECISIONS, Trainer
+from albert_tf.trainer import PRECISIONS, Trainer, has_dropout_state
 
 __all__ = ["TrainingConfig", "PretrainingConfig", "TrainingRun", "PretrainingRun",
            "NonFiniteLossError", "CorruptInputError", "WorkerLostError", "OutputDirMismatchError",
@@ -345,7 +345,13 @@ class TrainingRun:
         how = "fresh"
         if latest:
             # expect_partial: checkpoints of earlier versions also hold an input iterator.
-            self.checkpoint.restore(latest).expect_partial().assert_existing_objects_matched()
+            checkpoint = self.checkpoint
+            if self.trainer.dropout_state.seeds and not has_dropout_state(latest):
+                checkpoint = self.trainer.checkpoint_without_dropout_state
+                self._log(f"Note: {latest} was written by an earlier version without dropout's "
+                          "random state: the resumed run draws other dropout masks than an "
+                          "uninterrupted one would.")
+            checkpoint.restore(latest).expect_partial().assert_existing_objects_matched()
             self._check_finite_weights(
                 f"The checkpoint {latest}", "Resume from an earlier checkpoint of the run (move "
                 "the later ones and the `checkpoint` file away), or start a new --output_dir.")

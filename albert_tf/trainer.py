@@ -37,6 +37,19 @@ def performance_of(cfg, tpu: bool = False) -> Performance:
                        recompute=cfg.recompute, use_einsum=cfg.use_einsum)
 
 
+def dropout_state(model) -> tf.Module:
+    """A checkpointable holder of `model`'s seed-generator states (its dropout layers'), in
+    model order; empty without dropout."""
+    holder = tf.Module()
+    holder.seeds = [v for v in model.variables if v.path.endswith("seed_generator_state")]
+    return holder
+
+
+def has_dropout_state(prefix: str) -> bool:
+    """Whether the checkpoint `prefix` holds the dropout state (`dropout_state`)."""
+    return any(name.startswith("dropout_state/") for name, _ in tf.train.list_variables(prefix))
+
+
 class Trainer:
     """The model, optimizer and (float16) loss scale of `task` in `strategy`'s scope, and the
     compiled loop of training steps and the evaluation step over them."""
@@ -68,7 +81,14 @@ class Trainer:
             drawn = seed if seed is not None else int.from_bytes(os.urandom(4), "little") >> 1
             self.data_seed = int(tf.Variable(drawn, dtype=tf.int64, trainable=False).numpy())
         saved = {} if self.loss_scale is None else {"loss_scale": self.loss_scale}
-        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, **saved)
+        # Dropout's random state: each dropout layer's seed generator (Keras does not track it
+        # for checkpoints), so a resumed run draws the masks the uninterrupted run draws.
+        self.dropout_state = dropout_state(self.model)
+        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
+                                              dropout_state=self.dropout_state, **saved)
+        # a checkpoint written before the dropout state was saved resumes without it
+        self.checkpoint_without_dropout_state = tf.train.Checkpoint(
+            model=self.model, optimizer=self.optimizer, **saved)
         self.train_loop = None
         self._eval_step = None
         self._all_finite = None

@@ -3,6 +3,7 @@ test_convergence.py)."""
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,6 +19,7 @@ from albert_tf import AlbertConfig
 from albert_tf.distribute import StrategyError, get_strategy
 from albert_tf.input_pipeline import DataMismatchError
 from albert_tf.optimization import AlbertOptimizer
+from albert_tf.trainer import has_dropout_state
 from albert_tf.train_lib import (CorruptInputError, NonFiniteLossError, OutputDirMismatchError,
                                  PretrainingConfig, PretrainingRun, TrainingConfig)
 from conftest import PRETRAINING_MODEL, ROOT, free_port, pretraining_config
@@ -754,6 +756,53 @@ def test_non_finite_checkpoint_holds_the_input_position_of_its_step(generated_da
     assert np.isnan(batch["masked_lm_weights"].numpy()[0, 0])
     expected = tf.train.Example.FromString(records[40]).features.feature["input_ids"]
     np.testing.assert_array_equal(batch["input_ids"].numpy()[0], expected.int64_list.value)
+
+
+def test_resume_with_dropout_draws_the_masks_of_the_uninterrupted_run(generated_data, tmp_path):
+    """Dropout's random state (each dropout layer's seed generator) is in the checkpoint: a run
+    resumed from its step-2 checkpoint draws the dropout masks the uninterrupted run drew, so
+    after 4 steps its weights equal that run's exactly (they did not: the masks of steps 3-4
+    were drawn again from the start); the masks do change the weights."""
+    dropout = AlbertConfig(**dict(TINY, hidden_dropout_prob=0.2,
+                                  attention_probs_dropout_prob=0.2))
+    weights = {}
+    for name, config in (("dropout", dropout), ("no_dropout", AlbertConfig(**TINY))):
+        cfg = _config(tmp_path / name, _pattern(generated_data), albert_config=config,
+                      save_checkpoints_steps=2)
+        run = PretrainingRun(cfg)
+        run.run()
+        weights[name] = [v.numpy() for v in run.model.trainable_weights]
+    # the dropout run stopped after step 2: its later checkpoint moved away (docs/training.md)
+    run_dir = tmp_path / "dropout" / "run"
+    for path in run_dir.glob("ckpt-4.*"):
+        path.unlink()
+    cfg = _config(tmp_path / "dropout", _pattern(generated_data), albert_config=dropout,
+                  save_checkpoints_steps=2)
+    resumed = PretrainingRun(cfg)
+    assert resumed.run()["start"] == "resumed"
+    for a, b in zip(weights["dropout"], [v.numpy() for v in resumed.model.trainable_weights]):
+        np.testing.assert_array_equal(a, b)
+    assert max(float(np.abs(a - b).max())
+               for a, b in zip(weights["dropout"], weights["no_dropout"])) > 1e-4
+    assert has_dropout_state(str(run_dir / "ckpt-2"))
+    # A checkpoint of an earlier version (no dropout state), alone in its directory (no
+    # `checkpoint` state file): found, and resumed with a note.
+    legacy = tf.train.CheckpointManager(
+        resumed.trainer.checkpoint_without_dropout_state, str(tmp_path / "legacy"),
+        max_to_keep=None).save(checkpoint_number=4)
+    for name in os.listdir(run_dir):
+        if name.startswith("ckpt") or name == "checkpoint":
+            os.remove(run_dir / name)
+    for name in os.listdir(tmp_path / "legacy"):
+        if name != "checkpoint":
+            shutil.copy(tmp_path / "legacy" / name, run_dir / name)
+    assert not has_dropout_state(legacy)
+    logged = []
+    again = PretrainingRun(cfg)
+    again._log = logged.append
+    assert again._restore_or_initialize() == "resumed" and again.trainer.step == 4
+    assert logged[0].startswith(f"Note: {run_dir / 'ckpt-4'} was written by an earlier version "
+                                "without dropout's random state")
 
 
 @pytest.mark.slow
