@@ -76,7 +76,10 @@ def check_files(files, max_seq_length, max_predictions_per_seq, vocab_size=None)
             if vocab_size is not None and meta.get("vocab_size") not in (None, vocab_size):
                 raise DataMismatchError(
                     f"{path} was generated with a vocabulary of {meta['vocab_size']} pieces "
-                    f"({meta.get('spm_model_file')}), but the model has vocab_size={vocab_size}.")
+                    f"({meta.get('spm_model_file')}), but the model has vocab_size={vocab_size}: "
+                    f"set \"vocab_size\": {meta['vocab_size']} in --albert_config_file, or "
+                    f"regenerate the data with a vocabulary of {vocab_size} pieces (train_vocab "
+                    f"--vocab_size {vocab_size}).")
             source = "its sidecar says"
         else:
             seq, preds = _first_record_lengths(path)

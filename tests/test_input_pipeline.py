@@ -257,7 +257,11 @@ def test_mismatched_data_is_refused(generated_data, tmp_path):
                                                 r"max_predictions_per_seq=10; the model expects "
                                                 r"max_seq_length=128, max_predictions_per_seq=20"):
         pretraining_dataset(files[0], 8, 128, 20)
-    with pytest.raises(DataMismatchError, match=r"vocabulary of 8000 pieces .* vocab_size=30000"):
+    with pytest.raises(DataMismatchError, match=r"vocabulary of 8000 pieces .* vocab_size=30000: "
+                                                r"set \"vocab_size\": 8000 in "
+                                                r"--albert_config_file, or regenerate the data "
+                                                r"with a vocabulary of 30000 pieces \(train_vocab "
+                                                r"--vocab_size 30000\)\.$"):
         pretraining_dataset(files[0], 8, 64, 10, vocab_size=30000)
     # Without a sidecar (official tooling), the first record is checked.
     bare = tmp_path / "official.tfrecord"
