@@ -110,3 +110,18 @@ def test_training_lines_name_each_figure_once_and_only_figures_computed_in_train
                  "labelled": np.ones((1, 3), int)}
     metrics = task.metrics({"loss_sum": 1.0, "token_count": 3.0, "correct_sum": 3.0}, collected)
     assert metrics["entity_f1"] == 1.0 and metrics["token_accuracy"] == 1.0
+
+
+def test_training_figures_show_the_loss_scale_under_float16():
+    """A loop's progress figures, each once; under float16 the loss scale and the steps it
+    skipped too (they were only in the records and TensorBoard)."""
+    task = SimpleNamespace(progress=lambda t: f"mlm {t['masked_lm_loss']:.4f}")
+    loop = SimpleNamespace(trainer=SimpleNamespace(task=task))
+    record = dict(step=5, loss=1.5, grad_norm=0.25, learning_rate=1e-3,
+                  examples_per_second=1234.5, masked_lm_loss=1.25)
+    assert Controller.figures(loop, record) == (
+        "loss 1.5000 | mlm 1.2500 | lr 1.000e-03 | gnorm 0.250 | 1,234.5 examples/s")
+    record.update(loss_scale=16384.0, skipped_steps=1)
+    assert Controller.figures(loop, record) == (
+        "loss 1.5000 | mlm 1.2500 | lr 1.000e-03 | gnorm 0.250 | loss scale 16384 (1 skipped) "
+        "| 1,234.5 examples/s")
