@@ -144,7 +144,7 @@ SPECS = {
                                          "units). SQuAD's span head (v1, v2 null-score), whose "
                                          "official softmax reads the padding, keeps the padded "
                                          "computation; ignored under TPUStrategy and with XLA "
-                                         "(--jit_compile)."),
+                                         "(run_pretraining's --jit_compile)."),
     "jit_compile": Spec("bool", False, "Compile with XLA."),
     "recompute": Spec("bool", False, "Recompute each encoder layer's activations in the "
                                      "backward pass instead of keeping them: less training "
