@@ -67,6 +67,22 @@ LONG_TESTS = {
 }
 
 
+# Tests of the "before" run no longer in the suite: where their assertions live now.
+MOVED = {
+    "tests/test_train.py::test_a_lost_worker_stops_the_cluster_and_the_rerun_resumes":
+        "merged with `test_multi_worker_mirrored_two_processes` into the `worker_pairs` fixture "
+        "of 2-worker pairs, read by "
+        "`test_a_lost_worker_stops_the_pair_and_a_preempted_one_saves_it` (the loss, the freeze "
+        "and the preemption) and `test_multi_worker_pair_equals_one_device_and_resumes_exactly` "
+        "(the reruns equal to the uninterrupted pair); clusters of three are not run (the "
+        "message of a worker that only saw the abort: "
+        "`test_lost_peer_names_the_worker_its_address_or_the_abort`)",
+    "tests/test_train.py::test_multi_worker_mirrored_two_processes":
+        "`test_multi_worker_pair_equals_one_device_and_resumes_exactly` (the pair equals one "
+        "device; its chief SIGKILLed and the pair rerun: the fixture's \"k\" pair)",
+}
+
+
 def load(path):
     with open(path) as f:
         run = json.load(f)
@@ -199,9 +215,15 @@ def section(after, fast=None, before=None) -> str:
         now = {r["nodeid"]: r["total"] for r in after["tests"]}
         for i, r in enumerate(before["tests"][:30], 1):
             name, frac = share(r)
-            after_s = f"{now[r['nodeid']]:.1f}" if r["nodeid"] in now else "gone (see below)"
+            after_s = f"{now[r['nodeid']]:.1f}" if r["nodeid"] in now else "gone (below)"
             lines.append(f"| {i} | `{short(r['nodeid'])}` | {'slow' if r['slow'] else 'fast'} | "
                          f"{r['total']:.1f} | {name} {frac:.0%} | {after_s} |")
+        gone = [r["nodeid"] for r in before["tests"] if r["nodeid"] not in now]
+        if gone:
+            lines += ["", "Tests of the before run no longer in the suite, and where their "
+                          "assertions are:", ""]
+            lines += [f"- `{short(n)}`: {MOVED.get(n, 'not said (add it to MOVED)')}"
+                      for n in gone]
     lines += ["", f"Tests over {LONG:.0f} s, each for what no shorter test proves:", ""]
     for r in s["over_long"]:
         lines.append(f"- `{short(r['nodeid'])}` ({r['own']:.0f} s without shared fixtures): "
