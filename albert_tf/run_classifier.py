@@ -48,6 +48,9 @@ As official, `--export_dir` alone (no --do_train, --do_eval, --do_predict) is an
 exports the run in `--output_dir` (its best evaluated checkpoint, else its latest; the official
 runner exports `OUTPUT_DIR/model.ckpt-best`), and stops with an error when that directory holds
 no fine-tuned checkpoint (`--init_checkpoint` is where fine-tuning starts, never exported).
+What the run recorded is taken where not given (the official runner needs it all again): its
+model config, vocabulary, casing, `--max_seq_length`, task and columns, so
+`--output_dir runs/topics --export_dir exports/topics` is the whole command.
 """
 
 from albert_tf.quiet import entry_point  # noqa: E402
@@ -64,8 +67,8 @@ from albert_tf.tasks import glue  # noqa: E402
 from albert_tf import experiment, flags as albert_flags  # noqa: E402
 from albert_tf.tasks.classification import ClassificationTask, write_split_features  # noqa: E402
 from albert_tf.runner import (LABELS_FILE, PRETRAINED, command,  # noqa: E402
-                              model_and_tokenizer, run_labels, run_task, task_exporter,
-                              training_config)
+                              export_alone_takes_the_run, model_and_tokenizer, run_labels,
+                              run_task, task_exporter, training_config)
 
 COMMAND = "albert_tf.run_classifier"  # as its config.yaml names it
 SUBMISSION_NAMES = {"cola": "CoLA", "sst-2": "SST-2", "mrpc": "MRPC", "qqp": "QQP",
@@ -293,7 +296,8 @@ def cli():
     command(run, define_flags, required=("task_name", f"albert_config_file|{PRETRAINED}",
                                          f"spm_model_file|vocab_file|{PRETRAINED}",
                                          "output_dir"),
-            check=check)
+            check=check, before=lambda: export_alone_takes_the_run(
+                COMMAND, ("task_name", "data_dir") + RECORDED))
 
 
 if __name__ == "__main__":

@@ -85,15 +85,17 @@ def guarded(body, *args, **kwargs) -> int:
         return 1
 
 
-def command(body, define_flags, required=(), check=None, name=None) -> None:
+def command(body, define_flags, required=(), check=None, name=None, before=None) -> None:
     """A training or analysis command: defines its flags, parses them (with --config_file),
-    checks that `required` ones are set, builds the `ExperimentConfig` once, checks it with
-    `check(config)` (which raises absl's UsageError) and runs `body(config)` `guarded`; exits
-    with its status. `name`: the command's module (default: `body`'s), which its written
-    config names."""
+    runs `before()` (which may fill flags not given), checks that `required` ones are set,
+    builds the `ExperimentConfig` once, checks it with `check(config)` (which raises absl's
+    UsageError) and runs `body(config)` `guarded`; exits with its status. `name`: the
+    command's module (default: `body`'s), which its written config names."""
 
     def main(argv):
         del argv
+        if before is not None:
+            before()
         require(*required)
         exp = experiment.from_flags(main.__module__)
         if check is not None:
@@ -102,6 +104,45 @@ def command(body, define_flags, required=(), check=None, name=None) -> None:
 
     main.__module__ = name or experiment.command_name(body)
     run_command(main, define_flags)
+
+
+def export_alone_takes_the_run(command_name: str, names=("task_name",)) -> None:
+    """`--export_dir` alone (no --do_train, --do_eval, --do_predict) exports the run in
+    --output_dir, so what the run recorded is taken where not given: its model config (its
+    albert_config.json), its vocabulary (its copy, `carried_tokenizer`) and casing, its
+    --max_seq_length and `names` of its config.yaml, as `export.export_saved_model --model_dir`
+    takes them (the official runner needs them given again). Nothing happens for another
+    command's run, or a directory without one."""
+    from absl import flags as absl_flags
+
+    values = absl_flags.FLAGS
+    if (not values.export_dir or not values.output_dir
+            or any(values[n].value for n in ("do_train", "do_eval", "do_predict"))):
+        return
+    path = os.path.join(values.output_dir, experiment.CONFIG_NAME)
+    config_json = os.path.join(values.output_dir, "albert_config.json")
+    if not (tf.io.gfile.exists(path) and tf.io.gfile.exists(config_json)):
+        return
+    recorded = experiment.read_config_file(path)
+    if recorded.get("command") != command_name:
+        return
+    settings = {k: v for section in experiment.SECTIONS for k, v in
+                (recorded.get(section) or {}).items()}
+    taken = {"max_seq_length": settings.get("max_seq_length"),
+             **{n: settings.get(n) for n in names}}
+    def given(*flag_names):
+        return any(n in values and values[n].present for n in flag_names)
+
+    if not given("albert_config_file", "init_checkpoint", "albert_hub_module_handle"):
+        taken["albert_config_file"] = config_json
+    if not given("spm_model_file", "vocab_file"):
+        carried = carried_tokenizer(values.output_dir)
+        taken.update(spm_model_file=carried["spm_model_file"], vocab_file=carried["vocab_file"])
+        if carried["do_lower_case"] is not None:
+            taken["do_lower_case"] = carried["do_lower_case"]
+    for name, value in taken.items():
+        if value is not None and name in values and not values[name].present:
+            setattr(values, name, value)
 
 
 def _checked(body, exp: ExperimentConfig):

@@ -173,6 +173,20 @@ def test_run_classifier_command_line(tmp_path, sample_vocab):
     probs = [v.numpy() for k, v in served.items() if "prob" in k]
     assert probs and probs[0].shape == (1, 2)
     np.testing.assert_allclose(probs[0].sum(), 1.0, atol=1e-5)
+    # --export_dir alone exports the finished run with what it recorded (config, vocabulary,
+    # sequence length, task): the same model as the export written while training
+    proc = run_command("albert_tf.run_classifier", "--output_dir", str(out), "--export_dir",
+                       str(tmp_path / "exports" / "alone"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    alone = tf.saved_model.load(str(tmp_path / "exports" / "alone" / "1"))
+    pairs = dict(text=tf.constant(["A man is playing a flute.", "Two dogs run."]),
+                 text_b=tf.constant(["A man plays music.", "Cats sleep."]))
+    want = loaded.signatures["serving_default"](**pairs)
+    got = alone.signatures["serving_default"](**pairs)
+    assert int(got["max_seq_length"].numpy()[0]) == 32
+    np.testing.assert_allclose(got["logits"].numpy(), want["logits"].numpy(), atol=1e-7,
+                               rtol=0)
+    assert np.abs(np.diff(want["logits"].numpy(), axis=0)).max() > 1e-5  # rows differ
 
 
 @pytest.mark.needs_shared("data/glue")
