@@ -252,10 +252,11 @@ class Controller:
     def figures(self, record: dict) -> str:
         """The progress figures of a loop of steps, each once: loss (the loop's last step),
         the task's training metrics (`Task.progress`), learning rate, gradient norm, under
-        float16 the loss scale and the steps it skipped, and the loop's examples/s."""
+        float16 the loss scale and the steps it skipped since the run began, and the loop's
+        examples/s."""
         task = {name: value for name, value in record.items() if name not in LOOP_FIGURES}
-        scale = (f"loss scale {record['loss_scale']:g} ({record['skipped_steps']} skipped)"
-                 if "loss_scale" in record else "")
+        scale = (f"loss scale {record['loss_scale']:,.0f} ({record['skipped_steps']} steps "
+                 "skipped in all)" if "loss_scale" in record else "")
         return " | ".join(part for part in (
             f"loss {record['loss']:.4f}", self.trainer.task.progress(task),
             f"lr {record['learning_rate']:.3e}", f"gnorm {record['grad_norm']:.3f}", scale,

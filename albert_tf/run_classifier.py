@@ -297,7 +297,7 @@ def cli():
                                          f"spm_model_file|vocab_file|{PRETRAINED}",
                                          "output_dir"),
             check=check, before=lambda: export_alone_takes_the_run(
-                COMMAND, ("task_name", "data_dir") + RECORDED))
+                COMMAND, ("task_name", "data_dir", "threshold_to_export") + RECORDED))
 
 
 if __name__ == "__main__":

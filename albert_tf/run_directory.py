@@ -20,7 +20,7 @@ import re
 
 import tensorflow as tf
 
-from albert_tf.checkpoints.common import CheckpointError, check_intact, newest_checkpoint
+from albert_tf.checkpoints.common import CheckpointError, check_intact
 from albert_tf.checkpoints.conversion import SETTINGS_FILE  # what else a result depends on
 from albert_tf.config import AlbertConfig
 from albert_tf.input_pipeline import DataMismatchError, InputPlan, list_files
@@ -117,7 +117,7 @@ def refuse_a_changed_run(output_dir: str, mine: dict) -> None:
     `RunDirectory.check_settings` gives later (a refused rerun with another learning rate
     must not first rewrite the run's features). Anything else is left to that check."""
     path = os.path.join(output_dir, SETTINGS_FILE)
-    if not tf.io.gfile.exists(path) or newest_checkpoint(output_dir) is None:
+    if not tf.io.gfile.exists(path) or tf.train.latest_checkpoint(output_dir) is None:
         return
     try:
         saved = _read_json(path)
@@ -151,8 +151,9 @@ class RunDirectory:
 
     def latest_checkpoint(self) -> str | None:
         """The chief's latest checkpoint (every worker holds the same model), else this
-        worker's own (`newest_checkpoint`)."""
-        return newest_checkpoint(self.output_dir) or newest_checkpoint(self.write_dir)
+        worker's own."""
+        return (tf.train.latest_checkpoint(self.output_dir)
+                or tf.train.latest_checkpoint(self.write_dir))
 
     def resume_checkpoint(self) -> str | None:
         """The checkpoint a resumed run restores: the newest intact one of the directory
@@ -194,7 +195,7 @@ class RunDirectory:
         model beside it."""
         tf.io.gfile.makedirs(self.output_dir)
         path = self.path("albert_config.json")
-        has_checkpoint = newest_checkpoint(self.output_dir) is not None
+        has_checkpoint = tf.train.latest_checkpoint(self.output_dir) is not None
         if tf.io.gfile.exists(path):
             existing = AlbertConfig.from_dict(_read_json(path))
             if has_checkpoint and existing != albert_config:

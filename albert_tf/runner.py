@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import json
+import math
 import os
 import re
 import signal
@@ -27,7 +28,7 @@ from absl import logging
 from albert_tf.paths import atomic_write
 from albert_tf.backbone import Performance
 from albert_tf.checkpoints import CheckpointError, CheckpointMismatchError
-from albert_tf.checkpoints.common import newest_checkpoint, reading_checkpoint
+from albert_tf.checkpoints.common import reading_checkpoint
 from albert_tf.checkpoints.conversion import (carried_tokenizer, checkpoint_config,
                                               recorded_casing)
 from albert_tf.config import AlbertConfig
@@ -108,11 +109,13 @@ def command(body, define_flags, required=(), check=None, name=None, before=None)
 
 def export_alone_takes_the_run(command_name: str, names=("task_name",)) -> None:
     """`--export_dir` alone (no --do_train, --do_eval, --do_predict) exports the run in
-    --output_dir, so what the run recorded is taken where not given: its model config (its
-    albert_config.json), its vocabulary (its copy, `carried_tokenizer`) and casing, its
-    --max_seq_length and `names` of its config.yaml, as `export.export_saved_model --model_dir`
-    takes them (the official runner needs them given again). Nothing happens for another
-    command's run, or a directory without one."""
+    --output_dir, so what the run recorded is taken where not given, and said in one line: its
+    model config (its albert_config.json), its vocabulary (its copy of the SentencePiece model,
+    `carried_tokenizer`, or of the WordPiece --vocab_file) and casing, its --max_seq_length and
+    `names` of its config.yaml, as `export.export_saved_model --model_dir` takes them (the
+    official runner needs them given again). Nothing happens for another command's run, a
+    directory without one, or a record that cannot be read (the flags' own checks then say
+    what is missing)."""
     from absl import flags as absl_flags
 
     values = absl_flags.FLAGS
@@ -123,26 +126,49 @@ def export_alone_takes_the_run(command_name: str, names=("task_name",)) -> None:
     config_json = os.path.join(values.output_dir, "albert_config.json")
     if not (tf.io.gfile.exists(path) and tf.io.gfile.exists(config_json)):
         return
-    recorded = experiment.read_config_file(path)
+    try:
+        recorded = experiment.read_config_file(path)
+    except (ValueError, OSError):
+        return
     if recorded.get("command") != command_name:
         return
     settings = {k: v for section in experiment.SECTIONS for k, v in
                 (recorded.get(section) or {}).items()}
     taken = {"max_seq_length": settings.get("max_seq_length"),
              **{n: settings.get(n) for n in names}}
+
     def given(*flag_names):
         return any(n in values and values[n].present for n in flag_names)
 
     if not given("albert_config_file", "init_checkpoint", "albert_hub_module_handle"):
         taken["albert_config_file"] = config_json
     if not given("spm_model_file", "vocab_file"):
-        carried = carried_tokenizer(values.output_dir)
-        taken.update(spm_model_file=carried["spm_model_file"], vocab_file=carried["vocab_file"])
-        if carried["do_lower_case"] is not None:
-            taken["do_lower_case"] = carried["do_lower_case"]
+        try:
+            carried = carried_tokenizer(values.output_dir)
+        except (ValueError, OSError):
+            carried = {"spm_model_file": None, "vocab_file": None, "do_lower_case": None}
+        vocab = settings.get("vocab_file")
+        copy = vocab and os.path.join(values.output_dir, os.path.basename(str(vocab)))
+        if carried["spm_model_file"]:
+            taken["spm_model_file"] = carried["spm_model_file"]
+        elif copy and tf.io.gfile.exists(copy):  # a WordPiece run's copy of its vocabulary
+            taken["vocab_file"] = copy
+        casing = (carried["do_lower_case"] if carried["do_lower_case"] is not None
+                  else settings.get("do_lower_case"))
+        taken["do_lower_case"] = casing
+    filled = []
     for name, value in taken.items():
-        if value is not None and name in values and not values[name].present:
-            setattr(values, name, value)
+        if value is None or name not in values or values[name].present:
+            continue
+        default = values[name].value
+        if value == default or (isinstance(value, float) and isinstance(default, float)
+                                and math.isnan(value) and math.isnan(default)):
+            continue
+        setattr(values, name, value)
+        filled.append(f"--{name} {value}")
+    if filled:
+        print(f"Exporting the run in {values.output_dir} as it recorded ({path}): "
+              + ", ".join(filled) + ".", flush=True)
 
 
 def _checked(body, exp: ExperimentConfig):
@@ -182,7 +208,7 @@ def _discarded_if_init_fails(exp: ExperimentConfig, lock: OutputLock):
         yield
     except (CheckpointError, CheckpointMismatchError, NonFiniteLossError):
         if (exp.get("init_checkpoint") or exp.get("albert_hub_module_handle")) \
-                and newest_checkpoint(lock.target) is None:
+                and tf.train.latest_checkpoint(lock.target) is None:
             lock.discard_new_output()
         raise
 
@@ -528,7 +554,7 @@ def model_for_prediction(exp: ExperimentConfig, task,
         step = int(run.optimizer.iterations.numpy())
         what = f"the trained model (step {step}; no evaluation kept a best checkpoint)"
     else:
-        latest = newest_checkpoint(out)
+        latest = tf.train.latest_checkpoint(out)
         if not latest:
             asked = [f"--{name}" for name in ("do_predict", "export_dir") if exp.get(name)]
             pretrained = exp.get("init_checkpoint")

@@ -178,6 +178,10 @@ def test_run_classifier_command_line(tmp_path, sample_vocab):
     proc = run_command("albert_tf.run_classifier", "--output_dir", str(out), "--export_dir",
                        str(tmp_path / "exports" / "alone"))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    said = proc.stdout.splitlines()[0]
+    assert said.startswith(f"Exporting the run in {out} as it recorded ({out / 'config.yaml'}): "
+                           "--max_seq_length 32, --task_name RTE, "), said
+    assert f"--albert_config_file {out / 'albert_config.json'}" in said
     alone = tf.saved_model.load(str(tmp_path / "exports" / "alone" / "1"))
     pairs = dict(text=tf.constant(["A man is playing a flute.", "Two dogs run."]),
                  text_b=tf.constant(["A man plays music.", "Cats sleep."]))

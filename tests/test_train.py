@@ -772,10 +772,11 @@ def test_resume_with_dropout_draws_the_masks_of_the_uninterrupted_run(generated_
         run = PretrainingRun(cfg)
         run.run()
         weights[name] = [v.numpy() for v in run.model.trainable_weights]
-    # the dropout run stopped after step 2: its later checkpoint moved away (docs/training.md)
+    # the dropout run stopped after step 2: its later checkpoint gone, the state file naming 2
     run_dir = tmp_path / "dropout" / "run"
     for path in run_dir.glob("ckpt-4.*"):
         path.unlink()
+    tf.compat.v1.train.update_checkpoint_state(str(run_dir), str(run_dir / "ckpt-2"))
     cfg = _config(tmp_path / "dropout", _pattern(generated_data), albert_config=dropout,
                   save_checkpoints_steps=2)
     resumed = PretrainingRun(cfg)
@@ -785,17 +786,17 @@ def test_resume_with_dropout_draws_the_masks_of_the_uninterrupted_run(generated_
     assert max(float(np.abs(a - b).max())
                for a, b in zip(weights["dropout"], weights["no_dropout"])) > 1e-4
     assert has_dropout_state(str(run_dir / "ckpt-2"))
-    # A checkpoint of an earlier version (no dropout state), alone in its directory (no
-    # `checkpoint` state file): found, and resumed with a note.
+    # A checkpoint of an earlier version (no dropout state): resumed with a note.
     legacy = tf.train.CheckpointManager(
         resumed.trainer.checkpoint_without_dropout_state, str(tmp_path / "legacy"),
         max_to_keep=None).save(checkpoint_number=4)
     for name in os.listdir(run_dir):
-        if name.startswith("ckpt") or name == "checkpoint":
+        if name.startswith("ckpt"):
             os.remove(run_dir / name)
     for name in os.listdir(tmp_path / "legacy"):
         if name != "checkpoint":
             shutil.copy(tmp_path / "legacy" / name, run_dir / name)
+    tf.compat.v1.train.update_checkpoint_state(str(run_dir), str(run_dir / "ckpt-4"))
     assert not has_dropout_state(legacy)
     logged = []
     again = PretrainingRun(cfg)

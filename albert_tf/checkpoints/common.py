@@ -6,7 +6,6 @@ an error that names them, and nothing is assigned."""
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 
 import numpy as np
@@ -76,27 +75,6 @@ def damaged_checkpoint(prefix: str, error: BaseException) -> CheckpointError:
         how = f"truncated or corrupt: {text}"
     return CheckpointError(f"{data} is damaged ({how}): the checkpoint {prefix} cannot be "
                            f"read. {fix}")
-
-
-def newest_checkpoint(directory: str) -> str | None:
-    """The newest checkpoint of `directory` whose files are there: the latest its `checkpoint`
-    state file names, else the newest of the older ones it lists, else (no state file) the
-    highest-numbered `ckpt-N` found. `tf.train.latest_checkpoint` returns None as soon as the
-    latest one was removed by hand (or the state file was), and a rerun then started afresh
-    over the run's earlier checkpoints."""
-    state = tf.train.get_checkpoint_state(directory)
-    if state and state.model_checkpoint_path:
-        listed = [state.model_checkpoint_path] + list(reversed(
-            state.all_model_checkpoint_paths))
-        for prefix in listed:
-            if tf.io.gfile.exists(prefix + ".index"):
-                return prefix
-    found = []
-    for path in tf.io.gfile.glob(os.path.join(directory, "ckpt-*.index")):
-        number = os.path.basename(path)[len("ckpt-"):-len(".index")]
-        if number.isdigit():
-            found.append((int(number), path[:-len(".index")]))
-    return max(found)[1] if found else None
 
 
 def check_intact(prefix: str) -> None:

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from albert_tf import experiment
 from albert_tf.checkpoints.common import (MODEL_KINDS, CheckpointError, assign_strict,
-                                          build_model, newest_checkpoint, reading_checkpoint)
+                                          build_model, reading_checkpoint)
 from albert_tf.checkpoints.hf import (HF_FILES, config_from_hf, hf_architectures, hf_kind,
                                       load_hf_state_dict, read_hf_folder, write_hf_folder)
 from albert_tf.checkpoints.names import model_kind, model_weights
@@ -127,7 +127,7 @@ def read_training_checkpoint(output_dir: str, checkpoint: str = "latest"):
             raise CheckpointError(f"{output_dir} has no best checkpoint ({prefix}); it is "
                                   "written when pretraining runs with --do_eval.")
     elif checkpoint == "latest":
-        prefix = newest_checkpoint(output_dir)
+        prefix = tf.train.latest_checkpoint(output_dir)
         if not prefix:
             raise CheckpointError(f"{output_dir} has {CONFIG_FILE} but no checkpoint yet.")
     else:
