@@ -255,8 +255,8 @@ class Controller:
         float16 the loss scale and the steps it skipped since the run began, and the loop's
         examples/s."""
         task = {name: value for name, value in record.items() if name not in LOOP_FIGURES}
-        scale = (f"loss scale {record['loss_scale']:,.0f} ({record['skipped_steps']} steps "
-                 "skipped in all)" if "loss_scale" in record else "")
+        scale = (f"loss scale {record['loss_scale']:,.0f} (steps skipped in all: "
+                 f"{record['skipped_steps']})" if "loss_scale" in record else "")
         return " | ".join(part for part in (
             f"loss {record['loss']:.4f}", self.trainer.task.progress(task),
             f"lr {record['learning_rate']:.3e}", f"gnorm {record['grad_norm']:.3f}", scale,

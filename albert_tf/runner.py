@@ -111,9 +111,9 @@ def export_alone_takes_the_run(command_name: str, names=("task_name",)) -> None:
     """`--export_dir` alone (no --do_train, --do_eval, --do_predict) exports the run in
     --output_dir, so what the run recorded is taken where not given, and said in one line: its
     model config (its albert_config.json), its vocabulary (its copy of the SentencePiece model,
-    `carried_tokenizer`, or of the WordPiece --vocab_file) and casing, its --max_seq_length and
-    `names` of its config.yaml, as `export.export_saved_model --model_dir` takes them (the
-    official runner needs them given again). Nothing happens for another command's run, a
+    `carried_tokenizer`, or of the WordPiece --vocab_file), its --max_seq_length and `names` of
+    its config.yaml, as `export.export_saved_model --model_dir` takes them (the official runner
+    needs them given again; the casing is `carried_run_casing`'s, as for every rerun). Nothing happens for another command's run, a
     directory without one, or a record that cannot be read (the flags' own checks then say
     what is missing)."""
     from absl import flags as absl_flags
@@ -146,16 +146,13 @@ def export_alone_takes_the_run(command_name: str, names=("task_name",)) -> None:
         try:
             carried = carried_tokenizer(values.output_dir)
         except (ValueError, OSError):
-            carried = {"spm_model_file": None, "vocab_file": None, "do_lower_case": None}
+            carried = {"spm_model_file": None}
         vocab = settings.get("vocab_file")
         copy = vocab and os.path.join(values.output_dir, os.path.basename(str(vocab)))
         if carried["spm_model_file"]:
             taken["spm_model_file"] = carried["spm_model_file"]
         elif copy and tf.io.gfile.exists(copy):  # a WordPiece run's copy of its vocabulary
             taken["vocab_file"] = copy
-        casing = (carried["do_lower_case"] if carried["do_lower_case"] is not None
-                  else settings.get("do_lower_case"))
-        taken["do_lower_case"] = casing
     filled = []
     for name, value in taken.items():
         if value is None or name not in values or values[name].present:

@@ -123,7 +123,8 @@ def test_training_figures_show_the_loss_scale_under_float16():
         "loss 1.5000 | mlm 1.2500 | lr 1.000e-03 | gnorm 0.250 | 1,234.5 examples/s")
     record.update(loss_scale=16384.0, skipped_steps=1)
     assert Controller.figures(loop, record) == (
-        "loss 1.5000 | mlm 1.2500 | lr 1.000e-03 | gnorm 0.250 | loss scale 16,384 (1 steps "
-        "skipped in all) | 1,234.5 examples/s")
+        "loss 1.5000 | mlm 1.2500 | lr 1.000e-03 | gnorm 0.250 | loss scale 16,384 (steps "
+        "skipped in all: 1) | 1,234.5 examples/s")
     record.update(loss_scale=2.0 ** 20)
-    assert "| loss scale 1,048,576 (1 steps skipped in all) |" in Controller.figures(loop, record)
+    assert "| loss scale 1,048,576 (steps skipped in all: 1) |" in Controller.figures(loop,
+                                                                                     record)
