@@ -14,16 +14,16 @@ from albert_tf.config import PRESETS, SHARING_MODES, AlbertConfig  # noqa: E402
 from albert_tf.lazy import lazy_exports  # noqa: E402
 
 _LAZY = {
-    "AlbertBackbone": "albert_tf.backbone",
-    "AlbertPretrainer": "albert_tf.pretrainer",
-    "AlbertClassifier": "albert_tf.classifier",
-    "AlbertTokenClassifier": "albert_tf.token_classifier",
-    "AlbertSpanModel": "albert_tf.task_models",
-    "AlbertSquadV2": "albert_tf.task_models",
-    "AlbertMultipleChoice": "albert_tf.task_models",
-    "AlbertTextClassifier": "albert_tf.text_classifier",
-    "AlbertTextTagger": "albert_tf.text_tagger",
-    "AlbertTextPreprocessor": "albert_tf.preprocessing",
+    "AlbertBackbone": "albert_tf.models.backbone",
+    "AlbertPretrainer": "albert_tf.models.pretrainer",
+    "AlbertClassifier": "albert_tf.models.classifier",
+    "AlbertTokenClassifier": "albert_tf.models.token_classifier",
+    "AlbertSpanModel": "albert_tf.models.task_models",
+    "AlbertSquadV2": "albert_tf.models.task_models",
+    "AlbertMultipleChoice": "albert_tf.models.task_models",
+    "AlbertTextClassifier": "albert_tf.api.text_classifier",
+    "AlbertTextTagger": "albert_tf.api.text_tagger",
+    "AlbertTextPreprocessor": "albert_tf.api.preprocessing",
     "load_pretrained": "albert_tf.checkpoints",
 }
 

@@ -26,10 +26,10 @@ import sys
 
 from absl import flags  # noqa: E402
 
-from albert_tf import flags as albert_flags  # noqa: E402
+from albert_tf.commands import flags as albert_flags  # noqa: E402
 from albert_tf.checkpoints import MODEL_KINDS, CheckpointError, convert  # noqa: E402
-from albert_tf.cli import run_command  # noqa: E402
-from albert_tf.flags import FLAGS  # noqa: E402
+from albert_tf.commands.cli import run_command  # noqa: E402
+from albert_tf.commands.flags import FLAGS  # noqa: E402
 
 
 def define_flags():

@@ -25,7 +25,7 @@ import gc
 import math
 
 from absl import app, flags
-from albert_tf.cli import run_command
+from albert_tf.commands.cli import run_command
 
 from albert_tf.config import AlbertConfig
 from albert_tf.analysis import charts
@@ -74,7 +74,7 @@ def built_param_count(config: AlbertConfig) -> int:
     """Builds `AlbertBackbone(config)` with Keras and returns `count_params()`."""
     import keras
 
-    from albert_tf.backbone import AlbertBackbone
+    from albert_tf.models.backbone import AlbertBackbone
 
     model = AlbertBackbone(config)
     count = model.count_params()

@@ -23,7 +23,7 @@ on at once instead of waiting for its newline. What the filter cannot promise: l
 stdout and stderr at the same instant may reach a shared terminal in the other order (they
 travel separately, as they do through any pipe).
 
-It is installed by the command layer only: the console scripts (`albert_tf.cli`) and
+It is installed by the command layer only: the console scripts (`albert_tf.commands.cli`) and
 `python -m` of an entry module (`entry_point(__name__)` at its top). The Python API gets the
 same lines dropped for the import only: the first use of a model class from the package
 (`from albert_tf import AlbertTextClassifier`, `albert_tf.AlbertBackbone`, ...) imports
@@ -128,7 +128,7 @@ def _channel(original: int) -> tuple[int, int]:
 
             master, slave = os.openpty()
             tty.setraw(slave)
-            try:  # the terminal's size, so a progress bar (`albert_tf.progress`) fits it
+            try:  # the terminal's size, so a progress bar (`albert_tf.training.progress`) fits it
                 import fcntl
                 import termios
 

@@ -64,9 +64,9 @@ import os  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from albert_tf.tasks import glue  # noqa: E402
-from albert_tf import experiment, flags as albert_flags  # noqa: E402
+from albert_tf.commands import experiment, flags as albert_flags  # noqa: E402
 from albert_tf.tasks.classification import ClassificationTask, write_split_features  # noqa: E402
-from albert_tf.runner import (LABELS_FILE, PRETRAINED, command,  # noqa: E402
+from albert_tf.commands.runner import (LABELS_FILE, PRETRAINED, command,  # noqa: E402
                               export_alone_takes_the_run, model_and_tokenizer, run_labels,
                               run_task, task_exporter, training_config)
 

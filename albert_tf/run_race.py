@@ -29,9 +29,9 @@ import os
 
 from absl import app, flags  # noqa: E402
 
-from albert_tf import flags as albert_flags
+from albert_tf.commands import flags as albert_flags
 from albert_tf.tasks import race  # noqa: E402
-from albert_tf.runner import (PRETRAINED, command, task_exporter,  # noqa: E402
+from albert_tf.commands.runner import (PRETRAINED, command, task_exporter,  # noqa: E402
                               model_and_tokenizer, run_task, training_config, write_json)
 
 

@@ -15,14 +15,14 @@ writes `predictions.json` ({question id: answer}, the official format) and
 `eval_results.json` (the official v1.1 evaluator's exact match and F1, and the number of
 questions) when the predict file has answers. `--init_checkpoint` takes any pretrained source
 (see `albert_tf.run_classifier`). Rerun the same command to resume. The implementation is
-shared with `run_squad_v2` (`albert_tf.squad_runner`).
+shared with `run_squad_v2` (`albert_tf.commands.squad_runner`).
 """
 
 from albert_tf.quiet import entry_point  # noqa: E402
 
 entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
 
-from albert_tf import squad_runner  # noqa: E402
+from albert_tf.commands import squad_runner  # noqa: E402
 
 
 def cli():

@@ -17,14 +17,14 @@ runner does. `--do_predict` writes `predictions.json` ("" for no answer), `null_
 official evaluator's `--na-prob-file`) and, when the predict file has answers,
 `eval_results.json`: the official runner's `exact`, `f1` and HasAns/NoAns at the best null
 threshold found on the file (`null_score_diff_threshold`), with our first-pass threshold
-search beside them (`threshold_search`). See `albert_tf.squad_runner`.
+search beside them (`threshold_search`). See `albert_tf.commands.squad_runner`.
 """
 
 from albert_tf.quiet import entry_point  # noqa: E402
 
 entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
 
-from albert_tf import squad_runner  # noqa: E402
+from albert_tf.commands import squad_runner  # noqa: E402
 
 
 def cli():

@@ -32,8 +32,8 @@ import os  # noqa: E402
 
 from absl import flags  # noqa: E402
 
-from albert_tf import flags as albert_flags  # noqa: E402
-from albert_tf.runner import (PRETRAINED, command, task_exporter,  # noqa: E402
+from albert_tf.commands import flags as albert_flags  # noqa: E402
+from albert_tf.commands.runner import (PRETRAINED, command, task_exporter,  # noqa: E402
                               model_and_tokenizer, run_labels, run_task, training_config,
                               write_json)
 from albert_tf.tasks import conll  # noqa: E402

@@ -28,7 +28,7 @@ Cases:
   floor (`_matmul_floor`): the forward and the training step if only their matmuls took time,
   each at its own shape's and layout's best rate, printed beside each padded row.
 - `forward`: the pretraining model's forward pass (no gradient).
-- `train`: one training step. Ours runs its loop's step (`albert_tf.train_lib`: forward,
+- `train`: one training step. Ours runs its loop's step (`albert_tf.training.train_lib`: forward,
   backward, clipping, LAMB) on the saved batches, and again as `albert_tf_recompute`
   (`TrainingConfig.recompute`) and `albert_tf_ops_gelu` (GELU's backward as TensorFlow ops,
   the step before its fused backward: the same-run baseline) and `albert_tf_keras_dense` (the
@@ -227,7 +227,7 @@ def child_albert_tf(spec):
         return _albert_tf_train(spec, recompute=spec["who"] == "albert_tf_recompute")
     keras.mixed_precision.set_global_policy(
         "mixed_bfloat16" if spec["dtype"] == "bfloat16" else "float32")
-    from albert_tf.backbone import set_remove_padding
+    from albert_tf.models.backbone import set_remove_padding
 
     model = AlbertPretrainer(AlbertConfig.from_preset(spec["preset"]))
     set_remove_padding(model, spec["padding"] == "removed")
@@ -250,7 +250,7 @@ def _albert_tf_train(spec, recompute=False):
     import tensorflow as tf
 
     from albert_tf import AlbertConfig
-    from albert_tf.train_lib import PretrainingConfig, PretrainingRun
+    from albert_tf.training.train_lib import PretrainingConfig, PretrainingRun
 
     data = _pretraining_records(spec)
     steps = spec["warmup"] + spec["repeats"] + 1

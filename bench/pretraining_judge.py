@@ -1,6 +1,7 @@
 """An outside judge of our pretraining loop: Hugging Face's `AlbertForPreTraining` (PyTorch)
 trained from the same initial weights on the same TFRecord batches with the same optimizer
-settings, beside our loop (`albert_tf.train_lib.PretrainingRun`, unchanged), for several seeds.
+settings, beside our loop (`albert_tf.training.train_lib.PretrainingRun`, unchanged), for several
+seeds.
 
     python -m bench.pretraining_judge --work_dir bench_results/judge --seeds 1,2,3 --steps 800
 
@@ -118,7 +119,7 @@ def hf_state(model) -> dict:
 
 
 def hf_terms(hf, batch) -> dict:
-    """Summed loss terms of one batch, as our loop sums them (`albert_tf.losses`)."""
+    """Summed loss terms of one batch, as our loop sums them (`albert_tf.models.losses`)."""
     import torch
 
     ids = torch.tensor(batch["input_ids"], dtype=torch.long)
@@ -205,7 +206,7 @@ def judge_seed(seed: int, paths: dict, work: str) -> dict:
     import torch
 
     from albert_tf.config import AlbertConfig
-    from albert_tf.train_lib import PretrainingConfig, PretrainingRun
+    from albert_tf.training.train_lib import PretrainingConfig, PretrainingRun
 
     torch.manual_seed(seed)
     steps, window = FLAGS.steps, FLAGS.window

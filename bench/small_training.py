@@ -21,10 +21,10 @@ once (a child of their own) from the bundled novels with the main job's generati
   order, cycled), the same work per step: the MLM head on the 26 masked positions only (the
   sequence output gathered, then `model.predictions`), its loss weighted by
   `masked_lm_weights` as the official loss, SOP from `model.sop_classifier`, backward,
-  `clip_grad_norm_(1.0)`, and the official LAMB (`albert_tf/optimization.py`'s formula: no bias
-  correction, decay 0.01, LayerNorm and biases excluded from decay and the trust ratio;
-  `bench.torch_lamb`, tested against the official update); bfloat16 through `torch.autocast`. Timed per 50 steps, the first 50
-  left out, as ours.
+  `clip_grad_norm_(1.0)`, and the official LAMB (`albert_tf/training/optimization.py`'s formula: no
+  bias correction, decay 0.01, LayerNorm and biases excluded from decay and the trust ratio;
+  `bench.torch_lamb`, tested against the official update); bfloat16 through `torch.autocast`. Timed
+  per 50 steps, the first 50 left out, as ours.
 
 Every measurement is a fresh process; `--rounds` runs each once per round, the two alternating
 (the order reversed every other round). A figure is the median of a run's per-loop examples/s;
@@ -146,7 +146,7 @@ def child_profile(spec):
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     from albert_tf.config import AlbertConfig
-    from albert_tf.train_lib import PretrainingConfig, PretrainingRun
+    from albert_tf.training.train_lib import PretrainingConfig, PretrainingRun
 
     out = tempfile.mkdtemp(dir=spec["work"], prefix=f"profile-{spec['dtype']}-")
     cfg = PretrainingConfig(

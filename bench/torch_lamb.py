@@ -2,7 +2,7 @@
 `AlbertForPreTraining` beside our loop (`bench.pretraining_judge`, `bench.small_training`).
 
 Per parameter w with gradient g, as the official `lamb_optimizer.py` (and
-`albert_tf/optimization.py`): m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+`albert_tf/training/optimization.py`): m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 u = m / (sqrt(v) + eps) (no bias correction); u += wd w unless excluded; r = ||w|| / ||u|| (LAMB,
 unless excluded; 1 if either is 0); w -= lr r u. Excluded by name: LayerNorm, layer_norm, bias.
 The trust ratio stays a tensor (no host sync per parameter).

@@ -41,8 +41,8 @@ import sys
 
 from absl import app, flags  # noqa: E402
 
-from albert_tf import flags as albert_flags  # noqa: E402
-from albert_tf.cli import run_command  # noqa: E402
+from albert_tf.commands import flags as albert_flags  # noqa: E402
+from albert_tf.commands.cli import run_command  # noqa: E402
 from data.generator import generate, make_job
 from data.text_io import InputError
 

@@ -43,7 +43,7 @@ import numpy as np
 from albert_tf.paths import atomic_write
 from albert_tf import features as F
 from albert_tf.ownership import OutputLock, same_file
-from albert_tf.progress import Progress
+from albert_tf.training.progress import Progress
 from albert_tf.records import encode_examples, remove_temporaries, temporary_name, write_file
 from albert_tf.tokenization import Tokenizer, file_sha256, make_tokenizer
 from data.pretraining import (GenerationParams, Vocabulary, instances_features, instances_of_plan,

@@ -31,9 +31,9 @@ import re
 import sys
 
 from absl import app, flags
-from albert_tf.cli import run_command
+from albert_tf.commands.cli import run_command
 
-from albert_tf import flags as albert_flags
+from albert_tf.commands import flags as albert_flags
 
 from albert_tf.ownership import OutputLock, regular_output, same_file
 from data.text_io import InputError, expand_input_patterns, read_text_lines

@@ -37,9 +37,9 @@ import time
 
 import sentencepiece as spm
 from absl import app, flags
-from albert_tf.cli import run_command
+from albert_tf.commands.cli import run_command
 
-from albert_tf import flags as albert_flags
+from albert_tf.commands import flags as albert_flags
 
 from albert_tf.tokenization import (CLS_PIECE, MASK_PIECE, PAD_ID, PAD_PIECE, SEP_PIECE, UNK_ID,
                                     UNK_PIECE, check_special_ids, file_sha256, preprocess_text)

@@ -26,12 +26,12 @@ import sys
 
 from absl import flags  # noqa: E402
 
-from albert_tf import flags as albert_flags  # noqa: E402
-from albert_tf import experiment  # noqa: E402
+from albert_tf.commands import flags as albert_flags  # noqa: E402
+from albert_tf.commands import experiment  # noqa: E402
 from albert_tf.checkpoints import CheckpointError  # noqa: E402
 from albert_tf.checkpoints.conversion import _training_run  # noqa: E402
-from albert_tf.cli import run_command  # noqa: E402
-from albert_tf.flags import FLAGS  # noqa: E402
+from albert_tf.commands.cli import run_command  # noqa: E402
+from albert_tf.commands.flags import FLAGS  # noqa: E402
 from export.ops_check import UnsupportedOpError  # noqa: E402
 from export.saved_model import (ExportError, export_saved_model, load_for_export,  # noqa: E402
                                 lower_case)

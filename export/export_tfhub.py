@@ -23,11 +23,11 @@ import sys  # noqa: E402
 
 from absl import flags  # noqa: E402
 
-from albert_tf import flags as albert_flags  # noqa: E402
+from albert_tf.commands import flags as albert_flags  # noqa: E402
 from albert_tf.checkpoints import CheckpointError  # noqa: E402
 from albert_tf.checkpoints.conversion import carried_tokenizer  # noqa: E402
-from albert_tf.cli import run_command  # noqa: E402
-from albert_tf.flags import FLAGS  # noqa: E402
+from albert_tf.commands.cli import run_command  # noqa: E402
+from albert_tf.commands.flags import FLAGS  # noqa: E402
 from export.tfhub import ExportError, export_tfhub, load_backbone  # noqa: E402
 
 DEFAULT_SEQ_LENGTH = 128  # TF Hub's BERT preprocessors'

@@ -24,10 +24,10 @@ import sys
 
 from absl import flags  # noqa: E402
 
-from albert_tf import flags as albert_flags  # noqa: E402
+from albert_tf.commands import flags as albert_flags  # noqa: E402
 from albert_tf.checkpoints import CheckpointError  # noqa: E402
-from albert_tf.cli import run_command  # noqa: E402
-from albert_tf.flags import FLAGS  # noqa: E402
+from albert_tf.commands.cli import run_command  # noqa: E402
+from albert_tf.commands.flags import FLAGS  # noqa: E402
 from export.saved_model import ExportError, load_for_export, lower_case  # noqa: E402
 from export.tflite import TFLiteExportError, export_tflite  # noqa: E402
 

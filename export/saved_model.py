@@ -39,7 +39,7 @@ from albert_tf.paths import atomic_write
 from albert_tf.checkpoints import CheckpointError, build_model, model_kind, model_weights
 from albert_tf.checkpoints.conversion import read_source
 from albert_tf.config import AlbertConfig
-from albert_tf.flags import FLAGS
+from albert_tf.commands.flags import FLAGS
 from albert_tf.ownership import OutputLock, current_umask
 from albert_tf.tokenization import Tokenizer, make_tokenizer
 

@@ -12,7 +12,7 @@ entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_
 
 import sys
 
-from albert_tf.cli import help_exits_zero
+from albert_tf.commands.cli import help_exits_zero
 
 
 def cli():

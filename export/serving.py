@@ -83,7 +83,7 @@ import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F
-from albert_tf.backbone import padded_computation, set_remove_padding
+from albert_tf.models.backbone import padded_computation, set_remove_padding
 from albert_tf.models import backbone_of, class_of
 from albert_tf.records import example_of
 from albert_tf.packing import pack_ids, pack_in_graph, packed_length, pad_features
@@ -330,8 +330,8 @@ class AlbertServingModule(tf.Module):
     """Wraps a plain (host, float32) ALBERT model and its tokenizer for `tf.saved_model.save`.
 
     This class serves a bare `AlbertBackbone`; each registered model class names its own
-    serving module (`serving_module` in `albert_tf.registry`), a subclass that adds its head's
-    outputs, signatures and warmup requests.
+    serving module (`serving_module` in `albert_tf.models.registry`), a subclass that adds its
+    head's outputs, signatures and warmup requests.
 
     Args:
         model: a registered ALBERT model (host, float32; not under a strategy).
@@ -838,7 +838,7 @@ class SpanServingModule(AlbertServingModule):
 
 
 class SquadV2ServingModule(SpanServingModule):
-    """The official ALBERT SQuAD 2.0 model (`albert_tf.task_models.AlbertSquadV2`) answering
+    """The official ALBERT SQuAD 2.0 model (`albert_tf.models.task_models.AlbertSquadV2`) answering
     questions about raw text, as `run_squad_v2 --v2_head answer_class` predicts: the windows
     of `SpanServingModule`, the model's beam of starts and ends in each, the best valid span
     over the windows (`decode_beam_in_graph`, the rules of `predict_answers_v2`), and "" where

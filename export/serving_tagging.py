@@ -1,5 +1,6 @@
-"""The serving module of a token classifier (`albert_tf.token_classifier.AlbertTokenClassifier`):
-raw text in, one tag per whitespace-separated word out.
+"""The serving module of a token classifier
+(`albert_tf.models.token_classifier.AlbertTokenClassifier`): raw text in, one tag per
+whitespace-separated word out.
 
 Signatures:
 - `serving_default`: `text` (string [batch], each a sentence; words are the runs of characters

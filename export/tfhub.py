@@ -32,7 +32,7 @@ import tempfile
 
 import tensorflow as tf
 
-from albert_tf.backbone import AlbertBackbone
+from albert_tf.models.backbone import AlbertBackbone
 from albert_tf.checkpoints import CONFIG_FILE, CheckpointError, initialize_backbone
 from albert_tf.checkpoints.conversion import TFHUB_RECORD
 from albert_tf.checkpoints.conversion import carried_tokenizer, checkpoint_config

@@ -29,7 +29,7 @@ from absl import app, flags  # noqa: E402
 from tensorflow.python.eager import context as tf_context  # noqa: E402
 
 from albert_tf import AlbertConfig  # noqa: E402
-from albert_tf.train_lib import PretrainingConfig  # noqa: E402
+from albert_tf.training.train_lib import PretrainingConfig  # noqa: E402
 
 # Where the suite's time goes (--time-shares=FILE) and its budget on CI (tests/timing_plugin.py).
 pytest_plugins = ["timing_plugin"]

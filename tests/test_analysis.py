@@ -122,7 +122,7 @@ def test_fill_mask_random_init_is_the_runs_starting_point(tmp_path, generated_da
     from albert_tf import AlbertConfig
     from albert_tf.analysis.fill_mask import build_models, top_k_answers
     from albert_tf.tokenization import MASK_ID, Tokenizer
-    from albert_tf.train_lib import PretrainingRun
+    from albert_tf.training.train_lib import PretrainingRun
 
     out = str(tmp_path / "run")
     PretrainingRun(pretraining_config(

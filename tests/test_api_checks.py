@@ -1,9 +1,9 @@
 """The Keras API checks its numbers as the commands do (issue 58): `compile`'s learning rate
-and warmup by the commands' flag ranges (`albert_tf.flags.NUMBER_RULES`), regression targets
-and sample weights finite, a step that would write nan or inf never applied (`fit` stops with
-`NonFiniteLossError`, the commands' gate), `save`/`save_weights`/`export` refusing non-finite
-weights, and one reading of text pairs: a tuple of two sequences is the two columns, a list is
-rows, whatever the number of rows."""
+and warmup by the commands' flag ranges (`albert_tf.commands.flags.NUMBER_RULES`), regression
+targets and sample weights finite, a step that would write nan or inf never applied (`fit` stops
+with `NonFiniteLossError`, the commands' gate), `save`/`save_weights`/`export` refusing non-finite
+weights, and one reading of text pairs: a tuple of two sequences is the two columns, a list is rows,
+whatever the number of rows."""
 
 import os
 import zipfile
@@ -15,7 +15,7 @@ import tensorflow as tf
 from test_text_classifier import LABELS, TEXTS, _pretraining_run
 
 from albert_tf import AlbertTextClassifier, AlbertTextPreprocessor, AlbertTextTagger
-from albert_tf.controller import NonFiniteLossError
+from albert_tf.training.controller import NonFiniteLossError
 
 TAGS = ["O", "B-X", "I-X"]
 

@@ -21,12 +21,12 @@ from absl import flags
 
 from albert_tf import AlbertClassifier, AlbertConfig, AlbertPretrainer
 from albert_tf.checkpoints import CheckpointMismatchError
-from albert_tf.controller import non_finite_advice
-from albert_tf.flags import NUMBER_RULES, check_numbers
+from albert_tf.training.controller import non_finite_advice
+from albert_tf.commands.flags import NUMBER_RULES, check_numbers
 from albert_tf.ownership import OutputPathError
 from albert_tf.records import SidecarError, read_sidecar, write_file
 from albert_tf.tokenization import file_sha256
-from albert_tf.train_lib import NonFiniteLossError, OutputDirMismatchError, PretrainingRun
+from albert_tf.training.train_lib import NonFiniteLossError, OutputDirMismatchError, PretrainingRun
 from conftest import ROOT, export_config, pretraining_config, randomize, tiny_config
 
 TINY = dict(vocab_size=8000, embedding_size=8, hidden_size=16, num_hidden_layers=2,
@@ -91,8 +91,8 @@ def test_every_numeric_flag_of_every_command_has_a_range():
 import importlib, sys
 sys.path.insert(0, %r)
 from absl import app, flags
-from albert_tf.cli import COMMANDS
-from albert_tf.flags import NUMBER_RULES
+from albert_tf.commands.cli import COMMANDS
+from albert_tf.commands.flags import NUMBER_RULES
 
 class Defined(Exception):
     pass
@@ -595,7 +595,7 @@ def test_resume_on_regenerated_input_of_the_same_size_is_refused(prepared_corpus
 _LONG_CALL = """
 import signal, sys, time
 import tensorflow as tf
-from albert_tf.stop_signals import StopSignals
+from albert_tf.training.stop_signals import StopSignals
 
 @tf.function(autograph=False)  # source given with -c: no AutoGraph
 def loop(n):  # one long call into TensorFlow: no Python runs in the main thread meanwhile

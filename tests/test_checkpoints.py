@@ -25,7 +25,7 @@ from albert_tf import (AlbertClassifier, AlbertConfig, AlbertPretrainer,  # noqa
                        load_pretrained)
 from albert_tf.checkpoints import CheckpointMismatchError, model_weights  # noqa: E402
 from albert_tf.checkpoints.conversion import read_training_checkpoint  # noqa: E402
-from albert_tf.train_lib import PretrainingRun  # noqa: E402
+from albert_tf.training.train_lib import PretrainingRun  # noqa: E402
 from albert_tf.checkpoints import (CheckpointError, TF1Checkpoint, config_from_hf,  # noqa: E402
                                    convert, write_tf1_checkpoint)
 from conftest import (PRETRAINING_MODEL, pretraining_config, random_batch,  # noqa: E402

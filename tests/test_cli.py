@@ -13,7 +13,7 @@ import time
 import pytest
 
 from albert_tf import quiet
-from albert_tf.cli import COMMANDS
+from albert_tf.commands.cli import COMMANDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOISE = [
@@ -260,7 +260,7 @@ def installed(tmp_path_factory):
 
 @pytest.mark.slow
 def test_console_scripts_from_outside_the_repository(installed, tmp_path):
-    from albert_tf.cli import COMMANDS
+    from albert_tf.commands.cli import COMMANDS
 
     site = installed["site"]
     # every package the commands need was installed, with the bundled sample data

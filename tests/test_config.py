@@ -226,7 +226,7 @@ def test_every_released_config_builds_its_model(name, monkeypatch):
     activation, the layers its dropout; for the base files a forward pass gives [1, 4, H],
     L + 1 hidden states and V logits (an xxlarge one takes 7 s). Zero initial values: the
     shapes are the test, and xxlarge builds in 1.6 s instead of 17 s."""
-    from albert_tf.pretrainer import AlbertPretrainer
+    from albert_tf.models.pretrainer import AlbertPretrainer
     monkeypatch.setattr(keras.initializers.TruncatedNormal, "__call__", _zeros)
     cfg = AlbertConfig.from_json_file(os.path.join(RELEASED, name))
     model = AlbertPretrainer(cfg)

@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 from albert_tf import AlbertConfig
-from albert_tf.train_lib import PretrainingConfig, PretrainingRun
+from albert_tf.training.train_lib import PretrainingConfig, PretrainingRun
 
 
 # Convergence: 800 AdamW steps (lr 1e-3, batch 64, seq 64) of a 2-layer H=64 model on the bundled

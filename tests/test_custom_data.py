@@ -15,8 +15,8 @@ import tensorflow_text  # noqa: F401  (the exports' SentencePiece ops)
 from albert_tf import (AlbertClassifier, AlbertConfig, AlbertTextClassifier,
                        AlbertTextPreprocessor)
 from albert_tf import run_classifier as run_classifier_module
-from albert_tf.experiment import ExperimentConfig
-from albert_tf.pretrainer import AlbertPretrainer
+from albert_tf.commands.experiment import ExperimentConfig
+from albert_tf.models.pretrainer import AlbertPretrainer
 from albert_tf.records import example_of
 from albert_tf.tasks import glue
 from albert_tf.tasks.tables import TableError, read_table

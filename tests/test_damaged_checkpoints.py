@@ -13,9 +13,9 @@ from conftest import PRETRAINING_MODEL, pretraining_config, run_cli, tiny_config
 
 from albert_tf import AlbertClassifier, AlbertConfig
 from albert_tf.checkpoints import (CheckpointError, initialize_backbone, save_albert_tf,
-                                  write_hf_folder)
+                                   write_hf_folder)
 from albert_tf.checkpoints.conversion import read_source
-from albert_tf.train_lib import PretrainingRun
+from albert_tf.training.train_lib import PretrainingRun
 
 DATA = ".data-00000-of-00001"
 TRUNCATED = "is damaged (truncated: it ends before the tensors its index lists)"

@@ -151,7 +151,7 @@ def test_vocab_file_must_describe_the_sentencepiece_model(sample_vocab, tmp_path
 def test_tpu_zone_and_project_reach_the_tpu_resolver(monkeypatch):
     """--tpu_name, --tpu_zone and --gcp_project are the official TPUClusterResolver's
     arguments: they are passed to it, not dropped."""
-    from albert_tf.distribute import StrategyError, get_strategy
+    from albert_tf.training.distribute import StrategyError, get_strategy
 
     seen = {}
 
@@ -170,7 +170,7 @@ def test_einsum_attention_equals_the_batched_matmuls():
     """--use_einsum (the official flag): attention as tf.einsum gives the matmul path's values
     to 1e-6, on inputs whose outputs differ far more than that."""
     from albert_tf import AlbertBackbone
-    from albert_tf.backbone import Performance
+    from albert_tf.models.backbone import Performance
 
     cfg = tiny_config(initializer_range=0.2)
     model = AlbertBackbone(cfg)
@@ -214,7 +214,7 @@ def test_official_command_line_with_hub_module_glue_root_and_mismnli(tmp_path, s
     best evaluated checkpoint and say its step, and the export serves the threshold."""
     import tensorflow_text  # noqa: F401 - SentencePiece ops of the SavedModel
 
-    from albert_tf.pretrainer import AlbertPretrainer
+    from albert_tf.models.pretrainer import AlbertPretrainer
 
     # initializer_range 0.2 (about 1/sqrt(H) at H=32): at 0.02 the trained model's answers
     # differ by 1e-4 between inputs, too little for the exports' 1e-5 parity to mean anything.
@@ -303,7 +303,7 @@ def test_official_flags_that_cannot_act_fail_with_the_fix(tmp_path, sample_vocab
     """A hub URL (nothing is downloaded), TPU flags without a TPU, both a hub module and an
     init checkpoint, and prediction from a pretraining checkpoint (no classifier head in it):
     each fails with status 1 and one line naming the flag and what to do, writing nothing."""
-    from albert_tf.pretrainer import AlbertPretrainer
+    from albert_tf.models.pretrainer import AlbertPretrainer
 
     config = AlbertConfig(**TINY)
     config.to_json_file(tmp_path / "albert_config.json")
@@ -351,8 +351,8 @@ def test_official_flags_that_cannot_act_fail_with_the_fix(tmp_path, sample_vocab
 def test_hub_module_directory_initializes_the_backbone(tmp_path):
     """A TF-Hub module directory (what --albert_hub_module_handle names) fills the classifier's
     backbone with the module's values, every weight; its pretraining heads are reported."""
-    from albert_tf.classifier import AlbertClassifier
-    from albert_tf.pretrainer import AlbertPretrainer
+    from albert_tf.models.classifier import AlbertClassifier
+    from albert_tf.models.pretrainer import AlbertPretrainer
     from albert_tf.tasks.classification import ClassificationTask
 
     config = tiny_config(initializer_range=0.2)

@@ -1,5 +1,5 @@
-"""The experiment config (`albert_tf.experiment`): --config_file read as the command line would
-read it, the effective config each training run writes, and that config repeating the run."""
+"""The experiment config (`albert_tf.commands.experiment`): --config_file read as the command line
+would read it, the effective config each training run writes, and that config repeating the run."""
 
 import json
 import math
@@ -10,9 +10,9 @@ import pytest
 import yaml
 from absl import flags
 
-from albert_tf import experiment
+from albert_tf.commands import experiment
 from albert_tf.checkpoints.conversion import recorded_casing
-from albert_tf.experiment import ConfigFileError
+from albert_tf.commands.experiment import ConfigFileError
 from conftest import GENERATION_KW, PRETRAINING_MODEL, ROOT, run_command
 
 

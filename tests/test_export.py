@@ -615,7 +615,7 @@ def test_jit_compile_export_answers_one_sentence_as_the_shipped_export(
 
 
 def test_jit_compile_is_refused_for_models_that_do_not_serve_one_row_of_text(sample_vocab):
-    from albert_tf.task_models import AlbertSpanModel
+    from albert_tf.models.task_models import AlbertSpanModel
     from export.serving import serving_module
 
     with pytest.raises(ValueError, match="jit_compile serves one-row requests of backbones, "
@@ -663,7 +663,7 @@ def test_entry_point_exports_our_model_directory(tmp_path, sample_vocab):
 def test_pretraining_output_dir_latest_and_best(generated_data, sample_vocab, tmp_path):
     """A pretraining --output_dir exports from its latest or best checkpoint, with the
     SentencePiece model the run copied beside its checkpoints."""
-    from albert_tf.train_lib import PretrainingConfig, PretrainingRun
+    from albert_tf.training.train_lib import PretrainingConfig, PretrainingRun
 
     cfg = PretrainingConfig(
         albert_config=_config(), input_file=generated_data["files"],

@@ -14,7 +14,7 @@ import tensorflow_text  # noqa: F401 - registers the SentencePiece ops the Saved
 from albert_tf.tasks import race
 from albert_tf.tasks.squad import evaluation as S
 from albert_tf.tasks.squad import (align_context, align_context_in_graph, predict_answers,
-                             question_features, AlbertSpanModel)
+                                   question_features, AlbertSpanModel)
 from albert_tf.tokenization import Tokenizer
 from conftest import SHARED_DIR, export_config
 from export.saved_model import WARMUP_FILE, ExportError, export_saved_model
@@ -328,7 +328,7 @@ def test_answer_class_model_export_answers_as_the_python_prediction_path(sample_
     questions (several windows each), serving_default gives `predict_answers_v2`'s answers at
     the exported threshold (the median null score: some answered, some not), the same null
     odds, and serve_tokens the model's beam."""
-    from albert_tf.task_models import AlbertSquadV2
+    from albert_tf.models.task_models import AlbertSquadV2
     from albert_tf.tasks.squad import predict_answers_v2
     from albert_tf.tasks.squad.task import V2_BEAM_OUTPUTS
 

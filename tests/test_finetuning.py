@@ -13,7 +13,7 @@ from albert_tf.tasks import glue
 from albert_tf.tasks.classification import (ClassificationTask, write_examples,
                                             write_split_features)
 from albert_tf.tokenization import Tokenizer
-from albert_tf.train_lib import TrainingConfig, TrainingRun
+from albert_tf.training.train_lib import TrainingConfig, TrainingRun
 from conftest import ROOT, SHARED_DIR, free_port, run_command
 
 GLUE_DIR = os.path.join(SHARED_DIR, "data", "glue")
@@ -84,8 +84,8 @@ def test_classifier_backbone_from_every_pretrained_source(tmp_path):
     initialisation; a source of another shape is refused, assigning nothing."""
     from albert_tf.checkpoints import (CheckpointMismatchError, model_weights, save_albert_tf,
                                        write_tf1_checkpoint)
-    from albert_tf.classifier import AlbertClassifier
-    from albert_tf.pretrainer import AlbertPretrainer
+    from albert_tf.models.classifier import AlbertClassifier
+    from albert_tf.models.pretrainer import AlbertPretrainer
     from conftest import tiny_config
 
     config = tiny_config()
@@ -135,7 +135,7 @@ def test_run_classifier_command_line(tmp_path, sample_vocab):
 
     import tensorflow_text  # noqa: F401 - SentencePiece ops of the SavedModel
 
-    from albert_tf.pretrainer import AlbertPretrainer
+    from albert_tf.models.pretrainer import AlbertPretrainer
 
     config = AlbertConfig(**TINY)
     config_file = tmp_path / "albert_config.json"
@@ -203,7 +203,7 @@ def test_run_classifier_on_two_workers_equals_one_device(tmp_path, sample_vocab)
     import subprocess
     import sys
 
-    from albert_tf.classifier import AlbertClassifier
+    from albert_tf.models.classifier import AlbertClassifier
 
     config_file = tmp_path / "albert_config.json"
     AlbertConfig(**TINY, hidden_dropout_prob=0.0,

@@ -19,7 +19,7 @@ from albert_tf import AlbertBackbone, AlbertClassifier, AlbertPretrainer  # noqa
 from albert_tf.checkpoints import CheckpointError, convert, save_albert_tf  # noqa: E402
 from albert_tf.checkpoints.hf import write_hf_folder  # noqa: E402
 from albert_tf.packing import pack_ids, pad_features  # noqa: E402
-from albert_tf.task_models import AlbertSpanModel  # noqa: E402
+from albert_tf.models.task_models import AlbertSpanModel  # noqa: E402
 from albert_tf.tokenization import MASK_ID, Tokenizer  # noqa: E402
 from conftest import WIKITEXT, assert_spread, randomize, tiny_config  # noqa: E402
 from data.text_io import expand_input_patterns, read_text_lines  # noqa: E402

@@ -12,9 +12,9 @@ import tensorflow as tf
 
 from albert_tf import AlbertConfig, AlbertPretrainer, features as F
 from albert_tf.input_pipeline import (DataMismatchError, InputPlan, count_records,
-                                     find_unreadable_files, parse_fn, pretraining_dataset,
-                                     training_dataset)
-from albert_tf.losses import masked_lm_loss
+                                      find_unreadable_files, parse_fn, pretraining_dataset,
+                                      training_dataset)
+from albert_tf.models.losses import masked_lm_loss
 
 
 def _all_records(files, seq=64, preds=10):

@@ -384,7 +384,7 @@ def test_model_quantize_quantizes_our_dense_layers_as_keras_dense(mode, monkeypa
     its `Dense` with only a warning unless they allow it): 8 of 8 here, and the quantized
     backbone answers as the same backbone built of `keras.layers.Dense` quantized alike."""
     from albert_tf import AlbertBackbone, AlbertConfig
-    from albert_tf import backbone as backbone_module
+    from albert_tf.models import backbone as backbone_module
     from albert_tf.layers import common, embedding, heads, transformer
 
     config = AlbertConfig(vocab_size=37, embedding_size=6, hidden_size=16, num_hidden_layers=2,

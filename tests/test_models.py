@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from albert_tf import AlbertBackbone, AlbertPretrainer
-from albert_tf import losses
+from albert_tf.models import losses
 from albert_tf.checkpoints import model_weights
 from conftest import random_batch, tiny_config
 

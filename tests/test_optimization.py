@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from albert_tf import AlbertPretrainer
-from albert_tf.optimization import AlbertOptimizer, WarmupPolynomialDecay, create_optimizer
+from albert_tf.training.optimization import AlbertOptimizer, WarmupPolynomialDecay, create_optimizer
 from conftest import tiny_config
 
 
@@ -193,7 +193,7 @@ def test_dynamic_loss_scale_rules():
     """float16's loss scale: halves on an overflow (counted), not below min_scale, where a
     non-finite step is no longer an overflow; doubles after growth_interval good steps in a
     row (an overflow restarts the run); scale/unscale are inverse."""
-    from albert_tf.loss_scale import DynamicLossScale
+    from albert_tf.training.loss_scale import DynamicLossScale
 
     scale = DynamicLossScale(initial_scale=8.0, growth_interval=3, min_scale=2.0)
     seen = []

@@ -137,7 +137,7 @@ def test_data_generation_refuses_a_live_holder(prepared_corpus, sample_vocab, tm
 
 @pytest.mark.slow
 def test_training_and_export_refuse_a_live_holder(generated_data, sample_vocab, tmp_path):
-    from albert_tf.train_lib import PretrainingConfig, PretrainingRun
+    from albert_tf.training.train_lib import PretrainingConfig, PretrainingRun
     from export.saved_model import export_saved_model
     from export.tflite import export_tflite
 

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from albert_tf import packing
-from albert_tf.classifier import AlbertClassifier
+from albert_tf.models.classifier import AlbertClassifier
 from albert_tf.packing import (pack_ids, pack_in_graph, pack_row_in_graph, packed_length,
                                pad_features, truncated_lengths)
 from albert_tf.tasks import classification, glue

@@ -1,5 +1,5 @@
-"""The one progress display (`albert_tf.progress`): plain lines off a terminal (what logs and the
-benches read), a tqdm bar on one, messages above the bar, nothing when disabled."""
+"""The one progress display (`albert_tf.training.progress`): plain lines off a terminal (what logs
+and the benches read), a tqdm bar on one, messages above the bar, nothing when disabled."""
 
 import io
 import re
@@ -7,9 +7,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from albert_tf import AlbertConfig, progress
-from albert_tf.controller import Controller
-from albert_tf.progress import Progress
+from albert_tf import AlbertConfig
+from albert_tf.training import progress
+from albert_tf.training.controller import Controller
+from albert_tf.training.progress import Progress
 from albert_tf.tasks.classification import ClassificationTask
 from albert_tf.tasks.race import RaceTask
 from albert_tf.tasks.tagging import TaggingTask
@@ -39,8 +40,8 @@ def test_off_a_terminal_lines_are_throttled_and_the_last_one_is_shown():
 
 
 def test_training_lines_keep_their_form():
-    """The loop's lines (`albert_tf.controller`): `step N/M | figures | ... | ETA`, the job's
-    own rate among the figures (what `bench/finetune_throughput.py` reads)."""
+    """The loop's lines (`albert_tf.training.controller`): `step N/M | figures | ... | ETA`, the
+    job's own rate among the figures (what `bench/finetune_throughput.py` reads)."""
     out = io.StringIO()
     bar = Progress("train", 8, every=0, start=4, file=out, tty=False, label="step", rate=False)
     bar.update(2, figures="loss 1.2345 | lr 1.000e-02 | 123.4 examples/s")

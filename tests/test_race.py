@@ -275,7 +275,7 @@ def test_multiple_choice_logits_are_the_classifier_on_each_option():
 @pytest.mark.slow
 def test_a_tiny_model_learns_a_race_slice_with_the_level_breakdown(tmp_path, squad_paragraphs,
                                                                     sample_vocab):
-    from albert_tf.train_lib import TrainingConfig, TrainingRun
+    from albert_tf.training.train_lib import TrainingConfig, TrainingRun
 
     counts = write_race(tmp_path / "data", {"train": {"middle": squad_paragraphs[:3],
                                                       "high": squad_paragraphs[3:6]}})

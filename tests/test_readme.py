@@ -24,8 +24,8 @@ import tensorflow as tf
 from absl import app, flags
 
 import conftest
-from albert_tf import runner
-from albert_tf.cli import COMMANDS
+from albert_tf.commands import runner
+from albert_tf.commands.cli import COMMANDS
 from conftest import ROOT, flags_alone
 from export import client
 from test_text_classifier import _readme_example as classifier_example
@@ -79,7 +79,7 @@ class _Parsed(Exception):
 def _alone():
     """For the block, the global FLAGS holds absl's own flags only, so a command's `cli()`
     defines its flags as in a process of its own; `absl.app.run` stops with `_Parsed` (the
-    command's main and flags parser) instead of running; `albert_tf.runner.command` records
+    command's main and flags parser) instead of running; `albert_tf.commands.runner.command` records
     the flags a training command requires (yields them). Afterwards every definition and value
     is as before."""
     needed = []

@@ -1,4 +1,4 @@
-"""The model registry (`albert_tf.registry`, `albert_tf.models`): every head is a registered
+"""The model registry (`albert_tf.models.registry`, `albert_tf.models`): every head is a registered
 class that takes a built backbone and owns its names, serving module and TFLite form; nothing
 outside the registry compares model-kind strings."""
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from albert_tf import AlbertConfig, models
-from albert_tf.backbone import AlbertBackbone
+from albert_tf.models.backbone import AlbertBackbone
 from albert_tf.checkpoints import CheckpointError, build_model, model_weights
-from albert_tf.registry import RegisteredModel, register, registered
+from albert_tf.models.registry import RegisteredModel, register, registered
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(vocab_size=60, embedding_size=8, hidden_size=12, num_hidden_layers=2,
@@ -79,7 +79,7 @@ def test_a_second_class_under_a_registered_kind_is_refused():
             return []
 
     with pytest.raises(ValueError, match="'classifier' is already registered by "
-                                         "albert_tf.classifier.AlbertClassifier"):
+                                         "albert_tf.models.classifier.AlbertClassifier"):
         register(Other)
     assert registered()["classifier"].__name__ == "AlbertClassifier"
 
@@ -88,9 +88,9 @@ def test_a_second_class_under_a_registered_kind_is_refused():
         "albert_kind": "classifier", "official_weights": lambda self: [],
         "__module__": "someone.elses"})
     with pytest.raises(ValueError, match="already registered by "
-                                         "albert_tf.classifier.AlbertClassifier"):
+                                         "albert_tf.models.classifier.AlbertClassifier"):
         register(same_name)
-    assert registered()["classifier"].__module__ == "albert_tf.classifier"
+    assert registered()["classifier"].__module__ == "albert_tf.models.classifier"
 
     class Lacking(RegisteredModel, keras.Model):
         albert_kind = "lacking"
@@ -151,7 +151,7 @@ def test_convert_reads_our_directory_as_the_kind_asked_or_refuses(tmp_path):
     """`convert --model KIND` on our format: the backbone of a classifier, or a clear refusal
     for another head (it was ignored: the classifier written under its own kind)."""
     from albert_tf.checkpoints import convert, save_albert_tf
-    from albert_tf.classifier import AlbertClassifier
+    from albert_tf.models.classifier import AlbertClassifier
 
     save_albert_tf(AlbertClassifier(AlbertConfig(**TINY), 3), str(tmp_path / "clf"))
     summary = convert("albert_tf", str(tmp_path / "clf"), str(tmp_path / "enc"),

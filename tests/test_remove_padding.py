@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 from albert_tf import features as F
-from albert_tf.backbone import set_remove_padding
+from albert_tf.models.backbone import set_remove_padding
 from albert_tf.tasks.classification import ClassificationTask
 from albert_tf.tasks.pretraining import PretrainingTask
 from albert_tf.tasks.race import RACE_LEVEL, RaceTask

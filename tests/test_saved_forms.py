@@ -329,8 +329,8 @@ def test_a_cased_model_keeps_its_casing_in_every_form(forms, tmp_path, caplog):
     import yaml
 
     from albert_tf.checkpoints.conversion import carried_tokenizer
-    from albert_tf.experiment import ExperimentConfig
-    from albert_tf.runner import carried_vocabulary
+    from albert_tf.commands.experiment import ExperimentConfig
+    from albert_tf.commands.runner import carried_vocabulary
 
     cased = AlbertTextClassifier(forms["classifier"],
                                  AlbertTextPreprocessor(forms["spm"], SEQ, do_lower_case=False),

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401 - registers the SentencePiece ops the SavedModels use
 
-from albert_tf.backbone import set_remove_padding
+from albert_tf.models.backbone import set_remove_padding
 from albert_tf.packing import pack_ids, pad_features
 from albert_tf.records import encode_example
 from albert_tf.tasks import race

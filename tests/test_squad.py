@@ -367,7 +367,7 @@ def test_a_tiny_model_learns_a_squad_slice(tmp_path, sample_vocab):
     cut into windows (stride 24), learned to a near-perfect official F1 on the same questions."""
     from albert_tf import AlbertConfig
     from albert_tf.tasks.squad import SquadTask, question_features, write_features
-    from albert_tf.train_lib import TrainingConfig, TrainingRun
+    from albert_tf.training.train_lib import TrainingConfig, TrainingRun
 
     tokenizer = Tokenizer(sample_vocab)
     data = S.load_dataset(os.path.join(SQUAD_DIR, "dev-v1.1.json.zip"))
@@ -516,7 +516,7 @@ def test_answer_class_model_beam_is_its_conditioned_end_and_masks_the_question()
     every weight has its official name."""
     import tensorflow as tf
 
-    from albert_tf.task_models import AlbertSquadV2
+    from albert_tf.models.task_models import AlbertSquadV2
     from conftest import assert_spread, randomize, tiny_config
 
     model = AlbertSquadV2(tiny_config(initializer_range=0.2), start_n_top=3, end_n_top=4)

@@ -15,11 +15,11 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401 - registers the SentencePiece ops the exports use
 
 from albert_tf import features as F
-from albert_tf.backbone import AlbertBackbone
+from albert_tf.models.backbone import AlbertBackbone
 from albert_tf.tasks import conll
 from albert_tf.tasks.entity_metrics import entity_scores, get_entities, is_bio, token_accuracy
 from albert_tf.tasks.tagging import IGNORE, TaggingPreprocessor, TaggingTask, sentences_of_windows
-from albert_tf.token_classifier import AlbertTokenClassifier
+from albert_tf.models.token_classifier import AlbertTokenClassifier
 from conftest import ROOT, assert_spread, random_batch, run_cli, run_command, tiny_config
 
 SAMPLE = os.path.join(ROOT, "albert_tf", "sample_data", "tagging")
@@ -455,7 +455,7 @@ def test_unannotated_conllu_is_read_for_prediction_and_refused_for_training(tmp_
 def tagging_run(tmp_path_factory, sample_vocab):
     """run_tagging on the WNUT-17 slice from a (random) pretraining checkpoint: train, eval,
     predict and export. Returns (output dir, export version dir, stdout)."""
-    from albert_tf.pretrainer import AlbertPretrainer
+    from albert_tf.models.pretrainer import AlbertPretrainer
 
     tmp = tmp_path_factory.mktemp("tagging")
     config = tiny_config(vocab_size=8000, max_position_embeddings=64, initializer_range=0.2)

@@ -31,7 +31,7 @@ LABELS = [1, 0, 1, 0, 1, 0, 1, 0, 1, 0]
 def _pretraining_run(directory, sample_vocab, config=None):
     """A pretraining run's --output_dir as the loop writes it (albert_config.json, ckpt-1, the
     SentencePiece model it keeps), with seeded random weights."""
-    from albert_tf.pretrainer import AlbertPretrainer
+    from albert_tf.models.pretrainer import AlbertPretrainer
 
     os.makedirs(directory)
     config = config or AlbertConfig(**TINY)
@@ -242,7 +242,7 @@ def test_a_fine_tuned_classifier_keeps_its_head(tmp_path, sample_vocab):
     """A fine-tuned official TF1 classifier (config beside it): num_classes equal to its head
     reads the whole model; another number reads the backbone and starts a new head."""
     from albert_tf.checkpoints import write_tf1_checkpoint
-    from albert_tf.classifier import AlbertClassifier
+    from albert_tf.models.classifier import AlbertClassifier
 
     config = AlbertConfig(**TINY)
     source = AlbertClassifier(config, 3)
@@ -395,8 +395,8 @@ def test_a_pretrained_model_starts_a_classifier_quietly(pretraining_run, tmp_pat
     import warnings
 
     from albert_tf.checkpoints import write_tf1_checkpoint
-    from albert_tf.classifier import AlbertClassifier
-    from albert_tf.pretrainer import AlbertPretrainer
+    from albert_tf.models.classifier import AlbertClassifier
+    from albert_tf.models.pretrainer import AlbertPretrainer
 
     pretrainer = AlbertPretrainer(AlbertConfig(**TINY))
     randomize(pretrainer, seed=4)

@@ -10,10 +10,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_text  # noqa: F401 - the SentencePiece ops of the preprocessor
 
-from albert_tf.backbone import AlbertBackbone
-from albert_tf.checkpoints import (CheckpointError, initialize_backbone,
-                                   initialize_from_checkpoint, save_albert_tf,
-                                   write_tf1_checkpoint)
+from albert_tf.models.backbone import AlbertBackbone
+from albert_tf.checkpoints import (CheckpointError, initialize_backbone, initialize_from_checkpoint,
+                                   save_albert_tf, write_tf1_checkpoint)
 from albert_tf.config import AlbertConfig
 from albert_tf.packing import pack_ids, pad_features
 from albert_tf.tokenization import Tokenizer

@@ -290,7 +290,7 @@ def sst2_classifier(tmp_path_factory, sample_vocab):
     from albert_tf import AlbertConfig
     from albert_tf.tasks import glue
     from albert_tf.tasks.classification import ClassificationTask, write_examples
-    from albert_tf.train_lib import TrainingConfig, TrainingRun
+    from albert_tf.training.train_lib import TrainingConfig, TrainingRun
     from export.saved_model import export_saved_model
 
     tmp = tmp_path_factory.mktemp("sst2")

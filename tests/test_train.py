@@ -15,12 +15,13 @@ import pytest
 import tensorflow as tf
 
 from albert_tf import AlbertConfig
-from albert_tf.distribute import StrategyError, get_strategy
+from albert_tf.training.distribute import StrategyError, get_strategy
 from albert_tf.input_pipeline import DataMismatchError
-from albert_tf.optimization import AlbertOptimizer
-from albert_tf.trainer import has_dropout_state
-from albert_tf.train_lib import (CorruptInputError, NonFiniteLossError, OutputDirMismatchError,
-                                 PretrainingConfig, PretrainingRun, TrainingConfig)
+from albert_tf.training.optimization import AlbertOptimizer
+from albert_tf.training.trainer import has_dropout_state
+from albert_tf.training.train_lib import (CorruptInputError, NonFiniteLossError,
+                                          OutputDirMismatchError, PretrainingConfig, PretrainingRun,
+                                          TrainingConfig)
 from conftest import PRETRAINING_MODEL, ROOT, free_port, pretraining_config
 
 WORKER = os.path.join(ROOT, "tests", "train_worker.py")
@@ -122,7 +123,7 @@ def _check_export_of_mirrored_run(path, weights):
     outputs are the trained (mirrored) weights' outputs."""
     import tensorflow_text  # noqa: F401 - SentencePiece ops of the SavedModel
 
-    from albert_tf.pretrainer import AlbertPretrainer
+    from albert_tf.models.pretrainer import AlbertPretrainer
     from conftest import random_batch
 
     loaded = tf.saved_model.load(str(path))
@@ -306,7 +307,7 @@ def test_lost_peer_names_the_worker_its_address_or_the_abort():
     error: the task (with its TF_CONFIG address), an address alone, the abort another worker
     saw (a cluster of three or more: the worker that did not lose a neighbour), else the
     message's first line."""
-    from albert_tf.controller import lost_peer
+    from albert_tf.training.controller import lost_peer
 
     spec = tf.train.ClusterSpec({"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]})
     assert lost_peer("UNAVAILABLE: Socket closed\nAdditional GRPC error information from "
@@ -590,7 +591,7 @@ def test_chief_files_are_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
     """albert_config.json and the input plan are read by the other workers while the chief
     starts (a restarted pair once read an empty config): an unchanged file is not rewritten,
     a changed one replaces the old in one rename, and a write that fails keeps the old one."""
-    from albert_tf.train_lib import write_text_atomically
+    from albert_tf.training.train_lib import write_text_atomically
 
     path = str(tmp_path / "albert_config.json")
     write_text_atomically(path, '{"a": 1}')
@@ -647,7 +648,7 @@ def test_strategy_factory_fails_fast():
 def test_malformed_tf_config_is_named_before_any_strategy(monkeypatch, tf_config, message):
     """Bad cluster input for multi_worker_mirrored: a StrategyError naming what is wrong,
     raised before a strategy (or anything else) is built."""
-    from albert_tf.distribute import tf_config_worker
+    from albert_tf.training.distribute import tf_config_worker
 
     monkeypatch.setenv("TF_CONFIG", tf_config)
     with pytest.raises(StrategyError, match=message):
@@ -905,10 +906,10 @@ def test_training_config_from_settings_reads_every_field_by_its_flag_or_official
 
 def test_performance_switches_reach_the_model_through_its_constructor(generated_data, tmp_path):
     """--remove_padding, --recompute and --use_einsum are constructor arguments of the model the
-    loop builds (`albert_tf.backbone.Performance`), never set on it afterwards; XLA keeps the
+    loop builds (`albert_tf.models.backbone.Performance`), never set on it afterwards; XLA keeps the
     padded computation, and so does a head that reads the padding (SQuAD's span head)."""
-    from albert_tf.backbone import Performance
-    from albert_tf.task_models import AlbertSpanModel
+    from albert_tf.models.backbone import Performance
+    from albert_tf.models.task_models import AlbertSpanModel
 
     files = _pattern(generated_data)
 

@@ -346,7 +346,7 @@ def test_saved_model_on_raw_text_equals_the_python_path(tmp_path, vocab_file):
     import tensorflow_text  # noqa: F401 - the ops of the SavedModel
 
     from albert_tf.packing import pack_ids, pad_features
-    from albert_tf.pretrainer import AlbertPretrainer
+    from albert_tf.models.pretrainer import AlbertPretrainer
     from conftest import assert_serves_tokens, randomize, tiny_config
     from export.saved_model import export_saved_model
 

@@ -91,7 +91,7 @@ def _install():
     import keras
     import tensorflow as tf
 
-    from albert_tf.controller import Controller
+    from albert_tf.training.controller import Controller
 
     _patch(Controller, "train", "training")
     _patch(keras.Model, "fit", "training")

@@ -33,8 +33,8 @@ def run(strategy_name, files, output_dir, steps=4, grad_accum_steps=1, batch=8,
     import tensorflow as tf
 
     from albert_tf import AlbertConfig
-    from albert_tf.distribute import get_strategy
-    from albert_tf.train_lib import PretrainingConfig, PretrainingRun
+    from albert_tf.training.distribute import get_strategy
+    from albert_tf.training.train_lib import PretrainingConfig, PretrainingRun
 
     tf.config.experimental.enable_op_determinism()
     keras.utils.set_random_seed(seed)
@@ -48,7 +48,7 @@ def run(strategy_name, files, output_dir, steps=4, grad_accum_steps=1, batch=8,
         seed=seed, shuffle_window=64, input_shards=input_shards, verbose=False)
     exporter = None
     if export_dir:  # the run_pretraining --export_dir path
-        from albert_tf.runner import make_exporter
+        from albert_tf.commands.runner import make_exporter
 
         exporter = make_exporter(export_dir, output_dir, None, 32)
     PretrainingRun(cfg, strategy).run(exporter=exporter)
@@ -81,7 +81,7 @@ def main():
             cpu, [tf.config.LogicalDeviceConfiguration()] * args.logical_cpus)
     import numpy as np
 
-    from albert_tf.train_lib import PretrainingRun
+    from albert_tf.training.train_lib import PretrainingRun
 
     captured = {}
     original_run = PretrainingRun.run
@@ -109,7 +109,8 @@ def main():
             return path
 
         tf.train.CheckpointManager.save = save_then_die
-    from albert_tf.runner import guarded  # as the commands report errors: one line, status 1
+    # as the commands report errors: one line, status 1
+    from albert_tf.commands.runner import guarded
 
     code = guarded(run, args.strategy, args.files, args.output_dir, steps=args.steps,
                    grad_accum_steps=args.grad_accum_steps, batch=args.batch,

@@ -35,14 +35,14 @@ import os
 
 from absl import flags
 
-from albert_tf import flags as albert_flags
+from albert_tf.commands import flags as albert_flags
 from albert_tf.analysis import charts
-from albert_tf.backbone import AlbertBackbone
+from albert_tf.models.backbone import AlbertBackbone
 from albert_tf.checkpoints import (CONFIG_FILE, FORMAT_FILE, CheckpointError, config_from_hf,
                                    initialize_backbone, load_pretrained)
 from albert_tf.config import AlbertConfig
 from albert_tf.input_pipeline import pretraining_dataset
-from albert_tf.runner import command
+from albert_tf.commands.runner import command
 
 COLUMNS = ("model", "layer", "l2_distance", "cosine_similarity", "angle_degrees", "tokens")
 

@@ -86,7 +86,7 @@ def check_intact(prefix: str) -> None:
             reader.get_tensor(key)
 
 
-# The saved kinds: every class registered in `albert_tf.registry` (`albert_tf.models`).
+# The saved kinds: every class registered in `albert_tf.models.registry` (`albert_tf.models`).
 MODEL_KINDS = models.kinds()
 
 

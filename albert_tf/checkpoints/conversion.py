@@ -13,9 +13,9 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
-from albert_tf import experiment
-from albert_tf.checkpoints.common import (MODEL_KINDS, CheckpointError, assign_strict,
-                                          build_model, reading_checkpoint)
+from albert_tf.commands import experiment
+from albert_tf.checkpoints.common import (MODEL_KINDS, CheckpointError, assign_strict, build_model,
+                                          reading_checkpoint)
 from albert_tf.checkpoints.hf import (HF_FILES, config_from_hf, hf_architectures, hf_kind,
                                       load_hf_state_dict, read_hf_folder, write_hf_folder)
 from albert_tf.checkpoints.names import model_kind, model_weights
@@ -23,9 +23,9 @@ from albert_tf.checkpoints.ours import (CONFIG_FILE, FORMAT_FILE, TF1_FILES, fin
                                         keras_file_config, load_pretrained, save_albert_tf,
                                         write_replacing)
 from albert_tf.checkpoints.tf1 import (TF1_CHECKPOINT_NAME, TF1Checkpoint,
-                                       key_of_with_group0_fallback,
-                                       load_tf1_checkpoint, official_config,
-                                       resolve_tf1_checkpoint, write_tf1_checkpoint)
+                                       key_of_with_group0_fallback, load_tf1_checkpoint,
+                                       official_config, resolve_tf1_checkpoint,
+                                       write_tf1_checkpoint)
 from albert_tf.config import AlbertConfig
 from albert_tf.models import as_kind
 from albert_tf.ownership import OutputLock

@@ -1,8 +1,8 @@
 """The weight-name contract: every variable of our models <-> its official TF1 checkpoint name
 <-> its Hugging Face `state_dict` key, used by every loader and writer; a pure mapping (no file
 is read or written here, no variable assigned). Each model names its own variables
-(`official_weights()`, built from `albert_tf.weight_names`); this module checks that the names
-cover every variable once and maps official names to Hugging Face keys and config dimensions.
+(`official_weights()`, built from `albert_tf.models.weight_names`); this module checks that the
+names cover every variable once and maps official names to Hugging Face keys and config dimensions.
 
 Official names (official `modeling.py` variable scopes):
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from albert_tf.weight_names import NamedWeight  # noqa: F401 - part of this module's contract
+from albert_tf.models.weight_names import NamedWeight  # noqa: F401 - part of this module's contract
 
 def model_kind(model) -> str:
     """The registered kind (`albert_tf.models.kinds()`: "pretrainer", "classifier", ...) that

@@ -13,7 +13,7 @@ from typing import Callable
 
 from absl import flags
 
-from albert_tf.cli import run_command
+from albert_tf.commands.cli import run_command
 from albert_tf.demo import commands as C
 from albert_tf.demo.job import Run, StepFailed, choose_run_dir, read_json, shown_path
 from albert_tf.demo.report import write_report

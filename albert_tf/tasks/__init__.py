@@ -1,5 +1,5 @@
-"""The tasks the one training loop runs (`albert_tf.train_lib.TrainingRun`): what each plugs
-into it (`base.Task`: its model, records, loss, metrics, prediction), one module (or package)
+"""The tasks the one training loop runs (`albert_tf.training.train_lib.TrainingRun`): what each
+plugs into it (`base.Task`: its model, records, loss, metrics, prediction), one module (or package)
 per task family:
 
 - `pretraining`: masked LM + sentence order (`PretrainingTask`);

@@ -1,4 +1,4 @@
-"""What a task plugs into the one training loop (`albert_tf.train_lib.TrainingRun`).
+"""What a task plugs into the one training loop (`albert_tf.training.train_lib.TrainingRun`).
 
 The loop owns everything a task does not: the strategy, the optimizer and schedule, gradient
 accumulation, the all-reduce and clipping, the finiteness gate, checkpoints and exact resume,

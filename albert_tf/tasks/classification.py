@@ -27,7 +27,7 @@ from albert_tf.packing import for_batches, pack_in_graph, packed_length, ragged_
 from albert_tf.records import files_for, read_cached, to_example, write_records
 from albert_tf.tasks.base import LabelledTask
 from albert_tf.tokenization import FEATURES_REVISION
-from albert_tf.classifier import AlbertClassifier
+from albert_tf.models.classifier import AlbertClassifier
 
 LABEL_IDS = F.LABEL_IDS
 IS_REAL_EXAMPLE = F.IS_REAL_EXAMPLE

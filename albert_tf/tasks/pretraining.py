@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from albert_tf import features as F, losses
+from albert_tf import features as F
+from albert_tf.models import losses
 from albert_tf.input_pipeline import check_files, prediction_count
-from albert_tf.pretrainer import AlbertPretrainer
+from albert_tf.models.pretrainer import AlbertPretrainer
 from albert_tf.tasks.base import SUM, Task
 
 
 class PretrainingTask(Task):
     """Masked LM + sentence order on official-format pretraining TFRecords; the official loss
-    and metrics (`albert_tf.losses`): the masked-LM loss is normalised by the global sum of
+    and metrics (`albert_tf.models.losses`): the masked-LM loss is normalised by the global sum of
     `masked_lm_weights` (+ 1e-5), the sentence-order loss by the global batch size."""
 
     name = "pretraining"

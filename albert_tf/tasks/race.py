@@ -34,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F
-from albert_tf.task_models import NUM_CHOICES, AlbertMultipleChoice  # noqa: F401
+from albert_tf.models.task_models import NUM_CHOICES, AlbertMultipleChoice  # noqa: F401
 from albert_tf.packing import for_batches, join_in_graph, keep_first, keep_last, ragged_rows
 from albert_tf.tasks.base import LabelledTask
 from albert_tf.records import files_for, read_cached, to_example, write_records

@@ -34,11 +34,10 @@ import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.packing import for_batches, pack_in_graph, ragged_rows
-from albert_tf.records import (encode_examples, files_for, read_cached, to_example,
-                               write_records)
+from albert_tf.records import (encode_examples, files_for, read_cached, to_example, write_records)
 from albert_tf.tasks.base import SUM, LabelledTask
 from albert_tf.tasks.entity_metrics import entity_scores, is_bio, token_accuracy
-from albert_tf.token_classifier import AlbertTokenClassifier
+from albert_tf.models.token_classifier import AlbertTokenClassifier
 from albert_tf.tokenization import FEATURES_REVISION
 
 IGNORE = -100

@@ -15,7 +15,7 @@ _MODULES = {"decoding": ("best_beam_spans", "best_spans", "predict_answers",
             "task": ("SquadTask", "SquadV2Task")}
 _LAZY = {name: f"albert_tf.tasks.squad.{module}" for module, names in _MODULES.items()
          for name in names}
-_LAZY["AlbertSpanModel"] = _LAZY["AlbertSquadV2"] = "albert_tf.task_models"
+_LAZY["AlbertSpanModel"] = _LAZY["AlbertSquadV2"] = "albert_tf.models.task_models"
 __all__ = sorted(_LAZY)
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 from albert_tf.tasks.squad import evaluation as squad_eval
-from albert_tf.task_models import AlbertSpanModel, AlbertSquadV2
+from albert_tf.models.task_models import AlbertSpanModel, AlbertSquadV2
 from albert_tf.tasks.base import Task
 from albert_tf.checkpoints import initialize_backbone
 from albert_tf.tasks.squad.decoding import predict_answers, predict_answers_v2

@@ -18,7 +18,7 @@ features), so the model itself sees token ids, as under any `tf.distribute` stra
 Pieces shared with the commands, never copied: the checkpoint readers
 (`albert_tf.checkpoints.initialize_from_checkpoint` / `initialize_backbone`, as
 `--init_checkpoint`), the tokenizer and packing, the optimizer and its update
-(`albert_tf.optimization`), the defaults of `run_classifier`'s flags, and the exporter
+(`albert_tf.training.optimization`), the defaults of `run_classifier`'s flags, and the exporter
 (`export.saved_model.export_saved_model`, imported by `_export` when it is called: `export/`
 builds on this package, so a library module of `albert_tf` may not import it at load time,
 docs/architecture.md; that method is the one place that reaches it).
@@ -35,7 +35,7 @@ the model's is an error naming the file, line and column. `predict`'s file may l
 column.
 
 `RawTextModel` holds what does not depend on the task (checkpoint reading, `compile`, `fit`,
-`evaluate`, the export); `albert_tf.text_tagger.AlbertTextTagger` is its other subclass.
+`evaluate`, the export); `albert_tf.api.text_tagger.AlbertTextTagger` is its other subclass.
 """
 
 from __future__ import annotations
@@ -51,21 +51,20 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from albert_tf.backbone import Performance
-from albert_tf.checkpoints import (CheckpointError, CheckpointMismatchError,
-                                   initialize_backbone, initialize_from_checkpoint)
-from albert_tf.checkpoints.conversion import (carried_tokenizer, checkpoint_config,
-                                              keras_settings, recorded_labels,
-                                              split_run_checkpoint)
-from albert_tf.classifier import AlbertClassifier
-from albert_tf.controller import NonFiniteLossError
-from albert_tf.flags import NUMBER_RULES, RULES, SPECS
+from albert_tf.models.backbone import Performance
+from albert_tf.checkpoints import (CheckpointError, CheckpointMismatchError, initialize_backbone,
+                                   initialize_from_checkpoint)
+from albert_tf.checkpoints.conversion import (carried_tokenizer, checkpoint_config, keras_settings,
+                                              recorded_labels, split_run_checkpoint)
+from albert_tf.models.classifier import AlbertClassifier
+from albert_tf.training.controller import NonFiniteLossError
+from albert_tf.commands.flags import NUMBER_RULES, RULES, SPECS
 from albert_tf.models import registered
-from albert_tf.optimization import KerasFitOptimizer, OffsetSchedule, WarmupPolynomialDecay
-from albert_tf.preprocessing import AlbertTextPreprocessor, text_columns
+from albert_tf.training.optimization import KerasFitOptimizer, OffsetSchedule, WarmupPolynomialDecay
+from albert_tf.api.preprocessing import AlbertTextPreprocessor, text_columns
 from albert_tf.tasks import glue
 from albert_tf.tasks.tables import EXTENSIONS, TableError
-from albert_tf.train_lib import TrainingConfig
+from albert_tf.training.train_lib import TrainingConfig
 
 # `run_classifier`'s defaults (its flags; the loop's for clipping and weight decay).
 _LOOP_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainingConfig)}
@@ -79,7 +78,7 @@ FINE_TUNING_DEFAULTS = {"optimizer": SPECS["optimizer"].default,
 
 def check_number(name: str, value, flag: str, integer: bool = False):
     """`value` of the argument `name`, checked by the range of the command flag `--flag`
-    (`albert_tf.flags.NUMBER_RULES`: the commands refuse the same numbers at parse time);
+    (`albert_tf.commands.flags.NUMBER_RULES`: the commands refuse the same numbers at parse time);
     ValueError naming the argument, the range and the value otherwise (nan, inf, a bool, a
     string, a float where an integer belongs)."""
     test, wanted = RULES[NUMBER_RULES[flag]]
@@ -257,7 +256,7 @@ def head_labels(labels, checkpoint, kind: str = "tags"):
 
 
 class RawTextModel(keras.Model):
-    """What `AlbertTextClassifier` and `albert_tf.text_tagger.AlbertTextTagger` share: a
+    """What `AlbertTextClassifier` and `albert_tf.api.text_tagger.AlbertTextTagger` share: a
     registered ALBERT head model (`albert_model`: backbone, dropout, dense head; the argument
     and `get_config` key named `HEAD_ARG`) whose logits are the one output, the
     `AlbertTextPreprocessor` of its vocabulary, reading from any checkpoint

@@ -220,7 +220,7 @@ def create_optimizer(name: str, learning_rate: float, num_train_steps: int,
 
 
 # ---------------------------------------------------------------------------------------------
-# Keras `fit` (`albert_tf.text_classifier`): the same update, Keras's loop around it.
+# Keras `fit` (`albert_tf.api.text_classifier`): the same update, Keras's loop around it.
 @keras.saving.register_keras_serializable(package="albert_tf")
 class OffsetSchedule(keras.optimizers.schedules.LearningRateSchedule):
     """`schedule` started at optimizer step `offset`: lr(step) = schedule(step - offset), so a

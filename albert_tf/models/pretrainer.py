@@ -5,11 +5,11 @@ from __future__ import annotations
 import keras
 
 from albert_tf import features
-from albert_tf.backbone import LAYER_NORM_EPSILON, AlbertConfigSerialization, built_backbone
+from albert_tf.models.backbone import LAYER_NORM_EPSILON, AlbertConfigSerialization, built_backbone
 from albert_tf.layers import AlbertMaskedLMHead
 from albert_tf.layers.common import truncated_normal
-from albert_tf.registry import RegisteredModel, register
-from albert_tf.weight_names import NamedWeight, dense_weights, layer_norm_weights
+from albert_tf.models.registry import RegisteredModel, register
+from albert_tf.models.weight_names import NamedWeight, dense_weights, layer_norm_weights
 
 
 @register
@@ -27,12 +27,12 @@ class AlbertPretrainer(RegisteredModel, AlbertConfigSerialization, keras.Model):
     [batch, seq], and `masked_lm_positions` [batch, P].
 
     Outputs (dict): the backbone's outputs, plus `mlm_logits` [batch, P, V] and `sop_logits`
-    [batch, 2] (float32). Loss and metrics: `albert_tf.losses`.
+    [batch, 2] (float32). Loss and metrics: `albert_tf.models.losses`.
 
     The backbone is `self.backbone`, reachable alone for fine-tuning and export.
     """
 
-    # The registry contract (`albert_tf.registry`): what checkpoints, serving and export ask.
+    # The registry contract (`albert_tf.models.registry`): what checkpoints, serving and export ask.
     albert_kind = "pretrainer"
     official_head_prefixes = ("cls/predictions/", "cls/seq_relationship/")
     hf_architecture = "AlbertForPreTraining"

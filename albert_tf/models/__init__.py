@@ -1,14 +1,14 @@
-"""Every ALBERT model class, registered (`albert_tf.registry`), and the lookups the rest of the
-code base uses instead of comparing kind strings: the class of a saved kind, building one for a
+"""Every ALBERT model class, registered (`albert_tf.models.registry`), and the lookups the rest of
+the code base uses instead of comparing kind strings: the class of a saved kind, building one for a
 checkpoint, and the class of a built model.
 
 A new head is one module with a `@register`ed class, imported here."""
 
 from __future__ import annotations
 
-from albert_tf import classifier, pretrainer, task_models, token_classifier  # noqa: F401
-from albert_tf.backbone import AlbertBackbone
-from albert_tf.registry import registered
+from albert_tf.models import classifier, pretrainer, task_models, token_classifier  # noqa: F401
+from albert_tf.models.backbone import AlbertBackbone
+from albert_tf.models.registry import registered
 
 
 class UnknownModelKind(ValueError):

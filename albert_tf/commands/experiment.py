@@ -1,7 +1,8 @@
 """The experiment config: what a command runs with, as data. The one adapter between absl's
 command line and the library.
 
-A command's flags (the official names, `albert_tf.flags`) are sorted into four typed sections:
+A command's flags (the official names, `albert_tf.commands.flags`) are sorted into four typed
+sections:
 
 - `task`: what is learned from what data (task name, input files, decoding settings);
 - `model`: the architecture file, pretrained weights, vocabulary, sequence length, seed;
@@ -36,15 +37,15 @@ import sys
 import yaml
 from absl import flags
 
-from albert_tf.flags import CLUSTER, EVAL, FINETUNING, MODEL, PERFORMANCE, RUN, VOCAB
+from albert_tf.commands.flags import CLUSTER, EVAL, FINETUNING, MODEL, PERFORMANCE, RUN, VOCAB
 from albert_tf.paths import atomic_write
 
 FLAGS = flags.FLAGS
 SECTIONS = ("task", "model", "trainer", "runtime")
 CONFIG_NAME = "config.yaml"
 
-# The section of every flag that is not the task's. Names from `albert_tf.flags` groups, and
-# the flags one command defines.
+# The section of every flag that is not the task's. Names from `albert_tf.commands.flags` groups,
+# and the flags one command defines.
 _SECTION_OF = {
     **{name: "trainer" for name in RUN + EVAL + FINETUNING + (
         "poly_power", "num_train_steps", "num_warmup_steps", "start_warmup_step",
@@ -86,7 +87,7 @@ def section_of(name: str) -> str:
 
 
 def define_config_file_flag(flag_values=FLAGS) -> None:
-    """--config_file, defined for every command by the command layer (`albert_tf.cli`)."""
+    """--config_file, defined for every command by the command layer (`albert_tf.commands.cli`)."""
     if "config_file" not in flag_values:
         flags.DEFINE_string(
             "config_file", None,
@@ -528,7 +529,8 @@ class ExperimentConfig:
         (an earlier run in the same directory with other settings) is kept as
         config.previous-N.yaml. Returns the path."""
         path = os.path.join(output_dir, CONFIG_NAME)
-        text = ("# The effective config of this run (albert_tf.experiment). Repeat it with\n"
+        text = ("# The effective config of this run (albert_tf.commands.experiment). Repeat it "
+                "with\n"
                 f"#   python -m {self.command} --config_file {CONFIG_NAME} --output_dir NEW\n"
                 + yaml.safe_dump(self.as_dict(), sort_keys=False, default_flow_style=False))
         if os.path.exists(path):

@@ -1,12 +1,12 @@
 """A training run's output directory: what is in it, who may write it, and the checks that keep
 a rerun from mixing two runs.
 
-`RunDirectory` owns OUTPUT_DIR for the loop (`albert_tf.train_lib.TrainingRun`): its lock
+`RunDirectory` owns OUTPUT_DIR for the loop (`albert_tf.training.train_lib.TrainingRun`): its lock
 (`albert_tf.ownership`), the model configuration (`albert_config.json`) a checkpoint belongs to,
 the data's SentencePiece model copied beside the checkpoints, the recorded settings
 (`train_settings.json`) and input plan (`train_input.json`) a resumed run must match, the
 evaluation files (`eval_results_step_N.json`), the best checkpoint (`best/`, kept by
-`albert_tf.actions.KeepBest`) and the TensorBoard writers. Multi-worker: the chief writes
+`albert_tf.training.actions.KeepBest`) and the TensorBoard writers. Multi-worker: the chief writes
 OUTPUT_DIR, worker N `OUTPUT_DIR/.worker-N` (saving is collective).
 """
 

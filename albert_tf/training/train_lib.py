@@ -1,15 +1,15 @@
 """The one training loop, for every task (`albert_tf.tasks`: pretraining, fine-tuning), under any
 `tf.distribute` strategy (injected), in four parts:
 
-- `albert_tf.trainer.Trainer`: the replicated step (micro-batches, all-reduce, clipping, the
-  finiteness gate, float16's loss scale, the optimizer) and the evaluation pass;
-- `albert_tf.controller.Controller`: when to train, log and save; progress; SIGTERM, Ctrl-C
+- `albert_tf.training.trainer.Trainer`: the replicated step (micro-batches, all-reduce, clipping,
+  the finiteness gate, float16's loss scale, the optimizer) and the evaluation pass;
+- `albert_tf.training.controller.Controller`: when to train, log and save; progress; SIGTERM, Ctrl-C
   and preemption; stopping on a non-finite step or an unreadable input with a consistent
   checkpoint;
-- `albert_tf.run_directory.RunDirectory`: OUTPUT_DIR (its lock, `albert_config.json`, the
+- `albert_tf.training.run_directory.RunDirectory`: OUTPUT_DIR (its lock, `albert_config.json`, the
   copied SentencePiece model, `train_settings.json`, `train_input.json`, evaluation files,
   `best/`);
-- `albert_tf.actions`: evaluation with the best checkpoint kept, and the one export path.
+- `albert_tf.training.actions`: evaluation with the best checkpoint kept, and the one export path.
 
 `TrainingRun` puts them together for a task and a `TrainingConfig`: it checks the directory and
 the settings, builds the trainer, restores (or initializes from `init_checkpoint`), plans the
@@ -26,17 +26,18 @@ import os
 
 import tensorflow as tf
 
-from albert_tf import actions, progress
+from albert_tf.training import actions
+from albert_tf.training import progress
 from albert_tf.checkpoints import model_kind
 from albert_tf.config import AlbertConfig
-from albert_tf.controller import (Controller, CorruptInputError, NonFiniteLossError,
-                                  WorkerLostError)
-from albert_tf.distribute import worker_layout
+from albert_tf.training.controller import (Controller, CorruptInputError, NonFiniteLossError,
+                                           WorkerLostError)
+from albert_tf.training.distribute import worker_layout
 from albert_tf.input_pipeline import InputPlan, list_files
-from albert_tf.run_directory import (INPUT_PLAN_FILE, OutputDirMismatchError, RunDirectory,
-                                     write_dir_of, write_text_atomically)
+from albert_tf.training.run_directory import (INPUT_PLAN_FILE, OutputDirMismatchError, RunDirectory,
+                                              write_dir_of, write_text_atomically)
 from albert_tf.tasks import PretrainingTask, Task
-from albert_tf.trainer import PRECISIONS, Trainer, has_dropout_state
+from albert_tf.training.trainer import PRECISIONS, Trainer, has_dropout_state
 
 __all__ = ["TrainingConfig", "PretrainingConfig", "TrainingRun", "PretrainingRun",
            "NonFiniteLossError", "CorruptInputError", "WorkerLostError", "OutputDirMismatchError",
@@ -102,7 +103,7 @@ class TrainingConfig:
 
     @classmethod
     def from_settings(cls, settings, albert_config, **overrides):
-        """The settings from a command's experiment config (`albert_tf.experiment`,
+        """The settings from a command's experiment config (`albert_tf.commands.experiment`,
         `ExperimentConfig.flat()`: {flag name: value}): every field whose flag (or its
         official alias) the command has, `random_seed` -1 as a fresh seed; `overrides`
         (computed values: input files, steps from epochs) win."""
@@ -402,7 +403,7 @@ class TrainingRun:
 
     def run(self, exporter=None) -> dict:
         """Restores or initializes, trains and/or evaluates. With `exporter`
-        (`albert_tf.runner.make_exporter`), a completed training run's `trained_models` go
+        (`albert_tf.commands.runner.make_exporter`), a completed training run's `trained_models` go
         through `actions.export_models` on the chief."""
         self._lock.acquire()  # held since __init__; taken again if run() is called twice
         try:

@@ -22,7 +22,7 @@ the labelled pieces (one per word) of each global batch, as `TaggingTask`'s, als
 `tf.distribute` strategy (`TokenCrossEntropy`: the replicas' sums over the all-reduced count);
 the metric is `token_accuracy`, the share of words tagged right.
 
-Everything else is `AlbertTextClassifier`'s (`albert_tf.text_classifier.RawTextModel`):
+Everything else is `AlbertTextClassifier`'s (`albert_tf.api.text_classifier.RawTextModel`):
 checkpoint reading, `compile`'s optimizer and schedule, `fit`/`evaluate` with Keras
 callbacks and strategies, the export.
 """
@@ -35,10 +35,10 @@ import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.tasks.tagging import IGNORE, TaggingPreprocessor, score_sentences
-from albert_tf.text_classifier import (FINE_TUNING_DEFAULTS, RawTextModel, _unpack,
-                                       batch_size_of, check_checkpoint_given,
-                                       check_label_names, stored_labels)
-from albert_tf.token_classifier import AlbertTokenClassifier
+from albert_tf.api.text_classifier import (FINE_TUNING_DEFAULTS, RawTextModel, _unpack,
+                                           batch_size_of, check_checkpoint_given, check_label_names,
+                                           stored_labels)
+from albert_tf.models.token_classifier import AlbertTokenClassifier
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")

@@ -2,8 +2,10 @@
 
 A command asks for the groups (or single flags) it takes and may change a default, never a
 meaning: `define(MODEL, RUN, CLUSTER, PERFORMANCE, max_seq_length=384)`. Flags that only one
-command takes stay in that command's module. `albert_tf.train_lib.TrainingConfig.from_flags`
-reads the parsed values into the training loop's settings, so no runner copies flags by hand.
+command takes stay in that command's module. The experiment config
+(`albert_tf.commands.experiment.from_flags`) sorts the parsed values into its sections and
+`albert_tf.training.train_lib.TrainingConfig.from_settings` turns them into the loop's settings, so
+no runner copies flags by hand.
 
 Names are the official google-research/albert ones (`run_pretraining.py`, `run_classifier.py`,
 `run_squad_v*.py`, `run_race.py`) with ours added (strategy, precision, input sharding, export).

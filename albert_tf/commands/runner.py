@@ -1,11 +1,10 @@
 """The one path every training command runs (`run_pretraining`, `run_classifier`, `run_race`,
-`run_squad_v1`/`v2`, `run_tagging`): the experiment config (`albert_tf.experiment`, built once
-from the flags or --config_file; written to OUTPUT_DIR/config.yaml) -> the model's config and
-tokenizer -> `TrainingConfig.from_settings` -> the strategy -> `TrainingRun` ->
-`eval_results.json` -> the model for prediction (the trained one, or the run's latest
-checkpoint) -> an exporter for `--export_dir`. A runner keeps only what its task owns: its own
-flags, its data and its prediction files. Nothing here reads absl's FLAGS: every function takes
-the `ExperimentConfig`.
+`run_squad_v1`/`v2`, `run_tagging`): the experiment config (`albert_tf.commands.experiment`, built
+once from the flags or --config_file; written to OUTPUT_DIR/config.yaml) -> the model's config and
+tokenizer -> `TrainingConfig.from_settings` -> the strategy -> `TrainingRun` -> `eval_results.json`
+-> the model for prediction (the trained one, or the run's latest checkpoint) -> an exporter for
+`--export_dir`. A runner keeps only what its task owns: its own flags, its data and its prediction
+files. Nothing here reads absl's FLAGS: every function takes the `ExperimentConfig`.
 
 This is the entry-point floor (docs/architecture.md): it may call `export/` to write SavedModels;
 the loop takes the exporter as a callable.
@@ -26,24 +25,23 @@ import tensorflow as tf
 from absl import logging
 
 from albert_tf.paths import atomic_write
-from albert_tf.backbone import Performance
+from albert_tf.models.backbone import Performance
 from albert_tf.checkpoints import CheckpointError, CheckpointMismatchError
 from albert_tf.checkpoints.common import reading_checkpoint
-from albert_tf.checkpoints.conversion import (carried_tokenizer, checkpoint_config,
-                                              recorded_casing)
+from albert_tf.checkpoints.conversion import (carried_tokenizer, checkpoint_config, recorded_casing)
 from albert_tf.config import AlbertConfig
-from albert_tf.distribute import StrategyError, get_strategy, tf_config_worker
-from albert_tf import experiment
-from albert_tf.actions import export_models
-from albert_tf.cli import run_command
-from albert_tf.experiment import ExperimentConfig
-from albert_tf.flags import require
+from albert_tf.training.distribute import StrategyError, get_strategy, tf_config_worker
+from albert_tf.commands import experiment
+from albert_tf.training.actions import export_models
+from albert_tf.commands.cli import run_command
+from albert_tf.commands.experiment import ExperimentConfig
+from albert_tf.commands.flags import require
 from albert_tf.ownership import OutputLock
 from albert_tf.records import temporary_name
 from albert_tf.tokenization import Tokenizer, make_tokenizer
-from albert_tf.run_directory import refuse_a_changed_run
-from albert_tf.train_lib import (CorruptInputError, NonFiniteLossError, TrainingConfig,
-                                 TrainingRun, WorkerLostError, flag_settings, write_dir_of)
+from albert_tf.training.run_directory import refuse_a_changed_run
+from albert_tf.training.train_lib import (CorruptInputError, NonFiniteLossError, TrainingConfig,
+                                          TrainingRun, WorkerLostError, flag_settings, write_dir_of)
 from export.saved_model import ExportError, export_saved_model
 
 # What a command reports as "error: ..." and exit status 1 instead of a traceback: bad input

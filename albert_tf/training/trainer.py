@@ -8,7 +8,7 @@ and the global batch size), so the per-replica losses sum to exactly the single-
 gradients summed over micro-batches and replicas; float16's loss scale removed; global norm;
 clipping at `clip_norm`; a finiteness gate (a non-finite step is not applied); the optimizer
 update. `iterations_per_loop` steps run inside one `tf.function` call (TPU's
-`iterations_per_loop`). What runs the steps, when, is `albert_tf.controller.Controller`.
+`iterations_per_loop`). What runs the steps, when, is `albert_tf.training.controller.Controller`.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from albert_tf.backbone import Performance
+from albert_tf.models.backbone import Performance
 from albert_tf.input_pipeline import list_files, ordered_dataset, record_counts
-from albert_tf.loss_scale import DynamicLossScale
-from albert_tf.optimization import create_optimizer
+from albert_tf.training.loss_scale import DynamicLossScale
+from albert_tf.training.optimization import create_optimizer
 
 SUM = tf.distribute.ReduceOp.SUM
 # --mixed_precision: the Keras dtype policy of each (float16 adds the loss scale).
@@ -30,7 +30,7 @@ PRECISIONS = {"float32": None, "bfloat16": "mixed_bfloat16", "float16": "mixed_f
 
 
 def performance_of(cfg, tpu: bool = False) -> Performance:
-    """The model's performance switches (`albert_tf.backbone.Performance`) of a
+    """The model's performance switches (`albert_tf.models.backbone.Performance`) of a
     `TrainingConfig`: padding removal only where shapes may vary (not under TPUStrategy, not
     with XLA)."""
     return Performance(remove_padding=cfg.remove_padding and not cfg.jit_compile and not tpu,
@@ -73,7 +73,7 @@ class Trainer:
             self.optimizer.build(self.model.trainable_variables)
             self.bad_step = tf.Variable(-1, dtype=tf.int64, trainable=False,
                                         aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-            # float16: the loss scale (saved in the checkpoint; `albert_tf.loss_scale`).
+            # float16: the loss scale (saved in the checkpoint; `albert_tf.training.loss_scale`).
             self.loss_scale = (DynamicLossScale() if cfg.mixed_precision == "float16"
                                else None)
             # Data seed: every worker must use the same. A variable created in the scope starts
@@ -176,8 +176,9 @@ class Trainer:
         # that overflows): a step is applied only when everything it writes is finite.
         finite = (tf.math.is_finite(grad_norm) & tf.math.is_finite(total_loss)
                   & self.optimizer.updates_finite(grads, self.model.trainable_variables))
-        # float16: an overflow of the loss scale skips this step only (`albert_tf.loss_scale`);
-        # any other non-finite step closes the gate and stops the run, as in float32.
+        # float16: an overflow of the loss scale skips this step only
+        # (`albert_tf.training.loss_scale`); any other non-finite step closes the gate and stops the
+        # run, as in float32.
         skip = (tf.constant(False) if self.loss_scale is None
                 else self.loss_scale.overflowed(finite))
         gate = self.optimizer.update_gate

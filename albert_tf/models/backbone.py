@@ -11,8 +11,8 @@ from albert_tf import features
 from albert_tf.config import AlbertConfig
 from albert_tf.layers import AlbertEmbedding, AlbertEncoder
 from albert_tf.layers.common import Dense, truncated_normal
-from albert_tf.registry import RegisteredModel, register
-from albert_tf.weight_names import backbone_weights
+from albert_tf.models.registry import RegisteredModel, register
+from albert_tf.models.weight_names import backbone_weights
 
 LAYER_NORM_EPSILON = 1e-12  # official value everywhere, the MLM head included
 
@@ -135,7 +135,7 @@ class AlbertBackbone(RegisteredModel, AlbertConfigSerialization, keras.Model):
         (TensorShape([1, 5, 12]), 3)
     """
 
-    # The registry contract (`albert_tf.registry`): what checkpoints, serving and export ask.
+    # The registry contract (`albert_tf.models.registry`): what checkpoints, serving and export ask.
     albert_kind = "backbone"
     hf_architecture = "AlbertModel"
     serving_module = "export.serving.AlbertServingModule"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import keras
 
-from albert_tf.backbone import AlbertConfigSerialization, built_backbone
+from albert_tf.models.backbone import AlbertConfigSerialization, built_backbone
 from albert_tf.layers.common import truncated_normal
-from albert_tf.registry import RegisteredModel, register
-from albert_tf.weight_names import NamedWeight
+from albert_tf.models.registry import RegisteredModel, register
+from albert_tf.models.weight_names import NamedWeight
 
 
 def label_maps(labels, num_labels: int) -> dict:
@@ -87,7 +87,7 @@ class AlbertClassifier(LabelledHeadModel):
     Outputs (dict): the backbone's outputs and `logits` [batch, num_labels].
     """
 
-    # The registry contract (`albert_tf.registry`): what checkpoints, serving and export ask.
+    # The registry contract (`albert_tf.models.registry`): what checkpoints, serving and export ask.
     albert_kind = "classifier"
     official_head_prefixes = ("output_weights", "output_bias")
     hf_architecture = "AlbertForSequenceClassification"

@@ -7,8 +7,9 @@ import importlib
 import os
 import sys
 
-from albert_tf import experiment, quiet
-from albert_tf.flags import check_numbers
+from albert_tf.commands import experiment
+from albert_tf import quiet
+from albert_tf.commands.flags import check_numbers
 
 # console script -> module whose cli() it runs
 COMMANDS = {
@@ -95,8 +96,8 @@ def _takes_a_value(arg: str, flag_values) -> bool:
 
 def _with_config_file(main, argv):
     """`main(argv)` after --config_file's values are set on the flags the command line left
-    (`albert_tf.experiment.apply_config_file`); a file that cannot be used is one error line
-    naming the file and the key, exit status 1."""
+    (`albert_tf.commands.experiment.apply_config_file`); a file that cannot be used is one error
+    line naming the file and the key, exit status 1."""
     from absl import flags
 
     path = flags.FLAGS.config_file
@@ -196,7 +197,7 @@ def _no_arguments(main, argv):
 
 def _own_flags_in_help(main_module: str) -> None:
     """absl's --help lists the key flags of the main module; flags a command defines through a
-    module of ours (`albert_tf.flags.define` attributes them to its caller, e.g. the shared
+    module of ours (`albert_tf.commands.flags.define` attributes them to its caller, e.g. the shared
     SQuAD runner) become the main module's key flags too."""
     from absl import flags
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import keras
 
-from albert_tf.classifier import LabelledHeadModel, label_maps
-from albert_tf.registry import register
+from albert_tf.models.classifier import LabelledHeadModel, label_maps
+from albert_tf.models.registry import register
 
 HEAD_PREFIX = "cls/tagging/"
 
@@ -37,7 +37,7 @@ class AlbertTokenClassifier(LabelledHeadModel):
         >>> model(features)["logits"].shape   # [batch, seq, 13]
     """
 
-    # The registry contract (`albert_tf.registry`).
+    # The registry contract (`albert_tf.models.registry`).
     albert_kind = "token_classifier"
     official_head_prefixes = (HEAD_PREFIX,)
     hf_architecture = "AlbertForTokenClassification"

@@ -1,6 +1,6 @@
 """The task heads on the backbone: SQuAD's span model (v1, null-score v2), the official SQuAD 2.0
 answer-class model and RACE's multiple-choice model, each a registered class
-(`albert_tf.registry`). The model layer only (no task, data or checkpoint code), so that
+(`albert_tf.models.registry`). The model layer only (no task, data or checkpoint code), so that
 checkpoints, serving and the tasks can all import them."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import keras
 import tensorflow as tf
 
 from albert_tf import features as F
-from albert_tf.backbone import built_backbone
-from albert_tf.classifier import AlbertClassifier
+from albert_tf.models.backbone import built_backbone
+from albert_tf.models.classifier import AlbertClassifier
 from albert_tf.layers.common import truncated_normal
-from albert_tf.registry import RegisteredModel, register
-from albert_tf.weight_names import NamedWeight
+from albert_tf.models.registry import RegisteredModel, register
+from albert_tf.models.weight_names import NamedWeight
 
 NUM_CHOICES = 4
 

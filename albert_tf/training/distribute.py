@@ -2,7 +2,7 @@
 
 TPU rules: static shapes, `drop_remainder` and int32 features are the input pipeline's
 (`albert_tf.input_pipeline`); several steps per host call (`iterations_per_loop`) and bfloat16
-are the training loop's (`albert_tf.train_lib`).
+are the training loop's (`albert_tf.training.train_lib`).
 
     strategy = get_strategy("tpu", tpu="grpc://10.0.0.2:8470")
     strategy = get_strategy("multi_worker_mirrored")   # reads TF_CONFIG

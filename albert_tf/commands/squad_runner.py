@@ -12,21 +12,22 @@ predict.tfrecord) made from the same inputs and flags are reused; a named one ma
 is an error.
 
 SQuAD v2.0 builds the official ALBERT model by default (`--v2_head answer_class`:
-`albert_tf.task_models.AlbertSquadV2`, start over the context, the end conditioned on the start,
-a beam of `--start_n_top` x `--end_n_top`, an answer-class head with `--dropout_prob`, loss
+`albert_tf.models.task_models.AlbertSquadV2`, start over the context, the end conditioned on the
+start, a beam of `--start_n_top` x `--end_n_top`, an answer-class head with `--dropout_prob`, loss
 (start + end) / 2 + 0.5 x answer class, `predict_answers_v2`); its null odds are the smallest
-`cls_logits` over a question's windows. `--v2_head null_score` builds BERT's span head instead
-(the [CLS] position's start + end logits, the minimum over a question's windows, minus the best
-span's score); its answer-class flags are errors, never ignored. Either way eval_results.json
-holds what the official `run_squad_v2.py` reports (`squad_eval.official_v2`): the v2.0
-evaluator's threshold search over the null odds, then `exact`, `f1` and HasAns/NoAns of the
-answers at its best F1 threshold (`null_score_diff_threshold`), scored again; beside them ours,
-`threshold_search` (the first pass's `best_exact`/`best_f1`) and `global_step`, the best
-checkpoint's. predictions.json holds those answers, or those at --null_score_diff_threshold
-when the flag is given (their scores under `at_null_score_diff_threshold`) or when the file has
-no answers. `null_odds.json` is the official evaluator's `--na-prob-file`.
+`cls_logits` over a question's windows. `--v2_head null_score` builds BERT's span head instead (the
+[CLS] position's start + end logits, the minimum over a question's windows, minus the best span's
+score); its answer-class flags are errors, never ignored. Either way eval_results.json holds what
+the official `run_squad_v2.py` reports (`squad_eval.official_v2`): the v2.0 evaluator's threshold
+search over the null odds, then `exact`, `f1` and HasAns/NoAns of the answers at its best F1
+threshold (`null_score_diff_threshold`), scored again; beside them ours, `threshold_search` (the
+first pass's `best_exact`/`best_f1`) and `global_step`, the best checkpoint's. predictions.json
+holds those answers, or those at --null_score_diff_threshold when the flag is given (their scores
+under `at_null_score_diff_threshold`) or when the file has no answers. `null_odds.json` is the
+official evaluator's `--na-prob-file`.
 
-The flags are `albert_tf.flags`' groups with SQuAD's defaults; the run is `albert_tf.runner`'s.
+The flags are `albert_tf.commands.flags`' groups with SQuAD's defaults; the run is
+`albert_tf.commands.runner`'s.
 """
 
 from __future__ import annotations
@@ -37,12 +38,11 @@ import os
 import tensorflow as tf
 from absl import app, flags
 
-from albert_tf import flags as albert_flags
-from albert_tf.distribute import tf_config_worker
+from albert_tf.commands import flags as albert_flags
+from albert_tf.training.distribute import tf_config_worker
 from albert_tf.tasks.squad import evaluation as squad_eval
-from albert_tf.runner import (PRETRAINED, command, task_exporter,
-                              model_and_tokenizer, model_for_prediction, run_task,
-                              training_config, write_json)
+from albert_tf.commands.runner import (PRETRAINED, command, task_exporter, model_and_tokenizer,
+                                       model_for_prediction, run_task, training_config, write_json)
 from albert_tf.features import sidecar_path
 from albert_tf.records import read_cached, shard_paths
 from albert_tf.tasks.squad import (SquadTask, SquadV2Task, build_features, features_digest,

@@ -1,4 +1,4 @@
-"""When to train, evaluate, log and save: the loop around `albert_tf.trainer.Trainer`.
+"""When to train, evaluate, log and save: the loop around `albert_tf.training.trainer.Trainer`.
 
 Checkpoints (`tf.train.CheckpointManager`, every `save_checkpoints_steps`, keeping
 `keep_checkpoint_max`) hold the model and the optimizer (slots and step); the input position is
@@ -9,7 +9,7 @@ checkpoint at the next loop boundary and stops (the command then exits with 128 
 number, so `train && export` does not go on). A non-finite loss or gradient stops the run: the
 step is not applied, a checkpoint of the last good step is saved, and the error names the step;
 so does an unreadable input file, named. After each checkpoint the actions run (evaluation and
-the best checkpoint: `albert_tf.actions`).
+the best checkpoint: `albert_tf.training.actions`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import time
 import tensorflow as tf
 
 from albert_tf.input_pipeline import find_unreadable_files, stream_dataset
-from albert_tf.progress import Progress
-from albert_tf.stop_signals import StopSignals
+from albert_tf.training.progress import Progress
+from albert_tf.training.stop_signals import StopSignals
 
 
 class NonFiniteLossError(RuntimeError):
@@ -137,7 +137,7 @@ def _quiet_peer_watcher() -> None:
 class Controller:
     """Runs `trainer`'s steps from the input `plan` to `cfg.num_train_steps`, saving with
     `manager`, evaluating through `on_checkpoint(step)` (None: no evaluation), logging with
-    `log`, showing progress (`albert_tf.progress`) when `verbose`."""
+    `log`, showing progress (`albert_tf.training.progress`) when `verbose`."""
 
     def __init__(self, trainer, cfg, manager, plan, log=print, on_checkpoint=None,
                  verbose=True):
@@ -163,8 +163,8 @@ class Controller:
     def stop_signals(self) -> StopSignals:
         """SIGTERM and SIGINT (Ctrl-C) ask the loop to save a checkpoint at the end of the
         current loop of steps and stop; a second one ends the process at once, even inside a
-        loop of steps, without saving (`albert_tf.stop_signals`). Under multi-worker and TPU
-        strategies the preemption handler owns SIGTERM."""
+        loop of steps, without saving (`albert_tf.training.stop_signals`). Under multi-worker and
+        TPU strategies the preemption handler owns SIGTERM."""
         return StopSignals((signal.SIGINT,) if self._cluster()
                            else (signal.SIGTERM, signal.SIGINT))
 
