@@ -31,7 +31,7 @@ def list_files(input_patterns) -> list[str]:
     """Sorted TFRecord files matching comma-separated globs (sidecar `.json` files excluded)."""
     files = expand_patterns(input_patterns, what="TFRecord file", exclude_suffixes=(".json",),
                             error=DataMismatchError)
-    # Hidden names are writers' temporaries and locks (`albert_tf.records.temporary_name`),
+    # Hidden names are writers' temporaries and locks (`albert_tf.paths.temporary_name`),
     # never data, even where a glob (`gs://.../*`) matches them.
     data = sorted(f for f in files if not os.path.basename(f.rstrip("/")).startswith("."))
     if not data:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import os
+import shutil
 
 
 # The data shipped inside the package (albert_tf/sample_data: MANIFEST.tsv lists each file).
@@ -20,25 +22,85 @@ def _is_remote(path: str) -> bool:
     return "://" in path
 
 
-@contextlib.contextmanager
-def atomic_write(path: str, mode: str = "w", newline: str | None = None):
-    """Opens a hidden temporary file beside `path` (`.NAME.tmp-PID`, which no output glob
-    matches) for writing; when the block ends without an error the file is flushed to disk
-    and renamed over `path`, so a reader sees the old file or the whole new one. On an error
-    the temporary file is removed and `path` is left as it was. Text modes are UTF-8."""
+def _gfile():
+    """`tf.io.gfile`, for paths with a scheme (TensorFlow loaded on first use only)."""
+    import tensorflow as tf
+
+    return tf.io.gfile
+
+
+def temporary_name(path: str, suffix: str) -> str:
+    """Where `path` is written before it is renamed into place: `.NAME.tmp-SUFFIX` beside it.
+    A hidden name, so that no glob of the outputs (`train-*`, `*.tfrecord`) picks up a file
+    that a killed writer left behind."""
+    if _is_remote(path):
+        head, name = path.rsplit("/", 1)
+        return f"{head}/.{name}.tmp-{suffix}"
     head, name = os.path.split(os.path.abspath(path))
-    tmp = os.path.join(head, f".{name}.tmp-{os.getpid()}")
+    return os.path.join(head, f".{name}.tmp-{suffix}")
+
+
+@contextlib.contextmanager
+def atomic_write(path: str, mode: str = "w", newline: str | None = None, durable: bool = True,
+                 suffix: str | None = None):
+    """The one way a file is written whole: opens a hidden temporary file beside `path`
+    (`temporary_name`, `.NAME.tmp-PID`, which no output glob matches); when the block ends
+    without an error the file is renamed over `path`, so a reader (another worker, a rerun after
+    a crash) sees the old file or the whole new one. On an error the temporary file is removed
+    and `path` is left as it was. Text modes are UTF-8. A local file is flushed to disk before
+    the rename (`durable=False`: not, for bulk data a rerun regenerates); a path with a scheme
+    (`gs://`) goes through `tf.io.gfile` (its rename replaces the file). `suffix`: the
+    temporary name's (the process id by default; writers that may write one file from several
+    threads add their own)."""
+    with atomic_files([(path, mode)], newline, durable, suffix) as (f,):
+        yield f
+
+
+@contextlib.contextmanager
+def atomic_files(paths_and_modes, newline: str | None = None, durable: bool = True,
+                 suffix: str | None = None):
+    """Several files written whole together (`atomic_write`'s promise for each): yields their
+    open temporary files; when the block ends without an error they are renamed into place in
+    the order given, so the last one (a sidecar) marks the others complete. On an error none is
+    renamed and every temporary file is removed."""
+    suffix = suffix or str(os.getpid())
+    temporaries = [temporary_name(path, suffix) for path, _ in paths_and_modes]
+    gfile = _gfile() if any(_is_remote(p) for p, _ in paths_and_modes) else None
+    exists = gfile.exists if gfile else os.path.exists
+    remove = gfile.remove if gfile else os.remove
     try:
-        with open(tmp, mode, newline=newline,
-                  encoding=None if "b" in mode else "utf-8") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+        with contextlib.ExitStack() as stack:
+            files = [stack.enter_context(
+                gfile.GFile(tmp, mode) if gfile else
+                open(tmp, mode, newline=newline, encoding=None if "b" in mode else "utf-8"))
+                for tmp, (_, mode) in zip(temporaries, paths_and_modes)]
+            yield files
+            if durable and not gfile:
+                for f in files:
+                    f.flush()
+                    os.fsync(f.fileno())
+        for tmp, (path, _) in zip(temporaries, paths_and_modes):
+            if gfile:
+                gfile.rename(tmp, path, overwrite=True)
+            else:
+                os.replace(tmp, path)
+    finally:
+        for tmp in temporaries:
+            if exists(tmp):
+                remove(tmp)
+
+
+def atomic_copy(source: str, target: str) -> None:
+    """`source` copied to `target` whole (`atomic_write`); either may be a `gs://` path."""
+    opener = _gfile().GFile if _is_remote(source) else open
+    with opener(source, "rb") as src, atomic_write(target, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+
+
+def write_json(path: str, value, indent: int = 2) -> None:
+    """`value` as indented JSON (UTF-8, not ASCII-escaped) at `path`, whole (`atomic_write`)."""
+    with atomic_write(path) as f:
+        json.dump(value, f, indent=indent, ensure_ascii=False)
 
 
 def expand_patterns(patterns, what: str = "file", exclude_suffixes=(),

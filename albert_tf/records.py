@@ -38,6 +38,7 @@ except ImportError:  # pragma: no cover - installed with the package
     google_crc32c = None
 
 from albert_tf import features as F
+from albert_tf.paths import atomic_files
 
 
 def _gfile():
@@ -45,32 +46,6 @@ def _gfile():
     import tensorflow as tf
 
     return tf.io.gfile
-
-
-class _LocalFiles:
-    """The few `tf.io.gfile` calls `write_file` makes, for a local path, without TensorFlow."""
-
-    exists = staticmethod(os.path.exists)
-    remove = staticmethod(os.remove)
-
-    @staticmethod
-    def makedirs(path):
-        os.makedirs(path, exist_ok=True)
-
-    @staticmethod
-    def GFile(path, mode):  # noqa: N802 - tf.io.gfile's name
-        return open(path, mode, encoding="utf-8")
-
-    @staticmethod
-    def rename(source, target, overwrite=False):
-        if not overwrite and os.path.exists(target):
-            raise FileExistsError(target)
-        os.replace(source, target)
-
-
-def _files(path: str):
-    """`tf.io.gfile` for a remote path (`gs://`), `_LocalFiles` for a local one."""
-    return _gfile() if "://" in path else _LocalFiles
 
 
 def _crc32c_python(data: bytes) -> int:
@@ -99,38 +74,21 @@ def masked_crc32c(data: bytes) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-class _LocalRecordWriter:
-    """An uncompressed TFRecord file on a local disk without TensorFlow: each record framed as
-    `tf.io.TFRecordWriter` frames it (length, its masked CRC-32C, the data, the data's masked
-    CRC-32C; the same bytes, tested), so a data worker need not load TensorFlow (seconds)."""
+class _RecordFramer:
+    """Writes records into a binary file as `tf.io.TFRecordWriter` frames them (length, its
+    masked CRC-32C, the data, the data's masked CRC-32C; the same bytes, tested), without
+    TensorFlow, so a data worker need not load it (seconds)."""
 
     _LENGTH, _CRC = struct.Struct("<Q"), struct.Struct("<I")
 
-    def __init__(self, path: str):
-        self._file = open(path, "wb")
+    def __init__(self, file):
+        self._file = file
 
     def write(self, record: bytes) -> None:
         header = self._LENGTH.pack(len(record))
         crc = self._CRC.pack
-        self._file.writelines((header, crc(masked_crc32c(header)), record,
-                               crc(masked_crc32c(record))))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self._file.close()
-        return False
-
-
-def _record_writer(path: str):
-    """TensorFlow's writer for a remote path (`gs://`: `tf.io.gfile`); the local one without
-    TensorFlow otherwise."""
-    if "://" not in path:
-        return _LocalRecordWriter(path)
-    import tensorflow as tf
-
-    return tf.io.TFRecordWriter(path)
+        self._file.write(b"".join((header, crc(masked_crc32c(header)), record,
+                                   crc(masked_crc32c(record)))))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -368,39 +326,21 @@ def write_records(records, path: str, meta: dict, num_files: int = 1) -> list[st
 
 
 def write_file(records, path: str, meta: dict) -> None:
-    """`records` to the TFRecord `path` and `meta` to its sidecar, each written to a temporary
-    name of this process and renamed (the sidecar last), so a reader never sees half a file and
-    workers that write the same file into a shared directory at once never write into one
-    another's."""
-    files = _files(path)
-    files.makedirs(os.path.dirname(os.path.abspath(path)) if "://" not in path
-                   else path.rsplit("/", 1)[0])
-    sidecar_path = F.sidecar_path(path)
-    suffix = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp_path, tmp_sidecar = temporary_name(path, suffix), temporary_name(sidecar_path, suffix)
-    try:
-        with _record_writer(tmp_path) as writer:
-            for record in records:
-                writer.write(record)
-        with files.GFile(tmp_sidecar, "w") as f:
-            json.dump(meta, f, indent=2)
-        files.rename(tmp_path, path, overwrite=True)
-        files.rename(tmp_sidecar, sidecar_path, overwrite=True)
-    finally:
-        for leftover in (tmp_path, tmp_sidecar):
-            if files.exists(leftover):
-                files.remove(leftover)
-
-
-def temporary_name(path: str, suffix: str) -> str:
-    """Where `path` is written before it is renamed into place: `.NAME.tmp-SUFFIX` beside it.
-    A hidden name, so that no glob of the outputs (`train-*`, `*.tfrecord`) picks up a file
-    that a killed writer left behind."""
+    """`records` to the TFRecord `path` and `meta` to its sidecar, both written under temporary
+    names of this writer and renamed together (`albert_tf.paths.atomic_files`; the sidecar
+    last), so a reader never sees half a file and workers that write the same file into a
+    shared directory at once never write into one another's."""
     if "://" in path:
-        head, name = path.rsplit("/", 1)
-        return f"{head}/.{name}.tmp-{suffix}"
-    head, name = os.path.split(path)
-    return os.path.join(head, f".{name}.tmp-{suffix}")
+        _gfile().makedirs(path.rsplit("/", 1)[0])
+    else:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    suffix = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    with atomic_files([(path, "wb"), (F.sidecar_path(path), "w")], durable=False,
+                      suffix=suffix) as (file, sidecar):
+        framer = _RecordFramer(file)
+        for record in records:
+            framer.write(record)
+        json.dump(meta, sidecar, indent=2)
 
 
 def remove_temporaries(path: str) -> list[str]:

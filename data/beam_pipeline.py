@@ -69,7 +69,7 @@ import numpy as np
 
 from albert_tf import features as F
 from albert_tf.ownership import OutputLock
-from albert_tf.records import temporary_name
+from albert_tf.paths import temporary_name
 from albert_tf.tokenization import Tokenizer, file_sha256
 from data.generator import (STATS, check_outputs_are_not_inputs, compute_run_hash,
                             document_blocks, document_plan, place_sentencepiece, reduce_order,

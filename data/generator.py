@@ -40,17 +40,17 @@ import time
 
 import numpy as np
 
-from albert_tf.paths import atomic_write
+from albert_tf.paths import atomic_copy, atomic_write
 from albert_tf import features as F
 from albert_tf.ownership import OutputLock, same_file
 from albert_tf.training.progress import Progress
-from albert_tf.records import encode_examples, remove_temporaries, temporary_name, write_file
+from albert_tf.records import encode_examples, remove_temporaries, write_file
 from albert_tf.tokenization import Tokenizer, file_sha256, make_tokenizer
 from data.pretraining import (GenerationParams, Vocabulary, instances_features, instances_of_plan,
                               plan_document)
 from data.text_io import InputError, document_parts, expand_input_patterns
 from data.token_cache import (TokenStore, is_tokenized, no_documents_error, tokenize_file,
-                               tokenized_counts)
+                              tokenized_counts)
 
 REDUCE_STREAM = 0x5EED  # separates the reducers' random streams from the units'
 STRUCTURE_STREAM = 0xC4E7  # each document's chunking, per pass (`document_plan`)
@@ -502,9 +502,7 @@ def place_sentencepiece(job: GenerationJob, spm_sha256: str) -> str:
             f"{target} exists and is not {job.vocabulary_flag} {source}: the dataset's "
             "directory keeps the vocabulary its sidecars name, under its file name. "
             "Write the data to another directory, or rename one of the two files.")
-    tmp = temporary_name(target, str(os.getpid()))
-    shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
+    atomic_copy(source, target)
     return target
 
 

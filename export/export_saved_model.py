@@ -35,7 +35,7 @@ from albert_tf.commands.flags import FLAGS  # noqa: E402
 from export.ops_check import UnsupportedOpError  # noqa: E402
 from export.saved_model import (ExportError, export_saved_model, load_for_export,  # noqa: E402
                                 lower_case)
-from export.serving import serving_module_class  # noqa: E402
+from export.registry import serving_module_class  # noqa: E402
 
 
 def define_flags():

@@ -33,7 +33,8 @@ import numpy as np
 import tensorflow as tf
 
 from export.ops_check import check_saved_model_ops, load_allowed_ops
-from export.serving import (WARMUP_TEXTS, AlbertServingModule, serving_module,  # noqa: F401
+from export.registry import serving_module
+from export.serving import (WARMUP_TEXTS, AlbertServingModule,  # noqa: F401
                             signature_method_names)
 from albert_tf.paths import atomic_write
 from albert_tf.checkpoints import CheckpointError, build_model, model_kind, model_weights

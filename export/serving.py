@@ -77,14 +77,17 @@ among them, which fails the version's load.
 
 from __future__ import annotations
 
-import importlib
 
 import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.models.backbone import padded_computation, set_remove_padding
-from albert_tf.models import backbone_of, class_of
+from albert_tf.models import backbone_of
+from albert_tf.models.backbone import AlbertBackbone
+from albert_tf.models.classifier import AlbertClassifier
+from albert_tf.models.pretrainer import AlbertPretrainer
+from albert_tf.models.task_models import AlbertMultipleChoice, AlbertSpanModel, AlbertSquadV2
 from albert_tf.records import example_of
 from albert_tf.packing import pack_ids, pack_in_graph, packed_length, pad_features
 from albert_tf.tokenization import in_graph_tokenizer
@@ -326,12 +329,39 @@ def tokens_of_examples(serialized, config, tokens_from_text):
         return tf.cond(tf.reduce_any(has_text), from_text, from_tokens)
 
 
+_SERVED: dict[type, type] = {}
+
+
+def serves(model_class: type):
+    """Class decorator of a serving module: it serves `model_class`, a registered model class
+    (`albert_tf.models.registry`). One serving module per model class; the model side never
+    names its serving module (the library does not import `export`)."""
+
+    def register(module: type) -> type:
+        other = _SERVED.get(model_class)
+        if other is not None and (other.__module__, other.__qualname__) != (
+                module.__module__, module.__qualname__):
+            raise ValueError(f"{model_class.__name__} is already served by "
+                             f"{other.__module__}.{other.__qualname__}.")
+        _SERVED[model_class] = module
+        return module
+
+    return register
+
+
+def served() -> dict[type, type]:
+    """{model class: its serving module class} of the serving modules imported so far
+    (`export.registry` imports them all)."""
+    return dict(_SERVED)
+
+
+@serves(AlbertBackbone)
 class AlbertServingModule(tf.Module):
     """Wraps a plain (host, float32) ALBERT model and its tokenizer for `tf.saved_model.save`.
 
-    This class serves a bare `AlbertBackbone`; each registered model class names its own
-    serving module (`serving_module` in `albert_tf.models.registry`), a subclass that adds its
-    head's outputs, signatures and warmup requests.
+    This class serves a bare `AlbertBackbone`; each registered model class has its own serving
+    module (`@serves(ModelClass)`; `export.registry` finds it), a subclass that adds its head's
+    outputs, signatures and warmup requests.
 
     Args:
         model: a registered ALBERT model (host, float32; not under a strategy).
@@ -631,6 +661,7 @@ class AlbertServingModule(tf.Module):
         return {}
 
 
+@serves(AlbertPretrainer)
 class PretrainerServingModule(AlbertServingModule):
     """An `AlbertPretrainer`: the backbone's outputs, fill-mask for each [MASK], and the
     `fill_mask` signature."""
@@ -657,6 +688,7 @@ class PretrainerServingModule(AlbertServingModule):
             _string_spec(TEXT))}
 
 
+@serves(AlbertClassifier)
 class ClassifierServingModule(AlbertServingModule):
     """An `AlbertClassifier`: logits, probabilities and label (regression: score), TF
     Serving's `classify` / `regress` and the official `official_serving_default`."""
@@ -723,6 +755,7 @@ class ClassifierServingModule(AlbertServingModule):
 QUESTION, CONTEXT, ARTICLE, OPTIONS = "question", "context", "article", "options"
 
 
+@serves(AlbertSpanModel)
 class SpanServingModule(AlbertServingModule):
     """A SQuAD span model (`albert_tf.tasks.squad.span_model`) answering questions about raw text.
 
@@ -837,6 +870,7 @@ class SpanServingModule(AlbertServingModule):
         }
 
 
+@serves(AlbertSquadV2)
 class SquadV2ServingModule(SpanServingModule):
     """The official ALBERT SQuAD 2.0 model (`albert_tf.models.task_models.AlbertSquadV2`) answering
     questions about raw text, as `run_squad_v2 --v2_head answer_class` predicts: the windows
@@ -877,6 +911,7 @@ class SquadV2ServingModule(SpanServingModule):
         return decode_beam_in_graph(outputs, windows, batch, self.max_answer_length)
 
 
+@serves(AlbertMultipleChoice)
 class MultipleChoiceServingModule(AlbertServingModule):
     """A RACE multiple-choice model (`albert_tf.tasks.race.multiple_choice_model`) on raw text.
 
@@ -958,45 +993,6 @@ class MultipleChoiceServingModule(AlbertServingModule):
                 tf.TensorSpec([None, None], tf.string, name=OPTIONS)),
             "serve_tokens": body,
         }
-
-
-def serving_module_class(model) -> type:
-    """The serving module class the model's registered class names (`serving_module`)."""
-    path = class_of(model).serving_module
-    if path is None:
-        raise ValueError(f"a {model.albert_kind} model has no serving module: it is not "
-                         "exported as a SavedModel.")
-    module, _, name = path.rpartition(".")
-    return getattr(importlib.import_module(module), name)
-
-
-def serving_module(model, spm_model_proto, do_lower_case=True, max_seq_length=512,
-                   options=None, remove_padding=True, jit_compile=False, **kwargs):
-    """The serving module of any registered model; `options` are the task's settings (span:
-    doc_stride, max_query_length, n_best_size, max_answer_length, null_score_diff_threshold;
-    multiple_choice: max_qa_length), `kwargs` the text models' (top_k, text_pair,
-    hidden_states, labels); `remove_padding` and `jit_compile` as `AlbertServingModule`."""
-    options = dict(options or {})
-    module = serving_module_class(model)
-    kind = model.albert_kind
-    if jit_compile and not module.TEXT_MODULE:
-        raise ValueError(f"jit_compile serves one-row requests of backbones, pretrainers and "
-                         f"classifiers; a {kind} model exports without it.")
-    if module.SENTENCEPIECE_ONLY and getattr(spm_model_proto, "kind",
-                                             "sentencepiece") != "sentencepiece":
-        raise ValueError(f"a {kind} model exports with a SentencePiece model (the official "
-                         "SQuAD code aligns answers on SentencePiece pieces); a WordPiece "
-                         "vocabulary serves the other kinds.")
-    if not module.TEXT_MODULE:  # their signatures take the task's inputs, not free text
-        labels = {"labels": kwargs.get("labels")} if module.NAMED_LABELS else {}
-        return module(model, spm_model_proto, do_lower_case, max_seq_length,
-                      remove_padding=remove_padding, **labels, **options)
-    if options:
-        raise ValueError(f"Options {sorted(options)} are for span and multiple-choice models, "
-                         f"not a {kind}.")
-    return module(model, spm_model_proto, do_lower_case=do_lower_case,
-                  max_seq_length=max_seq_length, remove_padding=remove_padding,
-                  jit_compile=jit_compile, **kwargs)
 
 
 def signature_method_names(signatures) -> dict:

@@ -26,11 +26,13 @@ import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F
+from albert_tf.models.token_classifier import AlbertTokenClassifier
 from albert_tf.tasks.tagging import TaggingPreprocessor
-from export.serving import (TEXT, WARMUP_TEXTS, AlbertServingModule, _after, _refuse_empty,
+from export.serving import (TEXT, WARMUP_TEXTS, AlbertServingModule, _after, _refuse_empty, serves,
                             _string_spec, _token_spec)
 
 
+@serves(AlbertTokenClassifier)
 class TaggingServingModule(AlbertServingModule):
     """Wraps a plain (host, float32) `AlbertTokenClassifier` and its tokenizer for
     `tf.saved_model.save`; arguments as `AlbertServingModule`'s, `labels` the tag names

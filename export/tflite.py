@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import warnings
 
 import numpy as np
@@ -48,10 +47,10 @@ import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.packing import pack_ids, pack_row_in_graph, packed_length
-from albert_tf.ownership import OutputLock, current_umask
-from albert_tf.paths import HELD_OUT_TEXT, SAMPLE_DATA_DIR
+from albert_tf.ownership import OutputLock
+from albert_tf.paths import HELD_OUT_TEXT, SAMPLE_DATA_DIR, atomic_files
 from albert_tf.tokenization import MASK_ID, Tokenizer
-from export.serving import serving_module_class
+from export.registry import serving_module_class
 from albert_tf.checkpoints import model_kind
 from albert_tf.models import class_of, registered_classes
 from export.saved_model import host_copy
@@ -143,16 +142,14 @@ class TFLiteModule:
 def interpreter(model, num_threads: int | None = None):
     """A TFLite interpreter of `model` (a path or the file's bytes) with tensorflow-text's ops
     registered, tensors allocated."""
-    import importlib
-
+    from tensorflow.lite.python.interpreter import InterpreterWithCustomOps
     from tensorflow_text import tflite_registrar
 
-    module = importlib.import_module("tensorflow.lite.python.interpreter")
     kwargs = {"model_content": model} if isinstance(model, (bytes, bytearray)) else {
         "model_path": os.fspath(model)}
     with warnings.catch_warnings():  # tf.lite.Interpreter's notice that LiteRT replaces it
         warnings.simplefilter("ignore")
-        result = module.InterpreterWithCustomOps(
+        result = InterpreterWithCustomOps(
             custom_op_registerers=tflite_registrar.SELECT_TFTEXT_OPS, num_threads=num_threads,
             **kwargs)
     result.allocate_tensors()
@@ -419,17 +416,14 @@ def _write(output: str, content: bytes, record: dict) -> None:
 
 
 def _write_locked(output: str, content: bytes, record: dict) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".tflite", dir=os.path.dirname(output))
+    """The .tflite file and its record (`.json`) written whole together
+    (`albert_tf.paths.atomic_files`: the model renamed last); a record left without its model
+    (a rename that failed) is removed."""
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(content)
-        os.chmod(tmp, 0o666 & ~current_umask())  # not mkstemp's 0600: a written file's mode
-        with open(record_path(output), "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=2)
-        os.rename(tmp, output)
+        with atomic_files([(record_path(output), "w"), (output, "wb")]) as (record_file, file):
+            json.dump(record, record_file, indent=2)
+            file.write(content)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
         if not os.path.exists(output) and os.path.exists(record_path(output)):
             os.unlink(record_path(output))  # the record of a file that was not written
         raise

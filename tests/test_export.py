@@ -616,7 +616,7 @@ def test_jit_compile_export_answers_one_sentence_as_the_shipped_export(
 
 def test_jit_compile_is_refused_for_models_that_do_not_serve_one_row_of_text(sample_vocab):
     from albert_tf.models.task_models import AlbertSpanModel
-    from export.serving import serving_module
+    from export.registry import serving_module
 
     with pytest.raises(ValueError, match="jit_compile serves one-row requests of backbones, "
                                          "pretrainers and classifiers; a span model"):
@@ -882,7 +882,7 @@ def test_a_classifier_exported_with_label_names_answers_them_on_serving_default(
     TF Serving's REST predict on serving_default), the other outputs unchanged: `label` the
     argmax id, `official_serving_default` still exactly the official outputs, `classify` as
     before; a regression head and a classifier exported without names have no `label_name`."""
-    from export.serving import serving_module
+    from export.registry import serving_module
     from export.saved_model import host_copy
 
     model, path, loaded = exported["classifier"]

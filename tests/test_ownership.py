@@ -328,7 +328,8 @@ def test_two_pretraining_runs_into_one_output_dir(generated_data, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Leftovers of killed writers: hidden, and cleared by the next holder.
 def test_killed_writers_leave_nothing_a_glob_meets(generated_data, tmp_path):
-    from albert_tf.records import temporary_name, write_file
+    from albert_tf.paths import temporary_name
+    from albert_tf.records import write_file
     from albert_tf.input_pipeline import list_files
 
     path = str(tmp_path / "train-00000.tfrecord")

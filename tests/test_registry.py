@@ -31,7 +31,6 @@ def test_every_built_in_kind_is_registered_and_builds_with_every_weight_named():
         assert models.backbone_of(model).config == config
         cls = models.model_class(kind)
         assert isinstance(cls.has_tflite, bool)
-        assert cls.serving_module is None or cls.serving_module.startswith("export.")
 
 
 def test_unknown_kind_names_the_registered_ones():
@@ -98,6 +97,44 @@ def test_a_second_class_under_a_registered_kind_is_refused():
     with pytest.raises(TypeError, match=r"lacks \['official_weights'\]"):
         register(Lacking)
     assert "lacking" not in registered()
+
+
+def test_every_registered_class_has_one_serving_module_that_registered_itself():
+    """The serving side registers against the model class (`@serves`); the export registry
+    finds each class's module, a second module for a served class is refused, and a model
+    class no serving module serves is named as not exportable."""
+    from export.registry import serving_module_class
+    from export.serving import (ClassifierServingModule, SquadV2ServingModule, served,
+                                serves)
+    from export.serving_tagging import TaggingServingModule
+
+    config = AlbertConfig(**TINY)
+    assert set(served()) == set(models.registered_classes())
+    expected = {"classifier": ClassifierServingModule, "squad_v2": SquadV2ServingModule,
+                "token_classifier": TaggingServingModule}
+    for kind, module in expected.items():
+        assert serving_module_class(build_model(kind, config, num_labels=3)) is module
+    assert len(set(served().values())) == len(served())  # one module per class
+
+    class Another(ClassifierServingModule):
+        pass
+
+    with pytest.raises(ValueError, match="AlbertClassifier is already served by "
+                                         "export.serving.ClassifierServingModule"):
+        serves(models.model_class("classifier"))(Another)
+    assert served()[models.model_class("classifier")] is ClassifierServingModule
+
+    @register
+    class Unserved(AlbertBackbone):
+        albert_kind = "unserved_test_head"
+
+    try:
+        with pytest.raises(ValueError, match="a unserved_test_head model has no serving "
+                                             "module: it is not exported as a SavedModel"):
+            serving_module_class(Unserved(config))
+    finally:
+        from albert_tf.models import registry
+        registry._KINDS.pop("unserved_test_head")
 
 
 def test_hf_architecture_resolves_to_its_kind():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from albert_tf.paths import atomic_write
+
 
 def pyplot():
     """matplotlib.pyplot on the Agg backend (no display needed)."""
@@ -19,11 +21,10 @@ def pyplot():
 
 
 def save(fig, path: str, dpi: int = 110) -> str:
-    """Writes `fig` to `path` (PNG) through a temporary name and closes it."""
+    """Writes `fig` to `path` (PNG) whole (`albert_tf.paths.atomic_write`) and closes it."""
     os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=dpi, bbox_inches="tight",
-                metadata={"Software": None})  # no version stamp: same data, same bytes
-    os.replace(tmp, path)
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=dpi, bbox_inches="tight",
+                    metadata={"Software": None})  # no version stamp: same data, same bytes
     pyplot().close(fig)
     return path

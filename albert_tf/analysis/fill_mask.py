@@ -31,7 +31,8 @@ from albert_tf import features as F
 from albert_tf.commands import flags as albert_flags
 from albert_tf.checkpoints import read_training_checkpoint
 from albert_tf.models.pretrainer import AlbertPretrainer
-from albert_tf.commands.runner import command, write_json
+from albert_tf.commands.runner import command
+from albert_tf.paths import write_json
 from albert_tf.tokenization import make_tokenizer
 
 

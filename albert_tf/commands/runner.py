@@ -24,7 +24,7 @@ import sys
 import tensorflow as tf
 from absl import logging
 
-from albert_tf.paths import atomic_write
+from albert_tf.paths import atomic_copy, write_json
 from albert_tf.models.backbone import Performance
 from albert_tf.checkpoints import CheckpointError, CheckpointMismatchError
 from albert_tf.checkpoints.common import reading_checkpoint
@@ -37,7 +37,6 @@ from albert_tf.commands.cli import run_command
 from albert_tf.commands.experiment import ExperimentConfig
 from albert_tf.commands.flags import require
 from albert_tf.ownership import OutputLock
-from albert_tf.records import temporary_name
 from albert_tf.tokenization import Tokenizer, make_tokenizer
 from albert_tf.training.run_directory import refuse_a_changed_run
 from albert_tf.training.train_lib import (CorruptInputError, NonFiniteLossError, TrainingConfig,
@@ -417,12 +416,6 @@ def task_exporter(exp: ExperimentConfig, source_type, **kwargs):
                          vocab_file=exp.get("vocab_file"), **kwargs)
 
 
-def write_json(path: str, value) -> None:
-    """`value` as indented JSON at `path`, atomically."""
-    with atomic_write(path) as f:
-        json.dump(value, f, indent=2, ensure_ascii=False)
-
-
 LABELS_FILE = "labels.json"
 
 
@@ -504,9 +497,7 @@ def keep_vocabulary(exp: ExperimentConfig, output_dir: str) -> None:
         return
     target = os.path.join(output_dir, os.path.basename(spm))
     if not tf.io.gfile.exists(target):
-        tmp = temporary_name(target, str(os.getpid()))
-        tf.io.gfile.copy(spm, tmp, overwrite=True)
-        tf.io.gfile.rename(tmp, target, overwrite=True)
+        atomic_copy(spm, target)
 
 
 def read_task_checkpoint(exp: ExperimentConfig, task, prefix: str):

@@ -42,7 +42,8 @@ from albert_tf.commands import flags as albert_flags
 from albert_tf.training.distribute import tf_config_worker
 from albert_tf.tasks.squad import evaluation as squad_eval
 from albert_tf.commands.runner import (PRETRAINED, command, task_exporter, model_and_tokenizer,
-                                       model_for_prediction, run_task, training_config, write_json)
+                                       model_for_prediction, run_task, training_config)
+from albert_tf.paths import write_json
 from albert_tf.features import sidecar_path
 from albert_tf.records import read_cached, shard_paths
 from albert_tf.tasks.squad import (SquadTask, SquadV2Task, build_features, features_digest,

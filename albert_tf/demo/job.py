@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from albert_tf.paths import atomic_write
+from albert_tf import paths
 from albert_tf.demo.settings import PACKAGE_DIR
 
 
@@ -26,9 +26,9 @@ def shown_path(path: str) -> str:
 
 
 def write_json(path: str, value) -> None:
+    """The job's state and results: `value` as JSON (indent 1), whole, its folder made."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with atomic_write(path) as f:
-        json.dump(value, f, indent=1, ensure_ascii=False)
+    paths.write_json(path, value, indent=1)
 
 
 def read_json(path: str):

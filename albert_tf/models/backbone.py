@@ -138,7 +138,6 @@ class AlbertBackbone(RegisteredModel, AlbertConfigSerialization, keras.Model):
     # The registry contract (`albert_tf.models.registry`): what checkpoints, serving and export ask.
     albert_kind = "backbone"
     hf_architecture = "AlbertModel"
-    serving_module = "export.serving.AlbertServingModule"
     has_tflite = True
 
     def hf_extra_state(self, state: dict) -> dict:

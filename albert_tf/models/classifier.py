@@ -92,7 +92,6 @@ class AlbertClassifier(LabelledHeadModel):
     official_head_prefixes = ("output_weights", "output_bias")
     hf_architecture = "AlbertForSequenceClassification"
     hf_head_prefixes = ("classifier.",)
-    serving_module = "export.serving.ClassifierServingModule"
     has_tflite = True
 
     @classmethod

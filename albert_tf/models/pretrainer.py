@@ -37,7 +37,6 @@ class AlbertPretrainer(RegisteredModel, AlbertConfigSerialization, keras.Model):
     official_head_prefixes = ("cls/predictions/", "cls/seq_relationship/")
     hf_architecture = "AlbertForPreTraining"
     hf_head_prefixes = ("predictions.", "sop_classifier.")
-    serving_module = "export.serving.PretrainerServingModule"
     has_tflite = True
 
     def hf_extra_state(self, state: dict) -> dict:

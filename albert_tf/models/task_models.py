@@ -33,7 +33,6 @@ class AlbertSpanModel(RegisteredModel, keras.Model):
 
     albert_kind = "span"
     official_head_prefixes = ("cls/squad/",)
-    serving_module = "export.serving.SpanServingModule"
     # The official v1 / null-score softmax covers every position, padding included: the
     # encoder must compute the padded positions (`remove_padding` is not applied).
     reads_padding = True
@@ -85,7 +84,6 @@ class AlbertMultipleChoice(RegisteredModel, keras.Model):
 
     albert_kind = "multiple_choice"
     official_head_prefixes = ("output_weights", "output_bias")
-    serving_module = "export.serving.MultipleChoiceServingModule"
 
     @classmethod
     def for_checkpoint(cls, config, num_labels=None, dtype=None):
@@ -139,7 +137,6 @@ class AlbertSquadV2(RegisteredModel, keras.Model):
 
     albert_kind = "squad_v2"
     official_head_prefixes = ("start_logits/", "end_logits/", "answer_class/")
-    serving_module = "export.serving.SquadV2ServingModule"
     SETTINGS = ("start_n_top", "end_n_top")  # carried to a copy of the model (`host_copy`)
 
     def __init__(self, config, start_n_top: int = 5, end_n_top: int = 5,

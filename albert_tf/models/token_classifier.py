@@ -43,7 +43,6 @@ class AlbertTokenClassifier(LabelledHeadModel):
     hf_architecture = "AlbertForTokenClassification"
     hf_head_prefixes = ("classifier.",)
     hf_absent_prefixes = ("albert.pooler.",)  # HF's token classifier has no pooler
-    serving_module = "export.serving_tagging.TaggingServingModule"
     has_tflite = False
     FEATURES = "sequence_output"
     OFFICIAL_SCOPE = HEAD_PREFIX

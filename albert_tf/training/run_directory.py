@@ -25,7 +25,8 @@ from albert_tf.checkpoints.conversion import SETTINGS_FILE  # what else a result
 from albert_tf.config import AlbertConfig
 from albert_tf.input_pipeline import DataMismatchError, InputPlan, list_files
 from albert_tf.ownership import OutputLock
-from albert_tf.records import read_sidecar, temporary_name
+from albert_tf.paths import atomic_write
+from albert_tf.records import read_sidecar
 from albert_tf.tokenization import Tokenizer
 
 INPUT_PLAN_FILE = "train_input.json"  # the run's InputPlan, written when it starts
@@ -44,14 +45,8 @@ def write_text_atomically(path: str, text: str) -> None:
         with tf.io.gfile.GFile(path) as f:
             if f.read() == text:
                 return
-    tmp = temporary_name(path, str(os.getpid()))
-    try:
-        with tf.io.gfile.GFile(tmp, "w") as f:
-            f.write(text)
-        tf.io.gfile.rename(tmp, path, overwrite=True)
-    finally:
-        if tf.io.gfile.exists(tmp):
-            tf.io.gfile.remove(tmp)
+    with atomic_write(path) as f:
+        f.write(text)
 
 
 def write_dir_of(output_dir: str, worker_index: int, is_chief: bool) -> str:
