@@ -49,7 +49,7 @@ def main(argv):
     spm_bytes = os.path.getsize(FLAGS.spm_model_file)
     rows = []
     for kind in FLAGS.kinds:
-        model = build_model(kind, config, 2 if kind == "classifier" else None)
+        model = build_model(kind, config, 2)  # heads with labels take 2; the others none
         best_export, best_load = float("inf"), float("inf")
         for _ in range(FLAGS.repeats):
             with tempfile.TemporaryDirectory() as tmp:

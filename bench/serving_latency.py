@@ -50,7 +50,8 @@ def main(argv):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401
 
-    from albert_tf import AlbertClassifier, AlbertConfig, AlbertPretrainer
+    from albert_tf import AlbertConfig
+    from albert_tf.models import build_model
     from albert_tf.tokenization import Tokenizer
     from export.saved_model import export_saved_model
 
@@ -68,8 +69,7 @@ def main(argv):
 
     dims = model_dims(FLAGS.preset)  # the encoder's FLOPs do not depend on the vocabulary
     for kind in FLAGS.kinds:
-        model = (AlbertPretrainer(config) if kind == "pretrainer"
-                 else AlbertClassifier(config, num_labels=2))
+        model = build_model(kind, config, 2)  # a classifier of 2 labels
         for padding in FLAGS.padding:
             path = export_saved_model(model, os.path.join(work, f"{kind}-{padding}"), spm,
                                       max_seq_length=FLAGS.max_seq_length,

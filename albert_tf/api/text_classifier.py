@@ -266,6 +266,7 @@ class RawTextModel(keras.Model):
     of features and labels) and `_default_loss_and_metrics()`."""
 
     HEAD_ARG = "classifier"
+    LABELS_NAME = "labels"  # what a checkpoint's record calls its class names
 
     @property
     def albert_model(self):
@@ -295,8 +296,7 @@ class RawTextModel(keras.Model):
         check_checkpoint_given(cls, head_class, checkpoint)
         if kwargs.get("labels") is not None:
             kwargs["labels"] = check_label_names(kwargs["labels"])
-        new_head = head_labels(kwargs.get("labels"), checkpoint,
-                               "tags" if cls.HEAD_ARG == "token_classifier" else "labels")
+        new_head = head_labels(kwargs.get("labels"), checkpoint, cls.LABELS_NAME)
         config = checkpoint_config(checkpoint, albert_config_file)
         given_vocabulary = bool(spm_model_file or vocab_file)
         carried = carried_tokenizer(checkpoint, check=not given_vocabulary)

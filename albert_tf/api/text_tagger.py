@@ -169,6 +169,7 @@ class AlbertTextTagger(RawTextModel):
     """
 
     HEAD_ARG = "token_classifier"
+    LABELS_NAME = "tags"
 
     def __init__(self, token_classifier, preprocessor, labels, **kwargs):
         inputs = dict(token_classifier.input)
