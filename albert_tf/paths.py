@@ -70,10 +70,8 @@ def atomic_files(paths_and_modes, newline: str | None = None, durable: bool = Tr
     remove = gfile.remove if gfile else os.remove
     try:
         with contextlib.ExitStack() as stack:
-            files = [stack.enter_context(
-                gfile.GFile(tmp, mode) if gfile else
-                open(tmp, mode, newline=newline, encoding=None if "b" in mode else "utf-8"))
-                for tmp, (_, mode) in zip(temporaries, paths_and_modes)]
+            files = [stack.enter_context(_open(tmp, mode, newline, gfile))
+                     for tmp, (_, mode) in zip(temporaries, paths_and_modes)]
             yield files
             if durable and not gfile:
                 for f in files:
@@ -88,6 +86,13 @@ def atomic_files(paths_and_modes, newline: str | None = None, durable: bool = Tr
         for tmp in temporaries:
             if exists(tmp):
                 remove(tmp)
+
+
+def _open(path: str, mode: str, newline: str | None, gfile):
+    """`path` opened for writing: through `gfile` when given, else locally (text as UTF-8)."""
+    if gfile:
+        return gfile.GFile(path, mode)
+    return open(path, mode, newline=newline, encoding=None if "b" in mode else "utf-8")
 
 
 def atomic_copy(source: str, target: str) -> None:

@@ -37,6 +37,8 @@ def main(argv):
     import tensorflow_text  # noqa: F401 - the SentencePiece ops of the SavedModels
 
     from albert_tf.checkpoints import build_model
+    from albert_tf.models.classifier import LabelledHeadModel
+    from albert_tf.models.kinds import model_class
     from albert_tf.config import AlbertConfig
     from albert_tf.tokenization import Tokenizer
     from export.saved_model import export_saved_model
@@ -49,7 +51,8 @@ def main(argv):
     spm_bytes = os.path.getsize(FLAGS.spm_model_file)
     rows = []
     for kind in FLAGS.kinds:
-        model = build_model(kind, config, 2)  # heads with labels take 2; the others none
+        labelled = issubclass(model_class(kind), LabelledHeadModel)  # 2 labels; RACE: 4 choices
+        model = build_model(kind, config, 2 if labelled else None)
         best_export, best_load = float("inf"), float("inf")
         for _ in range(FLAGS.repeats):
             with tempfile.TemporaryDirectory() as tmp:

@@ -51,7 +51,8 @@ def main(argv):
     import tensorflow_text  # noqa: F401
 
     from albert_tf import AlbertConfig
-    from albert_tf.models import build_model
+    from albert_tf.models.classifier import LabelledHeadModel
+    from albert_tf.models.kinds import build_model, model_class
     from albert_tf.tokenization import Tokenizer
     from export.saved_model import export_saved_model
 
@@ -69,7 +70,8 @@ def main(argv):
 
     dims = model_dims(FLAGS.preset)  # the encoder's FLOPs do not depend on the vocabulary
     for kind in FLAGS.kinds:
-        model = build_model(kind, config, 2)  # a classifier of 2 labels
+        labelled = issubclass(model_class(kind), LabelledHeadModel)  # 2 labels; RACE: 4 choices
+        model = build_model(kind, config, 2 if labelled else None)
         for padding in FLAGS.padding:
             path = export_saved_model(model, os.path.join(work, f"{kind}-{padding}"), spm,
                                       max_seq_length=FLAGS.max_seq_length,

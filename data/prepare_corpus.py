@@ -36,6 +36,7 @@ from albert_tf.commands.cli import run_command
 from albert_tf.commands import flags as albert_flags
 
 from albert_tf.ownership import OutputLock, regular_output, same_file
+from albert_tf.paths import temporary_name
 from data.text_io import InputError, expand_input_patterns, read_text_lines
 
 ABBREVIATIONS = frozenset("""
@@ -225,10 +226,11 @@ def prepare_corpus(input_patterns, output_file, paragraphs="blank_lines",
 
 
 def _tmp_name(path: str) -> str:
-    """Where `path` is written before it is renamed into place: a hidden name beside it, so
-    that no glob of the outputs (`corpus/*.txt`) picks up a file a killed run left behind."""
-    head, name = os.path.split(os.path.abspath(path))
-    return os.path.join(head, f".{name}.tmp-{os.getpid()}")
+    """Where `path` is written before it is renamed into place (`temporary_name`): a hidden
+    name beside it, so that no glob of the outputs (`corpus/*.txt`) picks up a file a killed run
+    left behind. The outputs are renamed one by one, each only
+    where its text changed, so this command keeps its own rename step."""
+    return temporary_name(path, str(os.getpid()))
 
 
 def _exists_message(path: str) -> str:

@@ -6,7 +6,7 @@ ask here, never by a kind string.
 
 from __future__ import annotations
 
-from albert_tf.models import class_of
+from albert_tf.models.kinds import class_of
 from export import serving_tagging  # noqa: F401 - registers the token classifier's module
 from export.serving import served
 

@@ -77,14 +77,12 @@ among them, which fails the version's load.
 
 from __future__ import annotations
 
-
 import numpy as np
 import tensorflow as tf
 
 from albert_tf import features as F
-from albert_tf.models.backbone import padded_computation, set_remove_padding
-from albert_tf.models import backbone_of
-from albert_tf.models.backbone import AlbertBackbone
+from albert_tf.models.backbone import AlbertBackbone, padded_computation, set_remove_padding
+from albert_tf.models.kinds import backbone_of
 from albert_tf.models.classifier import AlbertClassifier
 from albert_tf.models.pretrainer import AlbertPretrainer
 from albert_tf.models.task_models import AlbertMultipleChoice, AlbertSpanModel, AlbertSquadV2

@@ -52,7 +52,7 @@ from albert_tf.paths import HELD_OUT_TEXT, SAMPLE_DATA_DIR, atomic_files
 from albert_tf.tokenization import MASK_ID, Tokenizer
 from export.registry import serving_module_class
 from albert_tf.checkpoints import model_kind
-from albert_tf.models import class_of, registered_classes
+from albert_tf.models.kinds import class_of, registered_classes
 from export.saved_model import host_copy
 
 QUANTIZATIONS = ("none", "float16", "dynamic_int8")

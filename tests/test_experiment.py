@@ -91,6 +91,14 @@ def test_the_written_config_reads_back_to_the_same_values(tmp_path):
     assert experiment.from_flags("prog", again).given == cfg.given  # restored, not guessed
     # the same config again: the file is kept as it is; another config: the old one is kept
     assert cfg.write(str(tmp_path)) == path and not (tmp_path / "config.previous-1.yaml").exists()
+    # the same settings under an earlier version's header (its module was albert_tf.experiment):
+    # rewritten in place, not kept as another run's
+    text = open(path).read()
+    old = text.replace("albert_tf.commands.experiment", "albert_tf.experiment", 1)
+    assert old != text
+    open(path, "w").write(old)
+    assert cfg.write(str(tmp_path)) == path and open(path).read() == text
+    assert not (tmp_path / "config.previous-1.yaml").exists()
     other = experiment.from_flags("prog", _flag_values(["--learning_rate=0.1"]))
     other.write(str(tmp_path))
     assert yaml.safe_load((tmp_path / "config.previous-1.yaml").read_text())["trainer"][

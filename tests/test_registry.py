@@ -1,4 +1,4 @@
-"""The model registry (`albert_tf.models.registry`, `albert_tf.models`): every head is a registered
+"""The model registry (`albert_tf.models.registry`, `albert_tf.models.kinds`): every head is a registered
 class that takes a built backbone and owns its names, serving module and TFLite form; nothing
 outside the registry compares model-kind strings."""
 
@@ -9,7 +9,8 @@ import keras
 import numpy as np
 import pytest
 
-from albert_tf import AlbertConfig, models
+from albert_tf import AlbertConfig
+from albert_tf.models import kinds as models
 from albert_tf.models.backbone import AlbertBackbone
 from albert_tf.checkpoints import CheckpointError, build_model, model_weights
 from albert_tf.models.registry import RegisteredModel, register, registered

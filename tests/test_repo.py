@@ -3,6 +3,8 @@
 import ast
 import os
 import re
+import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -104,3 +106,26 @@ def test_each_flag_is_defined_in_one_file():
     twice = {flag: sorted(where) for flag, where in defined.items() if len(where) > 1}
     assert twice == {}
     assert len(albert_flags.SPECS) >= 50 and len(defined) >= 70
+
+
+# Modules that load without TensorFlow (seconds per process): the data workers, the console
+# scripts' dispatcher (it filters TensorFlow's start-up lines before the command imports it),
+# `albert_tf.params` (counts without building), the client, and the registry and weight names
+# (a package's __init__ that imported every head made them load TensorFlow).
+LIGHT = ("albert_tf", "albert_tf.config", "albert_tf.tokenization", "albert_tf.features",
+         "albert_tf.records", "albert_tf.paths", "albert_tf.packing", "albert_tf.ownership",
+         "albert_tf.quiet", "albert_tf.training.progress", "albert_tf.models",
+         "albert_tf.models.registry", "albert_tf.models.weight_names", "albert_tf.commands.cli",
+         "albert_tf.commands.flags", "albert_tf.commands.experiment", "albert_tf.cli",
+         "albert_tf.params", "albert_tf.tasks.glue", "data.generator", "data.prepare_corpus",
+         "data.train_vocab", "export.client")
+
+
+def test_light_modules_load_without_tensorflow():
+    code = ("import importlib, sys\n"
+            f"for name in {LIGHT!r}:\n"
+            "    importlib.import_module(name)\n"
+            "    assert 'tensorflow' not in sys.modules, name\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -69,7 +69,7 @@ def test_token_classifier_matches_hf_albert_for_token_classification(tmp_path):
 @pytest.mark.slow
 def test_token_classifier_registry_contract_and_shared_backbone():
     from albert_tf.checkpoints.names import model_weights
-    from albert_tf.models import build_model, model_class
+    from albert_tf.models.kinds import build_model, model_class
 
     cfg = tiny_config()
     assert model_class("token_classifier") is AlbertTokenClassifier

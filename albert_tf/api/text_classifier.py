@@ -59,7 +59,7 @@ from albert_tf.checkpoints.conversion import (carried_tokenizer, checkpoint_conf
 from albert_tf.models.classifier import AlbertClassifier
 from albert_tf.training.controller import NonFiniteLossError
 from albert_tf.commands.flags import NUMBER_RULES, RULES, SPECS
-from albert_tf.models import registered
+from albert_tf.models.kinds import registered
 from albert_tf.training.optimization import KerasFitOptimizer, OffsetSchedule, WarmupPolynomialDecay
 from albert_tf.api.preprocessing import AlbertTextPreprocessor, text_columns
 from albert_tf.tasks import glue

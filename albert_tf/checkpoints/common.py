@@ -11,7 +11,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from albert_tf import models
+from albert_tf.models import kinds
 from albert_tf.checkpoints.names import block_counts, explain_shape_mismatch, model_weights
 from albert_tf.config import AlbertConfig
 
@@ -86,15 +86,15 @@ def check_intact(prefix: str) -> None:
             reader.get_tensor(key)
 
 
-# The saved kinds: every class registered in `albert_tf.models.registry` (`albert_tf.models`).
-MODEL_KINDS = models.kinds()
+# The saved kinds: every class registered in `albert_tf.models.registry` (`albert_tf.models.kinds`).
+MODEL_KINDS = kinds.kinds()
 
 
 def build_model(kind: str, config: AlbertConfig, num_labels: int | None = None, dtype=None):
     """The registered model of `kind` built for reading a checkpoint of it (weights exist);
     `num_labels` is a classifier's labels or a multiple-choice model's choices."""
     try:
-        return models.build_model(kind, config, num_labels, dtype=dtype)
+        return kinds.build_model(kind, config, num_labels, dtype=dtype)
     except ValueError as e:  # an unknown kind, a classifier without labels
         raise CheckpointError(str(e)) from None
 

@@ -27,7 +27,7 @@ from albert_tf.checkpoints.tf1 import (TF1_CHECKPOINT_NAME, TF1Checkpoint,
                                        official_config, resolve_tf1_checkpoint,
                                        write_tf1_checkpoint)
 from albert_tf.config import AlbertConfig
-from albert_tf.models import as_kind
+from albert_tf.models.kinds import as_kind
 from albert_tf.ownership import OutputLock
 from albert_tf.tokenization import Tokenizer, check_vocabulary_digest
 

@@ -14,7 +14,7 @@ from typing import Mapping
 
 import numpy as np
 
-from albert_tf import models
+from albert_tf.models import kinds
 from albert_tf.checkpoints.common import (CheckpointError, CheckpointMismatchError,
                                           assign_strict, kind_from_heads, to_numpy)
 from albert_tf.checkpoints.names import (HF_DERIVED_KEYS, model_kind,
@@ -134,7 +134,7 @@ def hf_kind(state_dict, architectures=()) -> str:
     """The kind of a Hugging Face state dict: the registered kind of its `architectures` (a
     token classifier and a sequence classifier have the same keys), else from its heads."""
     for architecture in architectures:
-        kind = models.kind_of_hf_architecture(architecture)
+        kind = kinds.kind_of_hf_architecture(architecture)
         if kind is not None:
             return kind
     keys = list(state_dict)
@@ -179,7 +179,7 @@ def load_hf_state_dict(model, state_dict: Mapping[str, object], source="state_di
 
     derived = {k if prefixed else k.replace("albert.", "", 1) for k in HF_DERIVED_KEYS}
     kind = model_kind(model)
-    other_heads = models.other_heads_hf_prefixes(model)
+    other_heads = kinds.other_heads_hf_prefixes(model)
     projection = ("albert." if prefixed else "") + "encoder.embedding_hidden_mapping_in."
     identity = _identity_projection(state_dict, projection, source) \
         if model.config.embedding_size == model.config.hidden_size else False
@@ -195,7 +195,7 @@ def load_hf_state_dict(model, state_dict: Mapping[str, object], source="state_di
         return None
 
     absent = tuple(p if prefixed else p.replace("albert.", "", 1)  # as the keys are
-                   for p in models.class_of(model).hf_absent_prefixes)
+                   for p in kinds.class_of(model).hf_absent_prefixes)
     return assign_strict(model, state_dict.keys(), lambda k: state_dict[k], key_of, skip_reason,
                          source, may_lack=lambda key: key.startswith(absent))
 
@@ -216,9 +216,9 @@ def hf_config_dict(model, labels=None) -> dict:
     """The Hugging Face `config.json` of `model` (a backbone, pretrainer or classifier), under
     which `from_pretrained` builds exactly its model; refuses what HF cannot build as ours."""
     kind = model_kind(model)
-    architecture = models.class_of(model).hf_architecture
+    architecture = kinds.class_of(model).hf_architecture
     if architecture is None:
-        written = ", ".join(c.hf_architecture for c in models.registered_classes()
+        written = ", ".join(c.hf_architecture for c in kinds.registered_classes()
                             if c.hf_architecture)
         raise CheckpointError(
             f"a {kind} model has no Hugging Face class this converter maps its head to (it "
@@ -266,7 +266,7 @@ def hf_state_dict(model) -> dict:
                                                                            dtype=np.float32)
         state["albert.encoder.embedding_hidden_mapping_in.bias"] = np.zeros(cfg.hidden_size,
                                                                            np.float32)
-    absent = models.class_of(model).hf_absent_prefixes  # weights HF's class does not have
+    absent = kinds.class_of(model).hf_absent_prefixes  # weights HF's class does not have
     state = {k: v for k, v in state.items() if not k.startswith(absent)}
     return model.hf_extra_state(state)  # tied copies, AlbertModel's unprefixed keys
 

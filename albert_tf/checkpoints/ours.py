@@ -27,7 +27,7 @@ import albert_tf
 from albert_tf.checkpoints.common import CheckpointError, build_model
 from albert_tf.checkpoints.names import model_kind
 from albert_tf.config import AlbertConfig
-from albert_tf.models import backbone_of
+from albert_tf.models.kinds import backbone_of
 from albert_tf.tokenization import check_vocabulary_digest
 
 FORMAT_FILE = "albert_tf.json"

@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 
-from albert_tf import models
+from albert_tf.models import kinds
 from albert_tf.checkpoints.common import (CheckpointError, assign_strict, kind_from_heads,
                                           reading_checkpoint)
 from albert_tf.checkpoints.names import model_kind, model_weights
@@ -122,7 +122,7 @@ def load_tf1_checkpoint(model, checkpoint: TF1Checkpoint | str,
         checkpoint = TF1Checkpoint(checkpoint)
     kind = model_kind(model)
     key_of = key_of_with_group0_fallback(checkpoint.names, init_from_group0)
-    other_heads = tuple(p for names in models.other_heads_official_names(model).values()
+    other_heads = tuple(p for names in kinds.other_heads_official_names(model).values()
                         for p in names)
 
     def skip_reason(name):

@@ -527,7 +527,8 @@ class ExperimentConfig:
     def write(self, output_dir: str) -> str:
         """The config as OUTPUT_DIR/config.yaml (atomically); a different config already there
         (an earlier run in the same directory with other settings) is kept as
-        config.previous-N.yaml. Returns the path."""
+        config.previous-N.yaml; one that differs in its comment lines only (written by an
+        earlier version) is rewritten in place. Returns the path."""
         path = os.path.join(output_dir, CONFIG_NAME)
         text = ("# The effective config of this run (albert_tf.commands.experiment). Repeat it "
                 "with\n"
@@ -535,12 +536,14 @@ class ExperimentConfig:
                 + yaml.safe_dump(self.as_dict(), sort_keys=False, default_flow_style=False))
         if os.path.exists(path):
             with open(path, encoding="utf-8") as f:
-                if f.read() == text:
-                    return path
-            n = 1
-            while os.path.exists(os.path.join(output_dir, f"config.previous-{n}.yaml")):
-                n += 1
-            os.replace(path, os.path.join(output_dir, f"config.previous-{n}.yaml"))
+                old = f.read()
+            if old == text:
+                return path
+            if _settings_lines(old) != _settings_lines(text):
+                n = 1
+                while os.path.exists(os.path.join(output_dir, f"config.previous-{n}.yaml")):
+                    n += 1
+                os.replace(path, os.path.join(output_dir, f"config.previous-{n}.yaml"))
         with atomic_write(path) as f:
             f.write(text)
         return path
@@ -597,6 +600,11 @@ def _resolved(values: dict, command: str) -> dict:
         values["random_seed"] = (recorded if recorded is not None
                                  else random.SystemRandom().randrange(2 ** 31))
     return values
+
+
+def _settings_lines(text: str) -> list:
+    """A config.yaml's lines without its comments (the header names the writing module)."""
+    return [line for line in text.splitlines() if not line.startswith("#")]
 
 
 def from_flags(command: str, flag_values=FLAGS) -> ExperimentConfig:

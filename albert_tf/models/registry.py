@@ -23,7 +23,7 @@ everything the rest of the code base would otherwise ask with `if kind == ...`:
     backbone               the encoder (`AlbertBackbone`); a backbone is its own
 
 `RegisteredModel` gives the defaults. Nothing outside this registry compares kind strings.
-The built-in classes are registered when `albert_tf.models` is imported; lookups live there.
+The built-in classes are registered when `albert_tf.models.kinds` is imported; lookups live there.
 The serving side registers its serving module against each class (`export.serving.serves`;
 `export.registry` finds it): no model names its serving code.
 """
@@ -75,5 +75,5 @@ def register(cls):
 
 
 def registered() -> dict[str, type]:
-    """{kind: class} of every class registered so far (`albert_tf.models` imports them all)."""
+    """{kind: class} of every class registered so far (`albert_tf.models.kinds` imports them all)."""
     return dict(_KINDS)
