@@ -9,6 +9,7 @@ import glob
 import json
 import os
 import shutil
+import uuid
 
 
 # The data shipped inside the package (albert_tf/sample_data: MANIFEST.tsv lists each file).
@@ -44,14 +45,14 @@ def temporary_name(path: str, suffix: str) -> str:
 def atomic_write(path: str, mode: str = "w", newline: str | None = None, durable: bool = True,
                  suffix: str | None = None):
     """The one way a file is written whole: opens a hidden temporary file beside `path`
-    (`temporary_name`, `.NAME.tmp-PID`, which no output glob matches); when the block ends
+    (`temporary_name`, `.NAME.tmp-PID-RANDOM`, which no output glob matches); when the block ends
     without an error the file is renamed over `path`, so a reader (another worker, a rerun after
     a crash) sees the old file or the whole new one. On an error the temporary file is removed
     and `path` is left as it was. Text modes are UTF-8. A local file is flushed to disk before
     the rename (`durable=False`: not, for bulk data a rerun regenerates); a path with a scheme
     (`gs://`) goes through `tf.io.gfile` (its rename replaces the file). `suffix`: the
-    temporary name's (the process id by default; writers that may write one file from several
-    threads add their own)."""
+    temporary name's (by default the process id and a random part, so that two threads of one
+    process writing the same path never share a temporary file)."""
     with atomic_files([(path, mode)], newline, durable, suffix) as (f,):
         yield f
 
@@ -63,7 +64,7 @@ def atomic_files(paths_and_modes, newline: str | None = None, durable: bool = Tr
     open temporary files; when the block ends without an error they are renamed into place in
     the order given, so the last one (a sidecar) marks the others complete. On an error none is
     renamed and every temporary file is removed."""
-    suffix = suffix or str(os.getpid())
+    suffix = suffix or f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     temporaries = [temporary_name(path, suffix) for path, _ in paths_and_modes]
     gfile = _gfile() if any(_is_remote(p) for p, _ in paths_and_modes) else None
     exists = gfile.exists if gfile else os.path.exists
@@ -84,8 +85,9 @@ def atomic_files(paths_and_modes, newline: str | None = None, durable: bool = Tr
                 os.replace(tmp, path)
     finally:
         for tmp in temporaries:
-            if exists(tmp):
-                remove(tmp)
+            with contextlib.suppress(Exception):  # never in place of the error being raised
+                if exists(tmp):
+                    remove(tmp)
 
 
 def _open(path: str, mode: str, newline: str | None, gfile):

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import uuid
 
 import numpy as np
 
@@ -334,9 +333,8 @@ def write_file(records, path: str, meta: dict) -> None:
         _gfile().makedirs(path.rsplit("/", 1)[0])
     else:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    suffix = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    with atomic_files([(path, "wb"), (F.sidecar_path(path), "w")], durable=False,
-                      suffix=suffix) as (file, sidecar):
+    with atomic_files([(path, "wb"), (F.sidecar_path(path), "w")], durable=False) as (
+            file, sidecar):
         framer = _RecordFramer(file)
         for record in records:
             framer.write(record)

@@ -1,6 +1,7 @@
 """The one glob expander (text inputs of the data tools and TFRecords of training)."""
 
 import os
+import re
 
 import pytest
 
@@ -114,8 +115,10 @@ def test_atomic_files_rename_together_in_order_or_not_at_all(tmp_path, monkeypat
     with atomic_files([(data, "wb"), (sidecar, "w")], durable=False) as (f, g):
         f.write(b"\x01\x02")
         g.write('{"num_examples": 1}')
-        assert sorted(os.listdir(tmp_path)) == [".d.tfrecord.json.tmp-%d" % os.getpid(),
-                                                ".d.tfrecord.tmp-%d" % os.getpid()]
+        hidden = sorted(os.listdir(tmp_path))
+        assert [re.sub(r"tmp-\d+-[0-9a-f]{8}$", "tmp-ID", n) for n in hidden] == [
+            ".d.tfrecord.json.tmp-ID", ".d.tfrecord.tmp-ID"]
+        assert hidden[0].endswith(hidden[1].rsplit("tmp-", 1)[1])  # one writer's pair
     assert renamed == ["d.tfrecord", "d.tfrecord.json"]
     assert open(data, "rb").read() == b"\x01\x02" and sorted(os.listdir(tmp_path)) == [
         "d.tfrecord", "d.tfrecord.json"]
