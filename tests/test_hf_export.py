@@ -18,6 +18,7 @@ transformers = pytest.importorskip("transformers")
 from albert_tf import AlbertBackbone, AlbertClassifier, AlbertPretrainer  # noqa: E402
 from albert_tf.checkpoints import CheckpointError, convert, save_albert_tf  # noqa: E402
 from albert_tf.checkpoints.hf import write_hf_folder  # noqa: E402
+from albert_tf.ownership import current_umask  # noqa: E402
 from albert_tf.packing import pack_ids, pad_features  # noqa: E402
 from albert_tf.models.task_models import AlbertSpanModel  # noqa: E402
 from albert_tf.tokenization import MASK_ID, Tokenizer  # noqa: E402
@@ -205,6 +206,8 @@ def test_albert_tokenizer_from_the_folder_gives_our_ids(tmp_path, sample_vocab):
     [SEP] included; the backbone folder written by write_hf_folder directly loads in AlbertModel."""
     model = AlbertBackbone(_config())
     path = write_hf_folder(model, str(tmp_path / "backbone_hf"), sample_vocab)
+    modes = {name: os.stat(os.path.join(path, name)).st_mode & 0o777 for name in os.listdir(path)}
+    assert set(modes.values()) == {0o666 & ~current_umask()}, modes  # safetensors' own: 0600
     _load(transformers.AlbertModel, path)
     hf = transformers.AlbertTokenizer.from_pretrained(path)
     ours = Tokenizer(sample_vocab)

@@ -21,6 +21,7 @@ from albert_tf.checkpoints.names import (HF_DERIVED_KEYS, model_kind,
                                          model_weights, official_to_hf)
 from albert_tf.checkpoints.tf1 import official_config
 from albert_tf.config import AlbertConfig
+from albert_tf.ownership import current_umask
 from albert_tf.tokenization import _combining_class, _model_proto_messages, _whitespace_class
 
 log = logging.getLogger(__name__)
@@ -372,7 +373,9 @@ def write_hf_folder(model, output_dir: str, sentencepiece_model: str | None = No
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, "config.json"), "w", encoding="utf-8") as f:
         json.dump(values, f, indent=2)
-    save_file(state, os.path.join(output_dir, "model.safetensors"), metadata={"format": "pt"})
+    weights = os.path.join(output_dir, "model.safetensors")
+    save_file(state, weights, metadata={"format": "pt"})
+    os.chmod(weights, 0o666 & ~current_umask())  # safetensors writes 0600; open() would not
     if sentencepiece_model:
         shutil.copy(sentencepiece_model, os.path.join(output_dir, "spiece.model"))
         tokenizer = {"tokenizer_class": "AlbertTokenizer", "do_lower_case": bool(do_lower_case),
