@@ -326,7 +326,7 @@ class RunDirectory:
     def write_best(self, model, metrics: dict) -> None:
         tf.io.gfile.makedirs(self.path(BEST_DIR))
         tf.train.Checkpoint(model=model).write(self.best_prefix())
-        with tf.io.gfile.GFile(self.path(BEST_DIR, "best_eval.json"), "w") as f:
+        with atomic_write(self.path(BEST_DIR, "best_eval.json")) as f:  # after the checkpoint
             json.dump(metrics, f, indent=2)
 
     def writer(self, kind: str):

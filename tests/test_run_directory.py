@@ -1,0 +1,144 @@
+"""The loop's parts on their own: `RunDirectory` (what a run records in OUTPUT_DIR and what a
+resumed run must match) and the actions (`EvaluateAndKeepBest`, `export_models`), with a fake
+trainer and task: the numbers each writes, keeps and refuses."""
+
+import json
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from albert_tf.config import AlbertConfig
+from albert_tf.training.actions import EvaluateAndKeepBest, export_models
+from albert_tf.training.run_directory import OutputDirMismatchError, RunDirectory
+
+SETTINGS = {"kind": "classifier", "num_labels": 3, "learning_rate": 2e-5, "optimizer": "adamw"}
+NO_DATA = "/nonexistent/train-*.tfrecord"  # no sidecar: no SentencePiece model to copy
+CONFIG = AlbertConfig(vocab_size=97, embedding_size=10, hidden_size=24, num_attention_heads=4,
+                      intermediate_size=37, num_hidden_layers=2)
+
+
+def _checkpoint(directory, step):
+    """A checkpoint at `step` in `directory` (what makes a run resumable)."""
+    tf.train.Checkpoint(v=tf.Variable(float(step))).write(os.path.join(directory, f"ckpt-{step}"))
+    with open(os.path.join(directory, "checkpoint"), "w") as f:
+        f.write(f'model_checkpoint_path: "ckpt-{step}"\n')
+
+
+def test_settings_are_recorded_then_a_resumed_run_must_match_them(tmp_path):
+    notes = []
+    run = RunDirectory(str(tmp_path), log=notes.append)
+    run.check_settings(SETTINGS, resumed=False)
+    assert json.load(open(tmp_path / "train_settings.json")) == SETTINGS and notes == []
+    run.check_settings(dict(SETTINGS), resumed=True)  # the same settings resume
+    with pytest.raises(OutputDirMismatchError) as e:
+        run.check_settings(dict(SETTINGS, learning_rate=1e-4), resumed=True)
+    assert "learning_rate: 2e-05 there, 0.0001 now" in str(e.value)
+    assert "optimizer" not in str(e.value).split("(", 1)[1].split(")")[0]  # only what differs
+    assert json.load(open(tmp_path / "train_settings.json")) == SETTINGS  # kept as it was
+    (tmp_path / "train_settings.json").write_text("[1, 2")
+    with pytest.raises(OutputDirMismatchError, match="train_settings.json is damaged"):
+        run.check_settings(SETTINGS, resumed=True)
+    os.remove(tmp_path / "train_settings.json")
+    run.check_settings(SETTINGS, resumed=True)  # an earlier version's run: recorded, said
+    assert len(notes) == 1 and "has no train_settings.json" in notes[0]
+    assert json.load(open(tmp_path / "train_settings.json")) == SETTINGS
+
+
+def test_a_worker_records_nothing_and_checkpoints_of_another_model_are_refused(tmp_path):
+    worker = RunDirectory(str(tmp_path), worker_index=1, is_chief=False)
+    worker.check_settings(SETTINGS, resumed=False)
+    worker.check_model(CONFIG, NO_DATA)
+    assert not (tmp_path / "train_settings.json").exists()
+    assert not (tmp_path / "albert_config.json").exists()
+    chief = RunDirectory(str(tmp_path))
+    chief.check_model(CONFIG, NO_DATA)
+    assert AlbertConfig.from_json_file(str(tmp_path / "albert_config.json")) == CONFIG
+    other = CONFIG.replace(hidden_size=32, intermediate_size=64)
+    chief.check_model(other, NO_DATA)  # no checkpoint yet: the new config is recorded
+    assert AlbertConfig.from_json_file(str(tmp_path / "albert_config.json")) == other
+    _checkpoint(str(tmp_path), 7)
+    with pytest.raises(OutputDirMismatchError) as e:
+        chief.check_model(CONFIG, NO_DATA)
+    assert "'hidden_size': (32, 24)" in str(e.value)
+    assert "'intermediate_size': (64, 37)" in str(e.value)
+    os.remove(tmp_path / "albert_config.json")
+    with pytest.raises(OutputDirMismatchError, match="holds checkpoints but no "
+                                                     "albert_config.json"):
+        chief.check_model(CONFIG, NO_DATA)
+    assert chief.latest_checkpoint() == str(tmp_path / "ckpt-7")
+    assert chief.resume_checkpoint() == str(tmp_path / "ckpt-7")
+
+
+class _Trainer:
+    """What the actions ask of a trainer: `evaluate()` (the next of `results`), the task's
+    metric names and best metric, and the model the best checkpoint holds."""
+
+    def __init__(self, results):
+        self.results = list(results)
+        self.calls = 0
+        self.task = SimpleNamespace(metric_names=("accuracy", "loss"), best_metric="accuracy")
+        self.model = tf.Module()
+        self.model.weight = tf.Variable(0.0)
+
+    def evaluate(self):
+        self.calls += 1
+        return self.results.pop(0)
+
+
+def test_evaluation_keeps_the_best_checkpoint_and_writes_each_step_last(tmp_path):
+    run = RunDirectory(str(tmp_path))
+    trainer = _Trainer([{"accuracy": 0.5, "loss": 0.9}, {"accuracy": 0.75, "loss": 0.6},
+                        {"accuracy": 0.625, "loss": 0.5}])
+    lines = []
+    evaluate = EvaluateAndKeepBest(trainer, run, log=lines.append)
+    for step, weight in ((10, 1.0), (20, 2.0), (30, 3.0)):
+        trainer.model.weight.assign(weight)  # the model as it is at that step
+        evaluate(step)
+    assert [json.load(open(run.eval_file(s)))["accuracy"] for s in (10, 20, 30)] == [
+        0.5, 0.75, 0.625]
+    assert json.load(open(run.eval_file(30))) == {"accuracy": 0.625, "loss": 0.5,
+                                                  "global_step": 30}
+    assert run.best_metrics() == {"accuracy": 0.75, "loss": 0.6, "global_step": 20}
+    restored = tf.Module()
+    restored.weight = tf.Variable(0.0)
+    tf.train.Checkpoint(model=restored).read(run.best_prefix()).assert_consumed()
+    assert float(restored.weight.numpy()) == 2.0  # the model of step 20, not the last
+    assert lines == ["eval at step 10: accuracy 0.5000, loss 0.9000",
+                     "eval at step 20: accuracy 0.7500, loss 0.6000",
+                     "eval at step 30: accuracy 0.6250, loss 0.5000"]
+    # a resumed run does not evaluate a step evaluated before; the last evaluation is reused
+    evaluate(30, resumed=True)
+    assert trainer.calls == 3
+    assert evaluate.metrics_at(30) == {"accuracy": 0.625, "loss": 0.5}
+    trainer.results.append({"accuracy": 0.25, "loss": 2.0})
+    assert evaluate.metrics_at(40) == {"accuracy": 0.25, "loss": 2.0} and trainer.calls == 4
+    # the TensorBoard scalars of each evaluation
+    events = [e for f in tf.io.gfile.glob(str(tmp_path / "eval" / "events.*"))
+              for e in tf.compat.v1.train.summary_iterator(f)]
+    accuracy = sorted((e.step, float(tf.make_ndarray(v.tensor))) for e in events
+                      for v in e.summary.value if v.tag == "accuracy")
+    np.testing.assert_allclose([a for _, a in accuracy], [0.5, 0.75, 0.625])
+    assert [s for s, _ in accuracy] == [10, 20, 30]
+
+
+def test_a_worker_evaluates_but_writes_nothing(tmp_path):
+    worker = RunDirectory(str(tmp_path), worker_index=1, is_chief=False)
+    trainer = _Trainer([{"accuracy": 0.5, "loss": 0.9}])
+    EvaluateAndKeepBest(trainer, worker, log=None)(10)
+    assert trainer.calls == 1  # the evaluation is collective: every worker runs it
+    assert not os.path.exists(worker.eval_file(10)) and worker.best_metrics() is None
+
+
+def test_export_models_asks_the_exporter_for_each_model():
+    calls = []
+
+    def exporter(model, which, step):
+        calls.append((model, which, step))
+        return f"/exports/{which}/{step}"
+
+    assert export_models(exporter, [("m1", "final", 100), ("m2", "best", 60)]) == {
+        "final": "/exports/final/100", "best": "/exports/best/60"}
+    assert calls == [("m1", "final", 100), ("m2", "best", 60)]
