@@ -1,11 +1,13 @@
 """The loop's parts on their own: `RunDirectory` (what a run records in OUTPUT_DIR and what a
-resumed run must match) and the actions (`EvaluateAndKeepBest`, `export_models`), with a fake
-trainer and task: the numbers each writes, keeps and refuses."""
+resumed run must match), the actions (`EvaluateAndKeepBest`, `export_models`) and the
+`Controller` (when it runs steps, saves, evaluates, stops, resumes), each with a fake trainer
+and task: the numbers each writes, keeps and refuses."""
 
 import json
 import os
 from types import SimpleNamespace
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -142,3 +144,107 @@ def test_export_models_asks_the_exporter_for_each_model():
     assert export_models(exporter, [("m1", "final", 100), ("m2", "best", 60)]) == {
         "final": "/exports/final/100", "best": "/exports/best/60"}
     assert calls == [("m1", "final", 100), ("m2", "best", 60)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The Controller with a fake trainer: when it runs steps, saves, evaluates, stops and resumes.
+class _LoopTrainer:
+    """A trainer whose loop of `n` steps adds `n` to its step, with the loss of the last step
+    (its number, as a float) and `bad` the step whose update is not finite (None: none)."""
+
+    def __init__(self, step=0, bad=None):
+        self.step, self.bad = step, bad
+        self.loops, self.train_loop = [], None
+        self.strategy = tf.distribute.get_strategy()  # one device: no preemption handler
+        self.task = SimpleNamespace(metrics=lambda sums: {"accuracy": sums["correct"] / 8},
+                                    progress=lambda figures: f"acc {figures['accuracy']:.3f}")
+        self.optimizer = SimpleNamespace(learning_rate=0.5)
+        self.loss_scale = None
+        self.model = SimpleNamespace(weights=[keras.Variable([1.0, -3.0], name="w")])
+        self.bad_step = tf.Variable(-1, dtype=tf.int64)
+        self.set_backs = []
+
+    def build_train_loop(self):
+        def loop(iterator, n):
+            n = int(n)
+            self.loops.append(n)
+            if self.bad is not None and self.step < self.bad <= self.step + n:
+                self.bad_step.assign(self.bad - 1)  # steps before it were applied
+            self.step += n
+            return {"correct": 4.0}, float(self.step), 0.25
+        self.train_loop = loop
+
+    def gate_open(self):
+        return int(self.bad_step.numpy()) < 0
+
+    def weights_finite(self):
+        return True
+
+    def set_back(self, good_step):
+        self.set_backs.append(good_step)
+        self.step = good_step
+
+
+class _Manager:
+    def __init__(self):
+        self.saved, self.latest_checkpoint = [], None
+
+    def save(self, checkpoint_number):
+        self.saved.append(checkpoint_number)
+        self.latest_checkpoint = f"ckpt-{checkpoint_number}"
+        return self.latest_checkpoint
+
+
+def _controller(trainer, **cfg):
+    from albert_tf.training.controller import Controller
+
+    cfg = SimpleNamespace(**dict(dict(num_train_steps=10, save_checkpoints_steps=4,
+                                      iterations_per_loop=3, train_batch_size=8,
+                                      mixed_precision="float32", init_checkpoint=None,
+                                      output_dir="/run"), **cfg))
+    evaluated, lines = [], []
+    manager = _Manager()
+    controller = Controller(trainer, cfg, manager, plan=None, log=lines.append,
+                            on_checkpoint=lambda step, resumed=False: evaluated.append(
+                                (step, resumed)), verbose=False)
+    controller.train_iterator, controller.input_step = iter(()), trainer.step  # positioned
+    return controller, manager, evaluated, lines
+
+
+def test_controller_runs_loops_to_each_checkpoint_saves_evaluates_and_resumes():
+    trainer = _LoopTrainer()
+    controller, manager, evaluated, lines = _controller(trainer)
+    result = controller.train(tf.summary.create_noop_writer())
+    # loops end at each checkpoint (every 4 steps) and at the last step (10)
+    assert trainer.loops == [3, 1, 3, 1, 2] and manager.saved == [4, 8, 10]
+    assert evaluated == [(4, False), (8, False), (10, False)]
+    assert lines == ["saved ckpt-4", "saved ckpt-8", "saved ckpt-10"]
+    assert result["status"] == "completed" and result["step"] == 10
+    history = result["history"]
+    assert [r["step"] for r in history] == [3, 4, 7, 8, 10]
+    assert [r["loss"] for r in history] == [3.0, 4.0, 7.0, 8.0, 10.0]
+    assert {r["accuracy"] for r in history} == {0.5} and {r["learning_rate"] for r in history} \
+        == {0.5}
+    assert controller.figures(history[-1]).startswith("loss 10.0000 | acc 0.500 | lr 5.000e-01 "
+                                                      "| gnorm 0.250 | ")
+    # resumed at a checkpoint: the evaluation the stopped run missed, then the rest
+    trainer = _LoopTrainer(step=8)
+    controller, manager, evaluated, _ = _controller(trainer)
+    assert controller.train(tf.summary.create_noop_writer())["step"] == 10
+    assert trainer.loops == [2] and manager.saved == [10]
+    assert evaluated == [(8, True), (10, False)]
+
+
+def test_controller_stops_on_a_non_finite_step_with_the_model_before_it_saved():
+    from albert_tf.training.controller import NonFiniteLossError
+
+    trainer = _LoopTrainer(bad=6)
+    controller, manager, evaluated, _ = _controller(trainer)
+    with pytest.raises(NonFiniteLossError) as e:
+        controller.train(tf.summary.create_noop_writer())
+    # steps 1-5 applied; step 6 (in the loop of steps 5-7) was not: the model after step 5
+    assert trainer.loops == [3, 1, 3] and trainer.set_backs == [5]
+    assert manager.saved == [4, 5] and evaluated == [(4, False)]
+    assert str(e.value).startswith("Non-finite loss, gradient or updated weights at step 6 "
+                                   "(updates are 1-based); that step was not applied. The "
+                                   "model after step 5 is saved at ckpt-5.")
