@@ -37,6 +37,8 @@ import sys
 import threading
 import time
 
+from albert_tf.paths import gfile
+
 LOCK_NAME = ".albert_tf.lock"
 LEASE_REFRESH_S = 60.0
 LEASE_STALE_S = 600.0
@@ -264,11 +266,11 @@ class OutputLock:
         return _Held(self.path, fd=fd, created=tuple(created))
 
     def _acquire_lease(self) -> _Held:
-        gfile = _gfile()
+        remote = gfile()
         if self.is_dir:
-            gfile.makedirs(self.target)
-        if gfile.exists(self.path):
-            with gfile.GFile(self.path) as f:
+            remote.makedirs(self.target)
+        if remote.exists(self.path):
+            with remote.GFile(self.path) as f:
                 holder = _parse(f.read())
             age = time.time() - float(holder.get("heartbeat", 0) or 0)
             ours = holder.get("host") == socket.gethostname() and holder.get("pid") == os.getpid()
@@ -285,7 +287,7 @@ class OutputLock:
 
         def write():
             record["heartbeat"] = time.time()
-            with gfile.GFile(self.path, "w") as f:
+            with remote.GFile(self.path, "w") as f:
                 f.write(json.dumps(record))
 
         write()
@@ -301,17 +303,9 @@ class OutputLock:
         return _Held(self.path, lease_stop=stop)
 
 
-def _gfile():
-    """`tf.io.gfile`, for remote outputs only: TensorFlow is loaded on first use, so the data
-    tools that import this module stay light (as `albert_tf.records`)."""
-    import tensorflow as tf
-
-    return tf.io.gfile
-
-
 def _remove_remote(path: str) -> None:
     try:
-        _gfile().remove(path)
+        gfile().remove(path)
     except Exception:
         pass
 

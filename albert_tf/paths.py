@@ -23,7 +23,7 @@ def _is_remote(path: str) -> bool:
     return "://" in path
 
 
-def _gfile():
+def gfile():
     """`tf.io.gfile`, for paths with a scheme (TensorFlow loaded on first use only)."""
     import tensorflow as tf
 
@@ -66,21 +66,21 @@ def atomic_files(paths_and_modes, newline: str | None = None, durable: bool = Tr
     renamed and every temporary file is removed."""
     suffix = suffix or f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     temporaries = [temporary_name(path, suffix) for path, _ in paths_and_modes]
-    gfile = _gfile() if any(_is_remote(p) for p, _ in paths_and_modes) else None
-    exists = gfile.exists if gfile else os.path.exists
-    remove = gfile.remove if gfile else os.remove
+    remote = gfile() if any(_is_remote(p) for p, _ in paths_and_modes) else None
+    exists = remote.exists if remote else os.path.exists
+    remove = remote.remove if remote else os.remove
     try:
         with contextlib.ExitStack() as stack:
-            files = [stack.enter_context(_open(tmp, mode, newline, gfile))
+            files = [stack.enter_context(_open(tmp, mode, newline, remote))
                      for tmp, (_, mode) in zip(temporaries, paths_and_modes)]
             yield files
-            if durable and not gfile:
+            if durable and not remote:
                 for f in files:
                     f.flush()
                     os.fsync(f.fileno())
         for tmp, (path, _) in zip(temporaries, paths_and_modes):
-            if gfile:
-                gfile.rename(tmp, path, overwrite=True)
+            if remote:
+                remote.rename(tmp, path, overwrite=True)
             else:
                 os.replace(tmp, path)
     finally:
@@ -90,16 +90,17 @@ def atomic_files(paths_and_modes, newline: str | None = None, durable: bool = Tr
                     remove(tmp)
 
 
-def _open(path: str, mode: str, newline: str | None, gfile):
-    """`path` opened for writing: through `gfile` when given, else locally (text as UTF-8)."""
-    if gfile:
-        return gfile.GFile(path, mode)
+def _open(path: str, mode: str, newline: str | None, remote):
+    """`path` opened for writing: through `remote` (`tf.io.gfile`) when given, else locally
+    (text as UTF-8)."""
+    if remote:
+        return remote.GFile(path, mode)
     return open(path, mode, newline=newline, encoding=None if "b" in mode else "utf-8")
 
 
 def atomic_copy(source: str, target: str) -> None:
     """`source` copied to `target` whole (`atomic_write`); either may be a `gs://` path."""
-    opener = _gfile().GFile if _is_remote(source) else open
+    opener = gfile().GFile if _is_remote(source) else open
     with opener(source, "rb") as src, atomic_write(target, "wb") as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
 
@@ -130,10 +131,8 @@ def expand_patterns(patterns, what: str = "file", exclude_suffixes=(),
     files, seen = [], set()
     for pattern in parts:
         if _is_remote(pattern):
-            import tensorflow as tf
-
-            matches = sorted(tf.io.gfile.glob(pattern))
-            is_dir = tf.io.gfile.isdir
+            matches = sorted(gfile().glob(pattern))
+            is_dir = gfile().isdir
         else:
             matches = (sorted(glob.glob(pattern)) if glob.has_magic(pattern)
                        else [pattern] if os.path.exists(pattern) else [])

@@ -37,14 +37,7 @@ except ImportError:  # pragma: no cover - installed with the package
     google_crc32c = None
 
 from albert_tf import features as F
-from albert_tf.paths import atomic_files
-
-
-def _gfile():
-    """`tf.io.gfile` (TensorFlow loaded on first use; see the module docstring)."""
-    import tensorflow as tf
-
-    return tf.io.gfile
+from albert_tf.paths import atomic_files, gfile
 
 
 def _crc32c_python(data: bytes) -> int:
@@ -271,9 +264,9 @@ def read_sidecar(path: str, required=()) -> dict | None:
     a JSON object, or lacks one of the `required` counts (non-negative integers), raises
     `SidecarError` naming the file."""
     sidecar = F.sidecar_path(path)
-    if not _gfile().exists(sidecar):
+    if not gfile().exists(sidecar):
         return None
-    with _gfile().GFile(sidecar) as f:
+    with gfile().GFile(sidecar) as f:
         text = f.read()
     try:
         meta = json.loads(text)
@@ -299,7 +292,7 @@ def read_cached(path: str, digest: str, num_files: int = 1) -> dict | None:
     `digest` (made from the same inputs and settings); else None."""
     metas = []
     for shard in shard_paths(path, num_files):
-        meta = read_sidecar(shard) if _gfile().exists(shard) else None
+        meta = read_sidecar(shard) if gfile().exists(shard) else None
         if meta is None or meta.get("digest") != digest:
             return None
         metas.append(meta)
@@ -330,7 +323,7 @@ def write_file(records, path: str, meta: dict) -> None:
     last), so a reader never sees half a file and workers that write the same file into a
     shared directory at once never write into one another's."""
     if "://" in path:
-        _gfile().makedirs(path.rsplit("/", 1)[0])
+        gfile().makedirs(path.rsplit("/", 1)[0])
     else:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with atomic_files([(path, "wb"), (F.sidecar_path(path), "w")], durable=False) as (
@@ -345,15 +338,15 @@ def remove_temporaries(path: str) -> list[str]:
     """Removes what killed writers left of `path` (`temporary_name`s); call it only while
     holding the output's lock (`albert_tf.ownership`), when no live writer can own them.
     Returns the removed paths."""
-    gfile = _gfile() if "://" in path else None
-    head, name = (path.rsplit("/", 1) if gfile else os.path.split(os.path.abspath(path)))
+    remote = gfile() if "://" in path else None
+    head, name = (path.rsplit("/", 1) if remote else os.path.split(os.path.abspath(path)))
     prefix = f".{name}.tmp-"
-    names = gfile.listdir(head) if gfile else (os.listdir(head) if os.path.isdir(head) else [])
+    names = remote.listdir(head) if remote else (os.listdir(head) if os.path.isdir(head) else [])
     removed = []
     for entry in names:
         entry = entry.rstrip("/")
         if entry.startswith(prefix):
-            leftover = f"{head}/{entry}" if gfile else os.path.join(head, entry)
-            (gfile.remove if gfile else os.remove)(leftover)
+            leftover = f"{head}/{entry}" if remote else os.path.join(head, entry)
+            (remote.remove if remote else os.remove)(leftover)
             removed.append(leftover)
     return removed
