@@ -149,36 +149,38 @@ def test_export_models_asks_the_exporter_for_each_model():
 # ---------------------------------------------------------------------------------------------
 # The Controller with a fake trainer: when it runs steps, saves, evaluates, stops and resumes.
 class _LoopTrainer:
-    """A trainer whose loop of `n` steps adds `n` to its step, with the loss of the last step
-    (its number, as a float) and `bad` the step whose update is not finite (None: none)."""
+    """A trainer with only the Controller's interface (`Trainer`'s): its `train` of `n` steps
+    adds `n` to its step and returns the loss of the last step (its number, as a float); `bad`
+    is the step whose update is not finite (None: none)."""
+
+    in_cluster, cluster_resolver = False, None  # one device: no preemption handler
 
     def __init__(self, step=0, bad=None):
-        self.step, self.bad = step, bad
-        self.loops, self.train_loop = [], None
-        self.strategy = tf.distribute.get_strategy()  # one device: no preemption handler
-        self.task = SimpleNamespace(metrics=lambda sums: {"accuracy": sums["correct"] / 8},
-                                    progress=lambda figures: f"acc {figures['accuracy']:.3f}")
-        self.optimizer = SimpleNamespace(learning_rate=0.5)
-        self.loss_scale = None
-        self.model = SimpleNamespace(weights=[keras.Variable([1.0, -3.0], name="w")])
-        self.bad_step = tf.Variable(-1, dtype=tf.int64)
-        self.set_backs = []
+        self.step, self.bad, self.failed = step, bad, None
+        self.loops, self.set_backs = [], []
 
-    def build_train_loop(self):
-        def loop(iterator, n):
-            n = int(n)
-            self.loops.append(n)
-            if self.bad is not None and self.step < self.bad <= self.step + n:
-                self.bad_step.assign(self.bad - 1)  # steps before it were applied
-            self.step += n
-            return {"correct": 4.0}, float(self.step), 0.25
-        self.train_loop = loop
+    def iterator_at(self, plan, step):
+        return iter(())
 
-    def gate_open(self):
-        return int(self.bad_step.numpy()) < 0
+    def train(self, iterator, n):
+        self.loops.append(n)
+        if self.bad is not None and self.step < self.bad <= self.step + n:
+            self.failed = self.bad - 1  # steps before it were applied
+        self.step += n
+        return {"loss": float(self.step), "grad_norm": 0.25, "learning_rate": 0.5,
+                "accuracy": 4.0 / 8}
+
+    def progress(self, figures):
+        return f"acc {figures['accuracy']:.3f}"
+
+    def failed_step(self):
+        return self.failed
 
     def weights_finite(self):
         return True
+
+    def largest_weight(self):
+        return 3.0, "w"
 
     def set_back(self, good_step):
         self.set_backs.append(good_step)
@@ -207,7 +209,7 @@ def _controller(trainer, **cfg):
     controller = Controller(trainer, cfg, manager, plan=None, log=lines.append,
                             on_checkpoint=lambda step, resumed=False: evaluated.append(
                                 (step, resumed)), verbose=False)
-    controller.train_iterator, controller.input_step = iter(()), trainer.step  # positioned
+    controller.position_input()
     return controller, manager, evaluated, lines
 
 

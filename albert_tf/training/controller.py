@@ -22,7 +22,7 @@ import time
 
 import tensorflow as tf
 
-from albert_tf.input_pipeline import find_unreadable_files, stream_dataset
+from albert_tf.input_pipeline import find_unreadable_files
 from albert_tf.training.progress import Progress
 from albert_tf.training.stop_signals import StopSignals
 
@@ -151,31 +151,20 @@ class Controller:
     def position_input(self):
         """The training iterator at the optimizer's step."""
         self.input_step = self.trainer.step
-        self.train_iterator = self.train_iterator_at(self.input_step)
-
-    def train_iterator_at(self, step: int):
-        plan, task, strategy = self.plan, self.trainer.task, self.trainer.strategy
-        options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
-        dataset = strategy.distribute_datasets_from_function(
-            lambda context: stream_dataset(plan, step, task.schema(), context), options)
-        return iter(dataset)
+        self.train_iterator = self.trainer.iterator_at(self.plan, self.input_step)
 
     def stop_signals(self) -> StopSignals:
         """SIGTERM and SIGINT (Ctrl-C) ask the loop to save a checkpoint at the end of the
         current loop of steps and stop; a second one ends the process at once, even inside a
         loop of steps, without saving (`albert_tf.training.stop_signals`). Under multi-worker and
         TPU strategies the preemption handler owns SIGTERM."""
-        return StopSignals((signal.SIGINT,) if self._cluster()
+        return StopSignals((signal.SIGINT,) if self.trainer.in_cluster
                            else (signal.SIGTERM, signal.SIGINT))
 
-    def _cluster(self) -> bool:
-        return isinstance(self.trainer.strategy, (tf.distribute.MultiWorkerMirroredStrategy,
-                                                  tf.distribute.TPUStrategy))
-
     def preemption_handler(self):
-        if self._cluster():
+        if self.trainer.in_cluster:
             _quiet_peer_watcher()
-            resolver = getattr(self.trainer.strategy, "cluster_resolver", None)
+            resolver = self.trainer.cluster_resolver
             if resolver is not None:
                 return tf.distribute.experimental.PreemptionCheckpointHandler(
                     resolver, self.manager, termination_config=tf.distribute.experimental
@@ -183,7 +172,7 @@ class Controller:
         return None
 
     def _cluster_spec(self):
-        resolver = getattr(self.trainer.strategy, "cluster_resolver", None)
+        resolver = self.trainer.cluster_resolver
         try:
             return resolver.cluster_spec() if resolver is not None else None
         except (ValueError, RuntimeError):
@@ -202,8 +191,6 @@ class Controller:
     def train(self, train_writer) -> dict:
         """Trains to `num_train_steps` (or a stop signal); returns {status, step, history}."""
         cfg = self.cfg
-        if self.trainer.train_loop is None:
-            self.trainer.build_train_loop()
         history = []
         # The preemption handler restores its manager's latest checkpoint when created; the
         # input is positioned after it, at whatever step that leaves.
@@ -227,10 +214,9 @@ class Controller:
                     n = min(cfg.iterations_per_loop, next_save - step,
                             cfg.num_train_steps - step)
                     t0 = time.time()
-                    sums, loss, norm = self.run_steps(preemption, step, n)
+                    logs = self.run_steps(preemption, step, n)
                     step += n
-                    record = self.record(step, n, sums, loss, norm, time.time() - t0,
-                                         train_writer)
+                    record = self.record(step, n, logs, time.time() - t0, train_writer)
                     history.append(record)
                     bar.update(n, figures=self.figures(record))
                     if step % cfg.save_checkpoints_steps == 0 or step == cfg.num_train_steps:
@@ -258,44 +244,40 @@ class Controller:
         scale = (f"loss scale {record['loss_scale']:,.0f} (steps skipped in all: "
                  f"{record['skipped_steps']})" if "loss_scale" in record else "")
         return " | ".join(part for part in (
-            f"loss {record['loss']:.4f}", self.trainer.task.progress(task),
+            f"loss {record['loss']:.4f}", self.trainer.progress(task),
             f"lr {record['learning_rate']:.3e}", f"gnorm {record['grad_norm']:.3f}", scale,
             f"{record['examples_per_second']:,.1f} examples/s") if part)
 
-    def run_steps(self, preemption, step: int, n: int):
-        """(summed terms, loss, gradient norm) of `n` steps from `step` in one call; a bad
+    def run_steps(self, preemption, step: int, n: int) -> dict:
+        """The trainer's logs of `n` steps from `step` in one call (`Trainer.train`); a bad
         input file or a non-finite step stops the run (a consistent checkpoint saved)."""
-        args = (self.train_iterator, tf.constant(n, tf.int32))
-        loop = self.trainer.train_loop
+        args = (self.train_iterator, n)
         try:
             if preemption is not None:
-                sums, loss, norm = preemption.run(loop, *args)
+                logs = preemption.run(self.trainer.train, *args)
             else:
-                sums, loss, norm = loop(*args)
+                logs = self.trainer.train(*args)
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError,
                 tf.errors.FailedPreconditionError) as e:
             if not is_input_error(e):
                 raise
             self.stop_on_bad_input(e)
         except _PEER_ERRORS as e:
-            if not self._cluster():
+            if not self.trainer.in_cluster:
                 raise
             self.stop_on_lost_worker(e, step, n)
-        if not self.trainer.gate_open():
-            self.stop_non_finite()
-        return {k: float(v) for k, v in sums.items()}, float(loss), float(norm)
+        bad = self.trainer.failed_step()
+        if bad is not None:
+            self.stop_non_finite(bad)
+        return logs
 
-    def record(self, step, n, sums, loss, norm, elapsed, writer) -> dict:
-        """The history record of the loop that ended at `step` (also to TensorBoard)."""
-        optimizer, loss_scale = self.trainer.optimizer, self.trainer.loss_scale
-        lr = float(optimizer.learning_rate.numpy() if hasattr(optimizer.learning_rate, "numpy")
-                   else optimizer.learning_rate)
-        record = dict(step=step, loss=loss, grad_norm=norm, learning_rate=lr,
-                      examples_per_second=n * self.cfg.train_batch_size / max(elapsed, 1e-9),
-                      **self.trainer.task.metrics(sums))
-        if loss_scale is not None:
-            record.update(loss_scale=float(loss_scale.scale.numpy()),
-                          skipped_steps=int(loss_scale.skipped_steps.numpy()))
+    def record(self, step, n, logs, elapsed, writer) -> dict:
+        """The history record of the loop that ended at `step` (also to TensorBoard): the
+        trainer's `logs` and the loop's examples/s."""
+        record = dict(step=step, loss=logs["loss"], grad_norm=logs["grad_norm"],
+                      learning_rate=logs["learning_rate"],
+                      examples_per_second=n * self.cfg.train_batch_size / max(elapsed, 1e-9))
+        record.update((k, v) for k, v in logs.items() if k not in record)
         with writer.as_default(step=step):
             for name, value in record.items():
                 if name != "step":
@@ -344,11 +326,9 @@ class Controller:
             "worker with the same command and TF_CONFIG to resume from it (docs/training.md, "
             "\"When a worker dies\").")
 
-    def stop_non_finite(self):
-        bad = int(self.trainer.bad_step.numpy())
+    def stop_non_finite(self, bad: int):
         # The bad step and those after it in the same loop were not applied (the update gate
         # closed): the model is the one after `bad` steps.
         path = self.save_consistent(bad)
-        largest, name = max((float(tf.reduce_max(tf.abs(v))), v.path)
-                            for v in self.trainer.model.weights)
+        largest, name = self.trainer.largest_weight()
         raise NonFiniteLossError(non_finite_advice(self.cfg, bad, path, largest, name))

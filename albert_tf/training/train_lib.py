@@ -37,7 +37,8 @@ from albert_tf.input_pipeline import InputPlan, list_files
 from albert_tf.training.run_directory import (INPUT_PLAN_FILE, OutputDirMismatchError, RunDirectory,
                                               write_dir_of, write_text_atomically)
 from albert_tf.tasks import PretrainingTask, Task
-from albert_tf.training.trainer import PRECISIONS, Trainer, has_dropout_state
+from albert_tf.training.trainer import (PRECISIONS, Trainer, build_model_and_optimizer,
+                                        has_dropout_state)
 
 __all__ = ["TrainingConfig", "PretrainingConfig", "TrainingRun", "PretrainingRun",
            "NonFiniteLossError", "CorruptInputError", "WorkerLostError", "OutputDirMismatchError",
@@ -257,8 +258,9 @@ class TrainingRun:
         cfg = self.cfg
         self._check_host_memory()
         self.directory.check_model(cfg.albert_config, cfg.input_file)
-        self.trainer = Trainer(self.task, cfg, self.strategy, cfg.seed, self.num_workers,
-                               self.worker_index)
+        model, optimizer = build_model_and_optimizer(self.task, cfg, self.strategy, cfg.seed)
+        self.trainer = Trainer(self.task, cfg, self.strategy, model, optimizer, cfg.seed,
+                               self.num_workers, self.worker_index)
         self.plan = None
         if cfg.do_train:  # checked now, so that bad input fails before anything runs
             resumed = self.directory.latest_checkpoint() is not None

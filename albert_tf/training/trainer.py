@@ -1,6 +1,7 @@
-"""The replicated step: the model and optimizer built in the strategy's scope, one step split
-into micro-batches, computed, all-reduced, clipped, gated on finiteness and applied; and the
-evaluation pass.
+"""The replicated step: the model and optimizer built in the strategy's scope
+(`build_model_and_optimizer`), one step split into micro-batches, computed, all-reduced,
+clipped, gated on finiteness and applied (`Trainer`). The evaluation pass is
+`albert_tf.training.evaluator.Evaluator`'s.
 
 One step, per replica: forward and backward over `grad_accum_steps` micro-batches, losses
 normalised by the task's *global* totals (pretraining: the all-reduced masked-LM weight count
@@ -16,11 +17,11 @@ from __future__ import annotations
 import os
 
 import keras
-import numpy as np
 import tensorflow as tf
 
+from albert_tf.input_pipeline import stream_dataset
 from albert_tf.models.backbone import Performance
-from albert_tf.input_pipeline import list_files, ordered_dataset, record_counts
+from albert_tf.training.evaluator import Evaluator
 from albert_tf.training.loss_scale import DynamicLossScale
 from albert_tf.training.optimization import create_optimizer
 
@@ -50,27 +51,53 @@ def has_dropout_state(prefix: str) -> bool:
     return any(name.startswith("dropout_state/") for name, _ in tf.train.list_variables(prefix))
 
 
-class Trainer:
-    """The model, optimizer and (float16) loss scale of `task` in `strategy`'s scope, and the
-    compiled loop of training steps and the evaluation step over them."""
+def build_model_and_optimizer(task, cfg, strategy, seed: int | None):
+    """The task's model (`cfg.mixed_precision`'s dtype policy, `performance_of(cfg)`) and the
+    optimizer of `cfg` (`create_optimizer`) with its slots, built in `strategy`'s scope (Keras 3
+    under tf.distribute: the slots too); initialization seeded by `seed` (None: unseeded)."""
+    if seed is not None:  # initialization (and, in the input pipeline, shuffling)
+        keras.utils.set_random_seed(seed)
+    tpu = isinstance(strategy, tf.distribute.TPUStrategy)
+    with strategy.scope():
+        model = task.build_model(dtype=PRECISIONS[cfg.mixed_precision],
+                                 performance=performance_of(cfg, tpu))
+        optimizer = create_optimizer(
+            cfg.optimizer, cfg.learning_rate, cfg.num_train_steps, cfg.num_warmup_steps,
+            cfg.poly_power, cfg.start_warmup_step, cfg.weight_decay_rate)
+        optimizer.build(model.trainable_variables)
+    return model, optimizer
 
-    def __init__(self, task, cfg, strategy, seed: int | None, num_workers: int = 1,
-                 worker_index: int = 0):
+
+def _built_in_scope(strategy, variables) -> bool:
+    """Whether every one of `variables` (Keras or tf) was created in `strategy`'s scope."""
+    return all(strategy.extended.variable_created_in_scope(getattr(v, "value", v))
+               for v in variables)
+
+
+class Trainer:
+    """Trains `model` with `optimizer` (both built in `strategy`'s scope:
+    `build_model_and_optimizer`) on `task`: the compiled loop of steps, the (float16) loss
+    scale, the finiteness gate and the checkpoint of them all; the evaluation pass is the
+    `Evaluator`'s.
+
+    What the `Controller` uses: `step`, `iterator_at(plan, step)`, `train(iterator, n)`,
+    `failed_step()`, `set_back(step)`, `weights_finite()`, `largest_weight()`,
+    `progress(metrics)`, `cluster_resolver` and `in_cluster`; the actions use `evaluate()`,
+    `task` and `model`; the run saves `checkpoint`."""
+
+    def __init__(self, task, cfg, strategy, model, optimizer, seed: int | None = None,
+                 num_workers: int = 1, worker_index: int = 0):
+        for what, variables in (("model", model.weights), ("optimizer", optimizer.variables)):
+            if not variables or not _built_in_scope(strategy, variables):
+                raise ValueError(f"The Trainer's {what} must be built (its variables created) "
+                                 f"inside the scope of the strategy it trains under; build "
+                                 "both with build_model_and_optimizer(task, cfg, strategy, "
+                                 "seed).")
         self.task, self.cfg, self.strategy = task, cfg, strategy
+        self.model, self.optimizer = model, optimizer
         self.replicas = strategy.num_replicas_in_sync
-        self.num_workers, self.worker_index = num_workers, worker_index
-        self.local_replicas = self.replicas // num_workers
         self.tpu = isinstance(strategy, tf.distribute.TPUStrategy)
-        if seed is not None:  # initialization (and, in the input pipeline, shuffling)
-            keras.utils.set_random_seed(seed)
         with strategy.scope():
-            self.model = task.build_model(dtype=PRECISIONS[cfg.mixed_precision],
-                                          performance=performance_of(cfg, self.tpu))
-            self.optimizer = create_optimizer(
-                cfg.optimizer, cfg.learning_rate, cfg.num_train_steps, cfg.num_warmup_steps,
-                cfg.poly_power, cfg.start_warmup_step, cfg.weight_decay_rate)
-            # Keras 3 under tf.distribute: slots must be built inside the scope.
-            self.optimizer.build(self.model.trainable_variables)
             self.bad_step = tf.Variable(-1, dtype=tf.int64, trainable=False,
                                         aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
             # float16: the loss scale (saved in the checkpoint; `albert_tf.training.loss_scale`).
@@ -89,13 +116,61 @@ class Trainer:
         # a checkpoint written before the dropout state was saved resumes without it
         self.checkpoint_without_dropout_state = tf.train.Checkpoint(
             model=self.model, optimizer=self.optimizer, **saved)
+        self.evaluator = Evaluator(task, cfg, strategy, model, num_workers, worker_index)
         self.train_loop = None
-        self._eval_step = None
         self._all_finite = None
 
+    # -----------------------------------------------------------------------------------------
+    # What the Controller uses.
     @property
     def step(self) -> int:
         return int(self.optimizer.iterations.numpy())
+
+    @property
+    def in_cluster(self) -> bool:
+        """Whether the strategy spans workers or a TPU system (the preemption handler's)."""
+        return isinstance(self.strategy, (tf.distribute.MultiWorkerMirroredStrategy,
+                                          tf.distribute.TPUStrategy))
+
+    @property
+    def cluster_resolver(self):
+        """The cluster's resolver (`in_cluster` strategies that have one), else None."""
+        return getattr(self.strategy, "cluster_resolver", None) if self.in_cluster else None
+
+    def iterator_at(self, plan, step: int):
+        """The distributed training iterator of the input `plan` at `step`."""
+        options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
+        dataset = self.strategy.distribute_datasets_from_function(
+            lambda context: stream_dataset(plan, step, self.task.schema(), context), options)
+        return iter(dataset)
+
+    def train(self, iterator, num_steps: int) -> dict:
+        """`num_steps` steps from `iterator` in one call (`build_train_loop`): the task's
+        training metrics of them (`Task.metrics`), `loss` and `grad_norm` of the last step,
+        the `learning_rate`, and under float16 the `loss_scale` and the `skipped_steps`
+        since the run began."""
+        if self.train_loop is None:
+            self.build_train_loop()
+        sums, loss, norm = self.train_loop(iterator, tf.constant(num_steps, tf.int32))
+        rate = self.optimizer.learning_rate
+        logs = dict(loss=float(loss), grad_norm=float(norm),
+                    learning_rate=float(rate.numpy() if hasattr(rate, "numpy") else rate),
+                    **self.task.metrics({k: float(v) for k, v in sums.items()}))
+        if self.loss_scale is not None:
+            logs.update(loss_scale=float(self.loss_scale.scale.numpy()),
+                        skipped_steps=int(self.loss_scale.skipped_steps.numpy()))
+        return logs
+
+    def progress(self, metrics: dict) -> str:
+        """The task's training metrics as the progress line shows them (`Task.progress`)."""
+        return self.task.progress(metrics)
+
+    def failed_step(self) -> int | None:
+        """None while every step was applied; after a non-finite step closed the update gate,
+        that step (it and the loop's later steps were not applied)."""
+        if float(self.optimizer.update_gate.numpy()) >= 0.5:
+            return None
+        return int(self.bad_step.numpy())
 
     def weights_finite(self) -> bool:
         """Whether every weight of the model is finite (reduced where the weights live)."""
@@ -110,9 +185,9 @@ class Trainer:
             self._all_finite = all_finite
         return bool(self._all_finite().numpy())
 
-    def gate_open(self) -> bool:
-        """False once a non-finite step closed the update gate (`bad_step` names it)."""
-        return float(self.optimizer.update_gate.numpy()) >= 0.5
+    def largest_weight(self) -> tuple[float, str]:
+        """(largest absolute value, the weight's path) over the model's weights."""
+        return max((float(tf.reduce_max(tf.abs(v))), v.path) for v in self.model.weights)
 
     def set_back(self, good_step: int) -> None:
         """After a failure inside a loop of steps: the model is at `good_step` (a failed read
@@ -120,6 +195,10 @@ class Trainer:
         counter and the gate are set back."""
         self.optimizer.iterations.assign(good_step)
         self.optimizer.update_gate.assign(1.0)
+
+    def evaluate(self) -> dict:
+        """The task's metrics on the evaluation records (`Evaluator.evaluate`)."""
+        return self.evaluator.evaluate()
 
     # -----------------------------------------------------------------------------------------
     def _split(self, features):
@@ -230,74 +309,3 @@ class Trainer:
 
         self.train_loop = train_loop
         return train_loop
-
-    # -----------------------------------------------------------------------------------------
-    def _eval_dataset(self):
-        """The evaluation pass: the evaluation records in order, each worker taking every
-        `num_workers`-th record (so one evaluation file serves any number of workers), batches
-        of its share, and every worker the same number of batches (global records //
-        `eval_batch_size`: the single-device pass; fine-tuning files are padded to whole
-        batches)."""
-        cfg = self.cfg
-        context = None
-        if self.num_workers > 1:
-            context = tf.distribute.InputContext(
-                num_input_pipelines=self.num_workers, input_pipeline_id=self.worker_index,
-                num_replicas_in_sync=self.num_workers)  # -> this worker's share of the batch
-        files = list_files(cfg.eval_input_file or cfg.input_file)
-        if getattr(self, "_eval_files", None) != files:
-            self._eval_schema, sidecars = self.task.eval_schema(files)
-            self._eval_files = files
-            self._eval_batches = sum(record_counts(files, sidecars)) // cfg.eval_batch_size
-        return ordered_dataset(files, cfg.eval_batch_size, self._eval_schema, context,
-                               shard_records=True, num_batches=self._eval_batches)
-
-    def _distribute(self, batch):
-        """A worker's evaluation batch -> per-replica values: local replica i takes the i-th
-        slice."""
-        if self.replicas == 1:
-            return batch
-        k = self.local_replicas
-        parts = {name: tf.split(t, k, axis=0) for name, t in batch.items()}
-        return self.strategy.experimental_distribute_values_from_function(
-            lambda ctx: {name: parts[name][ctx.replica_id_in_sync_group % k]
-                         for name in parts})
-
-    def _build_eval_step(self):
-        task, strategy = self.task, self.strategy
-
-        def replica_eval(features):
-            inputs = {name: features[name] for name in task.model_inputs}
-            outputs = self.model(inputs, training=False)
-            return task.loss_terms(outputs, features), task.eval_outputs(outputs, features)
-
-        @tf.function(autograph=False)  # Python control flow only
-        def eval_step(batch):
-            terms, per_example = strategy.run(replica_eval, args=(self._distribute(batch),))
-            sums = {k: strategy.reduce(SUM, v, axis=None) for k, v in terms.items()}
-            gathered = {k: strategy.gather(v, axis=0) for k, v in per_example.items()}
-            return sums, gathered
-
-        return eval_step
-
-    def evaluate(self) -> dict:
-        """The task's metrics over at most `max_eval_steps` batches."""
-        task = self.task
-        if self._eval_step is None:
-            self._eval_step = self._build_eval_step()
-        sums = {name: 0.0 for name in task.term_names}
-        collected = {}
-        steps = 0
-        for batch in self._eval_dataset():
-            if steps >= self.cfg.max_eval_steps:
-                break
-            batch_sums, per_example = self._eval_step(batch)
-            for name, value in batch_sums.items():
-                sums[name] += float(value)
-            for name, value in per_example.items():
-                collected.setdefault(name, []).append(value.numpy())
-            steps += 1
-        collected = {name: np.concatenate(parts) for name, parts in collected.items()}
-        metrics = task.metrics(sums, collected)
-        metrics.update(eval_steps=steps, examples=int(sums[task.examples_term]))
-        return metrics
