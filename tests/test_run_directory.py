@@ -7,7 +7,6 @@ import json
 import os
 from types import SimpleNamespace
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
