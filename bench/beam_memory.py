@@ -183,6 +183,16 @@ def main(argv):
                        once["sentences"] + once["documents"])) / 2**20}
             rows.append(row)
             print(json.dumps(row), flush=True)
+    table = _table(rows, code_dir)
+    write_results(FLAGS.output_dir, "beam_memory", {"workers": FLAGS.workers,
+                                                    "runners": FLAGS.runners,
+                                                    "dupe_factor": FLAGS.dupe_factor,
+                                                    "code_dir": code_dir, "rows": rows}, table)
+    return 0
+
+
+def _table(rows, code_dir: str) -> str:
+    """The Markdown table of the measured `rows`."""
     lines = [f"Data generation ({FLAGS.workers} worker processes, seq 128, dupe_factor "
              f"{FLAGS.dupe_factor}, {FLAGS.tokens_per_unit:,} tokens per unit; code: {code_dir})",
              "",
@@ -199,12 +209,7 @@ def main(argv):
                      + (f"{r['largest_unit_corpus_kb']:,.0f}" if r["largest_unit_corpus_kb"]
                         else "-")
                      + f" | {r['corpus_as_side_input_mb']:.1f} |")
-    table = "\n".join(lines) + "\n"
-    write_results(FLAGS.output_dir, "beam_memory", {"workers": FLAGS.workers,
-                                                    "runners": FLAGS.runners,
-                                                    "dupe_factor": FLAGS.dupe_factor,
-                                                    "code_dir": code_dir, "rows": rows}, table)
-    return 0
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -354,6 +354,76 @@ def served() -> dict[type, type]:
 
 
 @serves(AlbertBackbone)
+def label_names(labels, num_labels: int | None, kind: str) -> list | None:
+    """The class names a module serves: `labels` checked against the model's `num_labels`
+    (one non-empty name per class, each once, in id order), else "0", "1", ...; None for a
+    model without classes (where `labels` is refused)."""
+    if labels is None:
+        return [str(i) for i in range(num_labels)] if num_labels else None
+    if num_labels is None:
+        raise ValueError(f"label names (--labels) are a classifier's; a {kind} has no "
+                         "classes to name. Leave --labels out.")
+    if len(labels) != num_labels:
+        raise ValueError(f"{len(labels)} label names given for {num_labels} labels.")
+    names = [str(x) for x in labels]
+    repeated = sorted({x for x in names if names.count(x) > 1})
+    if repeated or "" in names:
+        raise ValueError(f"label names (--labels) {names}: "
+                         + (f"{repeated[0]!r} is named {names.count(repeated[0])} "
+                            "times" if repeated else "one is empty")
+                         + "; each class needs its own non-empty name, in id order.")
+    return list(labels)
+
+
+class OneRowBackbone:
+    """A served model's backbone for one-row requests, XLA-compiled (the module's
+    `jit_compile`): the row padded to the next of `lengths()`, run through the compiled
+    function (traced once, on first use), and its outputs (`keys`) cut back to its length."""
+
+    def __init__(self, model, keys: tuple):
+        self.backbone = backbone_of(model)
+        self.keys = keys
+        self._compiled = None
+
+    def lengths(self) -> list[int]:
+        """The padded lengths a one-row request runs at: 16, 32, 64, ... and
+        `max_position_embeddings`, the longest a token row may be."""
+        cap = self.backbone.config.max_position_embeddings
+        lengths = [n for n in (16 << i for i in range(16)) if n < cap]
+        return lengths + [cap]
+
+    def _compile(self):
+        backbone, keys = self.backbone, self.keys
+
+        def padded(input_ids, input_mask, segment_ids):
+            with padded_computation(backbone):
+                out = backbone({F.INPUT_IDS: input_ids, F.INPUT_MASK: input_mask,
+                                F.SEGMENT_IDS: segment_ids}, training=False)
+            return {key: out[key] for key in keys}
+
+        spec = tf.TensorSpec([1, None], tf.int32)
+        return tf.function(padded, jit_compile=True, autograph=False,
+                           input_signature=[spec, spec, spec])
+
+    def __call__(self, inputs) -> dict:
+        if self._compiled is None:
+            self._compiled = self._compile()
+        length = tf.shape(inputs[F.INPUT_IDS])[1]  # checked: at most the last of lengths()
+        lengths = tf.constant(self.lengths(), tf.int32)
+        padded_length = lengths[tf.searchsorted(lengths, tf.reshape(length, [1]))[0]]
+        pad = [[0, 0], [0, padded_length - length]]
+        out = self._compiled(*(tf.pad(inputs[name], pad) for name in F.BACKBONE_INPUTS))
+        # The row's own padding (a token request's) is 0 as the graph leaves it, when it
+        # removes the padding.
+        keep = (tf.cast(inputs[F.INPUT_MASK][:, :, None], tf.float32)
+                if self.backbone.encoder.remove_padding else 1.0)
+        cut = {"pooled_output": out["pooled_output"],
+               "sequence_output": out["sequence_output"][:, :length] * keep}
+        if "hidden_states" in out:
+            cut["hidden_states"] = [h[:, :length] * keep for h in out["hidden_states"]]
+        return cut
+
+
 class AlbertServingModule(tf.Module):
     """Wraps a plain (host, float32) ALBERT model and its tokenizer for `tf.saved_model.save`.
 
@@ -416,35 +486,15 @@ class AlbertServingModule(tf.Module):
         self.text_pair = bool(text_pair)
         self.hidden_states = bool(hidden_states)
         self.num_labels = getattr(model, "num_labels", None)
-        if labels is not None and self.num_labels is None:
-            raise ValueError(f"label names (--labels) are a classifier's; a {kind} has no "
-                             "classes to name. Leave --labels out.")
-        if labels is not None and self.num_labels is not None and len(labels) != self.num_labels:
-            raise ValueError(f"{len(labels)} label names given for {self.num_labels} labels.")
-        if labels is not None:
-            names = [str(x) for x in labels]
-            repeated = sorted({x for x in names if names.count(x) > 1})
-            if repeated or "" in names:
-                raise ValueError(f"label names (--labels) {names}: "
-                                 + (f"{repeated[0]!r} is named {names.count(repeated[0])} "
-                                    "times" if repeated else "one is empty")
-                                 + "; each class needs its own non-empty name, in id order.")
-        self.labels = list(labels) if labels is not None else (
-            [str(i) for i in range(self.num_labels)] if self.num_labels else None)
+        self.labels = label_names(labels, self.num_labels, kind)
         self.named_labels = labels is not None  # names known at export, not "0", "1", ...
         if threshold is not None and not self.SERVES_THRESHOLD:
             raise ValueError(f"a threshold is served by classifiers, not a {kind}.")
         self.threshold = None if threshold is None else float(threshold)
         self._config = config
         self.jit_compile = bool(jit_compile)  # the factory refuses it for the other kinds
-        self._one_row = _Untracked(None)  # the compiled backbone, traced once (`_one_row_outputs`)
-
-    def jit_lengths(self) -> list[int]:
-        """The padded lengths a one-row request runs at (`jit_compile`): 16, 32, 64, ... and
-        `max_position_embeddings`, the longest a token row may be."""
-        cap = self._config.max_position_embeddings
-        lengths = [n for n in (16 << i for i in range(16)) if n < cap]
-        return lengths + [cap]
+        # the compiled backbone of one-row requests (`jit_compile`), traced once
+        self._one_row = _Untracked(OneRowBackbone(model, self._backbone_keys()))
 
     # -----------------------------------------------------------------------------------------
     def options(self) -> dict:
@@ -468,7 +518,8 @@ class AlbertServingModule(tf.Module):
                 {F.INPUT_IDS: np.array([[tokenizer.cls_id] + [filler] * (n - 2)
                                         + [tokenizer.sep_id]], np.int32),
                  F.INPUT_MASK: np.ones((1, n), np.int32),
-                 F.SEGMENT_IDS: np.zeros((1, n), np.int32)} for n in self.jit_lengths()]
+                 F.SEGMENT_IDS: np.zeros((1, n), np.int32)}
+                for n in self._one_row.value.lengths()]
         return out
 
     def head_warmup(self, texts, examples) -> dict:
@@ -478,24 +529,6 @@ class AlbertServingModule(tf.Module):
     def _check_tokens(self, features, subject="row"):
         """`checked_tokens` for this module's model (TFLite's module keeps fewer checks)."""
         return checked_tokens(self._config, features, subject)
-
-    def _fill_mask(self, input_ids, mlm_logits_fn):
-        positions = tf.ragged.boolean_mask(
-            tf.broadcast_to(tf.range(tf.shape(input_ids)[1]), tf.shape(input_ids)),
-            tf.equal(input_ids, self.tokenizer.mask_id))
-        positions = positions.to_tensor(-1)  # [batch, M]
-        valid = positions >= 0
-        logits = mlm_logits_fn(tf.maximum(positions, 0))  # [batch, M, V]
-        probabilities, ids = tf.math.top_k(tf.nn.softmax(logits, axis=-1), k=self.top_k)
-        valid_k = tf.broadcast_to(valid[:, :, None], tf.shape(ids))
-        ids = tf.where(valid_k, ids, -1)
-        return {
-            "mask_positions": positions,
-            "fill_mask_ids": ids,
-            "fill_mask_pieces": tf.where(valid_k, self.tokenizer.id_to_piece(tf.maximum(ids, 0)),
-                                         ""),
-            "fill_mask_probabilities": tf.where(valid_k, probabilities, 0.0),
-        }
 
     def outputs_from_tokens(self, features):
         """The signature outputs of int32 token features (see module docstring)."""
@@ -521,42 +554,11 @@ class AlbertServingModule(tf.Module):
         if not self.jit_compile:
             return graph()
         return tf.cond(tf.equal(tf.shape(inputs[F.INPUT_IDS])[0], 1),
-                       lambda: self._one_row_outputs(inputs), graph)
+                       lambda: self._one_row.value(inputs), graph)
 
     def _backbone_keys(self) -> tuple:
         return ("pooled_output", "sequence_output") + (
             ("hidden_states",) if self.hidden_states else ())
-
-    def _one_row_outputs(self, inputs) -> dict:
-        """One row padded to the next of `jit_lengths`, through the XLA-compiled backbone, cut
-        back to its length."""
-        if self._one_row.value is None:
-            backbone = backbone_of(self._model.value)
-            keys = self._backbone_keys()
-
-            def padded(input_ids, input_mask, segment_ids):
-                with padded_computation(backbone):
-                    out = backbone({F.INPUT_IDS: input_ids, F.INPUT_MASK: input_mask,
-                                    F.SEGMENT_IDS: segment_ids}, training=False)
-                return {key: out[key] for key in keys}
-
-            spec = tf.TensorSpec([1, None], tf.int32)
-            self._one_row.value = tf.function(padded, jit_compile=True, autograph=False,
-                                              input_signature=[spec, spec, spec])
-        length = tf.shape(inputs[F.INPUT_IDS])[1]  # checked: at most the last of jit_lengths
-        lengths = tf.constant(self.jit_lengths(), tf.int32)
-        padded_length = lengths[tf.searchsorted(lengths, tf.reshape(length, [1]))[0]]
-        pad = [[0, 0], [0, padded_length - length]]
-        out = self._one_row.value(*(tf.pad(inputs[name], pad) for name in F.BACKBONE_INPUTS))
-        # The row's own padding (a token request's) is 0 as the graph leaves it, when it
-        # removes the padding.
-        keep = (tf.cast(inputs[F.INPUT_MASK][:, :, None], tf.float32)
-                if backbone_of(self._model.value).encoder.remove_padding else 1.0)
-        cut = {"pooled_output": out["pooled_output"],
-               "sequence_output": out["sequence_output"][:, :length] * keep}
-        if "hidden_states" in out:
-            cut["hidden_states"] = [h[:, :length] * keep for h in out["hidden_states"]]
-        return cut
 
     def head_outputs(self, inputs, backbone_out) -> dict:
         """The head's outputs from the backbone's (a backbone: its pooled and sequence output)."""
@@ -666,6 +668,24 @@ class PretrainerServingModule(AlbertServingModule):
 
     FILL_MASK = True
     QUALITY_OUTPUTS = ("fill_mask_probabilities", "fill_mask_ids")
+
+    def _fill_mask(self, input_ids, mlm_logits_fn):
+        positions = tf.ragged.boolean_mask(
+            tf.broadcast_to(tf.range(tf.shape(input_ids)[1]), tf.shape(input_ids)),
+            tf.equal(input_ids, self.tokenizer.mask_id))
+        positions = positions.to_tensor(-1)  # [batch, M]
+        valid = positions >= 0
+        logits = mlm_logits_fn(tf.maximum(positions, 0))  # [batch, M, V]
+        probabilities, ids = tf.math.top_k(tf.nn.softmax(logits, axis=-1), k=self.top_k)
+        valid_k = tf.broadcast_to(valid[:, :, None], tf.shape(ids))
+        ids = tf.where(valid_k, ids, -1)
+        return {
+            "mask_positions": positions,
+            "fill_mask_ids": ids,
+            "fill_mask_pieces": tf.where(valid_k, self.tokenizer.id_to_piece(tf.maximum(ids, 0)),
+                                         ""),
+            "fill_mask_probabilities": tf.where(valid_k, probabilities, 0.0),
+        }
 
     def head_warmup(self, texts, examples) -> dict:
         return {"fill_mask": {"text": texts}}

@@ -194,8 +194,20 @@ def section(after, fast=None, before=None) -> str:
         parts = ", ".join(f"{name} {seconds:,.0f} s ({seconds / b['total']:.0%})"
                           for name, seconds in b["parts"].items())
         lines.append(f"- Before: {parts}.")
-    lines += ["", "The slowest 30 tests (seconds with their setup and teardown: a module "
-              "fixture's cost lands on the first test that uses it):", ""]
+    lines += slowest_tables(after, before)
+    lines += ["", f"Tests over {LONG:.0f} s, each for what no shorter test proves:", ""]
+    for r in s["over_long"]:
+        lines.append(f"- `{short(r['nodeid'])}` ({r['own']:.0f} s without shared fixtures): "
+                     f"{LONG_TESTS[r['nodeid']]}")
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def slowest_tables(after, before=None) -> list[str]:
+    """The tables of the slowest 30 tests (beside their times before), the slowest 30 before
+    (beside their times now), and the tests that are gone."""
+    lines = ["", "The slowest 30 tests (seconds with their setup and teardown: a module "
+             "fixture's cost lands on the first test that uses it):", ""]
     was = {r["nodeid"]: r["total"] for r in before["tests"]} if before is not None else {}
     head = ("| # | test | tier | seconds | CPU seconds | largest part |"
             + (" before |" if was else ""))
@@ -224,12 +236,7 @@ def section(after, fast=None, before=None) -> str:
                           "assertions are:", ""]
             lines += [f"- `{short(n)}`: {MOVED.get(n, 'not said (add it to MOVED)')}"
                       for n in gone]
-    lines += ["", f"Tests over {LONG:.0f} s, each for what no shorter test proves:", ""]
-    for r in s["over_long"]:
-        lines.append(f"- `{short(r['nodeid'])}` ({r['own']:.0f} s without shared fixtures): "
-                     f"{LONG_TESTS[r['nodeid']]}")
-    lines += ["", END]
-    return "\n".join(lines)
+    return lines
 
 
 def main(argv=None):

@@ -255,12 +255,45 @@ def head_labels(labels, checkpoint, kind: str = "tags"):
             "kept")
 
 
+def build_from_checkpoint(cls, head_class, num_labels, checkpoint, spm_model_file,
+                           sequence_length, albert_config_file, vocab_file, do_lower_case,
+                           dropout_rate, init_from_group0, **kwargs):
+    """A `RawTextModel` subclass `cls`: `cls(head_class(config, num_labels), preprocessor,
+    **kwargs)` read from `checkpoint` (`initialize_classifier`), its report kept as
+    `init_report`. A checkpoint that records its labels keeps its head only for the same
+    `labels` list (`head_labels`)."""
+    check_number("dropout_rate", dropout_rate, "dropout_rate")
+    check_checkpoint_given(cls, head_class, checkpoint)
+    if kwargs.get("labels") is not None:
+        kwargs["labels"] = check_label_names(kwargs["labels"])
+    new_head = head_labels(kwargs.get("labels"), checkpoint, cls.LABELS_NAME)
+    config = checkpoint_config(checkpoint, albert_config_file)
+    given_vocabulary = bool(spm_model_file or vocab_file)
+    carried = carried_tokenizer(checkpoint, check=not given_vocabulary)
+    if not given_vocabulary:
+        spm_model_file = carried["spm_model_file"]
+        if not spm_model_file:
+            raise CheckpointError(f"No SentencePiece model with {checkpoint}: pass "
+                                  "spm_model_file= (or vocab_file= for WordPiece).")
+    if do_lower_case is None:  # the casing the checkpoint records, else the official True
+        do_lower_case = carried["do_lower_case"] is not False
+    preprocessor = AlbertTextPreprocessor(spm_model_file, sequence_length, do_lower_case,
+                                          vocab_file=vocab_file)
+    # The commands' default: padding removed (same results, faster).
+    head = head_class(config, num_labels, dropout_rate=dropout_rate,
+                      performance=Performance(remove_padding=True))
+    report = initialize_classifier(head, checkpoint, init_from_group0, new_head)
+    model = cls(head, preprocessor, **kwargs)
+    model.init_report = report
+    return model
+
+
 class RawTextModel(keras.Model):
     """What `AlbertTextClassifier` and `albert_tf.api.text_tagger.AlbertTextTagger` share: a
     registered ALBERT head model (`albert_model`: backbone, dropout, dense head; the argument
     and `get_config` key named `HEAD_ARG`) whose logits are the one output, the
     `AlbertTextPreprocessor` of its vocabulary, reading from any checkpoint
-    (`_build_from_checkpoint`), `compile` with the official fine-tuning optimizer and a
+    (`build_from_checkpoint`), `compile` with the official fine-tuning optimizer and a
     schedule over what each `fit` runs, `evaluate`, and the commands' export (`_export`).
     A subclass gives `_dataset(x, y, sample_weight, batch_size, shuffle)` (a batched dataset
     of features and labels) and `_default_loss_and_metrics()`."""
@@ -283,39 +316,6 @@ class RawTextModel(keras.Model):
             raise ValueError(f"`sequence_length` {preprocessor.sequence_length} exceeds the "
                              "model's max_position_embeddings "
                              f"{model.config.max_position_embeddings}.")
-
-    @classmethod
-    def _build_from_checkpoint(cls, head_class, num_labels, checkpoint, spm_model_file,
-                               sequence_length, albert_config_file, vocab_file, do_lower_case,
-                               dropout_rate, init_from_group0, **kwargs):
-        """`cls(head_class(config, num_labels), preprocessor, **kwargs)` read from
-        `checkpoint` (`initialize_classifier`), its report kept as `init_report`. A
-        checkpoint that records its labels keeps its head only for the same `labels` list
-        (`head_labels`)."""
-        check_number("dropout_rate", dropout_rate, "dropout_rate")
-        check_checkpoint_given(cls, head_class, checkpoint)
-        if kwargs.get("labels") is not None:
-            kwargs["labels"] = check_label_names(kwargs["labels"])
-        new_head = head_labels(kwargs.get("labels"), checkpoint, cls.LABELS_NAME)
-        config = checkpoint_config(checkpoint, albert_config_file)
-        given_vocabulary = bool(spm_model_file or vocab_file)
-        carried = carried_tokenizer(checkpoint, check=not given_vocabulary)
-        if not given_vocabulary:
-            spm_model_file = carried["spm_model_file"]
-            if not spm_model_file:
-                raise CheckpointError(f"No SentencePiece model with {checkpoint}: pass "
-                                      "spm_model_file= (or vocab_file= for WordPiece).")
-        if do_lower_case is None:  # the casing the checkpoint records, else the official True
-            do_lower_case = carried["do_lower_case"] is not False
-        preprocessor = AlbertTextPreprocessor(spm_model_file, sequence_length, do_lower_case,
-                                              vocab_file=vocab_file)
-        # The commands' default: padding removed (same results, faster).
-        head = head_class(config, num_labels, dropout_rate=dropout_rate,
-                          performance=Performance(remove_padding=True))
-        report = initialize_classifier(head, checkpoint, init_from_group0, new_head)
-        model = cls(head, preprocessor, **kwargs)
-        model.init_report = report
-        return model
 
     def _trained_on(self) -> None:
         """Called by `fit` once its training dataset is made (a subclass notes its form)."""
@@ -599,8 +599,8 @@ class AlbertTextClassifier(RawTextModel):
         `num_classes=1` is regression (STS-B). `text_a_column`, `text_b_column` and
         `label_column` name the columns of the files `fit`, `evaluate` and `predict` may be
         given (the module docstring)."""
-        return cls._build_from_checkpoint(
-            AlbertClassifier, num_classes, checkpoint, spm_model_file, sequence_length,
+        return build_from_checkpoint(
+            cls, AlbertClassifier, num_classes, checkpoint, spm_model_file, sequence_length,
             albert_config_file, vocab_file, do_lower_case, dropout_rate, init_from_group0,
             labels=labels, text_a_column=text_a_column, text_b_column=text_b_column,
             label_column=label_column)

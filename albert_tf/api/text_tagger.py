@@ -36,7 +36,8 @@ import tensorflow as tf
 from albert_tf import features as F
 from albert_tf.tasks.tagging import IGNORE, TaggingPreprocessor, score_sentences
 from albert_tf.api.text_classifier import (FINE_TUNING_DEFAULTS, RawTextModel, _unpack,
-                                           batch_size_of, check_checkpoint_given, check_label_names,
+                                           batch_size_of, build_from_checkpoint,
+                                           check_checkpoint_given, check_label_names,
                                            stored_labels)
 from albert_tf.models.token_classifier import AlbertTokenClassifier
 
@@ -215,8 +216,8 @@ class AlbertTextTagger(RawTextModel):
                              "per tag (labels=None adopts the tags a checkpoint records: "
                              "run_tagging's labels.json, a saved tagger's).")
         labels = check_label_names(labels)
-        return cls._build_from_checkpoint(
-            AlbertTokenClassifier, len(labels), checkpoint, spm_model_file, sequence_length,
+        return build_from_checkpoint(
+            cls, AlbertTokenClassifier, len(labels), checkpoint, spm_model_file, sequence_length,
             albert_config_file, vocab_file, do_lower_case, dropout_rate, init_from_group0,
             labels=labels)
 
