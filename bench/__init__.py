@@ -57,14 +57,19 @@ def call_times(fn, warmup: int, repeats: int) -> list[float]:
     return times
 
 
-def write_results(output_dir: str, name: str, results, table: str) -> None:
-    """Writes `results` to NAME.json and the markdown `table` to NAME.md in `output_dir`, and
-    prints the table."""
+def write_results(output_dir: str, name: str, results, table: str, doc: str | None = None,
+                  section: str | None = None) -> None:
+    """Writes `results` to NAME.json and the markdown `table` to NAME.md in `output_dir` (made
+    if missing), prints the table and, with `doc`, puts it in that Markdown file's `section`
+    (default bench.NAME; `replace_section`)."""
+    os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, f"{name}.json"), "w") as f:
         json.dump(results, f, indent=2)
     with open(os.path.join(output_dir, f"{name}.md"), "w") as f:
         f.write(table)
     print(table)
+    if doc:
+        replace_section(doc, section or f"bench.{name}", table)
 
 
 def machine() -> str:

@@ -63,7 +63,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402
 
-from bench import ROOT, call_times, replace_section, write_results  # noqa: E402
+from bench import ROOT, call_times, write_results  # noqa: E402
 
 flags.DEFINE_string("preset", "albert-base", "Model preset (albert_tf.config.PRESETS).")
 flags.DEFINE_integer("batch_size", 8, "Batch size.")
@@ -636,10 +636,9 @@ def main(argv):
                "cpu_count": os.cpu_count(), "cpu_flags": _cpu_flags(), "peaks_gflops": peaks,
                "matmul_floors": floors,
                "rows": rows, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
-    write_results(FLAGS.output_dir, "compare", results, markdown(results))
+    write_results(FLAGS.output_dir, "compare", results, markdown(results), FLAGS.doc,
+                  FLAGS.doc_section)
     chart(results, os.path.join(FLAGS.output_dir, "compare.png"))
-    if FLAGS.doc:
-        replace_section(FLAGS.doc, FLAGS.doc_section, markdown(results))
     return 0
 
 

@@ -43,7 +43,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402
 
-from bench import ROOT, machine, novels_vocab, replace_section, write_results  # noqa: E402
+from bench import ROOT, machine, novels_vocab, write_results  # noqa: E402
 
 flags.DEFINE_integer("rounds", 3, "Rounds; each times every writer once.")
 flags.DEFINE_integer("max_seq_length", 128, "Sequence length of the tagging and GLUE features.")
@@ -206,10 +206,7 @@ def main(argv):
               flush=True)
     results["load_after"] = os.getloadavg()[0]
     shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(FLAGS.output_dir, exist_ok=True)
-    write_results(FLAGS.output_dir, "feature_writing", results, markdown(results))
-    if FLAGS.doc:
-        replace_section(FLAGS.doc, "bench.feature_writing", markdown(results))
+    write_results(FLAGS.output_dir, "feature_writing", results, markdown(results), FLAGS.doc)
     return 0
 
 

@@ -59,7 +59,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from bench import (ROOT, call_times, machine, novels_vocab, replace_section,  # noqa: E402
+from bench import (ROOT, call_times, machine, novels_vocab,  # noqa: E402
                    sst2_dev_sentences, write_results)
 
 flags.DEFINE_string("preset", "albert-base", "Model preset.")
@@ -318,9 +318,8 @@ def main(argv):
     if FLAGS.append and os.path.exists(path):
         results = _appended(path, results)
     shutil.rmtree(work, ignore_errors=True)  # the exports and the loads' request files
-    write_results(FLAGS.output_dir, "serving_load", results, markdown(results))
-    if FLAGS.doc:
-        replace_section(FLAGS.doc, FLAGS.section, markdown(results))
+    write_results(FLAGS.output_dir, "serving_load", results, markdown(results), FLAGS.doc,
+                  FLAGS.section)
     return 0
 
 

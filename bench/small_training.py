@@ -47,7 +47,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from absl import app, flags  # noqa: E402
 
-from bench import ROOT, machine, replace_section, write_results  # noqa: E402
+from bench import ROOT, machine, write_results  # noqa: E402
 
 flags.DEFINE_list("dtypes", ["float32", "bfloat16"], "Precisions.")
 flags.DEFINE_integer("rounds", 3, "Rounds; each runs every measurement once.")
@@ -304,10 +304,7 @@ def main(argv):
                "profiles": profiles, "rounds": FLAGS.rounds, "loops": FLAGS.loops, "steps_per_loop": LOOP,
                "batch_size": BATCH, "seq_length": SEQ, "predictions": PREDICTIONS,
                "data": data, "rows": rows}
-    os.makedirs(FLAGS.output_dir, exist_ok=True)
-    write_results(FLAGS.output_dir, "small_training", results, markdown(results))
-    if FLAGS.doc:
-        replace_section(FLAGS.doc, "bench.small_training", markdown(results))
+    write_results(FLAGS.output_dir, "small_training", results, markdown(results), FLAGS.doc)
     return 0
 
 
