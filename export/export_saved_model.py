@@ -29,7 +29,7 @@ from absl import flags  # noqa: E402
 from albert_tf.commands import flags as albert_flags  # noqa: E402
 from albert_tf.commands import experiment  # noqa: E402
 from albert_tf.checkpoints import CheckpointError  # noqa: E402
-from albert_tf.checkpoints.conversion import _training_run  # noqa: E402
+from albert_tf.checkpoints.runs import training_run  # noqa: E402
 from albert_tf.commands.cli import run_command  # noqa: E402
 from albert_tf.commands.flags import FLAGS  # noqa: E402
 from export.ops_check import UnsupportedOpError  # noqa: E402
@@ -85,7 +85,7 @@ def recorded_max_seq_length(model_dir: str) -> tuple[int | None, str | None]:
     checkpoint / Hugging Face folder with the run's config.yaml beside it; (None, None) where
     no run's config.yaml is there."""
     def run_of(path):
-        run = _training_run(path)
+        run = training_run(path)
         if run:
             return run[0]
         return path if os.path.isdir(path) else os.path.dirname(path)

@@ -123,6 +123,7 @@ LIGHT = ("albert_tf", "albert_tf.config", "albert_tf.tokenization", "albert_tf.f
          "albert_tf.quiet", "albert_tf.training.progress", "albert_tf.models",
          "albert_tf.models.registry", "albert_tf.models.weight_names", "albert_tf.commands.cli",
          "albert_tf.commands.flags", "albert_tf.commands.experiment", "albert_tf.cli",
+         "albert_tf.configs", "albert_tf.configs.yaml_file",
          "albert_tf.params", "albert_tf.tasks.glue", "data.generator", "data.prepare_corpus",
          "data.train_vocab", "export.client")
 

@@ -55,7 +55,8 @@ from albert_tf.models.backbone import Performance
 from albert_tf.checkpoints import (CheckpointError, CheckpointMismatchError, initialize_backbone,
                                    initialize_from_checkpoint)
 from albert_tf.checkpoints.conversion import (carried_tokenizer, checkpoint_config, keras_settings,
-                                              recorded_labels, split_run_checkpoint)
+                                              recorded_labels)
+from albert_tf.checkpoints.runs import split_run_checkpoint
 from albert_tf.models.classifier import AlbertClassifier
 from albert_tf.training.controller import NonFiniteLossError
 from albert_tf.commands.flags import NUMBER_RULES, RULES, SPECS

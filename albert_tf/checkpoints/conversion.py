@@ -13,12 +13,14 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
-from albert_tf.commands import experiment
 from albert_tf.checkpoints.common import (MODEL_KINDS, CheckpointError, assign_strict, build_model,
                                           reading_checkpoint)
 from albert_tf.checkpoints.hf import (HF_FILES, config_from_hf, hf_architectures, hf_kind,
                                       load_hf_state_dict, read_hf_folder, write_hf_folder)
 from albert_tf.checkpoints.names import model_kind, model_weights
+from albert_tf.checkpoints.runs import (checkpoint_prefix, is_training_output_dir,
+                                       recorded_run_casing, run_model_kind,
+                                       split_run_checkpoint, training_run)
 from albert_tf.checkpoints.ours import (CONFIG_FILE, FORMAT_FILE, TF1_FILES, find_sentencepiece,
                                         keras_file_config, load_pretrained, save_albert_tf,
                                         write_replacing)
@@ -78,62 +80,14 @@ def _arrays_by_official_name(model) -> dict:
     return {w.official_name: w.to_official(w.variable.numpy()) for w in model_weights(model)}
 
 
-# A training run's settings beyond its input and model config (`TrainingRun.settings`): the
-# loop writes it; readers of a run directory learn the model kind from it.
-SETTINGS_FILE = "train_settings.json"
-
-
-def run_model_kind(output_dir: str) -> tuple[str, int | None]:
-    """(model kind, num_labels) of the model a training `--output_dir` trains, from the
-    settings the run recorded; a run of an earlier version (none recorded) is pretraining's."""
-    path = os.path.join(output_dir, SETTINGS_FILE)
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            settings = json.load(f)
-        if isinstance(settings, dict) and settings.get("kind") in MODEL_KINDS:
-            return settings["kind"], settings.get("num_labels")
-    return "pretrainer", None
-
-
-def split_run_checkpoint(path: str) -> tuple[str, str] | None:
-    """(run directory, checkpoint) for a path naming one checkpoint of a training run
-    (`RUN/ckpt-N`, `RUN/best/ckpt-best`), so it is read as the run's model, not as an official
-    TF1 checkpoint; None otherwise."""
-    import tensorflow as tf
-
-    path = path.removesuffix(".index")
-    directory, name = os.path.split(path.rstrip("/"))
-    if name == "ckpt-best" and os.path.basename(directory) == "best":
-        directory = os.path.dirname(directory)
-    elif not re.fullmatch(r"ckpt-\d+", name):
-        return None
-    if is_training_output_dir(directory) and tf.io.gfile.exists(path + ".index"):
-        return directory, path
-    return None
-
-
 def read_training_checkpoint(output_dir: str, checkpoint: str = "latest"):
     """The model of a training `--output_dir` (its `albert_config.json`, the model kind its
     `train_settings.json` records, a pretrainer for runs that record none, and a checkpoint:
     "latest", "best" or a prefix), and the checkpoint prefix read. Only the model is read (not
     the optimizer); a checkpoint without one of its weights is an error naming them."""
-    import tensorflow as tf
-
     config_path = os.path.join(output_dir, CONFIG_FILE)
     config = AlbertConfig.from_json_file(config_path)
-    if checkpoint == "best":
-        prefix = os.path.join(output_dir, "best", "ckpt-best")
-        if not tf.io.gfile.exists(prefix + ".index"):
-            raise CheckpointError(f"{output_dir} has no best checkpoint ({prefix}); it is "
-                                  "written when pretraining runs with --do_eval.")
-    elif checkpoint == "latest":
-        prefix = tf.train.latest_checkpoint(output_dir)
-        if not prefix:
-            raise CheckpointError(f"{output_dir} has {CONFIG_FILE} but no checkpoint yet.")
-    else:
-        prefix = checkpoint
-        if not tf.io.gfile.exists(prefix + ".index"):
-            raise CheckpointError(f"No checkpoint {prefix} (expected {prefix}.index).")
+    prefix = checkpoint_prefix(output_dir, checkpoint)
     kind, num_labels = run_model_kind(output_dir)
     model = build_model(kind, config, num_labels)
     with reading_checkpoint(prefix):  # a damaged file is named
@@ -293,28 +247,6 @@ def checkpoint_config(path: str, albert_config_file: str | None = None) -> Alber
     return carried[0]
 
 
-def is_training_output_dir(path: str) -> bool:
-    """A training loop's `--output_dir`: `albert_config.json` and `ckpt-N` (or `best/ckpt-best`)
-    checkpoints (an official release directory has `model.ckpt-*` instead)."""
-    import glob
-
-    return os.path.exists(os.path.join(path, CONFIG_FILE)) and bool(
-        glob.glob(os.path.join(path, "ckpt-*.index"))
-        or os.path.exists(os.path.join(path, "best", "ckpt-best.index")))
-
-
-def _training_run(path: str) -> tuple[str, str] | None:
-    """(run directory, checkpoint) when `path` is a training loop's --output_dir (its best
-    evaluated checkpoint, else its latest: the one its runners export; `DIR:best` its best)
-    or one checkpoint of one (`RUN/ckpt-N`, `RUN/best/ckpt-best`); else None."""
-    if path.endswith(":best") and is_training_output_dir(path[: -len(":best")]):
-        return path[: -len(":best")], "best"
-    if os.path.isdir(path) and is_training_output_dir(path):
-        best = os.path.exists(os.path.join(path, "best", "ckpt-best.index"))
-        return path, "best" if best else "latest"
-    return split_run_checkpoint(path)
-
-
 def check_path(path: str) -> str:
     """`path` (a `DIR:best` suffix aside) as given, or CheckpointError "no such path: PATH"
     where nothing is there (a TF1 prefix is there when its `.index` is), or where it is an
@@ -375,7 +307,7 @@ def source_format(path: str) -> str:
     folder with config.json) or "tf1" (an official checkpoint or TF-Hub module)."""
     path = check_path(path)
     if path.endswith(".keras") or os.path.exists(os.path.join(path, FORMAT_FILE)) \
-            or _training_run(path):
+            or training_run(path):
         return "albert_tf"
     if os.path.exists(os.path.join(path, "config.json")):
         return "hf"
@@ -465,7 +397,7 @@ def carried_tokenizer(path: str, check: bool = True) -> dict:
         except ValueError as e:
             raise CheckpointError(str(e)) from None
         return {k: settings[k] for k in ("spm_model_file", "vocab_file", "do_lower_case")}
-    run = _training_run(path)
+    run = training_run(path)
     directory = run[0] if run else path if os.path.isdir(path) else os.path.dirname(path)
     if os.path.basename(directory) == "variables":  # a TF-Hub module's variables/variables
         directory = os.path.dirname(directory)
@@ -486,14 +418,7 @@ def recorded_casing(directory: str) -> bool | None:
                 value = json.load(f)
             if isinstance(value, dict) and isinstance(value.get("do_lower_case"), bool):
                 return value["do_lower_case"]
-    file = os.path.join(directory, experiment.CONFIG_NAME)
-    if os.path.isfile(file):
-        recorded = experiment.read_config_file(file)  # YAML 1.2, bounded, as --config_file
-        for section in experiment.SECTIONS:
-            values = recorded.get(section) if isinstance(recorded, dict) else None
-            if isinstance(values, dict) and isinstance(values.get("do_lower_case"), bool):
-                return values["do_lower_case"]
-    return None
+    return recorded_run_casing(directory)
 
 
 def read_source(path: str, source: str = "auto", albert_config_file: str | None = None,
@@ -509,7 +434,7 @@ def read_source(path: str, source: str = "auto", albert_config_file: str | None 
     path = check_path(path)
     found = source_format(path)
     source = found if source == "auto" else source
-    if found == "albert_tf" and _training_run(path) and source != "albert_tf":
+    if found == "albert_tf" and training_run(path) and source != "albert_tf":
         raise CheckpointError(f"{path} is a training run's --output_dir (or one of its "
                               f"checkpoints), not a {source} checkpoint: convert it with "
                               "--source albert_tf.")
@@ -520,7 +445,7 @@ def read_source(path: str, source: str = "auto", albert_config_file: str | None 
     model, record, report = _read_model(source, path, albert_config_file, kind, checkpoint)
     tokenizer = carried_tokenizer(path)
     settings = keras_settings(path) if path.endswith(".keras") else {}
-    run = _training_run(path)
+    run = training_run(path)
     directory = run[0] if run else path if os.path.isdir(path) else None
     labels = settings.get("labels") or (recorded_labels(directory)[0] if directory else None)
     if labels is None and isinstance(getattr(model, "labels", None), list):
@@ -534,7 +459,7 @@ def read_source(path: str, source: str = "auto", albert_config_file: str | None 
 def _read_model(source: str, input_path: str, albert_config_file: str | None, kind: str,
                 checkpoint: str | None):
     """(model with weights, source record, report) of `read_source`."""
-    run = _training_run(input_path)
+    run = training_run(input_path)
     if source == "tf1":
         tf1 = TF1Checkpoint(input_path)
         directory = os.path.dirname(tf1.prefix)

@@ -16,8 +16,8 @@ FLAGS. Aliases are resolved here (`--use_tpu --tpu_name=NAME` is `distribution_s
 
 `--config_file FILE` (YAML or JSON, the sections above; every command takes it) gives the flags'
 values, read with the YAML 1.2 core schema so that a value means what the same text means on the
-command line (`_StrictLoader`), within stated limits of size and alias expansion
-(`MAX_CONFIG_BYTES`, `MAX_CONFIG_NODES`, `MAX_CONFIG_CHARS`); a flag given on the command line
+command line (`albert_tf.configs.yaml_file`), within stated limits of size and alias
+expansion; a flag given on the command line
 beside it wins. A training run writes its effective config to OUTPUT_DIR/config.yaml, and
 `--config_file OUTPUT_DIR/config.yaml` (with another --output_dir) repeats the run: the same
 weights (tests/test_experiment.py).
@@ -28,21 +28,19 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-import json
 import os
 import random
-import re
 import sys
 
 import yaml
 from absl import flags
 
 from albert_tf.commands.flags import CLUSTER, EVAL, FINETUNING, MODEL, PERFORMANCE, RUN, VOCAB
+from albert_tf.configs.yaml_file import (CONFIG_NAME, SECTIONS, ConfigFileError, Plain,
+                                         read_config_file, read_config_texts)
 from albert_tf.paths import atomic_write
 
 FLAGS = flags.FLAGS
-SECTIONS = ("task", "model", "trainer", "runtime")
-CONFIG_NAME = "config.yaml"
 
 # The section of every flag that is not the task's. Names from `albert_tf.commands.flags` groups,
 # and the flags one command defines.
@@ -63,11 +61,6 @@ _NOT_SETTINGS = frozenset({"config_file", "flagfile", "undefok", "help", "helpfu
                            "helpshort", "helpxml", "only_check_args", "op_conversion_fallback_to_"
                            "while_loop", "pdb", "pdb_post_mortem", "run_with_pdb",
                            "run_with_profiling", "profile_file", "use_cprofile_for_profiling"})
-
-
-class ConfigFileError(ValueError):
-    """A --config_file that cannot be used (unreadable, not YAML/JSON, an unknown key, a value
-    of the wrong type); the message names the file and the key."""
 
 
 def command_name(function) -> str:
@@ -107,35 +100,6 @@ def settings_of(flag_values=FLAGS) -> list[str]:
     return sorted(set(names))
 
 
-# What a --config_file may be: its size, and its size once YAML's aliases are expanded (every
-# node an alias repeats counted again: ten anchors of ten aliases each are ten billion nodes
-# from a few hundred bytes). A run's config.yaml is about 2 KB and 150 nodes.
-MAX_CONFIG_BYTES = 1 << 20
-MAX_CONFIG_NODES = 100_000
-MAX_CONFIG_CHARS = 10_000_000
-
-
-class _Plain(str):
-    """A plain (unquoted) YAML number or boolean: its text, as typed, which is what the flag
-    parses (the command line's meaning), and `value`, what YAML 1.2 reads it as."""
-
-    def __new__(cls, text, value):
-        plain = super().__new__(cls, text)
-        plain.value = value
-        return plain
-
-
-def _yaml12_values(value):
-    """The YAML 1.2 value of a config file's data (`_Plain` texts replaced by their values)."""
-    if isinstance(value, _Plain):
-        return value.value
-    if isinstance(value, dict):
-        return {_yaml12_values(k): _yaml12_values(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_yaml12_values(v) for v in value]
-    return value
-
-
 _YAML_FLOAT_WORDS = {".inf": "inf", "+.inf": "inf", "-.inf": "-inf", ".nan": "nan"}
 
 
@@ -151,7 +115,7 @@ def _file_value(flag, value):
     typed (`010` is what `--flag 010` is; `yes` is the text yes); YAML's own `.inf` and `.nan`
     are inf and nan for a float flag; a list is its items joined by commas. JSON's numbers and
     booleans are written as Python writes them."""
-    if isinstance(value, _Plain):
+    if isinstance(value, Plain):
         if isinstance(value.value, float) and isinstance(flag.parser, flags.FloatParser):
             return _YAML_FLOAT_WORDS.get(value.lower(), str(value))
         return str(value)
@@ -173,243 +137,6 @@ def _file_value(flag, value):
     return str(value)
 
 
-class _DuplicateKeyError(ValueError):
-    pass
-
-
-class _LimitError(ValueError):
-    pass
-
-
-def _yaml12_int(text: str) -> int:
-    if text.startswith("0o"):
-        return int(text[2:], 8)
-    if text.startswith("0x"):
-        return int(text[2:], 16)
-    return int(text, 10)
-
-
-def _yaml12_float(text: str) -> float:
-    word = text.lower()
-    if word.endswith(".inf"):
-        return float("-inf") if word.startswith("-") else float("inf")
-    if word == ".nan":
-        return float("nan")
-    return float(text)
-
-
-class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
-    """PyYAML's safe loader (on libyaml where PyYAML has it: ten times faster, and it refuses
-    nesting deeper than 1000) with the YAML 1.2 core schema (PyYAML reads YAML 1.1, where yes, no,
-    on and off are booleans, 010 is octal 8 and 1_000 a number): null is ~, null or nothing;
-    booleans are true and false (any case of the first letter, or all capitals); numbers are
-    decimal (010 is ten), 0o octal and 0x hexadecimal integers, decimal floats, .inf and .nan;
-    everything else is a string. No merge keys (<<), timestamps, sets or binary (YAML 1.1
-    types). Numbers and booleans keep their text (`_Plain`), which is what the flags parse. A
-    key given twice in one mapping is refused (PyYAML keeps the last silently). Composing stops
-    at `MAX_CONFIG_NODES` nodes (before aliases, which `_check_expansion` counts)."""
-
-    yaml_implicit_resolvers = {}
-    yaml_constructors = {}
-    _composed = 0
-
-    def resolve(self, kind, value, implicit):
-        self._composed += 1
-        if self._composed > MAX_CONFIG_NODES:
-            raise _LimitError(f"holds more than {MAX_CONFIG_NODES} nodes, the limit")
-        return super().resolve(kind, value, implicit)
-
-    def construct_mapping(self, node, deep=False):
-        if not isinstance(node, yaml.MappingNode):
-            raise yaml.constructor.ConstructorError(
-                None, None, f"expected a mapping node, but found {node.id}", node.start_mark)
-        mapping = {}
-        for key_node, value_node in node.value:
-            line = key_node.start_mark.line + 1
-            if isinstance(key_node, yaml.ScalarNode) and key_node.value == "<<" \
-                    and not key_node.style:  # plain: None (Python parser) or "" (libyaml)
-                raise _DuplicateKeyError(f"the merge key << (line {line}) is YAML 1.1, not "
-                                         "read here; write the keys out")
-            key = _yaml12_values(self.construct_object(key_node, deep=deep))
-            if not isinstance(key, (str, int, float, bool, type(None))):
-                raise _DuplicateKeyError(f"the key at line {line} is not a name")
-            if key in mapping:
-                raise _DuplicateKeyError(f"{key} is given twice (line {line})")
-            mapping[key] = self.construct_object(value_node, deep=deep)
-        return mapping
-
-    def construct_yaml_map(self, node):
-        data = {}
-        yield data
-        data.update(self.construct_mapping(node))
-
-    def _plain(self, node, value):
-        return _Plain(self.construct_scalar(node), value)
-
-    def construct_yaml12_null(self, node):
-        self.construct_scalar(node)
-        return None
-
-    def construct_yaml12_bool(self, node):
-        return self._plain(node, self.construct_scalar(node).lower() == "true")
-
-    def construct_yaml12_int(self, node):
-        return self._plain(node, _yaml12_int(self.construct_scalar(node)))
-
-    def construct_yaml12_float(self, node):
-        return self._plain(node, _yaml12_float(self.construct_scalar(node)))
-
-
-for _tag, _pattern, _first in (
-        ("null", r"~|null|Null|NULL|", ["~", "n", "N", ""]),
-        ("bool", r"true|True|TRUE|false|False|FALSE", list("tTfF")),
-        ("int", r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+", list("-+0123456789")),
-        ("float", r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-                  r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)", list("-+0123456789."))):
-    _StrictLoader.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}",
-                                        re.compile(f"^(?:{_pattern})$"), _first)
-for _tag, _constructor in (
-        ("null", _StrictLoader.construct_yaml12_null),
-        ("bool", _StrictLoader.construct_yaml12_bool),
-        ("int", _StrictLoader.construct_yaml12_int),
-        ("float", _StrictLoader.construct_yaml12_float),
-        ("str", yaml.SafeLoader.construct_yaml_str),
-        ("seq", yaml.SafeLoader.construct_yaml_seq),
-        ("map", _StrictLoader.construct_yaml_map)):
-    _StrictLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _constructor)
-_StrictLoader.add_constructor(None, yaml.SafeLoader.construct_undefined)
-
-
-def _check_expansion(root) -> None:
-    """Refuses a composed YAML document that is larger than the limits once its aliases are
-    expanded (or that holds itself): counted over the graph of nodes, each node once, so the
-    count costs the size of the file, not of the expansion."""
-    if isinstance(root, yaml.ScalarNode):
-        return
-    nodes, chars = {}, {}
-    stack, open_ = [(root, False)], set()
-    while stack:
-        node, children_done = stack.pop()
-        key = id(node)
-        if key in nodes:
-            continue
-        children = ([n for pair in node.value for n in pair]
-                    if isinstance(node, yaml.MappingNode) else node.value)
-        if children_done:
-            open_.discard(key)
-            count, length = 1, 0
-            for child in children:
-                if isinstance(child, yaml.ScalarNode):
-                    count, length = count + 1, length + len(child.value)
-                else:
-                    count, length = count + nodes[id(child)], length + chars[id(child)]
-            nodes[key], chars[key] = count, length
-            if nodes[key] > MAX_CONFIG_NODES:
-                raise _LimitError(f"expands (its aliases repeated) to more than "
-                                  f"{MAX_CONFIG_NODES} nodes, the limit")
-            if chars[key] > MAX_CONFIG_CHARS:
-                raise _LimitError(f"expands (its aliases repeated) to more than "
-                                  f"{MAX_CONFIG_CHARS} characters, the limit")
-            continue
-        if key in open_:
-            raise _LimitError(f"holds an alias inside its own anchor (line "
-                              f"{node.start_mark.line + 1}), a value without end")
-        open_.add(key)
-        stack.append((node, True))
-        stack.extend((c, False) for c in children
-                     if not isinstance(c, yaml.ScalarNode) and id(c) not in nodes)
-
-
-def _load_yaml(text: str):
-    """The data of a YAML config file's text (`_StrictLoader`), its expansion checked
-    (`_check_expansion`) before anything is built from it."""
-    loader = _StrictLoader(text)
-    try:
-        root = loader.get_single_node()
-        if root is None:
-            return None
-        _check_expansion(root)
-        return loader.construct_document(root)
-    finally:
-        loader.dispose()
-
-
-def _yaml_problem(error: yaml.YAMLError) -> str:
-    """A YAML error in one line: the problem and where."""
-    mark = getattr(error, "problem_mark", None)
-    problem = getattr(error, "problem", None)
-    if not problem:
-        return str(error).splitlines()[0]
-    return problem + (f" (line {mark.line + 1}, column {mark.column + 1})" if mark else "")
-
-
-def _read_config_file(path: str, texts: bool) -> dict:
-    """The sections of the YAML or JSON file at `path`; YAML numbers and booleans as their
-    text (`_Plain`) if `texts`, else as their values."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as e:
-        raise ConfigFileError(f"--config_file {path}: cannot read it ({e.strerror or e}).") \
-            from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ConfigFileError(f"--config_file {path} is larger than {MAX_CONFIG_BYTES} bytes, "
-                              "the limit for a config file; give the flags' values, not data.")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigFileError(f"--config_file {path} is not UTF-8 text (byte {e.start}).") \
-            from None
-    kind = "JSON" if path.endswith(".json") else "YAML"
-    try:
-        data = (json.loads(text, object_pairs_hook=_json_pairs) if kind == "JSON"
-                else _load_yaml(text))
-        if not texts:
-            data = _yaml12_values(data)
-    except _DuplicateKeyError as e:
-        raise ConfigFileError(f"--config_file {path}: {e}; give each key once."
-                              if "given twice" in str(e) else f"--config_file {path}: {e}.") \
-            from None
-    except _LimitError as e:
-        raise ConfigFileError(f"--config_file {path} {e}; write the values out.") from None
-    except (RecursionError, yaml.YAMLError) as e:
-        if not isinstance(e, RecursionError) and "nesting depth" not in str(e):
-            raise ConfigFileError(f"--config_file {path} is not valid {kind}: "
-                                  f"{_yaml_problem(e)}") from None
-        raise ConfigFileError(f"--config_file {path} is not a config: its {kind} is nested "
-                              "too deeply.") from None
-    except ValueError as e:
-        raise ConfigFileError(f"--config_file {path} is not valid {kind}: "
-                              f"{str(e).splitlines()[0]}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigFileError(f"--config_file {path} must hold a mapping of the sections "
-                              f"{', '.join(SECTIONS)}; it holds a {type(data).__name__}.")
-    odd = [k for k in data if not isinstance(k, str)]
-    odd += [f"{s}.{k}" for s, v in data.items() if isinstance(v, dict)
-            for k in v if not isinstance(k, str)]
-    if odd:
-        raise ConfigFileError(f"--config_file {path}: {odd[0]!r} is not a name; keys are "
-                              "section and flag names.")
-    return data
-
-
-def _json_pairs(pairs):
-    keys = [k for k, _ in pairs]
-    for key in keys:
-        if keys.count(key) > 1:
-            raise _DuplicateKeyError(f"{key} is given twice")
-    return dict(pairs)
-
-
-def read_config_file(path: str) -> dict:
-    """The sections of the YAML or JSON file at `path` as {section: {flag: value}}, read with
-    the YAML 1.2 core schema (`_StrictLoader`) and within `MAX_CONFIG_BYTES` and
-    `MAX_CONFIG_NODES`/`MAX_CONFIG_CHARS` once expanded."""
-    return _read_config_file(path, texts=False)
-
-
 def apply_config_file(path: str, command: str | None = None, flag_values=FLAGS) -> list[str]:
     """Sets the flags named in the config file at `path` (`read_config_file`), except those
     given on the command line (they win); returns the names it set. Every key must be a flag of
@@ -418,7 +145,7 @@ def apply_config_file(path: str, command: str | None = None, flag_values=FLAGS) 
     says which of its values were given explicitly (as on the command line: some commands
     treat a value given differently from the default); in a file without one every value
     counts as given. A file written by another command (`command:` key) is refused."""
-    data = _read_config_file(path, texts=True)
+    data = read_config_texts(path)
     written_by = data.pop("command", None)
     given = data.pop("given", None)
     if given is not None and not (isinstance(given, list)

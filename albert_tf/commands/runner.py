@@ -29,6 +29,7 @@ from albert_tf.models.backbone import Performance
 from albert_tf.checkpoints import CheckpointError, CheckpointMismatchError
 from albert_tf.checkpoints.common import reading_checkpoint
 from albert_tf.checkpoints.conversion import (carried_tokenizer, checkpoint_config, recorded_casing)
+from albert_tf.checkpoints import runs
 from albert_tf.config import AlbertConfig
 from albert_tf.training.distribute import StrategyError, get_strategy, tf_config_worker
 from albert_tf.commands import experiment
@@ -528,10 +529,9 @@ def model_for_prediction(exp: ExperimentConfig, task,
     --output_dir ("latest"); checkpoints are read strictly (`read_task_checkpoint`). Prints
     which model and step."""
     out = exp.output_dir
-    best = os.path.join(out, "best", "ckpt-best")
-    if tf.io.gfile.exists(best + ".index"):
-        with tf.io.gfile.GFile(os.path.join(out, "best", "best_eval.json")) as f:
-            info = json.load(f)
+    best = runs.best_prefix(out)
+    if runs.has_best(out):
+        info = runs.best_eval(out)
         model, which, step = read_task_checkpoint(exp, task, best), "best", int(info["global_step"])
         what = f"the best evaluated checkpoint ({task.best_metric} " \
                f"{info[task.best_metric]:.4f} at step {step}, {best})"

@@ -21,7 +21,8 @@ import re
 import tensorflow as tf
 
 from albert_tf.checkpoints.common import CheckpointError, check_intact
-from albert_tf.checkpoints.conversion import SETTINGS_FILE  # what else a result depends on
+from albert_tf.checkpoints.runs import (BEST_DIR, BEST_EVAL_FILE, SETTINGS_FILE, best_eval,
+                                       best_prefix, run_model_kind)
 from albert_tf.config import AlbertConfig
 from albert_tf.input_pipeline import DataMismatchError, InputPlan, list_files
 from albert_tf.ownership import OutputLock
@@ -30,7 +31,6 @@ from albert_tf.records import read_sidecar
 from albert_tf.tokenization import Tokenizer
 
 INPUT_PLAN_FILE = "train_input.json"  # the run's InputPlan, written when it starts
-BEST_DIR = "best"
 
 
 class OutputDirMismatchError(ValueError):
@@ -316,17 +316,21 @@ class RunDirectory:
         complete can trust it."""
         write_text_atomically(self.eval_file(step), json.dumps(metrics, indent=2))
 
+    def model_kind(self) -> tuple[str, int | None]:
+        """(model kind, num_labels) the run recorded (`SETTINGS_FILE`; a run of an earlier
+        version, none recorded, is pretraining's)."""
+        return run_model_kind(self.output_dir)
+
     def best_prefix(self) -> str:
-        return self.path(BEST_DIR, "ckpt-best")
+        return best_prefix(self.output_dir)
 
     def best_metrics(self) -> dict | None:
-        path = self.path(BEST_DIR, "best_eval.json")
-        return _read_json(path) if tf.io.gfile.exists(path) else None
+        return best_eval(self.output_dir)
 
     def write_best(self, model, metrics: dict) -> None:
         tf.io.gfile.makedirs(self.path(BEST_DIR))
         tf.train.Checkpoint(model=model).write(self.best_prefix())
-        with atomic_write(self.path(BEST_DIR, "best_eval.json")) as f:  # after the checkpoint
+        with atomic_write(self.path(BEST_DIR, BEST_EVAL_FILE)) as f:  # after the checkpoint
             json.dump(metrics, f, indent=2)
 
     def writer(self, kind: str):

@@ -1,0 +1,132 @@
+"""A training run's `--output_dir` as its readers see it: what makes a directory a run, which
+checkpoint a path names, the model kind the run recorded, its best checkpoint and its
+evaluation, the casing its config.yaml records.
+
+The writer of these files is `albert_tf.training.run_directory.RunDirectory` (it takes the
+names from here); the readers are conversion (`--init_checkpoint`, `convert`), export, the
+Python API and the commands' prediction. One place names the layout:
+
+    OUTPUT_DIR/albert_config.json      the model's configuration
+    OUTPUT_DIR/train_settings.json     what else the result depends on, with the model kind
+    OUTPUT_DIR/config.yaml             the command's effective config
+    OUTPUT_DIR/ckpt-N.*                the checkpoints
+    OUTPUT_DIR/best/ckpt-best.*        the best evaluated checkpoint (official model.ckpt-best)
+    OUTPUT_DIR/best/best_eval.json     its evaluation, written after it
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+
+import tensorflow as tf
+
+from albert_tf.checkpoints.common import MODEL_KINDS, CheckpointError
+from albert_tf.checkpoints.ours import CONFIG_FILE
+from albert_tf.configs.yaml_file import CONFIG_NAME, SECTIONS, read_config_file
+
+# A training run's settings beyond its input and model config (`TrainingRun.settings`): the
+# loop writes it; readers of a run directory learn the model kind from it.
+SETTINGS_FILE = "train_settings.json"
+BEST_DIR = "best"
+BEST_CHECKPOINT = "ckpt-best"
+BEST_EVAL_FILE = "best_eval.json"
+
+
+def best_prefix(output_dir: str) -> str:
+    """The prefix of a run's best evaluated checkpoint (there or not)."""
+    return os.path.join(output_dir, BEST_DIR, BEST_CHECKPOINT)
+
+
+def has_best(output_dir: str) -> bool:
+    return tf.io.gfile.exists(best_prefix(output_dir) + ".index")
+
+
+def best_eval(output_dir: str) -> dict | None:
+    """The evaluation of the run's best checkpoint (with its `global_step`), or None."""
+    path = os.path.join(output_dir, BEST_DIR, BEST_EVAL_FILE)
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as f:
+        return json.load(f)
+
+
+def is_training_output_dir(path: str) -> bool:
+    """A training loop's `--output_dir`: `albert_config.json` and `ckpt-N` (or `best/ckpt-best`)
+    checkpoints (an official release directory has `model.ckpt-*` instead)."""
+    return os.path.exists(os.path.join(path, CONFIG_FILE)) and bool(
+        glob.glob(os.path.join(path, "ckpt-*.index"))
+        or os.path.exists(best_prefix(path) + ".index"))
+
+
+def split_run_checkpoint(path: str) -> tuple[str, str] | None:
+    """(run directory, checkpoint) for a path naming one checkpoint of a training run
+    (`RUN/ckpt-N`, `RUN/best/ckpt-best`), so it is read as the run's model, not as an official
+    TF1 checkpoint; None otherwise."""
+    path = path.removesuffix(".index")
+    directory, name = os.path.split(path.rstrip("/"))
+    if name == BEST_CHECKPOINT and os.path.basename(directory) == BEST_DIR:
+        directory = os.path.dirname(directory)
+    elif not re.fullmatch(r"ckpt-\d+", name):
+        return None
+    if is_training_output_dir(directory) and tf.io.gfile.exists(path + ".index"):
+        return directory, path
+    return None
+
+
+def training_run(path: str) -> tuple[str, str] | None:
+    """(run directory, checkpoint) when `path` is a training loop's --output_dir (its best
+    evaluated checkpoint, else its latest: the one its runners export; `DIR:best` its best)
+    or one checkpoint of one (`RUN/ckpt-N`, `RUN/best/ckpt-best`); else None."""
+    if path.endswith(":best") and is_training_output_dir(path[: -len(":best")]):
+        return path[: -len(":best")], "best"
+    if os.path.isdir(path) and is_training_output_dir(path):
+        return path, "best" if os.path.exists(best_prefix(path) + ".index") else "latest"
+    return split_run_checkpoint(path)
+
+
+def checkpoint_prefix(output_dir: str, checkpoint: str = "latest") -> str:
+    """The checkpoint prefix of a run that `checkpoint` names: "latest", "best" or a prefix;
+    CheckpointError where there is none."""
+    if checkpoint == "best":
+        prefix = best_prefix(output_dir)
+        if not tf.io.gfile.exists(prefix + ".index"):
+            raise CheckpointError(f"{output_dir} has no best checkpoint ({prefix}); it is "
+                                  "written when pretraining runs with --do_eval.")
+    elif checkpoint == "latest":
+        prefix = tf.train.latest_checkpoint(output_dir)
+        if not prefix:
+            raise CheckpointError(f"{output_dir} has {CONFIG_FILE} but no checkpoint yet.")
+    else:
+        prefix = checkpoint
+        if not tf.io.gfile.exists(prefix + ".index"):
+            raise CheckpointError(f"No checkpoint {prefix} (expected {prefix}.index).")
+    return prefix
+
+
+def run_model_kind(output_dir: str) -> tuple[str, int | None]:
+    """(model kind, num_labels) of the model a training `--output_dir` trains, from the
+    settings the run recorded; a run of an earlier version (none recorded) is pretraining's."""
+    path = os.path.join(output_dir, SETTINGS_FILE)
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            settings = json.load(f)
+        if isinstance(settings, dict) and settings.get("kind") in MODEL_KINDS:
+            return settings["kind"], settings.get("num_labels")
+    return "pretrainer", None
+
+
+def recorded_run_casing(directory: str) -> bool | None:
+    """The `--do_lower_case` a run's config.yaml records (read as `--config_file` reads it:
+    YAML 1.2, bounded), else None."""
+    file = os.path.join(directory, CONFIG_NAME)
+    if not os.path.isfile(file):
+        return None
+    recorded = read_config_file(file)
+    for section in SECTIONS:
+        values = recorded.get(section) if isinstance(recorded, dict) else None
+        if isinstance(values, dict) and isinstance(values.get("do_lower_case"), bool):
+            return values["do_lower_case"]
+    return None

@@ -1,0 +1,1 @@
+"""Config files and the typed settings they hold."""
