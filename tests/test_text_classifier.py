@@ -421,3 +421,36 @@ def test_a_pretrained_model_starts_a_classifier_quietly(pretraining_run, tmp_pat
     with pytest.warns(UserWarning, match=r"a new head of 3 classes.*Cannot load"):
         AlbertTextClassifier.from_checkpoint(prefix, sample_vocab, num_classes=3,
                                              sequence_length=16)
+
+
+def test_a_fine_tuning_run_gives_the_model_its_runner_delivers(tmp_path, sample_vocab):
+    """from_checkpoint(RUN) of a fine-tuning run reads the model its runner predicts with and
+    exports (best/ckpt-best, where its evaluation kept one), not its latest checkpoint, and
+    adopts the class names the run records; RUN/ckpt-N reads that checkpoint."""
+    from albert_tf.models.classifier import AlbertClassifier
+
+    config = AlbertConfig(**dict(TINY, initializer_range=0.2))
+    run = tmp_path / "run"
+    (run / "best").mkdir(parents=True)
+    config.to_json_file(str(run / "albert_config.json"))
+    shutil.copy(sample_vocab, run / "spm.model")
+    (run / "train_settings.json").write_text(json.dumps({"kind": "classifier",
+                                                         "num_labels": 3}))
+    (run / "labels.json").write_text(json.dumps(["neg", "mid", "pos"]))
+    latest, best = AlbertClassifier(config, 3), AlbertClassifier(config, 3)
+    randomize(latest, seed=1)
+    randomize(best, seed=2)
+    tf.train.CheckpointManager(tf.train.Checkpoint(model=latest), str(run), 1,
+                               checkpoint_name="ckpt").save(checkpoint_number=8)
+    tf.train.Checkpoint(model=best).write(str(run / "best" / "ckpt-best"))
+    clf = AlbertTextClassifier.from_checkpoint(str(run), num_classes=3, sequence_length=16)
+    assert clf.labels == ["neg", "mid", "pos"] and clf.init_report["head"] == "checkpoint"
+    assert clf.init_report["read"] == f"{run}:best"
+    for got, want, other in zip(clf.classifier.weights, best.weights, latest.weights):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+        assert not np.array_equal(got.numpy(), other.numpy())
+    one = AlbertTextClassifier.from_checkpoint(str(run / "ckpt-8"), num_classes=3,
+                                               sequence_length=16)
+    for got, want in zip(one.classifier.weights, latest.weights):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert one.labels == ["neg", "mid", "pos"]

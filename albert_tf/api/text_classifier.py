@@ -56,7 +56,7 @@ from albert_tf.checkpoints import (CheckpointError, CheckpointMismatchError, ini
                                    initialize_from_checkpoint)
 from albert_tf.checkpoints.conversion import (carried_tokenizer, checkpoint_config, keras_settings,
                                               recorded_labels)
-from albert_tf.checkpoints.runs import split_run_checkpoint
+from albert_tf.checkpoints.runs import split_run_checkpoint, training_run
 from albert_tf.models.classifier import AlbertClassifier
 from albert_tf.training.controller import NonFiniteLossError
 from albert_tf.commands.flags import NUMBER_RULES, RULES, SPECS
@@ -158,6 +158,15 @@ def fine_tuned_heads(report: dict) -> list:
                       pretraining))
 
 
+def _delivered_model(checkpoint) -> str | None:
+    """`RUN:best` for a training run's directory given bare whose evaluation kept a best
+    checkpoint, else None: a fine-tuning run's model is the one its runner predicts with and
+    exports (`--do_predict`, `--export_dir`, `convert`), not its latest checkpoint."""
+    path = os.fspath(checkpoint)
+    run = training_run(path) if os.path.isdir(path) else None
+    return f"{run[0]}:best" if run and run[1] == "best" else None
+
+
 def initialize_classifier(classifier: AlbertClassifier, checkpoint: str,
                           init_from_group0: bool = False, new_head: str | None = None) -> dict:
     """Fills `classifier` from `checkpoint` with the commands' readers: the whole model where
@@ -169,6 +178,14 @@ def initialize_classifier(classifier: AlbertClassifier, checkpoint: str,
     try:
         if new_head:
             raise CheckpointError(new_head)
+        delivered = _delivered_model(checkpoint)
+        if delivered:
+            try:  # a fine-tuning run's own model: the one its runner predicts with, exports
+                report = initialize_from_checkpoint(classifier, delivered,
+                                                    init_from_group0=init_from_group0)
+                return dict(report, head="checkpoint", read=delivered)
+            except (CheckpointError, CheckpointMismatchError, KeyError):
+                pass  # not a model of this head (a pretraining run): as --init_checkpoint
         report = initialize_from_checkpoint(classifier, checkpoint,
                                             init_from_group0=init_from_group0)
         return dict(report, head="checkpoint")
@@ -284,6 +301,10 @@ def build_from_checkpoint(cls, head_class, num_labels, checkpoint, spm_model_fil
     head = head_class(config, num_labels, dropout_rate=dropout_rate,
                       performance=Performance(remove_padding=True))
     report = initialize_classifier(head, checkpoint, init_from_group0, new_head)
+    if kwargs.get("labels") is None and report["head"] == "checkpoint":
+        stored = stored_labels(checkpoint)[0]  # the names the kept head was trained on
+        if stored is not None and len(stored) == num_labels:
+            kwargs["labels"] = stored
     model = cls(head, preprocessor, **kwargs)
     model.init_report = report
     return model
@@ -591,7 +612,12 @@ class AlbertTextClassifier(RawTextModel):
         pretraining or fine-tuning run's output directory (`DIR:best`, `DIR/ckpt-N`), an
         official TF1 checkpoint or TF-Hub module directory, a Hugging Face folder, our model
         directory or `.keras` file (`initialize_classifier`: a fine-tuned classifier of
-        `num_classes` keeps its head). The config comes from the checkpoint
+        `num_classes` keeps its head). A fine-tuning run's directory gives the model its
+        runner predicts with and exports: its best evaluated checkpoint where evaluation kept
+        one, else its latest (`init_report["read"]` names what was read); a pretraining run's
+        gives its latest encoder, as `--init_checkpoint`. `labels=None` with a kept head
+        adopts the class names the checkpoint records (a run's labels.json, a saved
+        classifier's). The config comes from the checkpoint
         (`checkpoint_config`) unless `albert_config_file` is given; `spm_model_file` defaults
         to the `.model` file in the checkpoint's directory (a run keeps its own there), and
         `do_lower_case` to the casing the checkpoint records (`carried_tokenizer`: a `.keras`
