@@ -364,7 +364,10 @@ def test_an_answer_starts_where_its_window_has_the_most_context():
 @pytest.mark.slow
 def test_a_tiny_model_learns_a_squad_slice(tmp_path, sample_vocab):
     """Heads, labels, windows and decoding connect: 22 questions of two dev articles, contexts
-    cut into windows (stride 24), learned to a near-perfect official F1 on the same questions."""
+    cut into windows (stride 24), learned to a high official F1 on the same questions. The
+    bound is the spread over seeds and CPUs, not one run's luck: seeds 1-6 on an Intel Xeon
+    gave F1 95.5, 86.4, 95.5, 81.8, 90.9, 95.5 (each question is 4.5 points of it); seed 2
+    gave 90 or more on an AMD EPYC. A wrong label, window or decoding join learns nothing."""
     from albert_tf import AlbertConfig
     from albert_tf.tasks.squad import SquadTask, question_features, write_features
     from albert_tf.training.train_lib import TrainingConfig, TrainingRun
@@ -399,7 +402,7 @@ def test_a_tiny_model_learns_a_squad_slice(tmp_path, sample_vocab):
     print(f"\nSQuAD slice (22 questions, {len(features)} windows) after 300 steps: "
           f"EM {metrics['exact_match']:.1f}, F1 {metrics['f1']:.1f}")
     assert metrics["examples"] == len(features)
-    assert metrics["f1"] >= 90.0
+    assert metrics["f1"] >= 75.0
 
 
 @pytest.mark.needs_shared("data/squad")
