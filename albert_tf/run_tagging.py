@@ -21,7 +21,7 @@ as seqeval's default mode computes them, micro average), `predictions.conll` for
 (the test file's lines with the predicted tag appended as the last column; and
 `test_results.json` when the test file has tags), and with --export_dir a SavedModel whose
 `serving_default` takes a sentence and returns one tag per whitespace-separated word
-(`export.serving_tagging`). Rerun the same command to resume.
+(`albert_tf.export.serving_tagging`). Rerun the same command to resume.
 """
 
 from albert_tf.quiet import entry_point  # noqa: E402

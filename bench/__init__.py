@@ -28,7 +28,7 @@ def sh(args, log) -> None:
 def novels_vocab(directory: str) -> str:
     """An 8,000-piece SentencePiece model trained on the bundled novels in `directory`; its
     path."""
-    from data.train_vocab import train_vocab
+    from albert_tf.data.train_vocab import train_vocab
 
     prefix = os.path.join(directory, "bench8k")
     train_vocab(sorted(glob.glob(os.path.join(ROOT, "albert_tf", "sample_data", "pretrain_text",

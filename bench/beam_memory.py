@@ -11,8 +11,8 @@ prepared as the main job prepares them) copied k times into k input files (disti
 the pipeline), an 8,000-piece vocabulary, sequence 128, `--dupe_factor` passes. FnApiRunner runs
 in multi-processing mode (the local runner: it keeps every shuffle in the runner process, as
 Dataflow's shuffle service keeps them off the workers; the workers run the bundles); dask starts
-a local cluster of `--workers` processes (`data.dask_runner.dask_cluster`) in the measured
-process; local is `data.generator.generate` with `--workers` processes. What scales with the
+a local cluster of `--workers` processes (`albert_tf.data.dask_runner.dask_cluster`) in the measured
+process; local is `albert_tf.data.generator.generate` with `--workers` processes. What scales with the
 corpus on a cluster is the workers' memory: a side input of all documents sits in each worker, a
 keyed join's documents pass through one at a time.
 """
@@ -41,25 +41,25 @@ flags.DEFINE_integer("dupe_factor", 2, "Passes over the corpus.")
 flags.DEFINE_integer("tokens_per_unit", 200_000, "Tokens per unit of work.")
 flags.DEFINE_integer("shards_per_copy", 4, "Output shards per copy of the corpus: shards grow with "
                      "the corpus, as a user sizes them, so one shard's writer holds the same.")
-flags.DEFINE_string("code_dir", ROOT, "Checkout whose data.beam_pipeline runs (compare versions).")
+flags.DEFINE_string("code_dir", ROOT, "Checkout whose albert_tf.data.beam_pipeline runs (compare versions).")
 flags.DEFINE_string("output_dir", os.path.join("bench_results", "beam_memory"), "Results.")
 FLAGS = flags.FLAGS
 
 _CHILD = """
 import json, sys
-from data.generator import generate, make_job
+from albert_tf.data.generator import generate, make_job
 runner, inputs, out, vocab, dupe, unit, workers, shards = sys.argv[1:]
 job = make_job(inputs, out, vocab, num_output_shards=int(shards), max_seq_length=128,
                max_predictions_per_seq=20, dupe_factor=int(dupe), tokens_per_unit=int(unit))
 if runner == "local":
     summary = generate(job, num_workers=int(workers), progress=False)
 elif runner == "dask":
-    from data.beam_pipeline import generate_with_beam
-    from data.dask_runner import dask_cluster
+    from albert_tf.data.beam_pipeline import generate_with_beam
+    from albert_tf.data.dask_runner import dask_cluster
     with dask_cluster(None, int(workers)) as address:
         summary = generate_with_beam(job, ["--runner=dask", f"--dask_client_address={address}"])
 else:
-    from data.beam_pipeline import generate_with_beam
+    from albert_tf.data.beam_pipeline import generate_with_beam
     summary = generate_with_beam(job, ["--runner=FnApiRunner",
                                        "--direct_running_mode=multi_processing",
                                        f"--direct_num_workers={workers}"])
@@ -124,9 +124,9 @@ def _run(args, cwd):
 
 def main(argv):
     del argv
-    from data.prepare_corpus import prepare_corpus
-    from data.token_cache import tokenize_file
-    from data.train_vocab import train_vocab
+    from albert_tf.data.prepare_corpus import prepare_corpus
+    from albert_tf.data.token_cache import tokenize_file
+    from albert_tf.data.train_vocab import train_vocab
     from albert_tf.tokenization import Tokenizer
 
     code_dir = os.path.abspath(FLAGS.code_dir)

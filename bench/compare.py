@@ -275,9 +275,9 @@ def _albert_tf_train(spec, recompute=False):
 
 
 def _pretraining_records(spec) -> str:
-    from data.generator import generate, make_job
-    from data.prepare_corpus import prepare_corpus
-    from data.train_vocab import train_vocab
+    from albert_tf.data.generator import generate, make_job
+    from albert_tf.data.prepare_corpus import prepare_corpus
+    from albert_tf.data.train_vocab import train_vocab
 
     corpus_name = spec.get("corpus", "novels")
     suffix = "" if corpus_name == "novels" else f"-{corpus_name}"

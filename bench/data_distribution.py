@@ -4,7 +4,7 @@
     python -m bench.data_distribution --articles 0 --max_seq_length 512 --dupe_factor 3
 
 Runs Google's unmodified `create_pretraining_data.py` (`../shared/official_albert`, as a judge:
-its `main`, once per seed, in one process) and `data.generator.generate` on the same prepared
+its `main`, once per seed, in one process) and `albert_tf.data.generator.generate` on the same prepared
 WikiText-2 articles (one article a document), the same vocabulary and flags, and measures on each
 output what the documents' structure decides (masking plays no part):
 
@@ -30,7 +30,7 @@ the two are compared as distributions, over seeds. Two criteria, per figure:
    generator's seeds in both roles) some figure failed for about half of the seed triples.
 2. "seed band": the official mean over its seeds within the 0.1-99.9% range of the means of as
    many of our `--reference_seeds` (20,000 draws of distinct seeds). Our figures for a seed are
-   computed from the generator's own chunk plans (`data.generator.document_plan`, an example's
+   computed from the generator's own chunk plans (`albert_tf.data.generator.document_plan`, an example's
    length being min(A + B, max_seq_length - 3) + 3): what its files hold (`measure` generates
    the files of the compared seeds, which must equal their plans), at a fraction of a second a
    seed. If the official script's distribution is ours, its mean falls outside a figure's band
@@ -92,7 +92,7 @@ class Setting:
                 "--do_lower_case"]
 
     def job(self, corpus, output_file, spm_model_file, seed):
-        from data.generator import make_job
+        from albert_tf.data.generator import make_job
 
         return make_job(corpus, output_file, spm_model_file,
                         max_seq_length=self.max_seq_length,
@@ -148,7 +148,7 @@ class CorpusIndex:
 
     def __init__(self, corpus, spm_model_file, work_dir):
         from albert_tf.tokenization import Tokenizer
-        from data.token_cache import TokenStore, tokenize_file
+        from albert_tf.data.token_cache import TokenStore, tokenize_file
 
         prefix = os.path.join(work_dir, "index")
         tokenize_file(corpus, Tokenizer(spm_model_file), prefix)
@@ -227,8 +227,8 @@ def file_figures(path, index: CorpusIndex, max_seq_length: int) -> dict:
 def plan_figures(index: CorpusIndex, setting: Setting, seed: int, corpus, spm_model_file):
     """Our generator's figures for `seed` from its chunk plans (no masking, no file): exact
     documents and origins."""
-    from data.generator import document_plan
-    from data.pretraining import random_segment
+    from albert_tf.data.generator import document_plan
+    from albert_tf.data.pretraining import random_segment
 
     job = setting.job(corpus, os.path.join(tempfile.gettempdir(), "unused"), spm_model_file,
                       seed)
@@ -302,7 +302,7 @@ def measure(spm_model_file, work_dir, setting: Setting, corpus, generated=None) 
     for the first `generated` seeds (all by default), and compares the figures (`compare`). Our
     figures are those of our files for the generated seeds ("ours_files", beside the same seeds'
     plans, "ours_plans", which they must equal), of our plans for the others."""
-    from data.generator import generate
+    from albert_tf.data.generator import generate
 
     started = time.perf_counter()
     official = run_official(corpus, spm_model_file, work_dir, setting)
@@ -361,7 +361,7 @@ def main(argv):
     setting = Setting(max_seq_length=f.max_seq_length, dupe_factor=f.dupe_factor,
                       max_predictions_per_seq=f.max_predictions_per_seq,
                       seeds=tuple(int(s) for s in f.seeds), reference_seeds=f.reference_seeds)
-    from data.prepare_corpus import prepare_corpus
+    from albert_tf.data.prepare_corpus import prepare_corpus
 
     with tempfile.TemporaryDirectory() as tmp:
         prepare_corpus(WIKITEXT, os.path.join(tmp, "wiki-all.txt"), **WIKI_FLAGS)
@@ -369,7 +369,7 @@ def main(argv):
         first_documents(os.path.join(tmp, "wiki-all.txt"), corpus, f.articles)
         spm_model_file = f.spm_model_file
         if not spm_model_file:
-            from data.train_vocab import train_vocab
+            from albert_tf.data.train_vocab import train_vocab
 
             books = os.path.join(tmp, "books.txt")
             prepare_corpus(os.path.join(os.path.dirname(WIKITEXT), "..", "gutenberg", "*-0.txt"),

@@ -5,11 +5,11 @@
     python -m bench.data_generation --seq_lengths 128,512 --multiples 1 --rounds 1 --official=false
     python -m bench.data_generation --doc docs/benchmarks.md   # and rewrite its generated section
 
-Prepares the bundled novels (`data.prepare_corpus`) and trains an 8,000-piece SentencePiece model
+Prepares the bundled novels (`albert_tf.data.prepare_corpus`) and trains an 8,000-piece SentencePiece model
 on them once, then times whole processes, as a user runs them, from start to exit (start-up,
 tokenization, examples, TFRecord writing):
 
-- ours: `python -m data.create_pretraining_data ... --num_workers W`;
+- ours: `python -m albert_tf.data.create_pretraining_data ... --num_workers W`;
 - Google's: `python -m albert.create_pretraining_data` from `../shared/official_albert`
   (unmodified; skipped where that directory is missing), with the same input file,
   SentencePiece model and flags (`--do_lower_case --max_seq_length --max_predictions_per_seq
@@ -78,7 +78,7 @@ def _timed(args, env, cwd) -> float:
 
 def run_ours(corpus, output, model, seq, workers, tmp) -> tuple[float, int]:
     env = dict(os.environ, PYTHONPATH=ROOT)
-    seconds = _timed([sys.executable, "-m", "data.create_pretraining_data",
+    seconds = _timed([sys.executable, "-m", "albert_tf.data.create_pretraining_data",
                       *_flags(corpus, output, model, seq), f"--num_workers={workers}",
                       "--noprogress"], env, tmp)
     with open(output + ".json", encoding="utf-8") as f:
@@ -147,9 +147,9 @@ def markdown(results) -> str:
 def main(argv):
     del argv
     from albert_tf.tokenization import Tokenizer
-    from data.prepare_corpus import prepare_corpus
-    from data.token_cache import tokenize_file
-    from data.train_vocab import train_vocab
+    from albert_tf.data.prepare_corpus import prepare_corpus
+    from albert_tf.data.token_cache import tokenize_file
+    from albert_tf.data.train_vocab import train_vocab
 
     official = FLAGS.official and os.path.isdir(OFFICIAL_DIR)
     if FLAGS.official and not official:

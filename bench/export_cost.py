@@ -41,7 +41,7 @@ def main(argv):
     from albert_tf.models.kinds import model_class
     from albert_tf.config import AlbertConfig
     from albert_tf.tokenization import Tokenizer
-    from export.saved_model import export_saved_model
+    from albert_tf.export.saved_model import export_saved_model
 
     if not FLAGS.spm_model_file:
         raise app.UsageError("--spm_model_file is required.")

@@ -39,7 +39,7 @@ FLAGS = flags.FLAGS
 def main(argv):
     del argv
     from albert_tf import AlbertConfig
-    from data.train_vocab import train_vocab
+    from albert_tf.data.train_vocab import train_vocab
 
     work = tempfile.mkdtemp(prefix="finetune_throughput-")
     spm = train_vocab(sorted(glob.glob(os.path.join(

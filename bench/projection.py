@@ -168,7 +168,7 @@ def _serving(lines):
         lines += ["(no `bench.serving_load` results: run it first)", ""]
         return
     one = load["requests"].get("1")
-    from export.saved_model import BATCHING
+    from albert_tf.export.saved_model import BATCHING
 
     def fields(p):  # (max, timeout, threads) of a point's batching
         config = p.get("config")

@@ -54,7 +54,7 @@ def main(argv):
     from albert_tf.models.classifier import LabelledHeadModel
     from albert_tf.models.kinds import build_model, model_class
     from albert_tf.tokenization import Tokenizer
-    from export.saved_model import export_saved_model
+    from albert_tf.export.saved_model import export_saved_model
 
     work = tempfile.mkdtemp(prefix="serving_latency-")
     spm = FLAGS.spm_model_file or novels_vocab(work)

@@ -8,12 +8,12 @@
 
 An albert-base classifier (8k SentencePiece vocabulary trained on the bundled novels,
 `max_seq_length` 128, remove_padding as exported by default) is exported and loaded by the C++
-loader (`export/serving_loader.cc`: `LoadSavedModel` "serve" into one session,
+loader (`albert_tf/export/serving_loader.cc`: `LoadSavedModel` "serve" into one session,
 `Session::Run` of `serving_default` concurrently from N client threads, as the server's request
 threads do). Each client sends its request again as soon as its answer comes, for `--seconds`
 after `--warmup` untimed runs. Requests: one SST-2 dev sentence, and the first 32 SST-2 dev
 sentences (1,056 pieces, the longest 64). Batching configurations (`--batching`): `none`,
-`shipped` (`export.saved_model.BATCHING`, what every export's batching_parameters.txt holds) and
+`shipped` (`albert_tf.export.saved_model.BATCHING`, what every export's batching_parameters.txt holds) and
 each `max_batch_size:timeout_micros:threads[:allowed sizes separated by /]`, replayed by the
 loader's batcher as TF Serving's batching session handles a batching_parameters file.
 
@@ -68,7 +68,7 @@ flags.DEFINE_list("clients", ["1", "4", "16"], "Concurrent clients.")
 flags.DEFINE_list("requests", ["1", "32"], "Sentences per request.")
 flags.DEFINE_list("batching", ["none", "shipped", "32:2000:1", "32:0:1", "32:5000:1:8/16/32",
                                 "128:5000:1"],
-                  "none; shipped (export.saved_model.BATCHING, what batching_parameters.txt "
+                  "none; shipped (albert_tf.export.saved_model.BATCHING, what batching_parameters.txt "
                   "holds); or max_batch_size:batch_timeout_micros:num_batch_threads"
                   "[:allowed_batch_sizes separated by /].")
 flags.DEFINE_list("exports", ["default"], "default (the shipped export), jit (exported "
@@ -154,8 +154,8 @@ def _export(work, jit_compile=False, int8=False):
 
     from albert_tf import AlbertClassifier, AlbertConfig
     from albert_tf.tokenization import Tokenizer
-    from export import saved_model
-    from export.saved_model import export_saved_model
+    from albert_tf.export import saved_model
+    from albert_tf.export.saved_model import export_saved_model
 
     import keras
 
@@ -209,7 +209,7 @@ def _batching(spec: str):
     if spec == "none":
         return None
     if spec == "shipped":
-        from export.saved_model import BATCHING
+        from albert_tf.export.saved_model import BATCHING
 
         return dict(BATCHING)
     parts = spec.split(":")
@@ -221,7 +221,7 @@ def _batching(spec: str):
 
 
 def _load_round(binary, info, saved_model, text, clients, batching, xla, work):
-    from export.cc_loader import run_load
+    from albert_tf.export.cc_loader import run_load
 
     return run_load(binary, saved_model, info["op_libraries"], {"text": text}, clients,
                     FLAGS.seconds, FLAGS.warmup, _batching(batching), xla=xla,
@@ -252,7 +252,7 @@ def main(argv):
     import tensorflow_text  # noqa: F401
 
     from albert_tf.analysis.flops import encoder_flops, model_dims
-    from export.cc_loader import compile_loader, tensorflow_info
+    from albert_tf.export.cc_loader import compile_loader, tensorflow_info
 
     os.makedirs(FLAGS.output_dir, exist_ok=True)
     work = tempfile.mkdtemp(prefix="serving_load-")

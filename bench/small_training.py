@@ -79,9 +79,9 @@ def child_data(spec):
 
     from albert_tf.features import pretraining_schema
     from albert_tf.input_pipeline import schema_parser
-    from data.generator import generate, make_job
-    from data.prepare_corpus import prepare_corpus
-    from data.train_vocab import train_vocab
+    from albert_tf.data.generator import generate, make_job
+    from albert_tf.data.prepare_corpus import prepare_corpus
+    from albert_tf.data.train_vocab import train_vocab
 
     work = spec["work"]
     records = os.path.join(work, "records", "train.tfrecord")

@@ -50,8 +50,8 @@ def main(argv):
     from absl import logging
 
     logging.set_verbosity(logging.WARNING)  # the converter's INFO lines
-    from export.saved_model import export_saved_model, exported_version, load_for_export
-    from export.tflite import export_tflite, interpreter, run
+    from albert_tf.export.saved_model import export_saved_model, exported_version, load_for_export
+    from albert_tf.export.tflite import export_tflite, interpreter, run
 
     with open(SST2_DEV, encoding="utf-8") as f:
         rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]

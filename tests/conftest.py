@@ -266,7 +266,7 @@ def run_command(module, *args, process=False, cwd=None, env=None):
 @pytest.fixture(scope="session")
 def prepared_corpus(tmp_path_factory):
     """{"books": path, "wiki": path} in the official one-sentence-per-line format."""
-    from data.prepare_corpus import prepare_corpus
+    from albert_tf.data.prepare_corpus import prepare_corpus
 
     directory = tmp_path_factory.mktemp("corpus")
     books, wiki = str(directory / "books.txt"), str(directory / "wiki.txt")
@@ -278,7 +278,7 @@ def prepared_corpus(tmp_path_factory):
 @pytest.fixture(scope="session")
 def sample_vocab(tmp_path_factory, prepared_corpus):
     """An 8,000-piece lowercased vocabulary trained on the prepared sample corpus."""
-    from data.train_vocab import train_vocab
+    from albert_tf.data.train_vocab import train_vocab
 
     def build(directory):
         train_vocab([prepared_corpus["books"], prepared_corpus["wiki"]],
@@ -371,7 +371,7 @@ def pretraining_config(input_file, output_dir, **settings) -> PretrainingConfig:
 def generated_data(tmp_path_factory, prepared_corpus, sample_vocab):
     """3 TFRecord shards (seq 64, 10 predictions) generated from the prepared WikiText with
     2 workers: {"files": [...], "summary": ..., "job": GenerationJob}."""
-    from data.generator import generate, make_job
+    from albert_tf.data.generator import generate, make_job
 
     out = tmp_path_factory.mktemp("generated")
     job = make_job(prepared_corpus["wiki"], str(out / "wiki"), sample_vocab,
@@ -384,7 +384,7 @@ def generated_data(tmp_path_factory, prepared_corpus, sample_vocab):
 def serving_loader(tmp_path_factory):
     """(binary, tensorflow_info) of the C++ loader that stands in for TF Serving, compiled once
     for the session (about 25 s)."""
-    from export.cc_loader import compile_loader, tensorflow_info
+    from albert_tf.export.cc_loader import compile_loader, tensorflow_info
 
     info = tensorflow_info()
     directory = once_per_run(tmp_path_factory, "loader",
@@ -415,7 +415,7 @@ def exported(tmp_path_factory, sample_vocab):
     import tensorflow_text  # noqa: F401 - the SentencePiece ops of the SavedModels
 
     from albert_tf import AlbertClassifier, AlbertPretrainer
-    from export.saved_model import export_saved_model
+    from albert_tf.export.saved_model import export_saved_model
 
     models = {"pretrainer": AlbertPretrainer(export_config()),
               "classifier": AlbertClassifier(export_config(), num_labels=3),

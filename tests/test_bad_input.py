@@ -111,8 +111,7 @@ for module in sorted(set(COMMANDS.values())):
         pass
     for name in sorted(set(FLAGS) - before):
         parser = type(FLAGS[name].parser).__name__
-        ours = FLAGS.find_module_defining_flag(name, "").split(".")[0] in (
-            "albert_tf", "data", "export")
+        ours = FLAGS.find_module_defining_flag(name, "").split(".")[0] == "albert_tf"
         if ours and parser in ("FloatParser", "IntegerParser") and name not in NUMBER_RULES:
             missing.append(f"{module} --{name}")
         delattr(FLAGS, name)  # the next command defines its own
@@ -132,24 +131,24 @@ def test_commands_refuse_extra_arguments_and_bad_numbers_in_one_line(tmp_path):
     other.write_text("More.\n")
     out = tmp_path / "out.txt"
     # An unquoted glob the shell expanded: the second file would be dropped; it is refused.
-    proc = _command("data.prepare_corpus", "--input_file", str(text), str(other),
+    proc = _command("albert_tf.data.prepare_corpus", "--input_file", str(text), str(other),
                     "--output_file", str(out))
     assert proc.returncode == 1 and not out.exists()
     assert f"Unexpected argument(s) {other}: this command takes flags only" in proc.stderr
     assert "quote a glob" in proc.stderr
-    proc = _command("data.prepare_corpus", "--input_file", str(text), "--output_file", str(out),
+    proc = _command("albert_tf.data.prepare_corpus", "--input_file", str(text), "--output_file", str(out),
                     "--heldout_every=-2")
     assert proc.returncode == 1 and "--heldout_every must be a finite number >= 0" in proc.stderr
-    proc = _command("data.create_pretraining_data", "--input_file", str(text), "--output_file",
+    proc = _command("albert_tf.data.create_pretraining_data", "--input_file", str(text), "--output_file",
                     str(tmp_path / "d"), "--spm_model_file", "x.model", "--random_seed=-1")
     assert proc.returncode == 1 and "--random_seed=-1: data generation needs a seed >= 0" \
         in proc.stderr
-    proc = _command("data.create_pretraining_data", "--input_file", str(text), "--output_file",
+    proc = _command("albert_tf.data.create_pretraining_data", "--input_file", str(text), "--output_file",
                     str(tmp_path / "d"), "--spm_model_file", "x.model", "--masked_lm_prob=nan")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("FATAL Flags parsing error: flag --masked_lm_prob=nan: "
                                   "--masked_lm_prob must be above 0 and at most 1")
-    proc = _command("data.create_pretraining_data", "--input_file", str(text), str(other),
+    proc = _command("albert_tf.data.create_pretraining_data", "--input_file", str(text), str(other),
                     "--output_file", str(tmp_path / "d"), "--spm_model_file", "x.model")
     assert proc.returncode == 1 and "quote a glob (--input_file 'corpus/*.txt')" in proc.stderr
     assert not (tmp_path / "d").exists()
@@ -160,7 +159,7 @@ def test_an_unwritable_output_is_one_line(tmp_path):
     text.write_text("One sentence here. Another one.\n")
     blocker = tmp_path / "blocker"
     blocker.write_text("a file where a directory is needed")
-    proc = _command("data.prepare_corpus", "--input_file", str(text), "--output_file",
+    proc = _command("albert_tf.data.prepare_corpus", "--input_file", str(text), "--output_file",
                     str(blocker / "corpus" / "out.txt"))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
@@ -171,8 +170,8 @@ def test_an_unwritable_output_is_one_line(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Inputs and artefacts others name by path are never written over.
 def test_corpus_never_overwrites_its_input_or_other_text(tmp_path):
-    from data.prepare_corpus import prepare_corpus
-    from data.text_io import InputError
+    from albert_tf.data.prepare_corpus import prepare_corpus
+    from albert_tf.data.text_io import InputError
 
     source = tmp_path / "raw.txt"
     original = "First document. It has sentences.\n\nSecond one. Here.\n"
@@ -221,7 +220,7 @@ def test_corpus_never_overwrites_its_input_or_other_text(tmp_path):
 
 
 def test_vocabulary_is_kept_or_refused_never_replaced_silently(prepared_corpus, tmp_path):
-    from data.train_vocab import VocabularyError, train_vocab
+    from albert_tf.data.train_vocab import VocabularyError, train_vocab
 
     prefix = str(tmp_path / "spm")
     first = train_vocab(prepared_corpus["wiki"], prefix, vocab_size=300, num_threads=1)
@@ -262,8 +261,8 @@ def test_convert_overwrite_replaces_only_an_earlier_conversion(tmp_path):
 
 
 def test_data_generation_refuses_empty_shards(prepared_corpus, sample_vocab, tmp_path):
-    from data.generator import generate, make_job
-    from data.text_io import InputError
+    from albert_tf.data.generator import generate, make_job
+    from albert_tf.data.text_io import InputError
 
     text = tmp_path / "small.txt"
     with open(prepared_corpus["wiki"]) as f:
@@ -279,8 +278,8 @@ def test_data_generation_refuses_empty_shards(prepared_corpus, sample_vocab, tmp
 
 
 def test_data_generation_refuses_an_input_as_output(prepared_corpus, sample_vocab, tmp_path):
-    from data.generator import generate, make_job
-    from data.text_io import InputError
+    from albert_tf.data.generator import generate, make_job
+    from albert_tf.data.text_io import InputError
 
     corpus = tmp_path / "corpus.txt"
     shutil.copy(prepared_corpus["wiki"], corpus)
@@ -504,7 +503,7 @@ def test_pretraining_continues_from_a_run_or_a_hugging_face_folder(generated_dat
 # Export: no other model kind under a served name; modes follow the umask.
 @pytest.mark.slow
 def test_export_refuses_another_kind_and_follows_the_umask(exported, sample_vocab, tmp_path):
-    from export.saved_model import ExportError, export_saved_model
+    from albert_tf.export.saved_model import ExportError, export_saved_model
 
     _, path, _ = exported["pretrainer"]
     base = str(tmp_path / "pretrainer")  # a copy: the fixture's exports are shared
@@ -545,7 +544,7 @@ def test_a_quantized_model_is_refused_by_name_and_nothing_is_written(sample_voca
 
     from albert_tf.checkpoints.hf import hf_state_dict
     from albert_tf.checkpoints.tf1 import write_tf1_checkpoint
-    from export.saved_model import ExportError, export_saved_model
+    from albert_tf.export.saved_model import ExportError, export_saved_model
 
     model = AlbertClassifier(export_config(), num_labels=2)
     model.quantize("int8", filters=lambda layer: isinstance(layer, keras.layers.Dense))
@@ -573,7 +572,7 @@ def test_resume_on_regenerated_input_of_the_same_size_is_refused(prepared_corpus
     """The same file name and record count, generated with another masking rate: another
     input, refused on resume (the sidecar's run identity is part of the plan)."""
     from albert_tf.input_pipeline import DataMismatchError
-    from data.generator import generate, make_job
+    from albert_tf.data.generator import generate, make_job
 
     def dataset(directory, masked_lm_prob):
         job = make_job(prepared_corpus["wiki"], str(tmp_path / directory / "train.tfrecord"),

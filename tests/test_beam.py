@@ -14,10 +14,10 @@ beam = pytest.importorskip("apache_beam")
 
 from albert_tf import features as F  # noqa: E402
 from conftest import GENERATION_KW, ROOT  # noqa: E402
-from data.beam_pipeline import COUNTERS, generate_with_beam  # noqa: E402
-from data.generator import generate, make_job  # noqa: E402
-from data.text_io import InputError  # noqa: E402
-from data.token_cache import tokenize_file  # noqa: E402
+from albert_tf.data.beam_pipeline import COUNTERS, generate_with_beam  # noqa: E402
+from albert_tf.data.generator import generate, make_job  # noqa: E402
+from albert_tf.data.text_io import InputError  # noqa: E402
+from albert_tf.data.token_cache import tokenize_file  # noqa: E402
 
 TWO_PROCESSES = ["--runner=FnApiRunner", "--direct_running_mode=multi_processing",
                  "--direct_num_workers=2"]
@@ -95,7 +95,7 @@ def _side_inputs(job, sample_vocab):
     from apache_beam.pipeline import PipelineVisitor
 
     from albert_tf.tokenization import Tokenizer
-    from data.beam_pipeline import build_pipeline
+    from albert_tf.data.beam_pipeline import build_pipeline
 
     class Visitor(PipelineVisitor):
         def __init__(self):
@@ -120,7 +120,7 @@ def test_no_side_input_is_built_from_the_corpus(beam_run, sample_vocab):
     token); the example count and the run's input hashes reach the writers through the shard key,
     and the global combiners have no defaults (each a side input): a runner that computes a side
     input inside every task that reads it (Beam's Dask runner) would redo their whole upstream."""
-    from data.beam_pipeline import make_plan
+    from albert_tf.data.beam_pipeline import make_plan
 
     found = _side_inputs(beam_run["job"], sample_vocab)
     ours = {(label, kind, producer.split("/")[0]) for label, kind, producer in found
@@ -143,7 +143,7 @@ def test_no_side_input_is_built_from_the_corpus(beam_run, sample_vocab):
 def test_random_next_sentence_segments_through_the_join(generated_data, tmp_path):
     """BERT's next-sentence negatives (half the chunks take B from another document): the
     pipeline, in one process and in three, writes the local generator's files."""
-    from data.pretraining import GenerationParams
+    from albert_tf.data.pretraining import GenerationParams
 
     base = generated_data["job"]
     params = GenerationParams(max_seq_length=64, max_predictions_per_seq=10,
@@ -164,7 +164,7 @@ def test_random_next_sentence_segments_through_the_join(generated_data, tmp_path
 
 def _documents(path, count, skip=0):
     """`count` documents of an official-format file, after `skip`."""
-    from data.text_io import read_documents
+    from albert_tf.data.text_io import read_documents
 
     docs = list(read_documents(path))[skip:skip + count]
     assert len(docs) == count
@@ -208,7 +208,7 @@ def test_bad_input_is_counted_and_the_rest_written(prepared_corpus, sample_vocab
     out = tmp_path / "beam" / "out"
     flags = [f"--{k}={v}" for k, v in kw.items()]
     result = subprocess.run(
-        [sys.executable, "-m", "data.create_pretraining_data",
+        [sys.executable, "-m", "albert_tf.data.create_pretraining_data",
          f"--input_file={inputs}/*.txt", f"--output_file={out}", "--num_output_shards=2",
          f"--spm_model_file={sample_vocab}", "--runner=FnApiRunner", *flags],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -229,7 +229,7 @@ def test_bad_input_is_counted_and_the_rest_written(prepared_corpus, sample_vocab
 
 def test_without_runner_beam_flags_are_refused(tmp_path, sample_vocab):
     result = subprocess.run(
-        [sys.executable, "-m", "data.create_pretraining_data", "--input_file=x.txt",
+        [sys.executable, "-m", "albert_tf.data.create_pretraining_data", "--input_file=x.txt",
          f"--output_file={tmp_path}/o", f"--spm_model_file={sample_vocab}",
          "--direct_num_workers=2"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
@@ -237,7 +237,7 @@ def test_without_runner_beam_flags_are_refused(tmp_path, sample_vocab):
 
 
 # ---------------------------------------------------------------------------------------------
-# Apache Beam on a Dask cluster (`--runner dask`, data/dask_runner.py).
+# Apache Beam on a Dask cluster (`--runner dask`, albert_tf/data/dask_runner.py).
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -327,7 +327,7 @@ def test_dask_cluster_writes_the_local_generators_files(dask_scheduler, prepared
     client = dask_scheduler["client"]
     before = client.run(lambda dask_worker: dask_worker.state.executed_count)
     result = subprocess.run(
-        [sys.executable, "-m", "data.create_pretraining_data",
+        [sys.executable, "-m", "albert_tf.data.create_pretraining_data",
          *_generation_flags(inputs, tmp_path / "dask" / "wiki", sample_vocab),
          "--runner", "dask", "--dask_address", dask_scheduler["address"]],
         cwd=ROOT, capture_output=True, text=True, timeout=900)
@@ -355,7 +355,7 @@ def test_a_dask_worker_that_cannot_read_the_inputs_is_named(prepared_corpus, sam
     address, client, processes = _start_dask(1, hidden=str(tmp_path / "corpus"))
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "data.create_pretraining_data",
+            [sys.executable, "-m", "albert_tf.data.create_pretraining_data",
              *_generation_flags(inputs, tmp_path / "out" / "wiki", sample_vocab),
              "--runner", "dask", "--dask_address", address],
             cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -387,7 +387,7 @@ def test_unreachable_dask_scheduler_is_named_and_nothing_is_written(kind, sample
         address = f"{'http' if kind == 'http' else 'tcp'}://127.0.0.1:{_free_port()}"
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "data.create_pretraining_data",
+            [sys.executable, "-m", "albert_tf.data.create_pretraining_data",
              *_generation_flags(prepared_corpus["wiki"], tmp_path / "out" / "wiki",
                                 sample_vocab),
              "--runner", "dask", "--dask_address", address],
@@ -410,7 +410,7 @@ def test_unreachable_dask_scheduler_is_named_and_nothing_is_written(kind, sample
 ])
 def test_dask_flags_are_checked(flags, message, sample_vocab, tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "data.create_pretraining_data", "--input_file=x.txt",
+        [sys.executable, "-m", "albert_tf.data.create_pretraining_data", "--input_file=x.txt",
          f"--output_file={tmp_path}/o", f"--spm_model_file={sample_vocab}", *flags],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode != 0

@@ -97,7 +97,7 @@ def test_module_commands_freeze_the_heap_last_at_exit(tmp_path):
         atexit.register(lambda: open(out, "a").write(f"after: {gc.get_freeze_count() > 0}\\n"))
         import albert_tf, data, export  # noqa: F401
         from albert_tf.quiet import entry_point
-        entry_point("__main__" if sys.argv[1] == "command" else "data.prepare_corpus")
+        entry_point("__main__" if sys.argv[1] == "command" else "albert_tf.data.prepare_corpus")
         f = open(out + ".unflushed", "w")
         f.write("kept")  # never closed nor flushed: interpreter shutdown writes it
         atexit.register(lambda: open(out, "a").write(f"handler: {gc.get_freeze_count() > 0}\\n"))
@@ -264,12 +264,14 @@ def test_console_scripts_from_outside_the_repository(installed, tmp_path):
 
     site = installed["site"]
     # every package the commands need was installed, with the bundled sample data
-    for package in ("albert_tf", "data", "export"):
+    for package in ("albert_tf", "albert_tf/data", "albert_tf/export"):
         assert os.path.exists(os.path.join(site, package, "__init__.py")), package
+    # one top-level name: the checkout's data/ and export/ shims are not installed
+    assert not any(os.path.exists(os.path.join(site, name)) for name in ("data", "export"))
     for name in ("albert_config_small.json", "glue/SST-2/train.tsv",
                  "pretrain_text/gutenberg/11-0.txt", "pretrain_text/wikitext-2-raw/wiki.test.raw"):
         assert os.path.exists(os.path.join(site, "albert_tf", "sample_data", name)), name
-    assert os.path.exists(os.path.join(site, "export", "serving_loader.cc"))
+    assert os.path.exists(os.path.join(site, "albert_tf", "export", "serving_loader.cc"))
     assert sorted(os.listdir(installed["bin"])) == sorted(COMMANDS)
     env = dict(os.environ, PYTHONPATH=site, ALBERT_TF_VERBOSE="0")
     # the module each script runs is the installed copy, not this checkout

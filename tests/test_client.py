@@ -1,4 +1,4 @@
-"""`export.client` against stand-ins of TF Serving's REST and gRPC front ends (tests/serving_stub.py)
+"""`albert_tf.export.client` against stand-ins of TF Serving's REST and gRPC front ends (tests/serving_stub.py)
 serving the exported SavedModels: request encoding (row and column formats, b64 bytes, tf.Example
 features), responses equal to calling the signatures directly, and errors that name the cause."""
 
@@ -23,7 +23,7 @@ import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 from albert_tf.tokenization import Tokenizer
-from export.client import (ServingClient, ServingError, encode_rest_request, example_features,
+from albert_tf.export.client import (ServingClient, ServingError, encode_rest_request, example_features,
                            main, text_examples)
 from serving_stub import StubModel, serve_grpc, serve_rest
 
@@ -543,9 +543,9 @@ def test_ipv6_addresses(web):
 
 
 def test_the_command_prints_one_line_and_exits_1(web):
-    """`python -m export.client` itself, against a web page: one line, status 1."""
+    """`python -m albert_tf.export.client` itself, against a web page: one line, status 1."""
     server = web({"type": "text/html", "body": b"<html><body>It works!</body></html>"})
-    done = subprocess.run([sys.executable, "-m", "export.client", "predict", "--server",
+    done = subprocess.run([sys.executable, "-m", "albert_tf.export.client", "predict", "--server",
                            f"127.0.0.1:{server.port}", "--model", "m", "--text", "x"],
                           check=False, cwd=ROOT, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})

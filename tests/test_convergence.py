@@ -27,7 +27,7 @@ SOP_MARGIN = 0.01     # over the label-1 (majority) rate, last 150 steps (9,600 
 def test_convergence_on_the_bundled_corpus(tmp_path, prepared_corpus, sample_vocab):
     """A few hundred steps of a tiny model on the bundled text lower the masked-LM loss and
     lift sentence-order accuracy above the majority-class rate, by the margins above."""
-    from data.generator import generate, make_job
+    from albert_tf.data.generator import generate, make_job
 
     job = make_job(f"{prepared_corpus['books']},{prepared_corpus['wiki']}",
                    str(tmp_path / "data" / "train"), sample_vocab, num_output_shards=2,

@@ -23,7 +23,7 @@ from albert_tf.tasks import glue
 from albert_tf.tokenization import Tokenizer
 from conftest import (ROOT, SHARED_DIR, assert_spread, random_batch, randomize, run_command,
                       tiny_config)
-from export.serving import OFFICIAL_SIGNATURE
+from albert_tf.export.serving import OFFICIAL_SIGNATURE
 
 GLUE_ROOT = os.path.join(SHARED_DIR, "data", "glue")
 SST2 = os.path.join(ROOT, "albert_tf", "sample_data", "glue", "SST-2")

@@ -21,10 +21,10 @@ from albert_tf.tokenization import MASK_ID, SEP_ID, Tokenizer
 from conftest import (EXPORT_MAX_SEQ as MAX_SEQ, GUTENBERG, ROOT, WIKITEXT,
                       assert_serves_tokens, assert_spread, export_config as _config,
                       random_batch, randomize as _randomize, run_command)
-from data.text_io import expand_input_patterns, read_text_lines
-from export.ops_check import UnsupportedOpError, check_saved_model_ops
-from export.serving import OFFICIAL_SIGNATURE
-from export.saved_model import (BATCHING_CONFIG, MODELS_CONFIG, WARMUP_FILE, WARMUP_TEXTS,
+from albert_tf.data.text_io import expand_input_patterns, read_text_lines
+from albert_tf.export.ops_check import UnsupportedOpError, check_saved_model_ops
+from albert_tf.export.serving import OFFICIAL_SIGNATURE
+from albert_tf.export.saved_model import (BATCHING_CONFIG, MODELS_CONFIG, WARMUP_FILE, WARMUP_TEXTS,
                                 ExportError,
                                 export_saved_model, load_for_export)
 
@@ -441,7 +441,7 @@ def test_refused_export_leaves_no_version(exported, sample_vocab, tmp_path):
 def test_loaded_from_cpp_the_way_tf_serving_does(exported, tmp_path, serving_loader):
     """LoadSavedModel(tag "serve") into a SavedModelBundle, tensor names from the signature_def,
     Session::Run, tensorflow-text ops loaded through TF_LoadLibrary: outputs equal Python's."""
-    from export.cc_loader import run_loader
+    from albert_tf.export.cc_loader import run_loader
 
     binary, info = serving_loader
     _, path, loaded = exported["pretrainer"]
@@ -488,7 +488,7 @@ def test_load_mode_and_batching_of_the_cpp_loader(exported, tmp_path, serving_lo
     timed; through the batcher (TF Serving's batching as batching_parameters configure it)
     requests are merged, padded to an allowed batch size with copies of the first row, and each
     request's rows answer as the request alone."""
-    from export.cc_loader import run_load
+    from albert_tf.export.cc_loader import run_load
 
     binary, info = serving_loader
     _, path, loaded = exported["classifier"]
@@ -556,7 +556,7 @@ def test_jit_compile_export_answers_one_sentence_as_the_shipped_export(
     pieces and labels equal) at every length; batches run the graph; the warmup file compiles
     each length; the C++ loader answers the same with XLA on, and with XLA off (TF Serving
     without --xla_cpu_compilation_enabled=true) refuses one-row requests but not batches."""
-    from export.cc_loader import LoaderError, run_loader
+    from albert_tf.export.cc_loader import LoaderError, run_loader
 
     binary, info = serving_loader
     tok = Tokenizer(sample_vocab)
@@ -616,7 +616,7 @@ def test_jit_compile_export_answers_one_sentence_as_the_shipped_export(
 
 def test_jit_compile_is_refused_for_models_that_do_not_serve_one_row_of_text(sample_vocab):
     from albert_tf.models.task_models import AlbertSpanModel
-    from export.registry import serving_module
+    from albert_tf.export.registry import serving_module
 
     with pytest.raises(ValueError, match="jit_compile serves one-row requests of backbones, "
                                          "pretrainers and classifiers; a span model"):
@@ -629,7 +629,7 @@ def test_entry_point_exports_our_model_directory(tmp_path, sample_vocab):
     model = AlbertClassifier(_config(), num_labels=2)
     _randomize(model, 5)
     model_dir = save_albert_tf(model, str(tmp_path / "model"), sample_vocab)
-    cmd = [sys.executable, "-m", "export.export_saved_model", "--model_dir", model_dir,
+    cmd = [sys.executable, "-m", "albert_tf.export.export_saved_model", "--model_dir", model_dir,
            "--export_dir", str(tmp_path / "exports" / "sst2"), "--max_seq_length", "32",
            "--text_pair", "--hidden_states"]
     proc = run_command(*cmd[2:])
@@ -858,7 +858,7 @@ def test_the_sentencepiece_model_is_stored_once_by_us(exported, sample_vocab, tm
     """The version holds the SentencePiece model only where the SavedModel format puts a
     resource (twice in saved_model.pb: the TF1 graph TF Serving runs and the TF2 creator
     function), no copy of ours; `sentencepiece_of_export` gives back the very file."""
-    from export.saved_model import sentencepiece_of_export
+    from albert_tf.export.saved_model import sentencepiece_of_export
 
     _, path, _ = exported["classifier"]
     model = open(sample_vocab, "rb").read()
@@ -882,8 +882,8 @@ def test_a_classifier_exported_with_label_names_answers_them_on_serving_default(
     TF Serving's REST predict on serving_default), the other outputs unchanged: `label` the
     argmax id, `official_serving_default` still exactly the official outputs, `classify` as
     before; a regression head and a classifier exported without names have no `label_name`."""
-    from export.registry import serving_module
-    from export.saved_model import host_copy
+    from albert_tf.export.registry import serving_module
+    from albert_tf.export.saved_model import host_copy
 
     model, path, loaded = exported["classifier"]
     got = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
@@ -924,11 +924,11 @@ def test_a_classifier_exported_with_label_names_answers_them_on_serving_default(
 @pytest.mark.slow
 def test_cc_loader_command_builds_tf_examples_for_example_signatures(exported, tmp_path,
                                                                      capsys):
-    """`python -m export.cc_loader --signature classify|official_serving_default --text ...`
-    sends raw-text tf.Examples (as export.client does) and answers as serving_default on the
+    """`python -m albert_tf.export.cc_loader --signature classify|official_serving_default --text ...`
+    sends raw-text tf.Examples (as albert_tf.export.client does) and answers as serving_default on the
     texts; serving_default's answer prints the label names; a signature --text cannot feed is
     refused by name, with the ones it can run."""
-    from export.cc_loader import main
+    from albert_tf.export.cc_loader import main
 
     _, path, loaded = exported["classifier"]
     expected = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
@@ -963,7 +963,7 @@ def test_export_max_seq_length_defaults_to_the_training_runs(tmp_path):
     recorded (its config.yaml), for the run directory, `DIR:best`, one of its checkpoints and
     our model directory converted from it, and says where it came from; a source of no run
     keeps min(512, max_position_embeddings); the flag and a .keras model's length come first."""
-    from export.export_saved_model import export_max_seq_length, recorded_max_seq_length
+    from albert_tf.export.export_saved_model import export_max_seq_length, recorded_max_seq_length
 
     run = tmp_path / "run"
     (run / "best").mkdir(parents=True)

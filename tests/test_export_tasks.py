@@ -17,7 +17,7 @@ from albert_tf.tasks.squad import (align_context, align_context_in_graph, predic
                                    question_features, AlbertSpanModel)
 from albert_tf.tokenization import Tokenizer
 from conftest import SHARED_DIR, export_config
-from export.saved_model import WARMUP_FILE, ExportError, export_saved_model
+from albert_tf.export.saved_model import WARMUP_FILE, ExportError, export_saved_model
 
 TOL = 1e-5
 MAX_SEQ, STRIDE, MAX_QUERY, N_BEST, MAX_ANSWER = 48, 12, 10, 5, 6
@@ -261,8 +261,8 @@ def test_task_warmup_requests_replay(squad_export, race_export):
 @pytest.mark.slow
 def test_task_exports_load_from_cpp_the_way_tf_serving_does(squad_export, race_export,
                                                               tmp_path, serving_loader):
-    from export.cc_loader import run_loader
-    from export.ops_check import check_saved_model_ops
+    from albert_tf.export.cc_loader import run_loader
+    from albert_tf.export.ops_check import check_saved_model_ops
 
     binary, info = serving_loader
     _, path, loaded, questions, _ = squad_export
@@ -296,7 +296,7 @@ def test_task_exports_load_from_cpp_the_way_tf_serving_does(squad_export, race_e
 @pytest.mark.needs_shared("data/squad")
 @pytest.mark.slow
 def test_entry_point_exports_a_span_model_directory(squad_export, sample_vocab, tmp_path):
-    """Our model format holds span models; `python -m export.export_saved_model` exports one
+    """Our model format holds span models; `python -m albert_tf.export.export_saved_model` exports one
     with the decoding flags, and it answers as the exported original."""
     from albert_tf.checkpoints import load_pretrained, save_albert_tf
     from conftest import run_command
@@ -305,7 +305,7 @@ def test_entry_point_exports_a_span_model_directory(squad_export, sample_vocab, 
     save_albert_tf(model, str(tmp_path / "squad_model"), sample_vocab)
     assert load_pretrained(str(tmp_path / "squad_model")).albert_kind == "span"
     proc = run_command(
-        "export.export_saved_model", "--model_dir", str(tmp_path / "squad_model"),
+        "albert_tf.export.export_saved_model", "--model_dir", str(tmp_path / "squad_model"),
         "--export_dir", str(tmp_path / "exports" / "qa"), "--max_seq_length", str(MAX_SEQ),
         "--doc_stride", str(STRIDE), "--max_query_length", str(MAX_QUERY), "--n_best_size",
         str(N_BEST), "--max_answer_length", str(MAX_ANSWER), "--null_score_diff_threshold",

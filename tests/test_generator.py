@@ -17,9 +17,9 @@ from albert_tf import features as F
 from albert_tf.input_pipeline import parse_fn
 from albert_tf.tokenization import CLS_ID, MASK_ID, PAD_ID, SEP_ID, Tokenizer, file_sha256
 from conftest import GENERATION_KW, ROOT, SHARED_DIR
-from data.generator import generate, make_job, tokenize_parts
-from data.text_io import InputError, document_parts, read_documents
-from data.token_cache import TokenStore, tokenize_file
+from albert_tf.data.generator import generate, make_job, tokenize_parts
+from albert_tf.data.text_io import InputError, document_parts, read_documents
+from albert_tf.data.token_cache import TokenStore, tokenize_file
 
 
 def _records(path):
@@ -175,7 +175,7 @@ def test_a_rerun_that_cuts_a_file_otherwise_does_not_reuse_other_pieces(
     rerun with another --num_workers cuts the file into as many pieces at other places, and
     its output is still one worker's (pieces were named by their count: the rerun took them
     for its own and dropped or repeated a part of the corpus, silently)."""
-    from data import generator
+    from albert_tf.data import generator
 
     wiki = prepared_corpus["wiki"]
     reference = make_job(wiki, str(tmp_path / "one" / "train"), sample_vocab, **GENERATION_KW)
@@ -204,7 +204,7 @@ def test_two_workers_name_the_first_bad_line_of_a_file_cut_in_pieces(sample_voca
     """Pieces of a file are tokenized in parallel; an invalid line at the end of a long first
     piece and one at the start of a short last piece are both found, and the error names the
     first, as one worker does (the piece that failed first was named before)."""
-    from data import generator
+    from albert_tf.data import generator
 
     lines = [f"Sentence number {i} of a long file." for i in range(40_000)]
     text = "\n\n".join("\n".join(lines[i:i + 4]) for i in range(0, len(lines), 4)).encode()
@@ -231,7 +231,7 @@ def test_two_workers_name_the_first_bad_line_of_a_file_cut_in_pieces(sample_voca
 
 def _cli(args, **kwargs):
     env = dict(os.environ, PYTHONPATH=ROOT)
-    return subprocess.Popen([sys.executable, "-m", "data.create_pretraining_data", *args],
+    return subprocess.Popen([sys.executable, "-m", "albert_tf.data.create_pretraining_data", *args],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, **kwargs)
 
@@ -276,7 +276,7 @@ def test_killed_run_resumes_to_identical_output(prepared_corpus, sample_vocab, t
 @pytest.mark.slow
 def test_failure_while_writing_shards_resumes(prepared_corpus, sample_vocab, tmp_path,
                                               monkeypatch):
-    import data.generator as generator
+    import albert_tf.data.generator as generator
 
     job = make_job(prepared_corpus["wiki"], str(tmp_path / "a" / "d"), sample_vocab,
                    num_output_shards=3, **GENERATION_KW)

@@ -23,7 +23,7 @@ from albert_tf.packing import pack_ids, pad_features  # noqa: E402
 from albert_tf.models.task_models import AlbertSpanModel  # noqa: E402
 from albert_tf.tokenization import MASK_ID, Tokenizer  # noqa: E402
 from conftest import WIKITEXT, assert_spread, randomize, tiny_config  # noqa: E402
-from data.text_io import expand_input_patterns, read_text_lines  # noqa: E402
+from albert_tf.data.text_io import expand_input_patterns, read_text_lines  # noqa: E402
 from hf_helpers import max_diff, tf_inputs, torch_inputs  # noqa: E402
 
 TOLERANCE = 1e-5

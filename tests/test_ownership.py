@@ -107,8 +107,8 @@ def test_lock_is_reentrant_in_a_process_and_removes_what_it_created(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Every writer: refused while another process holds its output, nothing written.
 def test_corpus_and_vocabulary_writers_refuse_a_live_holder(prepared_corpus, tmp_path):
-    from data.prepare_corpus import prepare_corpus
-    from data.train_vocab import train_vocab
+    from albert_tf.data.prepare_corpus import prepare_corpus
+    from albert_tf.data.train_vocab import train_vocab
 
     corpus = tmp_path / "corpus.txt"
     with held_elsewhere(corpus, is_dir=False):
@@ -124,7 +124,7 @@ def test_corpus_and_vocabulary_writers_refuse_a_live_holder(prepared_corpus, tmp
 
 
 def test_data_generation_refuses_a_live_holder(prepared_corpus, sample_vocab, tmp_path):
-    from data.generator import generate, make_job
+    from albert_tf.data.generator import generate, make_job
 
     job = make_job(prepared_corpus["wiki"], str(tmp_path / "data" / "train"), sample_vocab,
                    num_output_shards=2, **GENERATION_KW)
@@ -138,8 +138,8 @@ def test_data_generation_refuses_a_live_holder(prepared_corpus, sample_vocab, tm
 @pytest.mark.slow
 def test_training_and_export_refuse_a_live_holder(generated_data, sample_vocab, tmp_path):
     from albert_tf.training.train_lib import PretrainingConfig, PretrainingRun
-    from export.saved_model import export_saved_model
-    from export.tflite import export_tflite
+    from albert_tf.export.saved_model import export_saved_model
+    from albert_tf.export.tflite import export_tflite
 
     run_dir = tmp_path / "run"
     cfg = PretrainingConfig(
@@ -237,7 +237,7 @@ def test_two_conversions_into_one_output(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Real races: two commands started together into one output.
 def _generation_args(corpus, vocab, output, masked_lm_prob):
-    return ["data.create_pretraining_data", "--input_file", corpus, "--output_file", output,
+    return ["albert_tf.data.create_pretraining_data", "--input_file", corpus, "--output_file", output,
             "--num_output_shards", "2", "--spm_model_file", vocab, "--max_seq_length", "64",
             "--max_predictions_per_seq", "10", "--dupe_factor", "2", "--random_seed", "17",
             "--tokens_per_unit", "40000", "--masked_lm_prob", str(masked_lm_prob),

@@ -7,7 +7,7 @@ import pytest
 
 from albert_tf.input_pipeline import DataMismatchError, list_files
 from albert_tf.paths import expand_patterns
-from data.text_io import InputError, expand_input_patterns
+from albert_tf.data.text_io import InputError, expand_input_patterns
 
 
 def test_patterns_expand_in_order_without_duplicates(tmp_path):

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from albert_tf.tokenization import CLS_ID, MASK_ID, PAD_ID, SEP_ID, Tokenizer
-from data.pretraining import (GenerationParams, ListDocuments, Vocabulary,
+from albert_tf.data.pretraining import (GenerationParams, ListDocuments, Vocabulary,
                               create_instances_from_document, plan_document, truncate_seq_pair)
-from data.token_cache import TokenStore, tokenize_file
+from albert_tf.data.token_cache import TokenStore, tokenize_file
 
 SIGMAS = 4.0
 

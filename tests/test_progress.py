@@ -79,7 +79,8 @@ def _training_line(task, sums) -> str:
     """`Controller.figures` of a loop's record, as `Controller.record` builds it."""
     record = dict(step=20, loss=0.6513, grad_norm=1.25, learning_rate=1.5e-4,
                   examples_per_second=123.4, **task.metrics(sums))
-    return Controller.figures(SimpleNamespace(trainer=SimpleNamespace(task=task)), record)
+    return Controller.figures(SimpleNamespace(trainer=SimpleNamespace(progress=task.progress)),
+                              record)
 
 
 def test_training_lines_name_each_figure_once_and_only_figures_computed_in_training():
@@ -117,7 +118,7 @@ def test_training_figures_show_the_loss_scale_under_float16():
     """A loop's progress figures, each once; under float16 the loss scale and the steps it
     skipped too (they were only in the records and TensorBoard)."""
     task = SimpleNamespace(progress=lambda t: f"mlm {t['masked_lm_loss']:.4f}")
-    loop = SimpleNamespace(trainer=SimpleNamespace(task=task))
+    loop = SimpleNamespace(trainer=SimpleNamespace(progress=task.progress))
     record = dict(step=5, loss=1.5, grad_norm=0.25, learning_rate=1e-3,
                   examples_per_second=1234.5, masked_lm_loss=1.25)
     assert Controller.figures(loop, record) == (

@@ -27,7 +27,7 @@ import conftest
 from albert_tf.commands import runner
 from albert_tf.commands.cli import COMMANDS
 from conftest import ROOT, flags_alone
-from export import client
+from albert_tf.export import client
 from test_text_classifier import _readme_example as classifier_example
 from test_text_tagger import _readme_example as tagger_example
 
@@ -198,11 +198,12 @@ def check_pytest(args, config):
 
 def check_docker(words):
     """TF Serving's container: the image is the TF Serving release the exports are checked
-    against (export/serving_ops_tf<version>.json), the mounted folder is the MODEL_NAME's."""
+    against (albert_tf/export/serving_ops_tf<version>.json), the mounted folder is the MODEL_NAME's."""
     image = words[-1]
     version = re.fullmatch(r"tensorflow/serving:(\d+\.\d+)\.\d+", image)
     assert version, f"README: docker image {image}"
-    assert os.path.exists(os.path.join(ROOT, "export", f"serving_ops_tf{version.group(1)}.json"))
+    assert os.path.exists(os.path.join(ROOT, "albert_tf", "export",
+                                       f"serving_ops_tf{version.group(1)}.json"))
     mount = words[words.index("-v") + 1]
     name = words[words.index("-e") + 1].removeprefix("MODEL_NAME=")
     assert mount.endswith(f"/{name}:/models/{name}"), mount
@@ -275,10 +276,10 @@ def check(command, config):
                 "to run or parse it)")
 
 
-ARGPARSE = ("export.client", "export.cc_loader")  # their build_parser() is their arguments
+ARGPARSE = ("albert_tf.export.client", "albert_tf.export.cc_loader")  # their build_parser() is their arguments
 # Commands without absl flags, named alone in the README.
-NOT_ABSL = {"export.saved_model_cli": "TensorFlow's saved_model_cli, its own arguments",
-            "export.ops_check": "no arguments"}
+NOT_ABSL = {"albert_tf.export.saved_model_cli": "TensorFlow's saved_model_cli, its own arguments",
+            "albert_tf.export.ops_check": "no arguments"}
 
 
 def test_every_shell_command_of_the_readme_runs_or_parses(pytestconfig):
@@ -286,7 +287,7 @@ def test_every_shell_command_of_the_readme_runs_or_parses(pytestconfig):
     assert kinds <= {"bash", "python"}, f"README code block(s) {kinds} not classified here"
     commands = shell_commands()
     # The README's two commands, the Commands table and the steps of a real run at least.
-    assert len(commands) >= 30 and any("export.client classify" in c for c in commands)
+    assert len(commands) >= 30 and any("albert_tf.export.client classify" in c for c in commands)
     checked = {command: check(command, pytestconfig) for command in commands}
     assert "run" in checked.values() and "argparse" in checked.values()
 
@@ -394,7 +395,7 @@ def test_the_serving_step_without_a_command_names_the_commands(capsys):
         client.main(["--server", "localhost:8501", "--model", "sst2", "--text", "a gripping film"])
     assert exit_.value.code == 2
     assert ("error: name a command first, one of predict, fill_mask, classify, regress, "
-            "signatures; e.g. python -m export.client classify") in capsys.readouterr().err
+            "signatures; e.g. python -m albert_tf.export.client classify") in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------

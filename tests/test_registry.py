@@ -104,10 +104,10 @@ def test_every_registered_class_has_one_serving_module_that_registered_itself():
     """The serving side registers against the model class (`@serves`); the export registry
     finds each class's module, a second module for a served class is refused, and a model
     class no serving module serves is named as not exportable."""
-    from export.registry import serving_module_class
-    from export.serving import (ClassifierServingModule, SquadV2ServingModule, served,
+    from albert_tf.export.registry import serving_module_class
+    from albert_tf.export.serving import (ClassifierServingModule, SquadV2ServingModule, served,
                                 serves)
-    from export.serving_tagging import TaggingServingModule
+    from albert_tf.export.serving_tagging import TaggingServingModule
 
     config = AlbertConfig(**TINY)
     assert set(served()) == set(models.registered_classes())
@@ -121,7 +121,7 @@ def test_every_registered_class_has_one_serving_module_that_registered_itself():
         pass
 
     with pytest.raises(ValueError, match="AlbertClassifier is already served by "
-                                         "export.serving.ClassifierServingModule"):
+                                         "albert_tf.export.serving.ClassifierServingModule"):
         serves(models.model_class("classifier"))(Another)
     assert served()[models.model_class("classifier")] is ClassifierServingModule
 
@@ -161,7 +161,7 @@ _SWITCHES = [
 
 
 def _library_files():
-    for package in ("albert_tf", "export", "data", "bench"):
+    for package in ("albert_tf", "bench"):
         for directory, _, files in os.walk(os.path.join(ROOT, package)):
             for name in files:
                 if name.endswith(".py"):
@@ -169,8 +169,8 @@ def _library_files():
 
 
 def test_no_model_kind_string_comparison_outside_the_registry():
-    """The issue counted 17 (`kind == "classifier"`-style) in checkpoints/, export/serving.py
-    and export/tflite.py (these patterns find 24 in that tree: the tables too); a new head
+    """The issue counted 17 (`kind == "classifier"`-style) in checkpoints/, albert_tf/export/serving.py
+    and albert_tf/export/tflite.py (these patterns find 24 in that tree: the tables too); a new head
     must not need any."""
     for example in ('if kind == "classifier":', 'model_kind(model) == "backbone"', "if model.albert_kind != 'span':",
                     'if kind not in ("pretrainer", "classifier", "backbone"):',

@@ -1,8 +1,8 @@
 """Every saved form goes into every tool (issue 57 item 2): a `.keras` file of
 `AlbertTextClassifier` (and of `AlbertTextTagger`), a training run's --output_dir, `DIR:best`,
 our model directory, an official TF1 checkpoint and a Hugging Face folder, each into
-`albert_tf.convert` (every target), `export.export_saved_model`, `export.export_tfhub`,
-`export.export_tflite` and `--init_checkpoint`; run in this process through each command's
+`albert_tf.convert` (every target), `albert_tf.export.export_saved_model`, `albert_tf.export.export_tfhub`,
+`albert_tf.export.export_tflite` and `--init_checkpoint`; run in this process through each command's
 `cli` (as `python -m`), and every cell's answers equal the saved classifier's own on the same
 raw text (logits to 1e-5, token ids exactly), its SentencePiece model and labels travelling
 with it."""
@@ -62,7 +62,7 @@ def forms(tmp_path_factory):
     """{"sources": {name: path}, "spm", "features", "logits", "pooled", "ids", "classifier"}:
     one 3-class classifier (tiny, random weights) saved as `clf.save("model.keras")` and as
     every other form (ours, tf1 and hf by `convert` from the `.keras`: cells of the matrix)."""
-    from data.train_vocab import train_vocab
+    from albert_tf.data.train_vocab import train_vocab
 
     tmp = tmp_path_factory.mktemp("saved_forms")
     spm_dir = tmp / "vocab"
@@ -126,8 +126,8 @@ def test_the_exports_read_every_source(forms):
     classifier's logits or pooled output (1e-5), its SentencePiece model, its labels and
     sequence length where the form records them. The export after the read does not depend
     on the form: each command runs whole on one form below."""
-    from export.saved_model import load_for_export
-    from export.tfhub import load_backbone
+    from albert_tf.export.saved_model import load_for_export
+    from albert_tf.export.tfhub import load_backbone
 
     for name, path in forms["sources"].items():
         model, spm, record = load_for_export(path)
@@ -144,12 +144,12 @@ def test_the_exports_read_every_source(forms):
 
 @pytest.mark.slow
 def test_export_saved_model_of_a_saved_text_classifier(forms):
-    """`python -m export.export_saved_model --model_dir model.keras` (the README's
+    """`python -m albert_tf.export.export_saved_model --model_dir model.keras` (the README's
     `clf.save`; a TypeError before): the SavedModel answers raw text with the classifier's
     logits (1e-5), tokenized as its preprocessor does, at its sequence length, with its label
     names."""
     base = str(forms["tmp"] / "exports" / "keras")
-    assert run_cli("export.export_saved_model", "--model_dir", forms["sources"]["keras"],
+    assert run_cli("albert_tf.export.export_saved_model", "--model_dir", forms["sources"]["keras"],
                    "--export_dir", base) == 0
     loaded = tf.saved_model.load(os.path.join(base, "1"))
     got = loaded.signatures["serving_default"](text=tf.constant(TEXTS))
@@ -162,13 +162,13 @@ def test_export_saved_model_of_a_saved_text_classifier(forms):
 
 @pytest.mark.slow
 def test_export_tfhub_of_a_hugging_face_folder(forms):
-    """`python -m export.export_tfhub --init_checkpoint HF_DIR` (its spiece.model travels):
+    """`python -m albert_tf.export.export_tfhub --init_checkpoint HF_DIR` (its spiece.model travels):
     the preprocessor packs the text as the classifier's preprocessor (ids equal) and the
     encoder gives its pooled output (1e-5)."""
     import tensorflow_text  # noqa: F401 - the preprocessor's SentencePiece ops
 
     out = str(forms["tmp"] / "hub")
-    assert run_cli("export.export_tfhub", "--init_checkpoint", forms["sources"]["hf"],
+    assert run_cli("albert_tf.export.export_tfhub", "--init_checkpoint", forms["sources"]["hf"],
                    "--export_dir", out, "--max_seq_length", str(SEQ)) == 0
     pre = tf.saved_model.load(os.path.join(out, "preprocess"))
     encoder = tf.saved_model.load(os.path.join(out, "encoder"))
@@ -181,13 +181,13 @@ def test_export_tfhub_of_a_hugging_face_folder(forms):
 
 @pytest.mark.slow
 def test_export_tflite_of_an_official_checkpoint(forms):
-    """`python -m export.export_tflite --model_dir TF1_DIR` (a TF1 checkpoint was refused
+    """`python -m albert_tf.export.export_tflite --model_dir TF1_DIR` (a TF1 checkpoint was refused
     before: "convert it first"): the on-device model answers raw text with the saved
     classifier's logits (1e-5)."""
-    from export.tflite import interpreter, run
+    from albert_tf.export.tflite import interpreter, run
 
     out = str(forms["tmp"] / "tf1.tflite")
-    assert run_cli("export.export_tflite", "--model_dir", forms["sources"]["tf1"], "--output",
+    assert run_cli("albert_tf.export.export_tflite", "--model_dir", forms["sources"]["tf1"], "--output",
                    out, "--max_seq_length", str(SEQ)) == 0
     runner = interpreter(out).get_signature_runner()
     logits = np.concatenate([run(runner, {"text": [t]})["logits"] for t in TEXTS])
@@ -287,7 +287,7 @@ def test_a_saved_text_tagger_into_the_tools_and_a_clear_refusal(forms, tmp_path,
     its SentencePiece model copied) and is read by the exports with its logits (1e-5); the
     TensorFlow Lite export, which has no on-device form of a token classifier, refuses it by
     name and writes nothing."""
-    from export.saved_model import load_for_export
+    from albert_tf.export.saved_model import load_for_export
 
     tags = ["O", "B-X", "I-X"]
     model = AlbertTokenClassifier(forms["classifier"].config, num_labels=3)
@@ -308,7 +308,7 @@ def test_a_saved_text_tagger_into_the_tools_and_a_clear_refusal(forms, tmp_path,
     assert record["labels"] == tags
     capsys.readouterr()
     tflite = str(tmp_path / "tagger.tflite")
-    assert run_cli("export.export_tflite", "--model_dir", path, "--output", tflite) == 1
+    assert run_cli("albert_tf.export.export_tflite", "--model_dir", path, "--output", tflite) == 1
     assert "token_classifier" in capsys.readouterr().err and not os.path.exists(tflite)
 
 
@@ -380,7 +380,7 @@ def test_a_cased_model_keeps_its_casing_in_every_form(forms, tmp_path, caplog):
                    hf_of_run) == 0
     assert _tokenizer_config(hf_of_run)["do_lower_case"] is False
     base = str(tmp_path / "exports")
-    assert run_cli("export.export_saved_model", "--model_dir", run, "--export_dir", base,
+    assert run_cli("albert_tf.export.export_saved_model", "--model_dir", run, "--export_dir", base,
                    "--max_seq_length", str(SEQ)) == 0
     with open(os.path.join(base, "1", "assets.extra", "albert_export.json")) as f:
         assert json.load(f)["do_lower_case"] is False
@@ -502,7 +502,7 @@ def test_convert_refuses_before_writing_anything(forms, tmp_path, capsys):
     plain = str(tmp_path / "plain.keras")
     keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]).save(plain)
     for args in (("albert_tf.convert", "--input", plain, "--output", out),
-                 ("export.export_saved_model", "--model_dir", plain, "--export_dir", out)):
+                 ("albert_tf.export.export_saved_model", "--model_dir", plain, "--export_dir", out)):
         assert run_cli(*args) == 1
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"error: {plain} holds a Keras Sequential, not an ALBERT model")

@@ -1,7 +1,7 @@
 """The exported signatures validate what they are sent: a bad request gets one clear error (an
 InvalidArgumentError naming the input, the rows and the rule, which TF Serving returns to the
 client as the error text), never an answer; valid requests answer bit for bit as the Keras
-model. Findings of the hostile review of export/serving.py, each a table row below:
+model. Findings of the hostile review of albert_tf/export/serving.py, each a table row below:
 (1) int64 ids and segment ids checked before they are cast to int32 (2**32 + 10 is not 10);
 (2) input_mask values 0 or 1, 1s then 0s, at least one 1; (3) a tf.Example's text and text_b of
 one value; (4) empty requests and garbage tf.Examples."""
@@ -21,8 +21,8 @@ from albert_tf.tasks import race
 from albert_tf.tasks.squad import AlbertSpanModel
 from albert_tf.tokenization import Tokenizer
 from conftest import EXPORT_MAX_SEQ as MAX_SEQ, export_config, randomize
-from export.saved_model import export_saved_model, host_copy
-from export.serving import _after, _token_checks
+from albert_tf.export.saved_model import export_saved_model, host_copy
+from albert_tf.export.serving import _after, _token_checks
 
 VOCAB, TYPES = 8000, 3  # export_config()'s vocab_size and type_vocab_size
 RACE_SEQ = 40

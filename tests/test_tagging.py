@@ -524,7 +524,7 @@ def test_export_tags_as_do_predict_does(tagging_run):
 
 @pytest.mark.slow
 def test_export_tags_through_the_cpp_loader(tagging_run, serving_loader, tmp_path):
-    from export.cc_loader import LoaderError, run_loader
+    from albert_tf.export.cc_loader import LoaderError, run_loader
 
     out, version, _ = tagging_run
     binary, info = serving_loader

@@ -1,4 +1,4 @@
-"""The TF Hub pair (`python -m export.export_tfhub`, export/tfhub.py): loaded as TF Hub users load
+"""The TF Hub pair (`python -m albert_tf.export.export_tfhub`, albert_tf/export/tfhub.py): loaded as TF Hub users load
 BERT (`hub.KerasLayer`, a tf-keras layer) and as Keras 3 users can (`keras.layers.TFSMLayer`);
 outputs equal to our backbone's, ids equal to the Python feature path's, one training step
 changes the encoder."""
@@ -17,7 +17,7 @@ from albert_tf.config import AlbertConfig
 from albert_tf.packing import pack_ids, pad_features
 from albert_tf.tokenization import Tokenizer
 from conftest import assert_spread, export_config, randomize, run_command
-from export.tfhub import ExportError, export_tfhub, load_backbone
+from albert_tf.export.tfhub import ExportError, export_tfhub, load_backbone
 
 pytestmark = pytest.mark.slow
 
@@ -257,7 +257,7 @@ def test_command_loads_a_tf1_checkpoint_and_refuses_an_existing_dir(pair, tmp_pa
     assert report["source"]["type"] == "tf1"
     for got, want in zip(loaded.weights, backbone.weights):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
-    run = run_command("export.export_tfhub", "--init_checkpoint", str(tf1), "--spm_model_file",
+    run = run_command("albert_tf.export.export_tfhub", "--init_checkpoint", str(tf1), "--spm_model_file",
                       sample_vocab, "--export_dir", export_dir, process=True)  # `python -m`
     assert run.returncode == 1, run.stderr[-2000:]
     assert "not an empty directory" in run.stderr

@@ -1,4 +1,4 @@
-"""TensorFlow Lite export (`export.tflite`): the on-device tokenizer equals the Python one, and
+"""TensorFlow Lite export (`albert_tf.export.tflite`): the on-device tokenizer equals the Python one, and
 each file run by the TFLite interpreter (tensorflow-text's ops registered) agrees with the
 SavedModel on raw text."""
 
@@ -13,8 +13,8 @@ import tensorflow as tf
 
 from albert_tf.tokenization import MASK_ID, Tokenizer
 from conftest import EXPORT_MAX_SEQ, GUTENBERG, WIKITEXT, run_command
-from data.text_io import expand_input_patterns, read_text_lines
-from export.tflite import (TFLiteExportError, compare_outputs, export_tflite, interpreter,
+from albert_tf.data.text_io import expand_input_patterns, read_text_lines
+from albert_tf.export.tflite import (TFLiteExportError, compare_outputs, export_tflite, interpreter,
                            record_path, run)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -291,7 +291,7 @@ def sst2_classifier(tmp_path_factory, sample_vocab):
     from albert_tf.tasks import glue
     from albert_tf.tasks.classification import ClassificationTask, write_examples
     from albert_tf.training.train_lib import TrainingConfig, TrainingRun
-    from export.saved_model import export_saved_model
+    from albert_tf.export.saved_model import export_saved_model
 
     tmp = tmp_path_factory.mktemp("sst2")
     task = glue.get_task("sst-2")
@@ -315,7 +315,7 @@ def sst2_classifier(tmp_path_factory, sample_vocab):
 
 @pytest.mark.slow
 def test_quantized_files_agree_with_the_saved_model_on_sst2_dev(sst2_classifier):
-    """Through `python -m export.export_tflite` (the SavedModel as the source: its sequence
+    """Through `python -m albert_tf.export.export_tflite` (the SavedModel as the source: its sequence
     length and labels carry over): float32 equals the SavedModel within 1e-4; float16 and
     dynamic int8 within their bounds, labels agreeing on at least 98% of 300 dev sentences."""
     import tensorflow_text  # noqa: F401
@@ -327,12 +327,12 @@ def test_quantized_files_agree_with_the_saved_model_on_sst2_dev(sst2_classifier)
     assert accuracy >= 0.62  # it learned (0.683 measured): the majority class is 0.51
     bounds = {"none": 1e-4, "float16": 5e-3, "dynamic_int8": 0.05}
     sizes, figures = {}, {}
-    from export.saved_model import load_for_export
+    from albert_tf.export.saved_model import load_for_export
 
     for mode, bound in bounds.items():
         path = str(sst2_classifier["dir"] / f"sst2_{mode}.tflite")
         if mode == "dynamic_int8":  # the command line (one of them)
-            proc = run_command("export.export_tflite", "--model_dir", sst2_classifier["export"],
+            proc = run_command("albert_tf.export.export_tflite", "--model_dir", sst2_classifier["export"],
                                "--output", path, "--quantize", mode)
             assert proc.returncode == 0, proc.stderr[-3000:]
             assert json.loads(proc.stdout)["size_bytes"] == os.path.getsize(path)
@@ -365,7 +365,7 @@ def test_quantized_files_agree_with_the_saved_model_on_sst2_dev(sst2_classifier)
           f"(max |dp|, label agreement) {figures}")
     assert sizes["dynamic_int8"] < sizes["float16"] < sizes["none"]
     # a second export to the same path is refused and leaves the file as it was
-    proc = run_command("export.export_tflite", "--model_dir", sst2_classifier["export"],
+    proc = run_command("albert_tf.export.export_tflite", "--model_dir", sst2_classifier["export"],
                        "--output", str(sst2_classifier["dir"] / "sst2_dynamic_int8.tflite"),
                        process=True)  # `python -m` itself, once
     assert proc.returncode == 1 and "exists; choose another --output" in proc.stderr

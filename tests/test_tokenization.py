@@ -12,7 +12,7 @@ from albert_tf.tokenization import (CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID, Tok
                                     preprocess_text)
 from albert_tf.tasks import glue
 from conftest import GUTENBERG, ROOT, SHARED_DIR, WIKITEXT
-from data.text_io import expand_input_patterns, read_text_lines
+from albert_tf.data.text_io import expand_input_patterns, read_text_lines
 
 OFFICIAL_ALBERT = os.path.join(SHARED_DIR, "official_albert")
 SST2_DEV = os.path.join(ROOT, "albert_tf", "sample_data", "glue", "SST-2", "dev.tsv")
@@ -65,7 +65,7 @@ def test_model_without_special_ids_is_refused(tmp_path):
                                    model_prefix=str(tmp_path / "plain"), vocab_size=40,
                                    minloglevel=2)
     with pytest.raises(ValueError, match=r"plain.model lacks the official ALBERT special ids "
-                                         r"\(.*\[CLS\] is id 0.*python -m data.train_vocab"):
+                                         r"\(.*\[CLS\] is id 0.*python -m albert_tf.data.train_vocab"):
         Tokenizer(str(tmp_path / "plain.model"))
 
 
@@ -153,7 +153,7 @@ def test_read_text_lines_handles_bom_crlf_and_names_bad_bytes(tmp_path):
     path.write_bytes(b"\xef\xbb\xbffirst\r\nsecond\nthird")
     assert list(read_text_lines(str(path))) == ["first", "second", "third"]
     path.write_bytes(b"ok line\nbad \xff byte\n")
-    from data.text_io import InputError
+    from albert_tf.data.text_io import InputError
 
     with pytest.raises(InputError, match=r"t.txt: line 2 is not valid UTF-8 \(byte 0xff at file "
                                          r"offset 12\)"):

@@ -856,7 +856,7 @@ def test_evaluation_takes_the_prediction_count_of_its_own_records(generated_data
     different prediction counts together, are refused."""
     from albert_tf import features as F
     from albert_tf.input_pipeline import ordered_dataset
-    from data.generator import generate, make_job
+    from albert_tf.data.generator import generate, make_job
 
     job = make_job(prepared_corpus["wiki"], str(tmp_path / "heldout"), sample_vocab,
                    num_output_shards=1, max_seq_length=64, max_predictions_per_seq=4,

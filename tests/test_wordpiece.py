@@ -12,7 +12,7 @@ from albert_tf.input_pipeline import parse_fn
 from albert_tf.tokenization import (Tokenizer, WordPieceTokenizer, basic_tokenize,
                                     load_wordpiece_vocab, make_tokenizer)
 from conftest import run_command
-from data.generator import generate, make_job
+from albert_tf.data.generator import generate, make_job
 from test_tokenization import official_module
 
 # Chinese, English and mixed text: full-width and ASCII punctuation, accents, digits, CJK
@@ -277,7 +277,7 @@ def test_generation_with_a_wordpiece_vocabulary(tmp_path, official, vocab_file):
 def test_generation_command_takes_vocab_file_alone(tmp_path, official, vocab_file):
     """The official command line of a WordPiece model; neither vocabulary flag is refused."""
     documents = _corpus(tmp_path / "corpus.txt")
-    command = ["data.create_pretraining_data", "--input_file",
+    command = ["albert_tf.data.create_pretraining_data", "--input_file",
                str(tmp_path / "corpus.txt"), "--output_file", str(tmp_path / "zh.tfrecord"),
                "--do_lower_case", "--max_seq_length", "24", "--max_predictions_per_seq", "4",
                "--dupe_factor", "2", "--random_seed", "3"]
@@ -348,7 +348,7 @@ def test_saved_model_on_raw_text_equals_the_python_path(tmp_path, vocab_file):
     from albert_tf.packing import pack_ids, pad_features
     from albert_tf.models.pretrainer import AlbertPretrainer
     from conftest import assert_serves_tokens, randomize, tiny_config
-    from export.saved_model import export_saved_model
+    from albert_tf.export.saved_model import export_saved_model
 
     tok = make_tokenizer(vocab_file=vocab_file)
     model = AlbertPretrainer(tiny_config(vocab_size=tok.vocab_size))

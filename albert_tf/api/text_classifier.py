@@ -19,9 +19,8 @@ Pieces shared with the commands, never copied: the checkpoint readers
 (`albert_tf.checkpoints.initialize_from_checkpoint` / `initialize_backbone`, as
 `--init_checkpoint`), the tokenizer and packing, the optimizer and its update
 (`albert_tf.training.optimization`), the defaults of `run_classifier`'s flags, and the exporter
-(`export.saved_model.export_saved_model`, imported by `_export` when it is called: `export/`
-builds on this package, so a library module of `albert_tf` may not import it at load time,
-docs/architecture.md; that method is the one place that reaches it).
+(`albert_tf.export.saved_model.export_saved_model`, imported by `_export` when it is called, so
+that loading the Keras API does not load the serving code; docs/architecture.md).
 
 Your own files: `fit`, `evaluate` and `predict` also take the path of a CSV, TSV or JSON Lines
 file (`x="train.csv"`, `validation_data="dev.tsv"`; a `str` with one of those extensions, or any
@@ -523,10 +522,10 @@ class RawTextModel(keras.Model):
         return super().save_weights(filepath, *args, **kwargs)
 
     def _export(self, export_dir, version=None, **kwargs):
-        """`export.saved_model.export_saved_model` of the ALBERT model, the text packed as
+        """`albert_tf.export.saved_model.export_saved_model` of the ALBERT model, the text packed as
         here (imported here: see the module docstring); `kwargs` go to it. Refused
         (`NonFiniteLossError`, nothing written) where a weight is nan or inf."""
-        from export.saved_model import export_saved_model
+        from albert_tf.export.saved_model import export_saved_model
 
         self._check_weights_finite(f"export({os.fspath(export_dir)!r})")
 
@@ -766,7 +765,7 @@ class AlbertTextClassifier(RawTextModel):
     # Export.
     def export(self, export_dir, labels=None, text_pair=None, version=None, **kwargs):
         """Writes the TF Serving SavedModel that `run_classifier --export_dir` and
-        `python -m export.export_saved_model` write (`export.saved_model.export_saved_model`:
+        `python -m albert_tf.export.export_saved_model` write (`albert_tf.export.saved_model.export_saved_model`:
         `export_dir` is `BASE/NAME`, a new version under it; raw-text `serving_default`,
         `classify`/`regress`, token and tf.Example signatures), the text packed as here.
         `text_pair` (default: whether `fit` was given pairs) makes `serving_default` take

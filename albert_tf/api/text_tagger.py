@@ -315,7 +315,7 @@ class AlbertTextTagger(RawTextModel):
     # -----------------------------------------------------------------------------------------
     def export(self, export_dir, version=None, **kwargs):
         """Writes the TF Serving SavedModel that `run_tagging --export_dir` writes
-        (`export.saved_model.export_saved_model` with `export.serving_tagging`:
+        (`albert_tf.export.saved_model.export_saved_model` with `albert_tf.export.serving_tagging`:
         `serving_default` takes sentences and splits them on whitespace, one tag per word;
         `serve_tokens`), `export_dir` being `BASE/NAME`, a new version under it. Other
         keyword arguments go to `export_saved_model`. Returns the version directory."""

@@ -109,7 +109,7 @@ TFHUB_RECORD = "albert_tfhub.json"  # in assets.extra/ of the TF Hub pair `expor
 
 
 def tfhub_part(path: str) -> str | None:
-    """"encoder" or "preprocess" for a SavedModel of our TF Hub pair (`export.tfhub`), else
+    """"encoder" or "preprocess" for a SavedModel of our TF Hub pair (`albert_tf.export.tfhub`), else
     None."""
     record = os.path.join(os.fspath(path), "assets.extra", TFHUB_RECORD)
     if not os.path.isfile(record):
@@ -119,7 +119,7 @@ def tfhub_part(path: str) -> str | None:
 
 
 def _read_tfhub_encoder(backbone, path: str) -> dict:
-    """Fills `backbone` from our TF2 TF-Hub encoder (`export.tfhub.HubEncoder`: the backbone's
+    """Fills `backbone` from our TF2 TF-Hub encoder (`albert_tf.export.tfhub.HubEncoder`: the backbone's
     variables, in order, as the SavedModel's `variables` list), strictly: the same config
     (its record's), every variable's shape, or nothing is assigned."""
     with open(os.path.join(path, "assets.extra", TFHUB_RECORD), encoding="utf-8") as f:
@@ -161,7 +161,7 @@ def initialize_backbone(backbone, path: str, init_from_group0: bool = False) -> 
     - a Hugging Face `save_pretrained` folder;
     - our model directory or a `.keras` file;
     - a pretraining `--output_dir` (its latest checkpoint; `DIR:best` for the best one);
-    - the encoder SavedModel of our TF Hub pair (`export.tfhub`).
+    - the encoder SavedModel of our TF Hub pair (`albert_tf.export.tfhub`).
 
     Every backbone weight must be found with its shape (or nothing is assigned); returns
     {"assigned": [official names], "skipped": {source entry: reason}, "source": what was
@@ -259,7 +259,7 @@ def check_path(path: str) -> str:
     raise CheckpointError(f"no such path: {plain}")
 
 
-# What `export.saved_model` writes into a version's assets.extra/ (its EXPORT_RECORD): the
+# What `albert_tf.export.saved_model` writes into a version's assets.extra/ (its EXPORT_RECORD): the
 # model and where it came from.
 EXPORT_RECORD = "albert_export.json"
 

@@ -17,21 +17,21 @@ COMMANDS = {
     "albert-params": "albert_tf.params",
     "albert-transitions": "albert_tf.analysis.transitions",
     "albert-fill-mask": "albert_tf.analysis.fill_mask",
-    "albert-prepare-corpus": "data.prepare_corpus",
-    "albert-train-vocab": "data.train_vocab",
-    "albert-create-pretraining-data": "data.create_pretraining_data",
+    "albert-prepare-corpus": "albert_tf.data.prepare_corpus",
+    "albert-train-vocab": "albert_tf.data.train_vocab",
+    "albert-create-pretraining-data": "albert_tf.data.create_pretraining_data",
     "albert-pretrain": "albert_tf.run_pretraining",
     "albert-classifier": "albert_tf.run_classifier",
     "albert-squad-v1": "albert_tf.run_squad_v1",
     "albert-squad-v2": "albert_tf.run_squad_v2",
     "albert-race": "albert_tf.run_race",
     "albert-convert": "albert_tf.convert",
-    "albert-export": "export.export_saved_model",
-    "albert-export-tflite": "export.export_tflite",
-    "albert-client": "export.client",
-    "albert-serving-loader": "export.cc_loader",
-    "albert-saved-model-cli": "export.saved_model_cli",
-    "albert-ops-check": "export.ops_check",
+    "albert-export": "albert_tf.export.export_saved_model",
+    "albert-export-tflite": "albert_tf.export.export_tflite",
+    "albert-client": "albert_tf.export.client",
+    "albert-serving-loader": "albert_tf.export.cc_loader",
+    "albert-saved-model-cli": "albert_tf.export.saved_model_cli",
+    "albert-ops-check": "albert_tf.export.ops_check",
 }
 
 
@@ -202,7 +202,7 @@ def _own_flags_in_help(main_module: str) -> None:
     from absl import flags
 
     for module, module_flags in list(flags.FLAGS.flags_by_module_dict().items()):
-        if module != main_module and module.split(".")[0] in ("albert_tf", "data", "export"):
+        if module != main_module and module.split(".")[0] == "albert_tf":
             for flag in module_flags:
                 flags.FLAGS.register_key_flag_for_module(main_module, flag)
 

@@ -6,8 +6,8 @@ tokenizer -> `TrainingConfig.from_settings` -> the strategy -> `TrainingRun` -> 
 `--export_dir`. A runner keeps only what its task owns: its own flags, its data and its prediction
 files. Nothing here reads absl's FLAGS: every function takes the `ExperimentConfig`.
 
-This is the entry-point floor (docs/architecture.md): it may call `export/` to write SavedModels;
-the loop takes the exporter as a callable.
+This is the entry-point floor (docs/architecture.md): it may call `albert_tf.export` to write
+SavedModels; the loop takes the exporter as a callable.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from albert_tf.tokenization import Tokenizer, make_tokenizer
 from albert_tf.training.run_directory import refuse_a_changed_run
 from albert_tf.training.train_lib import (CorruptInputError, NonFiniteLossError, TrainingConfig,
                                           TrainingRun, WorkerLostError, flag_settings, write_dir_of)
-from export.saved_model import ExportError, export_saved_model
+from albert_tf.export.saved_model import ExportError, export_saved_model
 
 # What a command reports as "error: ..." and exit status 1 instead of a traceback: bad input
 # (data, config, checkpoint, flags: all ValueErrors), a strategy that cannot start, a run that
@@ -110,7 +110,7 @@ def export_alone_takes_the_run(command_name: str, names=("task_name",)) -> None:
     --output_dir, so what the run recorded is taken where not given, and said in one line: its
     model config (its albert_config.json), its vocabulary (its copy of the SentencePiece model,
     `carried_tokenizer`, or of the WordPiece --vocab_file), its --max_seq_length and `names` of
-    its config.yaml, as `export.export_saved_model --model_dir` takes them (the official runner
+    its config.yaml, as `albert_tf.export.export_saved_model --model_dir` takes them (the official runner
     needs them given again; the casing is `carried_run_casing`'s, as for every rerun). Nothing happens for another command's run, a
     directory without one, or a record that cannot be read (the flags' own checks then say
     what is missing)."""
@@ -376,7 +376,7 @@ def make_exporter(export_dir, output_dir, spm_model_file, max_seq_length, labels
                   text_pair=False, source_type="run_pretraining", options=None,
                   do_lower_case=True, best_suffix="_best", threshold=None, vocab_file=None):
     """exporter(model, which) for `TrainingRun.run`: SavedModels through the one exporter
-    (`export.saved_model`), final to `export_dir`, best to `export_dir + best_suffix`. `labels`,
+    (`albert_tf.export.saved_model`), final to `export_dir`, best to `export_dir + best_suffix`. `labels`,
     `text_pair` and `threshold` are a classifier's (class names, sentence-pair
     `serving_default`, the official --threshold_to_export served with its answers); `options`
     a SQuAD or RACE model's decoding and packing settings (`export_saved_model`). Without
@@ -492,7 +492,7 @@ def record_config(exp: ExperimentConfig, output_dir: str) -> None:
 def keep_vocabulary(exp: ExperimentConfig, output_dir: str) -> None:
     """--spm_model_file (or, without one, the WordPiece --vocab_file) copied beside a
     fine-tuning run's checkpoints (unless one of that name is there), so the run directory is a
-    complete model: `export.export_saved_model --model_dir RUN` finds it."""
+    complete model: `albert_tf.export.export_saved_model --model_dir RUN` finds it."""
     spm = exp.get("spm_model_file") or exp.get("vocab_file")
     if not spm:
         return

@@ -34,13 +34,13 @@ def corpus_commands(paths: dict, books: str = "*-0.txt", heldout_every: int = 4)
     text_dir = os.path.join(shown_path(SAMPLE_DIR), "pretrain_text")
     corpus, heldout = paths["corpus"], paths["heldout"]
     every = ["--heldout_every", str(heldout_every)]
-    return [(["data.prepare_corpus", "--input_file",
+    return [(["albert_tf.data.prepare_corpus", "--input_file",
               ",".join(os.path.join(text_dir, "gutenberg", b) for b in books.split(",")),
               "--output_file", os.path.join(corpus, "books.txt"),
               "--document_marker_regex", BOOK_CHAPTER_REGEX,
               "--heldout_file", os.path.join(heldout, "books.txt"), *every],
              os.path.join(heldout, "books.txt")),
-            (["data.prepare_corpus", "--input_file",
+            (["albert_tf.data.prepare_corpus", "--input_file",
               os.path.join(text_dir, "wikitext-2-raw", "wiki.test.raw"),
               "--output_file", os.path.join(corpus, "wiki.txt"), *WIKI_FLAGS,
               "--heldout_file", os.path.join(heldout, "wiki.txt"), *every],
@@ -49,7 +49,7 @@ def corpus_commands(paths: dict, books: str = "*-0.txt", heldout_every: int = 4)
 
 def vocab_commands(paths: dict) -> list:
     corpus = paths["corpus"]
-    return [(["data.train_vocab", "--input_file",
+    return [(["albert_tf.data.train_vocab", "--input_file",
               f"{os.path.join(corpus, 'books.txt')},{os.path.join(corpus, 'wiki.txt')}",
               "--model_prefix", paths["vocab"], "--vocab_size", str(paths["vocab_size"])],
              paths["vocab"] + ".model")]
@@ -57,7 +57,7 @@ def vocab_commands(paths: dict) -> list:
 
 def train_records_command(paths: dict, prefix: str, seq: int, mask: float, preds: int,
                           dupe: int, shards: int = 2) -> tuple:
-    return (["data.create_pretraining_data", "--input_file",
+    return (["albert_tf.data.create_pretraining_data", "--input_file",
              os.path.join(paths["corpus"], "*.txt"), "--output_file", prefix,
              "--num_output_shards", str(shards), "--spm_model_file", paths["vocab"] + ".model",
              "--max_seq_length", str(seq), "--max_predictions_per_seq", str(preds),
@@ -70,7 +70,7 @@ def heldout_commands(paths: dict, seq: int = 64, mask: float = 0.15) -> list:
     """The held-out records: `mask` masking (15%, as evaluations usually are), one pass, and
     sentence-order pairs from one document each (balanced labels)."""
     out = paths["heldout_records"]
-    return [(["data.create_pretraining_data", "--input_file",
+    return [(["albert_tf.data.create_pretraining_data", "--input_file",
               os.path.join(paths["heldout"], "*.txt"), "--output_file", out,
               "--num_output_shards", "1", "--spm_model_file", paths["vocab"] + ".model",
               "--max_seq_length", str(seq),
@@ -148,7 +148,7 @@ def finetune_commands(run_dir: str, s: dict, config: str, paths: dict, init: str
 def export_commands(run_dir: str, paths: dict, pretrain_dir: str, seq: int) -> list:
     """The pretrained model as a fill-mask SavedModel (version 1 of albert_demo_mlm)."""
     export = os.path.join(run_dir, "exports", "albert_demo_mlm")
-    return [(["export.export_saved_model", "--model_dir", pretrain_dir, "--checkpoint", "latest",
+    return [(["albert_tf.export.export_saved_model", "--model_dir", pretrain_dir, "--checkpoint", "latest",
               "--spm_model_file", paths["vocab"] + ".model", "--export_dir", shown_path(export),
               "--version", "1", "--max_seq_length", str(seq)],
              os.path.join(export, "1", "saved_model.pb"))]
@@ -163,7 +163,7 @@ def serve_commands(run_dir: str, runtime: str) -> list:
     for name, export, requests in (("fill_mask", "albert_demo_mlm", FILL_MASK_REQUESTS),
                                    ("sentiment", "albert_demo_sst2", SENTIMENT_REQUESTS)):
         out = os.path.join(serve, f"{name}.json")
-        commands.append((["export.cc_loader", *loader, "--saved_model",
+        commands.append((["albert_tf.export.cc_loader", *loader, "--saved_model",
                           p(os.path.join(run_dir, "exports", export, "1")),
                           *[a for t in requests for a in ("--text", t)],
                           "--output_json", p(out)], out))

@@ -19,13 +19,13 @@ everything the rest of the code base would otherwise ask with `if kind == ...`:
                            token classifier's pooler): kept as they are on reading, not written
     hf_config(labels)      extra entries of the Hugging Face `config.json` (labels)
     hf_extra_state(state)  keys HF's `save_pretrained` writes besides the named weights
-    has_tflite             whether `export.tflite` writes a TFLite form of it
+    has_tflite             whether `albert_tf.export.tflite` writes a TFLite form of it
     backbone               the encoder (`AlbertBackbone`); a backbone is its own
 
 `RegisteredModel` gives the defaults. Nothing outside this registry compares kind strings.
 The built-in classes are registered when `albert_tf.models.kinds` is imported; lookups live there.
-The serving side registers its serving module against each class (`export.serving.serves`;
-`export.registry` finds it): no model names its serving code.
+The serving side registers its serving module against each class (`albert_tf.export.serving.serves`;
+`albert_tf.export.registry` finds it): no model names its serving code.
 """
 
 from __future__ import annotations

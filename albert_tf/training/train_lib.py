@@ -182,7 +182,7 @@ class PretrainingConfig(TrainingConfig):
             problems.append(
                 f"--masked_lm_budget={self.masked_lm_budget}: online masking (masking n-grams "
                 "while training, from token_boundary) is not supported; generate masked "
-                "examples offline with python -m data.create_pretraining_data and leave "
+                "examples offline with python -m albert_tf.data.create_pretraining_data and leave "
                 "--masked_lm_budget at 0 (the official default)")
         return problems
 

@@ -40,7 +40,7 @@ from albert_tf.features import INPUT_IDS, INPUT_MASK, SEGMENT_IDS
 from albert_tf.ownership import current_umask
 from albert_tf.packing import PAIR_SPECIAL_TOKENS, SINGLE_SPECIAL_TOKENS, pack_in_graph
 from albert_tf.tokenization import Tokenizer
-from export.saved_model import ExportError
+from albert_tf.export.saved_model import ExportError
 
 # TF Hub's input names -> ours.
 HUB_INPUTS = {"input_word_ids": INPUT_IDS, "input_mask": INPUT_MASK,

@@ -32,9 +32,9 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from export.ops_check import check_saved_model_ops, load_allowed_ops
-from export.registry import serving_module
-from export.serving import (WARMUP_TEXTS, AlbertServingModule,  # noqa: F401
+from albert_tf.export.ops_check import check_saved_model_ops, load_allowed_ops
+from albert_tf.export.registry import serving_module
+from albert_tf.export.serving import (WARMUP_TEXTS, AlbertServingModule,  # noqa: F401
                             signature_method_names)
 from albert_tf.paths import atomic_write
 from albert_tf.checkpoints import CheckpointError, build_model, model_kind, model_weights
@@ -274,14 +274,14 @@ def batching_parameters(signatures: dict, batching: dict | None = None) -> str:
     an input_mask of 1), so padding would be attended to as real tokens and the answers change.
     So padding stays off: token requests of different lengths in one batch get the server's
     error ("different shapes and padding is turned off"), never a wrong answer; clients pad
-    token requests to one length (`export.client` pads to the model's max_seq_length)."""
+    token requests to one length (`albert_tf.export.client` pads to the model's max_seq_length)."""
     batching = dict(BATCHING, **(batching or {}))
     token_inputs = sorted({name for fn in signatures.values()
                            for name, spec in fn.structured_input_signature[1].items()
                            if spec.shape.rank is not None and spec.shape.rank >= 2})
     lines = [f"{key} {{ value: {batching[key]} }}" for key in (
         "max_batch_size", "batch_timeout_micros", "max_enqueued_batches", "num_batch_threads")]
-    comment = ["# Derived by export.saved_model.batching_parameters (docs/serving.md, Batching,",
+    comment = ["# Derived by albert_tf.export.saved_model.batching_parameters (docs/serving.md, Batching,",
                "# and Serving under load, where the values are measured).",
                "# String inputs ([batch]) batch as they are; token inputs "
                f"({', '.join(token_inputs) or 'none'}) would be padded with their first",
@@ -392,7 +392,7 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
         source: where the model came from (kept in `assets.extra/albert_export.json`).
         options: a SQuAD span model's `doc_stride`, `max_query_length`, `n_best_size`,
             `max_answer_length`, `null_score_diff_threshold` (SQuAD 2.0; None: always
-            answer), or a multiple-choice model's `max_qa_length` (`export.serving`).
+            answer), or a multiple-choice model's `max_qa_length` (`albert_tf.export.serving`).
         remove_padding: the encoder's matmuls run on the real tokens of a batch only (a batch
             of mixed lengths costs its tokens, not batch x longest; `AlbertEncoder`); False
             keeps the padded computation.
@@ -401,7 +401,7 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
         vocab_file: without `spm_model_file`, a WordPiece vocabulary (`make_tokenizer`; the
             graph tokenizes and packs with it).
         jit_compile: a one-row request runs the backbone XLA-compiled at a fixed padded length
-            (backbones, pretrainers, classifiers; `export.serving`); TF Serving must then be
+            (backbones, pretrainers, classifiers; `albert_tf.export.serving`); TF Serving must then be
             started with `--xla_cpu_compilation_enabled=true`. Off by default.
 
     Returns:

@@ -366,7 +366,7 @@ def create_instances_from_document(store: Documents, doc_index: int, params: Gen
     """All examples of one document (one pass of `dupe_factor`), every draw from `rng`:
     `plan_document`, then `instances_of_plan`. Off `sentence_order_pairs_only`, the official
     algorithm's steps (differences above). The generator gives the two steps generators of their
-    own (`data.generator.unit_examples`)."""
+    own (`albert_tf.data.generator.unit_examples`)."""
     chunks = plan_document(store, doc_index, params, rng)
     return instances_of_plan(store, doc_index, chunks, params, vocab, rng)
 

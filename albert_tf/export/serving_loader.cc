@@ -28,7 +28,7 @@
 // after the load is answered through the same path and its outputs written as above.
 //
 // Compiled against the headers and libraries of the pip `tensorflow` wheel (see
-// export/cc_loader.py). The wheel has no tag_constants.h, hence the literal "serve".
+// albert_tf/export/cc_loader.py). The wheel has no tag_constants.h, hence the literal "serve".
 
 #include <algorithm>
 #include <chrono>

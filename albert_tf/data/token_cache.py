@@ -21,8 +21,8 @@ from array import array
 
 import numpy as np
 
-from data.pretraining import Documents
-from data.text_io import InputError, read_documents
+from albert_tf.data.pretraining import Documents
+from albert_tf.data.text_io import InputError, read_documents
 
 from albert_tf.paths import atomic_write
 
@@ -36,7 +36,7 @@ def _save_npy_atomic(path: str, values: np.ndarray) -> None:
 
 def tokenize_document(lines, tokenizer) -> tuple[list, list]:
     """(token ids, sentence end offsets) of one document; sentences that tokenize to nothing
-    are dropped (an empty result: the document is dropped). `data.beam_pipeline` uses it too."""
+    are dropped (an empty result: the document is dropped). `albert_tf.data.beam_pipeline` uses it too."""
     ids, ends = [], []
     for line in lines:
         sentence = tokenizer.encode(line)
@@ -50,13 +50,13 @@ def no_documents_error(path: str) -> InputError:
     return InputError(
         f"{path} holds no documents (no line with text). Inputs must be in the official "
         "format: one sentence per line, a blank line between documents; "
-        "`python -m data.prepare_corpus` converts raw text.")
+        "`python -m albert_tf.data.prepare_corpus` converts raw text.")
 
 
 def tokenize_file(path: str, tokenizer, cache_prefix: str, part: tuple | None = None) -> dict:
     """Tokenizes `path` into `cache_prefix.*.npy`; returns its counts. Raises `InputError` when
     the file holds no document (nothing is written then). With `part` (a byte range of
-    `data.text_io.document_parts`) only that range, which may hold no document."""
+    `albert_tf.data.text_io.document_parts`) only that range, which may hold no document."""
     tokens = array("i")
     sentence_ends = array("q")
     document_ends = array("q")

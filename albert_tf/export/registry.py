@@ -1,14 +1,14 @@
 """The serving registry: the serving module of every registered model class, each of which
-registers itself (`export.serving.serves`). This module imports every serving module, so a
-lookup here sees them all; the exporters (`export.saved_model`, `export.tflite`, the commands)
+registers itself (`albert_tf.export.serving.serves`). This module imports every serving module, so a
+lookup here sees them all; the exporters (`albert_tf.export.saved_model`, `albert_tf.export.tflite`, the commands)
 ask here, never by a kind string.
 """
 
 from __future__ import annotations
 
 from albert_tf.models.kinds import class_of
-from export import serving_tagging  # noqa: F401 - registers the token classifier's module
-from export.serving import served
+from albert_tf.export import serving_tagging  # noqa: F401 - registers the token classifier's module
+from albert_tf.export.serving import served
 
 
 def serving_module_class(model) -> type:

@@ -1,6 +1,6 @@
 """Beam's Dask runner with the two fixes our pipeline needs, and the cluster it runs on.
 
-`python -m data.create_pretraining_data ... --runner dask` runs `data.beam_pipeline` on a Dask
+`python -m albert_tf.data.create_pretraining_data ... --runner dask` runs `albert_tf.data.beam_pipeline` on a Dask
 cluster: an existing scheduler (`--dask_address tcp://HOST:PORT`) or a local cluster of
 `--dask_workers N` processes started for the run and stopped after it (`dask_cluster`).
 
@@ -13,7 +13,7 @@ both seen on this pipeline with a scheduler and 2 worker processes:
   task) returns the earlier outputs too: the documents' plan came out with every document three
   times, and the run failed;
 - every tag writes into that one list, so tagged outputs (`with_outputs`) are mixed into the
-  main output (`data.beam_pipeline` uses one collection of two kinds instead).
+  main output (`albert_tf.data.beam_pipeline` uses one collection of two kinds instead).
 
 `AlbertDaskRunner` translates ParDo with `run_bundle`, which builds the invoker and receivers for
 each bundle and collects the outputs after `finish_bundle`. Everything else is Beam's.

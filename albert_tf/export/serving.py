@@ -349,7 +349,7 @@ def serves(model_class: type):
 
 def served() -> dict[type, type]:
     """{model class: its serving module class} of the serving modules imported so far
-    (`export.registry` imports them all)."""
+    (`albert_tf.export.registry` imports them all)."""
     return dict(_SERVED)
 
 
@@ -428,7 +428,7 @@ class AlbertServingModule(tf.Module):
     """Wraps a plain (host, float32) ALBERT model and its tokenizer for `tf.saved_model.save`.
 
     This class serves a bare `AlbertBackbone`; each registered model class has its own serving
-    module (`@serves(ModelClass)`; `export.registry` finds it), a subclass that adds its head's
+    module (`@serves(ModelClass)`; `albert_tf.export.registry` finds it), a subclass that adds its head's
     outputs, signatures and warmup requests.
 
     Args:
@@ -452,7 +452,7 @@ class AlbertServingModule(tf.Module):
     """
 
     OPTIONS: tuple = ()  # the task's settings the module keeps (the export record lists them)
-    # the options `python -m export.export_saved_model` passes from its flags of these names
+    # the options `python -m albert_tf.export.export_saved_model` passes from its flags of these names
     EXPORT_FLAGS: tuple = ()
     NAMED_LABELS = True  # its outputs can carry class names (`labels`)
     SERVES_THRESHOLD = False  # a decision threshold is served with its answers (classifiers)

@@ -1,7 +1,7 @@
 """Pretraining data generation on Apache Beam: the local generator's examples, on many machines.
 
-`python -m data.create_pretraining_data --runner=RUNNER ...` (or `generate_with_beam`) runs the
-algorithm of `data.generator` as a Beam pipeline, so a corpus too large for one machine is
+`python -m albert_tf.data.create_pretraining_data --runner=RUNNER ...` (or `generate_with_beam`) runs the
+algorithm of `albert_tf.data.generator` as a Beam pipeline, so a corpus too large for one machine is
 processed by Dataflow, Flink or Spark workers. Same inputs, flags and seed give **byte-identical
 files and sidecars** to the local generator (`generate`), for any runner and number of workers:
 not only the same multiset of examples, the same order within each file.
@@ -9,17 +9,17 @@ not only the same multiset of examples, the same order within each file.
 The stages, each the local generator's own function:
 
 1. read: each input file on one worker (Beam's text reader cannot split on blank lines), split
-   into documents (`data.text_io.documents_of`); the file's SHA-256 is taken on the way (the
+   into documents (`albert_tf.data.text_io.documents_of`); the file's SHA-256 is taken on the way (the
    sidecar and the run hash record it). A document with a line that is not UTF-8 is dropped,
    counted and logged with the file, line and byte; the rest of the file is used.
 2. tokenize: documents are reshuffled so one large file spreads over the workers; each document
    is tokenized (sentences that tokenize to nothing dropped, and documents left empty).
 3. plan (one small element, the only side input besides two counts): documents get the local
    generator's global numbering (input-file order, then order in the file), are shuffled with the
-   seed and cut into blocks of about `tokens_per_unit` tokens (`data.generator.document_blocks`).
+   seed and cut into blocks of about `tokens_per_unit` tokens (`albert_tf.data.generator.document_blocks`).
    It holds four integers per document - key, block, rank in the block, sentence count (20
    bytes: 120 MB for Wikipedia's 6 million documents) - and no token.
-4. requests: each document plans its chunks for every pass (`data.generator.document_plan`:
+4. requests: each document plans its chunks for every pass (`albert_tf.data.generator.document_plan`:
    its own sentence lengths, its own seeded generator, the other documents' sentence counts from
    the plan). A chunk completed from a random other document becomes a request (other document,
    start sentence, tokens needed) keyed by that document.
@@ -30,7 +30,7 @@ The stages, each the local generator's own function:
 6. units: documents and their segments are grouped by (block, dupe pass), the local
    generator's unit of work, so the work spreads over as many workers as the local generator's;
    each unit's examples are built with `default_rng([seed, block, pass])`
-   (`data.generator.unit_examples`). The shuffle carries each tokenized document `dupe_factor`
+   (`albert_tf.data.generator.unit_examples`). The shuffle carries each tokenized document `dupe_factor`
    times (4 bytes per token and pass: about half of what the examples themselves weigh in the
    next shuffle) and each random segment once per request.
 7. write: examples are grouped by output shard, put in unit order, shuffled with the shard's
@@ -71,12 +71,12 @@ from albert_tf import features as F
 from albert_tf.ownership import OutputLock
 from albert_tf.paths import temporary_name
 from albert_tf.tokenization import Tokenizer, file_sha256
-from data.generator import (STATS, check_outputs_are_not_inputs, compute_run_hash,
+from albert_tf.data.generator import (STATS, check_outputs_are_not_inputs, compute_run_hash,
                             document_blocks, document_plan, place_sentencepiece, reduce_order,
                             shard_metadata, unit_examples)
-from data.pretraining import Vocabulary, random_segment
-from data.text_io import InputError, documents_of
-from data.token_cache import tokenize_document
+from albert_tf.data.pretraining import Vocabulary, random_segment
+from albert_tf.data.text_io import InputError, documents_of
+from albert_tf.data.token_cache import tokenize_document
 
 NAMESPACE = "albert_tf.data"
 COUNTERS = ("files", "files_without_documents", "documents", "documents_not_utf8",
@@ -240,7 +240,7 @@ def _global_id(element, plan):
 # ---------------------------------------------------------------------------------------------
 # 4. requests, 5. join, 6. units
 class _PlanStore:
-    """The `data.pretraining.Documents` interface over the documents at hand (in memory) and the
+    """The `albert_tf.data.pretraining.Documents` interface over the documents at hand (in memory) and the
     plan's sentence counts of every other one: enough to plan chunks, never a foreign token."""
 
     def __init__(self, plan, local: dict):
@@ -474,7 +474,7 @@ def pipeline_options(pipeline_args=()):
     (also the default) runs locally in this process or, with
     `--direct_running_mode=multi_processing --direct_num_workers=N`, in N worker processes,
     never trying the Prism runner binary that recent DirectRunners try first. `--runner=dask`
-    is Beam's Dask runner with our fixes (`data.dask_runner`), on the scheduler that
+    is Beam's Dask runner with our fixes (`albert_tf.data.dask_runner`), on the scheduler that
     `--dask_client_address` names."""
     _beam()
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -483,7 +483,7 @@ def pipeline_options(pipeline_args=()):
     standard = options.view_as(StandardOptions)
     runner = standard.runner
     if runner in ("dask", "DaskRunner"):
-        from data.dask_runner import AlbertDaskRunner
+        from albert_tf.data.dask_runner import AlbertDaskRunner
 
         standard.runner = None
         return options, AlbertDaskRunner()
@@ -498,7 +498,7 @@ def pipeline_options(pipeline_args=()):
 def generate_with_beam(job, pipeline_args=()) -> dict:
     """Runs the generation of `job` on the Beam runner named in `pipeline_args` (Beam flags:
     `--runner`, `--project`, `--temp_location`, ...); waits for it and returns a summary like
-    `data.generator.generate`'s, with the Beam counters."""
+    `albert_tf.data.generator.generate`'s, with the Beam counters."""
     if not job.spm_model_file:
         raise ValueError("--runner (Apache Beam) takes a SentencePiece model "
                          "(--spm_model_file); generate from a WordPiece --vocab_file without "
@@ -517,7 +517,7 @@ def generate_with_beam(job, pipeline_args=()) -> dict:
 
 
 def _place_sentencepiece(job, spm_sha256: str) -> None:
-    """`data.generator.place_sentencepiece` through Beam's file systems (gs://, s3://, ...)."""
+    """`albert_tf.data.generator.place_sentencepiece` through Beam's file systems (gs://, s3://, ...)."""
     from apache_beam.io.filesystems import FileSystems
 
     out_dir = job.output_files[0].rsplit("/", 1)[0]

@@ -10,7 +10,7 @@ One signature, `serving_default`, one example per invocation (batch dimension 1)
 - `--inputs tokens`: `input_ids`, `input_mask`, `segment_ids` (int32 [1, length]), for apps
   that tokenize themselves.
 
-Outputs, as the SavedModel's `serving_default` (`export.serving`): `input_ids`, `input_mask`,
+Outputs, as the SavedModel's `serving_default` (`albert_tf.export.serving`): `input_ids`, `input_mask`,
 `segment_ids` (what the model saw, [1, length]); classifier: `logits`, `probabilities` [1, C],
 `label` [1] (regression: `logits` [1, 1], `score` [1]); pretrainer: `pooled_output` [1, H],
 `sequence_output` [1, length, H] and, for each [MASK] in order, `mask_positions` [1, M],
@@ -50,10 +50,10 @@ from albert_tf.packing import pack_ids, pack_row_in_graph, packed_length
 from albert_tf.ownership import OutputLock
 from albert_tf.paths import HELD_OUT_TEXT, SAMPLE_DATA_DIR, atomic_files
 from albert_tf.tokenization import MASK_ID, Tokenizer
-from export.registry import serving_module_class
+from albert_tf.export.registry import serving_module_class
 from albert_tf.checkpoints import model_kind
 from albert_tf.models.kinds import class_of, registered_classes
-from export.saved_model import host_copy
+from albert_tf.export.saved_model import host_copy
 
 QUANTIZATIONS = ("none", "float16", "dynamic_int8")
 INPUTS = ("text", "tokens")
@@ -364,7 +364,7 @@ def _checked_model(model, spm_model_file: str, do_lower_case: bool,
         raise TFLiteExportError(
             f"A {model_kind(model)} model has no TensorFlow Lite export (its text pipeline "
             "needs windows, options or spans the on-device graph does not have; TFLite "
-            f"exports: {have}); export a SavedModel with python -m export.export_saved_model.")
+            f"exports: {have}); export a SavedModel with python -m albert_tf.export.export_saved_model.")
     if max_seq_length is not None and max_seq_length > model.config.max_position_embeddings:
         raise TFLiteExportError(f"--max_seq_length={max_seq_length} exceeds the model's "
                                 f"max_position_embeddings={model.config.max_position_embeddings}.")

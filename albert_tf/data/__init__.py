@@ -1,0 +1,2 @@
+"""Pretraining-data pipeline: corpus preparation, vocabulary training, TFRecord generation."""
+
