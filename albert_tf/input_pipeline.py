@@ -3,8 +3,8 @@
 TPU rules live here: static shapes (fixed-length features, `drop_remainder=True`), int32
 features. Files are sharded per input pipeline (`tf.distribute.InputContext`), so each worker
 reads its own files. Before reading, every file is checked against the model: its JSON sidecar
-(written by `albert_tf.data.create_pretraining_data`) or, for files without one (official tooling), its
-first record must have `max_seq_length` / `max_predictions_per_seq` features of the model's
+(written by `albert_tf.data.create_pretraining_data`) or, for files without one (official tooling),
+its first record must have `max_seq_length` / `max_predictions_per_seq` features of the model's
 lengths.
 """
 
@@ -268,7 +268,8 @@ def count_records(path: str) -> int:
             if len(header) < 12 or position > size:
                 raise DataMismatchError(
                     f"{path} is truncated: it ends inside record {count + 1}. Regenerate it "
-                    "(python -m albert_tf.data.create_pretraining_data) or restore a complete copy.")
+                    "(python -m albert_tf.data.create_pretraining_data) or restore a complete "
+                    "copy.")
             count += 1
     return count
 

@@ -60,8 +60,8 @@ def lock_path(target: str, is_dir: bool) -> str:
 
 
 def _command_line() -> str:
-    """This process's command as a person would type it (`python -m albert_tf.data.prepare_corpus ...`,
-    `albert-pretrain ...`), for the refusal that names the holder."""
+    """This process's command as a person would type it (`python -m albert_tf.data.prepare_corpus
+    ...`, `albert-pretrain ...`), for the refusal that names the holder."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     if spec is not None and spec.name:
         program = f"python -m {spec.name.removesuffix('.__main__')}"

@@ -5,8 +5,8 @@ tests compare).
 Truncation (official `run_classifier.py` / `_truncate_seq_pair`): while the pair is longer than
 the budget (`max_seq_length - 3` for a pair, `max_seq_length - 2` for one segment), drop the last
 token of the longer segment (of B when they are equally long). Pretraining data truncates
-differently (front or back at random, `albert_tf.data.pretraining`), which is a training augmentation;
-everything that feeds a trained model (fine-tuning features, serving) uses this rule.
+differently (front or back at random, `albert_tf.data.pretraining`), which is a training
+augmentation; everything that feeds a trained model (fine-tuning features, serving) uses this rule.
 
 The loop above has a closed form, used by both implementations: with budget T,
 `len_a' = min(len_a, max(ceil(T/2), T - len_b))` and `len_b' = min(len_b, max(floor(T/2),

@@ -387,8 +387,8 @@ def check_special_ids(sp, source: str) -> None:
     if problems:
         raise ValueError(
             f"{source} lacks the official ALBERT special ids ({'; '.join(problems)}). Train the "
-            "vocabulary with `python -m albert_tf.data.train_vocab`, which sets pad=0, unk=1 and control "
-            "symbols [CLS]=2, [SEP]=3, [MASK]=4.")
+            "vocabulary with `python -m albert_tf.data.train_vocab`, which sets pad=0, unk=1 and "
+            "control symbols [CLS]=2, [SEP]=3, [MASK]=4.")
 
 
 # ---------------------------------------------------------------------------------------------

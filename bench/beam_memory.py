@@ -12,8 +12,8 @@ the pipeline), an 8,000-piece vocabulary, sequence 128, `--dupe_factor` passes. 
 in multi-processing mode (the local runner: it keeps every shuffle in the runner process, as
 Dataflow's shuffle service keeps them off the workers; the workers run the bundles); dask starts
 a local cluster of `--workers` processes (`albert_tf.data.dask_runner.dask_cluster`) in the measured
-process; local is `albert_tf.data.generator.generate` with `--workers` processes. What scales with the
-corpus on a cluster is the workers' memory: a side input of all documents sits in each worker, a
+process; local is `albert_tf.data.generator.generate` with `--workers` processes. What scales with
+the corpus on a cluster is the workers' memory: a side input of all documents sits in each worker, a
 keyed join's documents pass through one at a time.
 """
 
@@ -41,7 +41,8 @@ flags.DEFINE_integer("dupe_factor", 2, "Passes over the corpus.")
 flags.DEFINE_integer("tokens_per_unit", 200_000, "Tokens per unit of work.")
 flags.DEFINE_integer("shards_per_copy", 4, "Output shards per copy of the corpus: shards grow with "
                      "the corpus, as a user sizes them, so one shard's writer holds the same.")
-flags.DEFINE_string("code_dir", ROOT, "Checkout whose albert_tf.data.beam_pipeline runs (compare versions).")
+flags.DEFINE_string("code_dir", ROOT,
+                    "Checkout whose albert_tf.data.beam_pipeline runs (compare versions).")
 flags.DEFINE_string("output_dir", os.path.join("bench_results", "beam_memory"), "Results.")
 FLAGS = flags.FLAGS
 

@@ -4,9 +4,9 @@
     python -m bench.data_distribution --articles 0 --max_seq_length 512 --dupe_factor 3
 
 Runs Google's unmodified `create_pretraining_data.py` (`../shared/official_albert`, as a judge:
-its `main`, once per seed, in one process) and `albert_tf.data.generator.generate` on the same prepared
-WikiText-2 articles (one article a document), the same vocabulary and flags, and measures on each
-output what the documents' structure decides (masking plays no part):
+its `main`, once per seed, in one process) and `albert_tf.data.generator.generate` on the same
+prepared WikiText-2 articles (one article a document), the same vocabulary and flags, and measures
+on each output what the documents' structure decides (masking plays no part):
 
 - the histogram of real tokens per example (4 bins of max_seq_length / 4), the short share
   (examples of <= max_seq_length / 2 real tokens) and the mean length;
@@ -30,11 +30,11 @@ the two are compared as distributions, over seeds. Two criteria, per figure:
    generator's seeds in both roles) some figure failed for about half of the seed triples.
 2. "seed band": the official mean over its seeds within the 0.1-99.9% range of the means of as
    many of our `--reference_seeds` (20,000 draws of distinct seeds). Our figures for a seed are
-   computed from the generator's own chunk plans (`albert_tf.data.generator.document_plan`, an example's
-   length being min(A + B, max_seq_length - 3) + 3): what its files hold (`measure` generates
-   the files of the compared seeds, which must equal their plans), at a fraction of a second a
-   seed. If the official script's distribution is ours, its mean falls outside a figure's band
-   with probability 0.2%: in the simulation, 1 seed triple in 300 fell outside some band.
+   computed from the generator's own chunk plans (`albert_tf.data.generator.document_plan`, an
+   example's length being min(A + B, max_seq_length - 3) + 3): what its files hold (`measure`
+   generates the files of the compared seeds, which must equal their plans), at a fraction of a
+   second a seed. If the official script's distribution is ours, its mean falls outside a figure's
+   band with probability 0.2%: in the simulation, 1 seed triple in 300 fell outside some band.
 
 `tests/test_official_distribution.py` asserts criterion 2 (and that our files match our plans);
 docs/data.md records the figures.

@@ -5,9 +5,9 @@
     python -m bench.data_generation --seq_lengths 128,512 --multiples 1 --rounds 1 --official=false
     python -m bench.data_generation --doc docs/benchmarks.md   # and rewrite its generated section
 
-Prepares the bundled novels (`albert_tf.data.prepare_corpus`) and trains an 8,000-piece SentencePiece model
-on them once, then times whole processes, as a user runs them, from start to exit (start-up,
-tokenization, examples, TFRecord writing):
+Prepares the bundled novels (`albert_tf.data.prepare_corpus`) and trains an 8,000-piece
+SentencePiece model on them once, then times whole processes, as a user runs them, from start to
+exit (start-up, tokenization, examples, TFRecord writing):
 
 - ours: `python -m albert_tf.data.create_pretraining_data ... --num_workers W`;
 - Google's: `python -m albert.create_pretraining_data` from `../shared/official_albert`

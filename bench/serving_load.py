@@ -13,9 +13,9 @@ loader (`albert_tf/export/serving_loader.cc`: `LoadSavedModel` "serve" into one 
 threads do). Each client sends its request again as soon as its answer comes, for `--seconds`
 after `--warmup` untimed runs. Requests: one SST-2 dev sentence, and the first 32 SST-2 dev
 sentences (1,056 pieces, the longest 64). Batching configurations (`--batching`): `none`,
-`shipped` (`albert_tf.export.saved_model.BATCHING`, what every export's batching_parameters.txt holds) and
-each `max_batch_size:timeout_micros:threads[:allowed sizes separated by /]`, replayed by the
-loader's batcher as TF Serving's batching session handles a batching_parameters file.
+`shipped` (`albert_tf.export.saved_model.BATCHING`, what every export's batching_parameters.txt
+holds) and each `max_batch_size:timeout_micros:threads[:allowed sizes separated by /]`, replayed by
+the loader's batcher as TF Serving's batching session handles a batching_parameters file.
 
 The floor: FLOPs of the request's real tokens (`albert_tf.analysis.flops.encoder_flops`) over
 the machine's float32 matmul peak (best of 10 at the model's shapes, `bench.compare --cases
@@ -68,8 +68,9 @@ flags.DEFINE_list("clients", ["1", "4", "16"], "Concurrent clients.")
 flags.DEFINE_list("requests", ["1", "32"], "Sentences per request.")
 flags.DEFINE_list("batching", ["none", "shipped", "32:2000:1", "32:0:1", "32:5000:1:8/16/32",
                                 "128:5000:1"],
-                  "none; shipped (albert_tf.export.saved_model.BATCHING, what batching_parameters.txt "
-                  "holds); or max_batch_size:batch_timeout_micros:num_batch_threads"
+                  "none; shipped (albert_tf.export.saved_model.BATCHING, what "
+                  "batching_parameters.txt holds); or "
+                  "max_batch_size:batch_timeout_micros:num_batch_threads"
                   "[:allowed_batch_sizes separated by /].")
 flags.DEFINE_list("exports", ["default"], "default (the shipped export), jit (exported "
                   "with --jit_compile, served with XLA on) and/or int8 (jit with the Dense "

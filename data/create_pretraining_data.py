@@ -1,4 +1,5 @@
-"""`python -m data.create_pretraining_data` in a checkout: runs `python -m albert_tf.data.create_pretraining_data`."""
+"""`python -m data.create_pretraining_data` in a checkout (the earlier form): runs
+`python -m albert_tf.data.create_pretraining_data`."""
 
 import runpy
 

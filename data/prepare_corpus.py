@@ -1,4 +1,5 @@
-"""`python -m data.prepare_corpus` in a checkout: runs `python -m albert_tf.data.prepare_corpus`."""
+"""`python -m data.prepare_corpus` in a checkout (the earlier form): runs
+`python -m albert_tf.data.prepare_corpus`."""
 
 import runpy
 

@@ -1,4 +1,5 @@
-"""`python -m data.train_vocab` in a checkout: runs `python -m albert_tf.data.train_vocab`."""
+"""`python -m data.train_vocab` in a checkout (the earlier form): runs
+`python -m albert_tf.data.train_vocab`."""
 
 import runpy
 

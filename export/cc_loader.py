@@ -1,4 +1,5 @@
-"""`python -m export.cc_loader` in a checkout: runs `python -m albert_tf.export.cc_loader`."""
+"""`python -m export.cc_loader` in a checkout (the earlier form): runs
+`python -m albert_tf.export.cc_loader`."""
 
 import runpy
 

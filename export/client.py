@@ -1,4 +1,5 @@
-"""`python -m export.client` in a checkout: runs `python -m albert_tf.export.client`."""
+"""`python -m export.client` in a checkout (the earlier form): runs
+`python -m albert_tf.export.client`."""
 
 import runpy
 

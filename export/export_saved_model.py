@@ -1,4 +1,5 @@
-"""`python -m export.export_saved_model` in a checkout: runs `python -m albert_tf.export.export_saved_model`."""
+"""`python -m export.export_saved_model` in a checkout (the earlier form): runs
+`python -m albert_tf.export.export_saved_model`."""
 
 import runpy
 

@@ -1,4 +1,5 @@
-"""`python -m export.export_tfhub` in a checkout: runs `python -m albert_tf.export.export_tfhub`."""
+"""`python -m export.export_tfhub` in a checkout (the earlier form): runs
+`python -m albert_tf.export.export_tfhub`."""
 
 import runpy
 

@@ -1,4 +1,5 @@
-"""`python -m export.export_tflite` in a checkout: runs `python -m albert_tf.export.export_tflite`."""
+"""`python -m export.export_tflite` in a checkout (the earlier form): runs
+`python -m albert_tf.export.export_tflite`."""
 
 import runpy
 

@@ -1,4 +1,5 @@
-"""`python -m export.ops_check` in a checkout: runs `python -m albert_tf.export.ops_check`."""
+"""`python -m export.ops_check` in a checkout (the earlier form): runs
+`python -m albert_tf.export.ops_check`."""
 
 import runpy
 

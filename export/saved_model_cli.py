@@ -1,4 +1,5 @@
-"""`python -m export.saved_model_cli` in a checkout: runs `python -m albert_tf.export.saved_model_cli`."""
+"""`python -m export.saved_model_cli` in a checkout (the earlier form): runs
+`python -m albert_tf.export.saved_model_cli`."""
 
 import runpy
 

@@ -136,14 +136,17 @@ def test_commands_refuse_extra_arguments_and_bad_numbers_in_one_line(tmp_path):
     assert proc.returncode == 1 and not out.exists()
     assert f"Unexpected argument(s) {other}: this command takes flags only" in proc.stderr
     assert "quote a glob" in proc.stderr
-    proc = _command("albert_tf.data.prepare_corpus", "--input_file", str(text), "--output_file", str(out),
+    proc = _command("albert_tf.data.prepare_corpus", "--input_file", str(text), "--output_file",
+                    str(out),
                     "--heldout_every=-2")
     assert proc.returncode == 1 and "--heldout_every must be a finite number >= 0" in proc.stderr
-    proc = _command("albert_tf.data.create_pretraining_data", "--input_file", str(text), "--output_file",
+    proc = _command("albert_tf.data.create_pretraining_data", "--input_file", str(text),
+                    "--output_file",
                     str(tmp_path / "d"), "--spm_model_file", "x.model", "--random_seed=-1")
     assert proc.returncode == 1 and "--random_seed=-1: data generation needs a seed >= 0" \
         in proc.stderr
-    proc = _command("albert_tf.data.create_pretraining_data", "--input_file", str(text), "--output_file",
+    proc = _command("albert_tf.data.create_pretraining_data", "--input_file", str(text),
+                    "--output_file",
                     str(tmp_path / "d"), "--spm_model_file", "x.model", "--masked_lm_prob=nan")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("FATAL Flags parsing error: flag --masked_lm_prob=nan: "

@@ -1,6 +1,7 @@
-"""`albert_tf.export.client` against stand-ins of TF Serving's REST and gRPC front ends (tests/serving_stub.py)
-serving the exported SavedModels: request encoding (row and column formats, b64 bytes, tf.Example
-features), responses equal to calling the signatures directly, and errors that name the cause."""
+"""`albert_tf.export.client` against stand-ins of TF Serving's REST and gRPC front ends
+(tests/serving_stub.py) serving the exported SavedModels: request encoding (row and column formats,
+b64 bytes, tf.Example features), responses equal to calling the signatures directly, and errors that
+name the cause."""
 
 import json
 import os
@@ -23,7 +24,8 @@ import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 from albert_tf.tokenization import Tokenizer
-from albert_tf.export.client import (ServingClient, ServingError, encode_rest_request, example_features,
+from albert_tf.export.client import (ServingClient, ServingError, encode_rest_request,
+                                     example_features,
                            main, text_examples)
 from serving_stub import StubModel, serve_grpc, serve_rest
 

@@ -174,10 +174,13 @@ def test_smoke_run_report(smoke_run):
     # What would move the run (issue 58): more text, not more minutes or an accelerator.
     assert "the data is the bound, not the compute" in report and "that scale" not in report
     assert "a larger corpus of your own through the same commands" in report
-    for command in ("python -m albert_tf.data.prepare_corpus", "python -m albert_tf.data.train_vocab",
-                    "python -m albert_tf.data.create_pretraining_data", "python -m albert_tf.run_pretraining",
-                    "python -m albert_tf.run_classifier", "python -m albert_tf.export.export_saved_model",
-                    "python -m albert_tf.export.cc_loader", "python -m albert_tf.analysis.fill_mask",
+    for command in ("python -m albert_tf.data.prepare_corpus",
+                    "python -m albert_tf.data.train_vocab",
+                    "python -m albert_tf.data.create_pretraining_data",
+                    "python -m albert_tf.run_pretraining", "python -m albert_tf.run_classifier",
+                    "python -m albert_tf.export.export_saved_model",
+                    "python -m albert_tf.export.cc_loader",
+                    "python -m albert_tf.analysis.fill_mask",
                     "python -m albert_tf.analysis.transitions"):
         assert command in report
     for chart in r["charts"]:

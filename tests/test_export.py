@@ -924,9 +924,9 @@ def test_a_classifier_exported_with_label_names_answers_them_on_serving_default(
 @pytest.mark.slow
 def test_cc_loader_command_builds_tf_examples_for_example_signatures(exported, tmp_path,
                                                                      capsys):
-    """`python -m albert_tf.export.cc_loader --signature classify|official_serving_default --text ...`
-    sends raw-text tf.Examples (as albert_tf.export.client does) and answers as serving_default on the
-    texts; serving_default's answer prints the label names; a signature --text cannot feed is
+    """`python -m albert_tf.export.cc_loader --signature classify|official_serving_default --text
+    ...` sends raw-text tf.Examples (as albert_tf.export.client does) and answers as serving_default
+    on the texts; serving_default's answer prints the label names; a signature --text cannot feed is
     refused by name, with the ones it can run."""
     from albert_tf.export.cc_loader import main
 

@@ -296,8 +296,8 @@ def test_task_exports_load_from_cpp_the_way_tf_serving_does(squad_export, race_e
 @pytest.mark.needs_shared("data/squad")
 @pytest.mark.slow
 def test_entry_point_exports_a_span_model_directory(squad_export, sample_vocab, tmp_path):
-    """Our model format holds span models; `python -m albert_tf.export.export_saved_model` exports one
-    with the decoding flags, and it answers as the exported original."""
+    """Our model format holds span models; `python -m albert_tf.export.export_saved_model` exports
+    one with the decoding flags, and it answers as the exported original."""
     from albert_tf.checkpoints import load_pretrained, save_albert_tf
     from conftest import run_command
 

@@ -237,7 +237,8 @@ def test_two_conversions_into_one_output(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Real races: two commands started together into one output.
 def _generation_args(corpus, vocab, output, masked_lm_prob):
-    return ["albert_tf.data.create_pretraining_data", "--input_file", corpus, "--output_file", output,
+    return ["albert_tf.data.create_pretraining_data", "--input_file", corpus, "--output_file",
+            output,
             "--num_output_shards", "2", "--spm_model_file", vocab, "--max_seq_length", "64",
             "--max_predictions_per_seq", "10", "--dupe_factor", "2", "--random_seed", "17",
             "--tokens_per_unit", "40000", "--masked_lm_prob", str(masked_lm_prob),

@@ -7,7 +7,8 @@ import pytest
 
 from conftest import GUTENBERG, WIKITEXT, WIKI_FLAGS
 from albert_tf.data.prepare_corpus import prepare_corpus, split_sentences
-from albert_tf.data.text_io import InputError, expand_input_patterns, read_documents, read_text_lines
+from albert_tf.data.text_io import (InputError, expand_input_patterns, read_documents,
+                                    read_text_lines)
 from albert_tf.data.train_vocab import OFFICIAL_USER_DEFINED_SYMBOLS, VocabularyError, train_vocab
 
 

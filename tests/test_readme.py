@@ -198,7 +198,8 @@ def check_pytest(args, config):
 
 def check_docker(words):
     """TF Serving's container: the image is the TF Serving release the exports are checked
-    against (albert_tf/export/serving_ops_tf<version>.json), the mounted folder is the MODEL_NAME's."""
+    against (albert_tf/export/serving_ops_tf<version>.json), the mounted folder is the
+    MODEL_NAME's."""
     image = words[-1]
     version = re.fullmatch(r"tensorflow/serving:(\d+\.\d+)\.\d+", image)
     assert version, f"README: docker image {image}"
@@ -276,7 +277,8 @@ def check(command, config):
                 "to run or parse it)")
 
 
-ARGPARSE = ("albert_tf.export.client", "albert_tf.export.cc_loader")  # their build_parser() is their arguments
+ARGPARSE = ("albert_tf.export.client",
+            "albert_tf.export.cc_loader")  # their build_parser() is their arguments
 # Commands without absl flags, named alone in the README.
 NOT_ABSL = {"albert_tf.export.saved_model_cli": "TensorFlow's saved_model_cli, its own arguments",
             "albert_tf.export.ops_check": "no arguments"}
@@ -395,7 +397,8 @@ def test_the_serving_step_without_a_command_names_the_commands(capsys):
         client.main(["--server", "localhost:8501", "--model", "sst2", "--text", "a gripping film"])
     assert exit_.value.code == 2
     assert ("error: name a command first, one of predict, fill_mask, classify, regress, "
-            "signatures; e.g. python -m albert_tf.export.client classify") in capsys.readouterr().err
+            "signatures; e.g. python -m albert_tf.export.client classify"
+            ) in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------

@@ -169,9 +169,9 @@ def _library_files():
 
 
 def test_no_model_kind_string_comparison_outside_the_registry():
-    """The issue counted 17 (`kind == "classifier"`-style) in checkpoints/, albert_tf/export/serving.py
-    and albert_tf/export/tflite.py (these patterns find 24 in that tree: the tables too); a new head
-    must not need any."""
+    """The issue counted 17 (`kind == "classifier"`-style) in checkpoints/,
+    albert_tf/export/serving.py and albert_tf/export/tflite.py (these patterns find 24 in that tree:
+    the tables too); a new head must not need any."""
     for example in ('if kind == "classifier":', 'model_kind(model) == "backbone"', "if model.albert_kind != 'span':",
                     'if kind not in ("pretrainer", "classifier", "backbone"):',
                     'TASK = {"span": A, "squad_v2": B}', 'KINDS = ("pretrainer", "classifier")',

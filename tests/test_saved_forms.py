@@ -1,11 +1,11 @@
 """Every saved form goes into every tool (issue 57 item 2): a `.keras` file of
 `AlbertTextClassifier` (and of `AlbertTextTagger`), a training run's --output_dir, `DIR:best`,
 our model directory, an official TF1 checkpoint and a Hugging Face folder, each into
-`albert_tf.convert` (every target), `albert_tf.export.export_saved_model`, `albert_tf.export.export_tfhub`,
-`albert_tf.export.export_tflite` and `--init_checkpoint`; run in this process through each command's
-`cli` (as `python -m`), and every cell's answers equal the saved classifier's own on the same
-raw text (logits to 1e-5, token ids exactly), its SentencePiece model and labels travelling
-with it."""
+`albert_tf.convert` (every target), `albert_tf.export.export_saved_model`,
+`albert_tf.export.export_tfhub`, `albert_tf.export.export_tflite` and `--init_checkpoint`; run in
+this process through each command's `cli` (as `python -m`), and every cell's answers equal the saved
+classifier's own on the same raw text (logits to 1e-5, token ids exactly), its SentencePiece model
+and labels travelling with it."""
 
 import filecmp
 import json
@@ -162,8 +162,8 @@ def test_export_saved_model_of_a_saved_text_classifier(forms):
 
 @pytest.mark.slow
 def test_export_tfhub_of_a_hugging_face_folder(forms):
-    """`python -m albert_tf.export.export_tfhub --init_checkpoint HF_DIR` (its spiece.model travels):
-    the preprocessor packs the text as the classifier's preprocessor (ids equal) and the
+    """`python -m albert_tf.export.export_tfhub --init_checkpoint HF_DIR` (its spiece.model
+    travels): the preprocessor packs the text as the classifier's preprocessor (ids equal) and the
     encoder gives its pooled output (1e-5)."""
     import tensorflow_text  # noqa: F401 - the preprocessor's SentencePiece ops
 
@@ -187,7 +187,8 @@ def test_export_tflite_of_an_official_checkpoint(forms):
     from albert_tf.export.tflite import interpreter, run
 
     out = str(forms["tmp"] / "tf1.tflite")
-    assert run_cli("albert_tf.export.export_tflite", "--model_dir", forms["sources"]["tf1"], "--output",
+    assert run_cli("albert_tf.export.export_tflite", "--model_dir", forms["sources"]["tf1"],
+                   "--output",
                    out, "--max_seq_length", str(SEQ)) == 0
     runner = interpreter(out).get_signature_runner()
     logits = np.concatenate([run(runner, {"text": [t]})["logits"] for t in TEXTS])
@@ -502,7 +503,8 @@ def test_convert_refuses_before_writing_anything(forms, tmp_path, capsys):
     plain = str(tmp_path / "plain.keras")
     keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]).save(plain)
     for args in (("albert_tf.convert", "--input", plain, "--output", out),
-                 ("albert_tf.export.export_saved_model", "--model_dir", plain, "--export_dir", out)):
+                 ("albert_tf.export.export_saved_model", "--model_dir", plain, "--export_dir",
+                  out)):
         assert run_cli(*args) == 1
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"error: {plain} holds a Keras Sequential, not an ALBERT model")

@@ -1,7 +1,7 @@
-"""The TF Hub pair (`python -m albert_tf.export.export_tfhub`, albert_tf/export/tfhub.py): loaded as TF Hub users load
-BERT (`hub.KerasLayer`, a tf-keras layer) and as Keras 3 users can (`keras.layers.TFSMLayer`);
-outputs equal to our backbone's, ids equal to the Python feature path's, one training step
-changes the encoder."""
+"""The TF Hub pair (`python -m albert_tf.export.export_tfhub`, albert_tf/export/tfhub.py): loaded as
+TF Hub users load BERT (`hub.KerasLayer`, a tf-keras layer) and as Keras 3 users can
+(`keras.layers.TFSMLayer`); outputs equal to our backbone's, ids equal to the Python feature path's,
+one training step changes the encoder."""
 
 import os
 
@@ -257,7 +257,8 @@ def test_command_loads_a_tf1_checkpoint_and_refuses_an_existing_dir(pair, tmp_pa
     assert report["source"]["type"] == "tf1"
     for got, want in zip(loaded.weights, backbone.weights):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
-    run = run_command("albert_tf.export.export_tfhub", "--init_checkpoint", str(tf1), "--spm_model_file",
+    run = run_command("albert_tf.export.export_tfhub", "--init_checkpoint", str(tf1),
+                      "--spm_model_file",
                       sample_vocab, "--export_dir", export_dir, process=True)  # `python -m`
     assert run.returncode == 1, run.stderr[-2000:]
     assert "not an empty directory" in run.stderr

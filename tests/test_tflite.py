@@ -1,5 +1,5 @@
-"""TensorFlow Lite export (`albert_tf.export.tflite`): the on-device tokenizer equals the Python one, and
-each file run by the TFLite interpreter (tensorflow-text's ops registered) agrees with the
+"""TensorFlow Lite export (`albert_tf.export.tflite`): the on-device tokenizer equals the Python
+one, and each file run by the TFLite interpreter (tensorflow-text's ops registered) agrees with the
 SavedModel on raw text."""
 
 import csv
@@ -315,8 +315,8 @@ def sst2_classifier(tmp_path_factory, sample_vocab):
 
 @pytest.mark.slow
 def test_quantized_files_agree_with_the_saved_model_on_sst2_dev(sst2_classifier):
-    """Through `python -m albert_tf.export.export_tflite` (the SavedModel as the source: its sequence
-    length and labels carry over): float32 equals the SavedModel within 1e-4; float16 and
+    """Through `python -m albert_tf.export.export_tflite` (the SavedModel as the source: its
+    sequence length and labels carry over): float32 equals the SavedModel within 1e-4; float16 and
     dynamic int8 within their bounds, labels agreeing on at least 98% of 300 dev sentences."""
     import tensorflow_text  # noqa: F401
 
@@ -332,7 +332,8 @@ def test_quantized_files_agree_with_the_saved_model_on_sst2_dev(sst2_classifier)
     for mode, bound in bounds.items():
         path = str(sst2_classifier["dir"] / f"sst2_{mode}.tflite")
         if mode == "dynamic_int8":  # the command line (one of them)
-            proc = run_command("albert_tf.export.export_tflite", "--model_dir", sst2_classifier["export"],
+            proc = run_command("albert_tf.export.export_tflite", "--model_dir",
+                               sst2_classifier["export"],
                                "--output", path, "--quantize", mode)
             assert proc.returncode == 0, proc.stderr[-3000:]
             assert json.loads(proc.stdout)["size_bytes"] == os.path.getsize(path)

@@ -65,7 +65,8 @@ def test_model_without_special_ids_is_refused(tmp_path):
                                    model_prefix=str(tmp_path / "plain"), vocab_size=40,
                                    minloglevel=2)
     with pytest.raises(ValueError, match=r"plain.model lacks the official ALBERT special ids "
-                                         r"\(.*\[CLS\] is id 0.*python -m albert_tf.data.train_vocab"):
+                                         r"\(.*\[CLS\] is id 0.*python -m "
+                                         r"albert_tf.data.train_vocab"):
         Tokenizer(str(tmp_path / "plain.model"))
 
 

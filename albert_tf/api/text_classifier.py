@@ -765,12 +765,13 @@ class AlbertTextClassifier(RawTextModel):
     # Export.
     def export(self, export_dir, labels=None, text_pair=None, version=None, **kwargs):
         """Writes the TF Serving SavedModel that `run_classifier --export_dir` and
-        `python -m albert_tf.export.export_saved_model` write (`albert_tf.export.saved_model.export_saved_model`:
-        `export_dir` is `BASE/NAME`, a new version under it; raw-text `serving_default`,
-        `classify`/`regress`, token and tf.Example signatures), the text packed as here.
-        `text_pair` (default: whether `fit` was given pairs) makes `serving_default` take
-        `text` and `text_b`; `labels` (default the model's) name the classes; other keyword
-        arguments go to `export_saved_model`. Returns the version directory."""
+        `python -m albert_tf.export.export_saved_model` write
+        (`albert_tf.export.saved_model.export_saved_model`: `export_dir` is `BASE/NAME`, a new
+        version under it; raw-text `serving_default`, `classify`/`regress`, token and tf.Example
+        signatures), the text packed as here. `text_pair` (default: whether `fit` was given pairs)
+        makes `serving_default` take `text` and `text_b`; `labels` (default the model's) name the
+        classes; other keyword arguments go to `export_saved_model`. Returns the version
+        directory."""
         return self._export(
             export_dir, version, labels=labels or self.labels,
             text_pair=bool(self.text_pair) if text_pair is None else text_pair, **kwargs)

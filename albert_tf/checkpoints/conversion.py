@@ -109,8 +109,8 @@ TFHUB_RECORD = "albert_tfhub.json"  # in assets.extra/ of the TF Hub pair `expor
 
 
 def tfhub_part(path: str) -> str | None:
-    """"encoder" or "preprocess" for a SavedModel of our TF Hub pair (`albert_tf.export.tfhub`), else
-    None."""
+    """"encoder" or "preprocess" for a SavedModel of our TF Hub pair (`albert_tf.export.tfhub`),
+    else None."""
     record = os.path.join(os.fspath(path), "assets.extra", TFHUB_RECORD)
     if not os.path.isfile(record):
         return None
@@ -119,8 +119,8 @@ def tfhub_part(path: str) -> str | None:
 
 
 def _read_tfhub_encoder(backbone, path: str) -> dict:
-    """Fills `backbone` from our TF2 TF-Hub encoder (`albert_tf.export.tfhub.HubEncoder`: the backbone's
-    variables, in order, as the SavedModel's `variables` list), strictly: the same config
+    """Fills `backbone` from our TF2 TF-Hub encoder (`albert_tf.export.tfhub.HubEncoder`: the
+    backbone's variables, in order, as the SavedModel's `variables` list), strictly: the same config
     (its record's), every variable's shape, or nothing is assigned."""
     with open(os.path.join(path, "assets.extra", TFHUB_RECORD), encoding="utf-8") as f:
         record = json.load(f)

@@ -110,10 +110,10 @@ def export_alone_takes_the_run(command_name: str, names=("task_name",)) -> None:
     --output_dir, so what the run recorded is taken where not given, and said in one line: its
     model config (its albert_config.json), its vocabulary (its copy of the SentencePiece model,
     `carried_tokenizer`, or of the WordPiece --vocab_file), its --max_seq_length and `names` of
-    its config.yaml, as `albert_tf.export.export_saved_model --model_dir` takes them (the official runner
-    needs them given again; the casing is `carried_run_casing`'s, as for every rerun). Nothing happens for another command's run, a
-    directory without one, or a record that cannot be read (the flags' own checks then say
-    what is missing)."""
+    its config.yaml, as `albert_tf.export.export_saved_model --model_dir` takes them (the official
+    runner needs them given again; the casing is `carried_run_casing`'s, as for every rerun).
+    Nothing happens for another command's run, a directory without one, or a record that cannot be
+    read (the flags' own checks then say what is missing)."""
     from absl import flags as absl_flags
 
     values = absl_flags.FLAGS
@@ -376,8 +376,8 @@ def make_exporter(export_dir, output_dir, spm_model_file, max_seq_length, labels
                   text_pair=False, source_type="run_pretraining", options=None,
                   do_lower_case=True, best_suffix="_best", threshold=None, vocab_file=None):
     """exporter(model, which) for `TrainingRun.run`: SavedModels through the one exporter
-    (`albert_tf.export.saved_model`), final to `export_dir`, best to `export_dir + best_suffix`. `labels`,
-    `text_pair` and `threshold` are a classifier's (class names, sentence-pair
+    (`albert_tf.export.saved_model`), final to `export_dir`, best to `export_dir + best_suffix`.
+    `labels`, `text_pair` and `threshold` are a classifier's (class names, sentence-pair
     `serving_default`, the official --threshold_to_export served with its answers); `options`
     a SQuAD or RACE model's decoding and packing settings (`export_saved_model`). Without
     `spm_model_file`, a WordPiece `vocab_file` is the vocabulary."""

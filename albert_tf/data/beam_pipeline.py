@@ -1,28 +1,30 @@
 """Pretraining data generation on Apache Beam: the local generator's examples, on many machines.
 
-`python -m albert_tf.data.create_pretraining_data --runner=RUNNER ...` (or `generate_with_beam`) runs the
-algorithm of `albert_tf.data.generator` as a Beam pipeline, so a corpus too large for one machine is
-processed by Dataflow, Flink or Spark workers. Same inputs, flags and seed give **byte-identical
-files and sidecars** to the local generator (`generate`), for any runner and number of workers:
-not only the same multiset of examples, the same order within each file.
+`python -m albert_tf.data.create_pretraining_data --runner=RUNNER ...` (or `generate_with_beam`)
+runs the algorithm of `albert_tf.data.generator` as a Beam pipeline, so a corpus too large for one
+machine is processed by Dataflow, Flink or Spark workers. Same inputs, flags and seed give
+**byte-identical files and sidecars** to the local generator (`generate`), for any runner and number
+of workers: not only the same multiset of examples, the same order within each file.
 
 The stages, each the local generator's own function:
 
 1. read: each input file on one worker (Beam's text reader cannot split on blank lines), split
-   into documents (`albert_tf.data.text_io.documents_of`); the file's SHA-256 is taken on the way (the
-   sidecar and the run hash record it). A document with a line that is not UTF-8 is dropped,
+   into documents (`albert_tf.data.text_io.documents_of`); the file's SHA-256 is taken on the way
+   (the sidecar and the run hash record it). A document with a line that is not UTF-8 is dropped,
    counted and logged with the file, line and byte; the rest of the file is used.
 2. tokenize: documents are reshuffled so one large file spreads over the workers; each document
    is tokenized (sentences that tokenize to nothing dropped, and documents left empty).
 3. plan (one small element, the only side input besides two counts): documents get the local
    generator's global numbering (input-file order, then order in the file), are shuffled with the
-   seed and cut into blocks of about `tokens_per_unit` tokens (`albert_tf.data.generator.document_blocks`).
-   It holds four integers per document - key, block, rank in the block, sentence count (20
-   bytes: 120 MB for Wikipedia's 6 million documents) - and no token.
-4. requests: each document plans its chunks for every pass (`albert_tf.data.generator.document_plan`:
-   its own sentence lengths, its own seeded generator, the other documents' sentence counts from
-   the plan). A chunk completed from a random other document becomes a request (other document,
-   start sentence, tokens needed) keyed by that document.
+   seed and cut into blocks of about `tokens_per_unit` tokens
+   (`albert_tf.data.generator.document_blocks`). It holds four integers per document - key, block,
+   rank in the block, sentence count (20 bytes: 120 MB for Wikipedia's 6 million documents) - and no
+   token.
+4. requests: each document plans its chunks for every pass
+   (`albert_tf.data.generator.document_plan`: its own sentence lengths, its own seeded generator,
+   the other documents' sentence counts from the plan). A chunk completed from a random other
+   document becomes a request (other document, start sentence, tokens needed) keyed by that
+   document.
 5. join: requests are grouped with the document they read (CoGroupByKey on the document key),
    which answers each with the segment (at most `max_seq_length` tokens) keyed by the
    requesting unit. No worker ever holds more than one document here: the corpus is shuffled,
@@ -30,9 +32,9 @@ The stages, each the local generator's own function:
 6. units: documents and their segments are grouped by (block, dupe pass), the local
    generator's unit of work, so the work spreads over as many workers as the local generator's;
    each unit's examples are built with `default_rng([seed, block, pass])`
-   (`albert_tf.data.generator.unit_examples`). The shuffle carries each tokenized document `dupe_factor`
-   times (4 bytes per token and pass: about half of what the examples themselves weigh in the
-   next shuffle) and each random segment once per request.
+   (`albert_tf.data.generator.unit_examples`). The shuffle carries each tokenized document
+   `dupe_factor` times (4 bytes per token and pass: about half of what the examples themselves weigh
+   in the next shuffle) and each random segment once per request.
 7. write: examples are grouped by output shard, put in unit order, shuffled with the shard's
    seed and written as a TFRecord, then its JSON sidecar, each under a temporary name renamed
    into place (a retried bundle rewrites the same bytes).
@@ -240,8 +242,9 @@ def _global_id(element, plan):
 # ---------------------------------------------------------------------------------------------
 # 4. requests, 5. join, 6. units
 class _PlanStore:
-    """The `albert_tf.data.pretraining.Documents` interface over the documents at hand (in memory) and the
-    plan's sentence counts of every other one: enough to plan chunks, never a foreign token."""
+    """The `albert_tf.data.pretraining.Documents` interface over the documents at hand (in memory)
+    and the plan's sentence counts of every other one: enough to plan chunks, never a foreign
+    token."""
 
     def __init__(self, plan, local: dict):
         self._plan, self._local = plan, local
@@ -517,7 +520,8 @@ def generate_with_beam(job, pipeline_args=()) -> dict:
 
 
 def _place_sentencepiece(job, spm_sha256: str) -> None:
-    """`albert_tf.data.generator.place_sentencepiece` through Beam's file systems (gs://, s3://, ...)."""
+    """`albert_tf.data.generator.place_sentencepiece` through Beam's file systems (gs://,
+    s3://, ...)."""
     from apache_beam.io.filesystems import FileSystems
 
     out_dir = job.output_files[0].rsplit("/", 1)[0]

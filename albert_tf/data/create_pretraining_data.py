@@ -7,20 +7,22 @@ official command line works with the module name changed:
         --output_file out/train --num_output_shards 8 --spm_model_file 30k-clean.model \
         --max_seq_length 128 --max_predictions_per_seq 20 --dupe_factor 40 --num_workers 8
 
-Input: one sentence per line, blank line between documents (`python -m albert_tf.data.prepare_corpus`
-makes it from raw text). Output: the official feature format (`albert_tf.features`), one JSON
-sidecar per file. Same seed and inputs give byte-identical files for any --num_workers.
-A killed run restarted with the same flags resumes.
+Input: one sentence per line, blank line between documents (`python -m
+albert_tf.data.prepare_corpus` makes it from raw text). Output: the official feature format
+(`albert_tf.features`), one JSON sidecar per file. Same seed and inputs give byte-identical
+files for any --num_workers. A killed run restarted with the same flags resumes.
 With `--vocab_file` and no `--spm_model_file` the text is tokenized with that WordPiece
-vocabulary, as the official script does (the Chinese models' `vocab_chinese.txt`). See `albert_tf/data/generator.py` and
-`albert_tf/data/pretraining.py` for the algorithm and its documented differences from the official one.
+vocabulary, as the official script does (the Chinese models' `vocab_chinese.txt`). See
+`albert_tf/data/generator.py` and `albert_tf/data/pretraining.py` for the algorithm and its
+documented differences from the official one.
 
 On Apache Beam (`pip install .[beam]`), for corpora beyond one machine: the same flags plus
 `--runner` and Beam's own pipeline flags, which are passed through; the files are byte-identical
 to the local generator's (`albert_tf/data/beam_pipeline.py`):
 
-    python -m albert_tf.data.create_pretraining_data --input_file 'corpus/*.txt' --output_file out/train \
-        --num_output_shards 8 --spm_model_file 30k-clean.model --runner FnApiRunner \
+    python -m albert_tf.data.create_pretraining_data --input_file 'corpus/*.txt' \
+        --output_file out/train --num_output_shards 8 --spm_model_file 30k-clean.model \
+        --runner FnApiRunner \
         --direct_running_mode multi_processing --direct_num_workers 8
 
     python -m albert_tf.data.create_pretraining_data --input_file 'gs://BUCKET/corpus/*.txt' \

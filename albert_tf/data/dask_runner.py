@@ -1,8 +1,9 @@
 """Beam's Dask runner with the two fixes our pipeline needs, and the cluster it runs on.
 
-`python -m albert_tf.data.create_pretraining_data ... --runner dask` runs `albert_tf.data.beam_pipeline` on a Dask
-cluster: an existing scheduler (`--dask_address tcp://HOST:PORT`) or a local cluster of
-`--dask_workers N` processes started for the run and stopped after it (`dask_cluster`).
+`python -m albert_tf.data.create_pretraining_data ... --runner dask` runs
+`albert_tf.data.beam_pipeline` on a Dask cluster: an existing scheduler (`--dask_address
+tcp://HOST:PORT`) or a local cluster of `--dask_workers N` processes started for the run and stopped
+after it (`dask_cluster`).
 
 Beam 2.77's `DaskRunner` translates each ParDo into a `map_partitions` call whose output
 receivers are built once, in the launcher, and pickled into every task. Two faults follow,

@@ -3,8 +3,8 @@
 Three phases, each over units whose results do not depend on how many workers run them, so the
 output is byte-identical for any `num_workers`:
 
-1. tokenize: each input file -> memory-mapped token cache (`albert_tf.data.token_cache`), in parallel
-   over files and, with several workers, over pieces of a file cut at document boundaries
+1. tokenize: each input file -> memory-mapped token cache (`albert_tf.data.token_cache`), in
+   parallel over files and, with several workers, over pieces of a file cut at document boundaries
    (`tokenize_parts`).
 2. map: documents are shuffled once (seeded), cut into blocks of about `tokens_per_unit` tokens;
    each (block, dupe pass) is a unit with its own generator `default_rng([seed, block, pass])`
@@ -46,7 +46,8 @@ from albert_tf.ownership import OutputLock, same_file
 from albert_tf.training.progress import Progress
 from albert_tf.records import encode_examples, remove_temporaries, write_file
 from albert_tf.tokenization import Tokenizer, file_sha256, make_tokenizer
-from albert_tf.data.pretraining import (GenerationParams, Vocabulary, instances_features, instances_of_plan,
+from albert_tf.data.pretraining import (GenerationParams, Vocabulary, instances_features,
+                                        instances_of_plan,
                               plan_document)
 from albert_tf.data.text_io import InputError, document_parts, expand_input_patterns
 from albert_tf.data.token_cache import (TokenStore, is_tokenized, no_documents_error, tokenize_file,
@@ -142,9 +143,9 @@ def _tokenize_task(path, cache_prefix, part=None):
 
 
 def document_plan(job: GenerationJob, store, dupe: int, doc: int):
-    """The chunks of document `doc` in pass `dupe` (`albert_tf.data.pretraining.plan_document`), drawn from
-    the document's own generator `default_rng([seed, STRUCTURE_STREAM, pass, doc])`: they depend
-    on this document and the other documents' sentence counts only, not on the order in which
+    """The chunks of document `doc` in pass `dupe` (`albert_tf.data.pretraining.plan_document`),
+    drawn from the document's own generator `default_rng([seed, STRUCTURE_STREAM, pass, doc])`: they
+    depend on this document and the other documents' sentence counts only, not on the order in which
     units run nor on other documents' tokens."""
     rng = np.random.default_rng([job.random_seed, STRUCTURE_STREAM, dupe, doc])
     return plan_document(store, doc, job.params, rng)
@@ -156,7 +157,8 @@ def unit_examples(job: GenerationJob, store, vocab, block: int, dupe: int, doc_i
     shards: (serialized records, int64 [n, len(STATS)] stats, per-shard index arrays into the
     records). Truncation, masking and the shuffle draw from `default_rng([seed, block, pass])`.
     Segments of other documents are read from `store`, or from `segments` ({request: tokens},
-    the Beam pipeline's join). The local map phase and `albert_tf.data.beam_pipeline` both call it."""
+    the Beam pipeline's join). The local map phase and `albert_tf.data.beam_pipeline` both call
+    it."""
     rng = np.random.default_rng([job.random_seed, block, dupe])
     params = job.params
     instances = []

@@ -2,10 +2,11 @@ r"""Turn raw text (books, articles) into the official pretraining input format: 
 line, a blank line between documents.
 
     # Project Gutenberg books: one document per file, paragraphs separated by blank lines.
-    python -m albert_tf.data.prepare_corpus --input_file 'books/*.txt' --output_file corpus/books.txt
+    python -m albert_tf.data.prepare_corpus --input_file 'books/*.txt' \
+        --output_file corpus/books.txt
     # WikiText: one paragraph per line, articles start at ' = Title = ' lines.
-    python -m albert_tf.data.prepare_corpus --input_file wiki.test.raw --output_file corpus/wiki.txt \
-        --paragraphs lines --document_marker_regex '^ = [^=].* = $' \
+    python -m albert_tf.data.prepare_corpus --input_file wiki.test.raw \
+        --output_file corpus/wiki.txt --paragraphs lines --document_marker_regex '^ = [^=].* = $' \
         --drop_line_regex '^ (= )+.*( =)+ $'
 
 Inputs are strict UTF-8 (a BOM is dropped; CRLF and LF both end lines). Project Gutenberg

@@ -36,7 +36,8 @@ def _save_npy_atomic(path: str, values: np.ndarray) -> None:
 
 def tokenize_document(lines, tokenizer) -> tuple[list, list]:
     """(token ids, sentence end offsets) of one document; sentences that tokenize to nothing
-    are dropped (an empty result: the document is dropped). `albert_tf.data.beam_pipeline` uses it too."""
+    are dropped (an empty result: the document is dropped). `albert_tf.data.beam_pipeline` uses it
+    too."""
     ids, ends = [], []
     for line in lines:
         sentence = tokenizer.encode(line)

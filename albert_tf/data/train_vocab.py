@@ -1,7 +1,7 @@
 r"""Train an ALBERT SentencePiece vocabulary (unigram) with the official special ids.
 
-    python -m albert_tf.data.train_vocab --input_file 'corpus/*.txt' --model_prefix vocab/30k-clean \
-        --vocab_size 30000 --do_lower_case
+    python -m albert_tf.data.train_vocab --input_file 'corpus/*.txt' \
+        --model_prefix vocab/30k-clean --vocab_size 30000 --do_lower_case
 
 Writes `<prefix>.model`, `<prefix>.vocab` and `<prefix>.json` (inputs with checksums, settings,
 sentence counts). Text goes through the official ALBERT preprocessing first (the same

@@ -8,12 +8,14 @@ report of what the pretraining bought, sized to this machine.
 Every step runs the real command a user runs on their own data (each is printed, logged and
 listed in the report, so any one can be scaled up by hand):
 
- 1. corpus        `albert_tf.data.prepare_corpus`: five public-domain novels (one document per chapter)
-                  and WikiText-2 test (one per article); every 4th document held out;
- 2. vocab         `albert_tf.data.train_vocab`: a SentencePiece vocabulary of the training documents;
- 3. data          `albert_tf.data.create_pretraining_data`: n-gram-masked MLM + sentence-order TFRecords
-                  (40% masking) and the held-out records (15% masking, the usual evaluation;
-                  sentence-order pairs from one document each, so their labels are balanced);
+ 1. corpus        `albert_tf.data.prepare_corpus`: five public-domain novels (one document
+                  per chapter) and WikiText-2 test (one per article); every 4th document held out;
+ 2. vocab         `albert_tf.data.train_vocab`: a SentencePiece vocabulary of the
+                  training documents;
+ 3. data          `albert_tf.data.create_pretraining_data`: n-gram-masked MLM +
+                  sentence-order TFRecords (40% masking) and the held-out records (15%
+                  masking, the usual evaluation; sentence-order pairs from one document each,
+                  so their labels are balanced);
  4. finetune_random  `albert_tf.run_classifier`: SST-2 with few labels from random weights, one
                   run per seed (the baseline arm; it also tells the sizing what fine-tuning costs);
  5. size          a short `albert_tf.run_pretraining` probe times this machine's steps; the
@@ -23,9 +25,10 @@ listed in the report, so any one can be scaled up by hand):
                   records along the way;
  7. finetune_pretrained  the same fine-tunings from the pretrained model; seed 1's model is
                   exported as a SavedModel on raw text;
- 8. export        `albert_tf.export.export_saved_model`: the pretrained model as a fill-mask SavedModel;
- 9. serve         `albert_tf.export.cc_loader`: both SavedModels loaded as TF Serving loads them (C++
-                  `LoadSavedModel` + `Session::Run`; `tf.saved_model.load` without g++),
+ 8. export        `albert_tf.export.export_saved_model`: the pretrained model as a
+                  fill-mask SavedModel;
+ 9. serve         `albert_tf.export.cc_loader`: both SavedModels loaded as TF Serving loads
+                  them (C++ `LoadSavedModel` + `Session::Run`; `tf.saved_model.load` without g++),
                   answering raw-text requests;
 10. fill_mask     `albert_tf.analysis.fill_mask`: the fill-mask answers of the pretrained model
                   beside those of its random initialisation;

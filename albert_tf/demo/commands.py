@@ -148,7 +148,8 @@ def finetune_commands(run_dir: str, s: dict, config: str, paths: dict, init: str
 def export_commands(run_dir: str, paths: dict, pretrain_dir: str, seq: int) -> list:
     """The pretrained model as a fill-mask SavedModel (version 1 of albert_demo_mlm)."""
     export = os.path.join(run_dir, "exports", "albert_demo_mlm")
-    return [(["albert_tf.export.export_saved_model", "--model_dir", pretrain_dir, "--checkpoint", "latest",
+    return [(["albert_tf.export.export_saved_model", "--model_dir", pretrain_dir, "--checkpoint",
+              "latest",
               "--spm_model_file", paths["vocab"] + ".model", "--export_dir", shown_path(export),
               "--version", "1", "--max_seq_length", str(seq)],
              os.path.join(export, "1", "saved_model.pb"))]

@@ -6,7 +6,8 @@ tensor names of a signature_def, with tensorflow-text's ops linked in. `serving_
 exactly that, compiled against the headers and libraries of a pip `tensorflow` wheel and loading
 tensorflow-text's op libraries with `TF_LoadLibrary`. `compile_loader` builds it for the
 TensorFlow of any Python environment (this one, or a TF 2.20 environment to check what the TF
-Serving 2.20 release can load: `python -m albert_tf.export.cc_loader --python /tmp/tf220/bin/python`).
+Serving 2.20 release can load:
+`python -m albert_tf.export.cc_loader --python /tmp/tf220/bin/python`).
 """
 
 from __future__ import annotations
@@ -184,7 +185,8 @@ def run_in_python(saved_model: str, signature: str = "serving_default",
 
 
 # The signatures of one string input of serialized tf.Examples: --text goes in as raw-text
-# examples (bytes feature `text`, `albert_tf.export.client.text_examples`), which the export tokenizes.
+# examples (bytes feature `text`, `albert_tf.export.client.text_examples`), which the export
+# tokenizes.
 EXAMPLE_INPUTS = ("inputs", "input", "examples")
 
 
@@ -203,8 +205,8 @@ def signature_inputs(saved_model: str) -> dict:
 def text_inputs(saved_model: str, signature: str, texts) -> dict:
     """The inputs that carry `texts` to `signature`: a `text` input takes them as they are; a
     signature of serialized tf.Examples (`classify`, `regress`, `official_serving_default`,
-    `serve_examples`) takes raw-text tf.Examples built as `albert_tf.export.client` builds them for TF
-    Serving. Any other signature is refused by name, with the ones `--text` can run."""
+    `serve_examples`) takes raw-text tf.Examples built as `albert_tf.export.client` builds them
+    for TF Serving. Any other signature is refused by name, with the ones `--text` can run."""
     signatures = signature_inputs(saved_model)
     if signature not in signatures:
         raise LoaderError(f"{saved_model} has no signature {signature!r}; it has "
@@ -252,7 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Run --signature on these texts (repeatable): a text signature "
                              "takes them as they are; classify, regress, "
                              "official_serving_default and serve_examples as raw-text "
-                             "tf.Examples (bytes feature text), as albert_tf.export.client sends them.")
+                             "tf.Examples (bytes feature text), as albert_tf.export.client sends "
+                             "them.")
     parser.add_argument("--signature", default="serving_default")
     parser.add_argument("--loader_binary", default=None,
                         help="Where the compiled loader is kept: built there when missing, "

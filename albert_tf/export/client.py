@@ -4,8 +4,8 @@ r"""A client for ALBERT models served by TensorFlow Serving, over REST or gRPC.
         --text "ALBERT shares its layers."
     python -m albert_tf.export.client fill_mask --server localhost:8501 --model albert \
         --text "The capital of France is [MASK]."
-    python -m albert_tf.export.client classify --server localhost:8500 --protocol grpc --model sst2 \
-        --text "a gripping, funny film"
+    python -m albert_tf.export.client classify --server localhost:8500 --protocol grpc \
+        --model sst2 --text "a gripping, funny film"
 
 REST (port 8501) needs nothing beyond the standard library: requests are TF Serving's JSON, in
 the row ("instances") or column ("inputs") format, with bytes that are not UTF-8 text sent as
@@ -56,7 +56,8 @@ from albert_tf.tokenization import Tokenizer
 
 DEFAULT_PORTS = {"rest": 8501, "grpc": 8500}
 MAX_TIMEOUT_S = 86400.0  # beyond it, timers overflow the platform's time_t
-# A served model's name: the NAME of BASE/NAME (albert_tf.export.saved_model), a path segment of the URL.
+# A served model's name: the NAME of BASE/NAME (albert_tf.export.saved_model), a path segment of
+# the URL.
 MODEL_NAME = re.compile(r"(?!\.{1,2}$)[A-Za-z0-9_.\-]+")
 
 
@@ -799,7 +800,8 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         if "required: COMMAND" in message:  # argparse's words name no command
             message = ("name a command first, one of " + ", ".join(COMMANDS) + "; e.g. python "
-                       "-m albert_tf.export.client classify --server localhost:8501 --model sst2 --text "
+                       "-m albert_tf.export.client classify --server localhost:8501 --model sst2 "
+                       "--text "
                        "'a gripping film'")
         super().error(message)
 

@@ -33,8 +33,8 @@ from albert_tf.checkpoints.runs import training_run  # noqa: E402
 from albert_tf.commands.cli import run_command  # noqa: E402
 from albert_tf.commands.flags import FLAGS  # noqa: E402
 from albert_tf.export.ops_check import UnsupportedOpError  # noqa: E402
-from albert_tf.export.saved_model import (ExportError, export_saved_model, load_for_export,  # noqa: E402
-                                lower_case)
+from albert_tf.export.saved_model import (ExportError, export_saved_model,  # noqa: E402
+                                           load_for_export, lower_case)
 from albert_tf.export.registry import serving_module_class  # noqa: E402
 
 

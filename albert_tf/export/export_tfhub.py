@@ -2,7 +2,8 @@ r"""Export an ALBERT model as a TF Hub pair: a preprocessing SavedModel and a tr
 
     python -m albert_tf.export.export_tfhub --init_checkpoint albert_base/model.ckpt-best \
         --spm_model_file albert_base/30k-clean.model --export_dir hub/albert_base
-    python -m albert_tf.export.export_tfhub --init_checkpoint runs/pretrain:best --export_dir hub/mine
+    python -m albert_tf.export.export_tfhub --init_checkpoint runs/pretrain:best \
+        --export_dir hub/mine
 
 writes `hub/albert_base/preprocess/` and `hub/albert_base/encoder/`, loaded as TF Hub's BERT
 models are (`hub.KerasLayer(DIR/preprocess)`, `hub.KerasLayer(DIR/encoder, trainable=True)`;

@@ -3,8 +3,8 @@ r"""Export an ALBERT model as a TensorFlow Lite file that takes raw text (or tok
     python -m albert_tf.export.export_tflite --model_dir exports/sst2 --output sst2.tflite
     python -m albert_tf.export.export_tflite --model_dir exports/sst2 --output sst2_int8.tflite \
         --quantize dynamic_int8
-    python -m albert_tf.export.export_tflite --model_dir converted/albert_base --output albert.tflite \
-        --inputs tokens
+    python -m albert_tf.export.export_tflite --model_dir converted/albert_base \
+        --output albert.tflite --inputs tokens
 
 --model_dir: one of our SavedModel exports (BASE/NAME for its newest version, or BASE/NAME/N;
 the usual source for a fine-tuned classifier, whose sequence length, labels and text pair

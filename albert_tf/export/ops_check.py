@@ -102,7 +102,8 @@ def check_saved_model_ops(export_dir: str, allowed: dict | None = None) -> dict:
         raise UnsupportedOpError(
             f"The exported graph uses {' and '.join(parts)}, which {target} does not register, so "
             "that server would fail to load it ('Op type not registered'). Avoid the op in the "
-            "serving graph, or target a newer server by regenerating the list (albert_tf/export/ops_check.py)"
+            "serving graph, or target a newer server by regenerating the list "
+            "(albert_tf/export/ops_check.py)"
             " and passing it as --allowed_ops.")
     return used
 

@@ -1,7 +1,7 @@
 """The serving registry: the serving module of every registered model class, each of which
 registers itself (`albert_tf.export.serving.serves`). This module imports every serving module, so a
-lookup here sees them all; the exporters (`albert_tf.export.saved_model`, `albert_tf.export.tflite`, the commands)
-ask here, never by a kind string.
+lookup here sees them all; the exporters (`albert_tf.export.saved_model`, `albert_tf.export.tflite`,
+the commands) ask here, never by a kind string.
 """
 
 from __future__ import annotations

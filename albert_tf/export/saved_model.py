@@ -281,7 +281,8 @@ def batching_parameters(signatures: dict, batching: dict | None = None) -> str:
                            if spec.shape.rank is not None and spec.shape.rank >= 2})
     lines = [f"{key} {{ value: {batching[key]} }}" for key in (
         "max_batch_size", "batch_timeout_micros", "max_enqueued_batches", "num_batch_threads")]
-    comment = ["# Derived by albert_tf.export.saved_model.batching_parameters (docs/serving.md, Batching,",
+    comment = ["# Derived by albert_tf.export.saved_model.batching_parameters (docs/serving.md, "
+               "Batching,",
                "# and Serving under load, where the values are measured).",
                "# String inputs ([batch]) batch as they are; token inputs "
                f"({', '.join(token_inputs) or 'none'}) would be padded with their first",
@@ -401,8 +402,8 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
         vocab_file: without `spm_model_file`, a WordPiece vocabulary (`make_tokenizer`; the
             graph tokenizes and packs with it).
         jit_compile: a one-row request runs the backbone XLA-compiled at a fixed padded length
-            (backbones, pretrainers, classifiers; `albert_tf.export.serving`); TF Serving must then be
-            started with `--xla_cpu_compilation_enabled=true`. Off by default.
+            (backbones, pretrainers, classifiers; `albert_tf.export.serving`); TF Serving must then
+            be started with `--xla_cpu_compilation_enabled=true`. Off by default.
 
     Returns:
         The version directory written.

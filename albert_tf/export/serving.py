@@ -428,8 +428,8 @@ class AlbertServingModule(tf.Module):
     """Wraps a plain (host, float32) ALBERT model and its tokenizer for `tf.saved_model.save`.
 
     This class serves a bare `AlbertBackbone`; each registered model class has its own serving
-    module (`@serves(ModelClass)`; `albert_tf.export.registry` finds it), a subclass that adds its head's
-    outputs, signatures and warmup requests.
+    module (`@serves(ModelClass)`; `albert_tf.export.registry` finds it), a subclass that adds its
+    head's outputs, signatures and warmup requests.
 
     Args:
         model: a registered ALBERT model (host, float32; not under a strategy).
@@ -452,7 +452,8 @@ class AlbertServingModule(tf.Module):
     """
 
     OPTIONS: tuple = ()  # the task's settings the module keeps (the export record lists them)
-    # the options `python -m albert_tf.export.export_saved_model` passes from its flags of these names
+    # the options `python -m albert_tf.export.export_saved_model` passes from its flags of these
+    # names
     EXPORT_FLAGS: tuple = ()
     NAMED_LABELS = True  # its outputs can carry class names (`labels`)
     SERVES_THRESHOLD = False  # a decision threshold is served with its answers (classifiers)

@@ -10,9 +10,9 @@ One signature, `serving_default`, one example per invocation (batch dimension 1)
 - `--inputs tokens`: `input_ids`, `input_mask`, `segment_ids` (int32 [1, length]), for apps
   that tokenize themselves.
 
-Outputs, as the SavedModel's `serving_default` (`albert_tf.export.serving`): `input_ids`, `input_mask`,
-`segment_ids` (what the model saw, [1, length]); classifier: `logits`, `probabilities` [1, C],
-`label` [1] (regression: `logits` [1, 1], `score` [1]); pretrainer: `pooled_output` [1, H],
+Outputs, as the SavedModel's `serving_default` (`albert_tf.export.serving`): `input_ids`,
+`input_mask`, `segment_ids` (what the model saw, [1, length]); classifier: `logits`, `probabilities`
+[1, C], `label` [1] (regression: `logits` [1, 1], `score` [1]); pretrainer: `pooled_output` [1, H],
 `sequence_output` [1, length, H] and, for each [MASK] in order, `mask_positions` [1, M],
 `fill_mask_ids`, `fill_mask_pieces`, `fill_mask_probabilities` [1, M, top_k] (M is at least 1:
 a text without [MASK] gives one entry of position -1, id -1, piece "" and probability 0, the
@@ -364,7 +364,8 @@ def _checked_model(model, spm_model_file: str, do_lower_case: bool,
         raise TFLiteExportError(
             f"A {model_kind(model)} model has no TensorFlow Lite export (its text pipeline "
             "needs windows, options or spans the on-device graph does not have; TFLite "
-            f"exports: {have}); export a SavedModel with python -m albert_tf.export.export_saved_model.")
+            f"exports: {have}); export a SavedModel with python -m "
+            f"albert_tf.export.export_saved_model.")
     if max_seq_length is not None and max_seq_length > model.config.max_position_embeddings:
         raise TFLiteExportError(f"--max_seq_length={max_seq_length} exceeds the model's "
                                 f"max_position_embeddings={model.config.max_position_embeddings}.")

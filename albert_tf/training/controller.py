@@ -312,8 +312,8 @@ class Controller:
         raise CorruptInputError(
             f"Training input is corrupt: {what}. The model after step {good} is saved at "
             f"{path} (model, optimizer and input position agree). Regenerate the file under the "
-            "same name (python -m albert_tf.data.create_pretraining_data) or restore it, then rerun the "
-            "same command to resume.")
+            "same name (python -m albert_tf.data.create_pretraining_data) or restore it, then "
+            "rerun the same command to resume.")
 
     def stop_on_lost_worker(self, error, step: int, n: int):
         """A collective failed because a peer is gone: no checkpoint can be saved (saving is a

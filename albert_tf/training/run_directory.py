@@ -215,8 +215,8 @@ class RunDirectory:
         checkpoints, so the output directory is a complete model for export and fine-tuning.
 
         A path read from a data file is followed only inside the dataset's directory (where
-        `albert_tf.data.create_pretraining_data` puts the model) and only to a file with the checksum
-        the sidecar records: a sidecar naming `~/.ssh/id_rsa` must not copy the key into an
+        `albert_tf.data.create_pretraining_data` puts the model) and only to a file with the
+        checksum the sidecar records: a sidecar naming `~/.ssh/id_rsa` must not copy the key into an
         output directory, which is often a shared bucket. Anything else is left for
         `--spm_model_file` of the export, with a note."""
         try:
