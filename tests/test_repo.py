@@ -136,3 +136,26 @@ def test_light_modules_load_without_tensorflow():
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, env=dict(os.environ, PYTHONPATH=ROOT))
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_the_earlier_module_paths_of_the_commands_still_run_from_a_checkout():
+    """`python -m data.X` / `python -m export.X` (the commands' paths before they moved into
+    albert_tf) run `albert_tf.data.X` / `albert_tf.export.X` from a checkout; the shims are
+    not installed (tests/test_cli.py) and hold nothing else."""
+    shims = {}
+    for package in ("data", "export"):
+        for name in sorted(os.listdir(os.path.join(ROOT, package))):
+            if name.endswith(".py") and name != "__init__.py":
+                shims[f"{package}.{name[:-3]}"] = _read(package, name)
+    moved = {name for name in shims
+             if os.path.exists(os.path.join(ROOT, "albert_tf", *name.split(".")) + ".py")}
+    assert len(shims) == 10 and moved == set(shims)
+    for name, text in shims.items():
+        assert f'runpy.run_module("albert_tf.{name}", run_name="__main__", alter_sys=True)' \
+            in text, name
+    for module, first_line in (("data.train_vocab", "Train an ALBERT SentencePiece vocabulary"),
+                               ("export.client", "usage: python -m albert_tf.export.client")):
+        proc = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT,
+                              capture_output=True, text=True)
+        assert proc.returncode == 0 and proc.stdout.lstrip().startswith(first_line), \
+            proc.stdout[:300] + proc.stderr[-1000:]
