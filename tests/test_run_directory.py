@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from albert_tf.config import AlbertConfig
+from albert_tf.checkpoints.runs import checkpoint_prefix
 from albert_tf.training.actions import EvaluateAndKeepBest, export_models
 from albert_tf.training.run_directory import OutputDirMismatchError, RunDirectory
 
@@ -249,3 +250,38 @@ def test_controller_stops_on_a_non_finite_step_with_the_model_before_it_saved():
     assert str(e.value).startswith("Non-finite loss, gradient or updated weights at step 6 "
                                    "(updates are 1-based); that step was not applied. The "
                                    "model after step 5 is saved at ckpt-5.")
+
+
+def test_a_run_whose_state_file_or_checkpoints_were_removed_resumes_from_what_is_left(tmp_path):
+    """The `checkpoint` state file removed by hand: the run resumes from the newest ckpt-N on
+    disk, said (it started afresh, silently, beside them); the state file's latest removed:
+    the newest one left, said; none left: a fresh start, said."""
+    notes = []
+    run = RunDirectory(str(tmp_path), log=notes.append)
+    for step in (4, 12, 8):
+        _checkpoint(str(tmp_path), step)  # the state file names the last written, 8
+    os.remove(tmp_path / "checkpoint")
+    assert run.latest_checkpoint() == str(tmp_path / "ckpt-12")
+    assert run.resume_checkpoint() == str(tmp_path / "ckpt-12")
+    assert notes == [f"Note: {tmp_path} has no `checkpoint` state file (removed?); the run "
+                     "resumes from the newest intact ckpt-N on disk."]
+    assert checkpoint_prefix(str(tmp_path)) == str(tmp_path / "ckpt-12")  # export, convert
+    notes.clear()
+    with open(tmp_path / "checkpoint", "w") as f:
+        f.write('model_checkpoint_path: "ckpt-12"\nall_model_checkpoint_paths: "ckpt-4"\n'
+                'all_model_checkpoint_paths: "ckpt-12"\n')
+    for step in (12, 8):  # moved away by hand; the state file still names 12
+        for name in os.listdir(tmp_path):
+            if name.startswith(f"ckpt-{step}."):
+                os.remove(tmp_path / name)
+    assert run.latest_checkpoint() == str(tmp_path / "ckpt-4")
+    assert run.resume_checkpoint() == str(tmp_path / "ckpt-4")
+    assert notes == [f"Note: {tmp_path / 'ckpt-12'} is gone (its .index is missing); "
+                     f"resuming from {tmp_path / 'ckpt-4'}, the newest intact checkpoint."]
+    for name in os.listdir(tmp_path):
+        if name.startswith("ckpt-4."):
+            os.remove(tmp_path / name)
+    notes.clear()
+    assert run.latest_checkpoint() is None and run.resume_checkpoint() is None
+    assert notes == [f"Note: {tmp_path}'s `checkpoint` state file lists ckpt-4, ckpt-12, none "
+                     "of which is on disk: the run starts from step 0."]

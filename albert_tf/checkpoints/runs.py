@@ -87,6 +87,25 @@ def training_run(path: str) -> tuple[str, str] | None:
     return split_run_checkpoint(path)
 
 
+def checkpoints_on_disk(directory: str) -> list[str]:
+    """The prefixes of the loop's checkpoints in `directory` (ckpt-N with an .index), newest
+    (largest N) first, whatever the state file (`checkpoint`) lists."""
+    found = []
+    for index in tf.io.gfile.glob(os.path.join(directory, "ckpt-*.index")):
+        match = re.fullmatch(r"ckpt-(\d+)\.index", os.path.basename(index))
+        if match:
+            found.append((int(match.group(1)), index[: -len(".index")]))
+    return [prefix for _, prefix in sorted(found, reverse=True)]
+
+
+def latest_prefix(directory: str) -> str | None:
+    """The run's latest checkpoint: the one its state file (`checkpoint`) names, or where that
+    file is gone (removed by hand, a partial copy), the newest ckpt-N on disk; None without
+    one."""
+    return tf.train.latest_checkpoint(directory) or next(iter(checkpoints_on_disk(directory)),
+                                                         None)
+
+
 def checkpoint_prefix(output_dir: str, checkpoint: str = "latest") -> str:
     """The checkpoint prefix of a run that `checkpoint` names: "latest", "best" or a prefix;
     CheckpointError where there is none."""
@@ -96,7 +115,7 @@ def checkpoint_prefix(output_dir: str, checkpoint: str = "latest") -> str:
             raise CheckpointError(f"{output_dir} has no best checkpoint ({prefix}); it is "
                                   "written when pretraining runs with --do_eval.")
     elif checkpoint == "latest":
-        prefix = tf.train.latest_checkpoint(output_dir)
+        prefix = latest_prefix(output_dir)
         if not prefix:
             raise CheckpointError(f"{output_dir} has {CONFIG_FILE} but no checkpoint yet.")
     else:

@@ -203,7 +203,7 @@ def _discarded_if_init_fails(exp: ExperimentConfig, lock: OutputLock):
         yield
     except (CheckpointError, CheckpointMismatchError, NonFiniteLossError):
         if (exp.get("init_checkpoint") or exp.get("albert_hub_module_handle")) \
-                and tf.train.latest_checkpoint(lock.target) is None:
+                and runs.latest_prefix(lock.target) is None:
             lock.discard_new_output()
         raise
 
@@ -540,7 +540,7 @@ def model_for_prediction(exp: ExperimentConfig, task,
         step = int(run.optimizer.iterations.numpy())
         what = f"the trained model (step {step}; no evaluation kept a best checkpoint)"
     else:
-        latest = tf.train.latest_checkpoint(out)
+        latest = runs.latest_prefix(out)
         if not latest:
             asked = [f"--{name}" for name in ("do_predict", "export_dir") if exp.get(name)]
             pretrained = exp.get("init_checkpoint")

@@ -22,7 +22,8 @@ import tensorflow as tf
 
 from albert_tf.checkpoints.common import CheckpointError, check_intact
 from albert_tf.checkpoints.runs import (BEST_DIR, BEST_EVAL_FILE, SETTINGS_FILE, best_eval,
-                                       best_prefix, run_model_kind)
+                                       best_prefix, checkpoints_on_disk, latest_prefix,
+                                       run_model_kind)
 from albert_tf.config import AlbertConfig
 from albert_tf.input_pipeline import DataMismatchError, InputPlan, list_files
 from albert_tf.ownership import OutputLock
@@ -112,7 +113,7 @@ def refuse_a_changed_run(output_dir: str, mine: dict) -> None:
     `RunDirectory.check_settings` gives later (a refused rerun with another learning rate
     must not first rewrite the run's features). Anything else is left to that check."""
     path = os.path.join(output_dir, SETTINGS_FILE)
-    if not tf.io.gfile.exists(path) or tf.train.latest_checkpoint(output_dir) is None:
+    if not tf.io.gfile.exists(path) or latest_prefix(output_dir) is None:
         return
     try:
         saved = _read_json(path)
@@ -120,6 +121,12 @@ def refuse_a_changed_run(output_dir: str, mine: dict) -> None:
         return
     if isinstance(saved, dict):
         _refuse_other_settings(output_dir, saved, mine)
+
+
+def _step_of(prefix: str) -> int:
+    """N of a checkpoint prefix ckpt-N (-1 for another name)."""
+    match = re.search(r"-(\d+)$", prefix)
+    return int(match.group(1)) if match else -1
 
 
 def _read_json(path: str):
@@ -146,37 +153,57 @@ class RunDirectory:
 
     def latest_checkpoint(self) -> str | None:
         """The chief's latest checkpoint (every worker holds the same model), else this
-        worker's own."""
-        return (tf.train.latest_checkpoint(self.output_dir)
-                or tf.train.latest_checkpoint(self.write_dir))
+        worker's own; where the state file (`checkpoint`) is gone, the newest ckpt-N on disk
+        (`latest_prefix`)."""
+        return latest_prefix(self.output_dir) or latest_prefix(self.write_dir)
 
     def resume_checkpoint(self) -> str | None:
-        """The checkpoint a resumed run restores: the newest intact one of the directory
-        `latest_checkpoint` reads (every tensor read back, `check_intact`), None for a fresh
-        run. A damaged later one (a disk that filled, a copy cut short) is passed over with a
-        one-line note naming it and the checkpoint resumed instead; it stays until the run
-        saves that step again. None intact is a CheckpointError naming the damaged files."""
+        """The checkpoint a resumed run restores: the newest intact one (every tensor read back,
+        `check_intact`) of those its state file lists and those on disk, None for a fresh run.
+        A damaged later one (a disk that filled, a copy cut short) or one removed by hand is
+        passed over with a one-line note naming it and the checkpoint resumed instead; a
+        damaged one stays until the run saves that step again. A state file removed by hand
+        is said too (the run resumes from the newest ckpt-N on disk; it started afresh beside
+        them before), and so is one whose checkpoints are all gone (a fresh start). None
+        intact is a CheckpointError naming the damaged files."""
         latest = self.latest_checkpoint()
         if latest is None:
+            state = tf.train.get_checkpoint_state(self.write_dir)
+            if state is not None and state.all_model_checkpoint_paths:
+                names = ", ".join(map(os.path.basename, state.all_model_checkpoint_paths))
+                self.log(f"Note: {self.write_dir}'s `checkpoint` state file lists {names}, "
+                         "none of which is on disk: the run starts from step 0.")
             return None
-        state = tf.train.get_checkpoint_state(os.path.dirname(latest))
-        older = list(reversed(state.all_model_checkpoint_paths)) if state else []
-        damaged = []
-        for prefix in [latest] + [p for p in older if p != latest]:
+        directory = os.path.dirname(latest)
+        state = tf.train.get_checkpoint_state(directory)
+        if state is None:
+            self.log(f"Note: {directory} has no `checkpoint` state file (removed?); the run "
+                     "resumes from the newest intact ckpt-N on disk.")
+        listed = ([state.model_checkpoint_path, *state.all_model_checkpoint_paths]
+                  if state else [])
+        listed = [p if os.path.isabs(p) else os.path.join(directory, p) for p in listed]
+        candidates = sorted(set(listed + checkpoints_on_disk(directory)), key=_step_of,
+                            reverse=True)
+        damaged, gone = [], []
+        for prefix in candidates:
             if not tf.io.gfile.exists(prefix + ".index"):
-                continue  # removed by hand since the state file was written
+                gone.append(prefix)  # listed in the state file, removed by hand since
+                continue
             try:
                 check_intact(prefix)
             except CheckpointError as e:
                 damaged.append(str(e).split(": the checkpoint")[0])
                 continue
-            if damaged:
-                self.log(f"Note: {damaged[0]}; resuming from {prefix}, the newest intact "
+            if damaged or gone:
+                what = "; ".join(damaged + [f"{p} is gone (its .index is missing)"
+                                            for p in gone])
+                self.log(f"Note: {what}; resuming from {prefix}, the newest intact "
                          "checkpoint.")
             return prefix
         raise CheckpointError(
             f"--output_dir {self.output_dir} has no intact checkpoint to resume: "
-            f"{'; '.join(damaged)}. Restore a copy of the run, or start a new --output_dir "
+            + "; ".join(damaged + [f"{p} is gone" for p in gone])
+            + ". Restore a copy of the run, or start a new --output_dir "
             "(--init_checkpoint can take the weights of another run).")
 
     def remove_unfinished(self) -> None:
@@ -190,7 +217,7 @@ class RunDirectory:
         model beside it."""
         tf.io.gfile.makedirs(self.output_dir)
         path = self.path("albert_config.json")
-        has_checkpoint = tf.train.latest_checkpoint(self.output_dir) is not None
+        has_checkpoint = latest_prefix(self.output_dir) is not None
         if tf.io.gfile.exists(path):
             existing = AlbertConfig.from_dict(_read_json(path))
             if has_checkpoint and existing != albert_config:
