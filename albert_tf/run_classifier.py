@@ -68,7 +68,8 @@ from albert_tf.commands import experiment, flags as albert_flags  # noqa: E402
 from albert_tf.tasks.classification import ClassificationTask, write_split_features  # noqa: E402
 from albert_tf.commands.runner import (LABELS_FILE, PRETRAINED, command,  # noqa: E402
                                        export_alone_takes_the_run, model_and_tokenizer, run_labels,
-                                       run_task, task_exporter, training_config)
+                                       run_task, training_config)
+from albert_tf.export.run_exporter import task_exporter  # noqa: E402
 
 COMMAND = "albert_tf.run_classifier"  # as its config.yaml names it
 SUBMISSION_NAMES = {"cola": "CoLA", "sst-2": "SST-2", "mrpc": "MRPC", "qqp": "QQP",

@@ -27,8 +27,9 @@ from absl import flags  # noqa: E402
 
 from albert_tf.commands import flags as albert_flags  # noqa: E402
 from albert_tf.config import AlbertConfig  # noqa: E402
-from albert_tf.commands.runner import (command, format_metrics, make_exporter,  # noqa: E402
+from albert_tf.commands.runner import (command, format_metrics,  # noqa: E402
                                        raise_if_stopped, record_config, strategy)
+from albert_tf.export.run_exporter import make_exporter  # noqa: E402
 from albert_tf.training.train_lib import PretrainingConfig, PretrainingRun  # noqa: E402
 
 

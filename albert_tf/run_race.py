@@ -31,8 +31,9 @@ from absl import app, flags  # noqa: E402
 
 from albert_tf.commands import flags as albert_flags
 from albert_tf.tasks import race  # noqa: E402
-from albert_tf.commands.runner import (PRETRAINED, command, task_exporter,  # noqa: E402
+from albert_tf.commands.runner import (PRETRAINED, command,  # noqa: E402
                                        model_and_tokenizer, run_task, training_config)
+from albert_tf.export.run_exporter import task_exporter  # noqa: E402
 from albert_tf.paths import write_json  # noqa: E402
 
 

@@ -23,11 +23,12 @@ from albert_tf.quiet import entry_point  # noqa: E402
 entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
 
 from albert_tf.commands import squad_runner  # noqa: E402
+from albert_tf.export.run_exporter import task_exporter  # noqa: E402
 
 
 def cli():
     """The command (`python -m` and the console script in pyproject.toml)."""
-    squad_runner.cli(version=1)
+    squad_runner.cli(version=1, task_exporter=task_exporter)
 
 
 if __name__ == "__main__":

@@ -33,9 +33,10 @@ import os  # noqa: E402
 from absl import flags  # noqa: E402
 
 from albert_tf.commands import flags as albert_flags  # noqa: E402
-from albert_tf.commands.runner import (PRETRAINED, command, task_exporter,  # noqa: E402
+from albert_tf.commands.runner import (PRETRAINED, command,  # noqa: E402
                                        model_and_tokenizer, run_labels, run_task,
                                        training_config)
+from albert_tf.export.run_exporter import task_exporter  # noqa: E402
 from albert_tf.paths import write_json  # noqa: E402
 from albert_tf.tasks import conll  # noqa: E402
 from albert_tf.tasks.tagging import (TaggingPreprocessor, TaggingTask,  # noqa: E402

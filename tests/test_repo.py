@@ -82,6 +82,26 @@ def test_the_import_graph_has_no_circle_and_few_imports_inside_functions():
     assert len(inside) <= 10, inside  # 7 today (docs/architecture.md)
 
 
+def test_the_library_and_the_command_layer_import_neither_serving_nor_data_generation():
+    """`albert_tf.export` (serving) and `albert_tf.data` (data generation) build on the library
+    and on the command layer, never the other way round (docs/architecture.md): only the entry
+    points (`albert_tf.run_*`), the Keras API (`albert_tf.api`) and the two packages themselves
+    import them; the entry points hand the exporter down to the runner."""
+    modules = _modules()
+    above = ("albert_tf.export", "albert_tf.data", "albert_tf.api", "albert_tf.demo",
+             "albert_tf.run_")
+    reached = {}
+    for name, (_, tree) in modules.items():
+        if name.startswith(above):
+            continue
+        for node in ast.walk(tree):
+            for target in _own_imports(node, modules):
+                if target.startswith(("albert_tf.export", "albert_tf.data")):
+                    reached.setdefault(name, set()).add(target)
+    assert reached == {}
+    assert "albert_tf.export.run_exporter" in modules and "albert_tf.commands.runner" in modules
+
+
 def test_no_function_longer_than_80_lines_and_no_class_longer_than_250():
     """In the packages, the benches and the tools (issue 60: a longer one holds two jobs)."""
     trees = [(name, tree) for name, (_, tree) in _modules(PACKAGES + ("bench", "tools")).items()]

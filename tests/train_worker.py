@@ -48,7 +48,7 @@ def run(strategy_name, files, output_dir, steps=4, grad_accum_steps=1, batch=8,
         seed=seed, shuffle_window=64, input_shards=input_shards, verbose=False)
     exporter = None
     if export_dir:  # the run_pretraining --export_dir path
-        from albert_tf.commands.runner import make_exporter
+        from albert_tf.export.run_exporter import make_exporter
 
         exporter = make_exporter(export_dir, output_dir, None, 32)
     PretrainingRun(cfg, strategy).run(exporter=exporter)

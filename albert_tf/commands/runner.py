@@ -6,14 +6,13 @@ tokenizer -> `TrainingConfig.from_settings` -> the strategy -> `TrainingRun` -> 
 `--export_dir`. A runner keeps only what its task owns: its own flags, its data and its prediction
 files. Nothing here reads absl's FLAGS: every function takes the `ExperimentConfig`.
 
-This is the entry-point floor (docs/architecture.md): it may call `albert_tf.export` to write
-SavedModels; the loop takes the exporter as a callable.
+The serving package is not imported here: an entry point builds the exporter
+(`albert_tf.export.run_exporter`) and hands it down; the loop takes it as a callable.
 """
 
 from __future__ import annotations
 
 import contextlib
-import glob
 import json
 import math
 import os
@@ -42,7 +41,6 @@ from albert_tf.tokenization import Tokenizer, make_tokenizer
 from albert_tf.training.run_directory import refuse_a_changed_run
 from albert_tf.training.train_lib import (CorruptInputError, NonFiniteLossError, TrainingConfig,
                                           TrainingRun, WorkerLostError, flag_settings, write_dir_of)
-from albert_tf.export.saved_model import ExportError, export_saved_model
 
 # What a command reports as "error: ..." and exit status 1 instead of a traceback: bad input
 # (data, config, checkpoint, flags: all ValueErrors), a strategy that cannot start, a run that
@@ -370,51 +368,6 @@ def _build_strategy(name: str, exp: ExperimentConfig) -> tf.distribute.Strategy:
                          f"{result.num_replicas_in_sync} cores: drop the flag or name another "
                          "TPU.")
     return result
-
-
-def make_exporter(export_dir, output_dir, spm_model_file, max_seq_length, labels=None,
-                  text_pair=False, source_type="run_pretraining", options=None,
-                  do_lower_case=True, best_suffix="_best", threshold=None, vocab_file=None):
-    """exporter(model, which) for `TrainingRun.run`: SavedModels through the one exporter
-    (`albert_tf.export.saved_model`), final to `export_dir`, best to `export_dir + best_suffix`.
-    `labels`, `text_pair` and `threshold` are a classifier's (class names, sentence-pair
-    `serving_default`, the official --threshold_to_export served with its answers); `options`
-    a SQuAD or RACE model's decoding and packing settings (`export_saved_model`). Without
-    `spm_model_file`, a WordPiece `vocab_file` is the vocabulary."""
-
-    def exporter(model, which, step=None):
-        spm = spm_model_file or next(iter(sorted(glob.glob(os.path.join(output_dir,
-                                                                       "*.model")))), None)
-        if not spm_model_file and vocab_file:
-            spm = None
-        elif not spm:
-            raise ExportError(f"No SentencePiece model in {output_dir} (the data had no "
-                              "sidecar naming one); pass --spm_model_file.")
-        target = export_dir.rstrip("/") + ("" if which == "final" else best_suffix)
-        source = {"type": source_type, "output_dir": output_dir, "which": which}
-        if step is not None:
-            source["step"] = step
-        path = export_saved_model(model, target, spm, max_seq_length=max_seq_length,
-                                  labels=labels, text_pair=text_pair, options=options,
-                                  do_lower_case=do_lower_case, source=source,
-                                  threshold=threshold, vocab_file=vocab_file)
-        print(f"exported the {which} model" + (f" (step {step})" if step is not None else "")
-              + f" to {path}", flush=True)
-        return path
-
-    return exporter
-
-
-def task_exporter(exp: ExperimentConfig, source_type, **kwargs):
-    """`make_exporter` for a fine-tuning run's --export_dir (None without it): the one model
-    that `model_for_prediction` chooses goes to EXPORT_DIR, as the official runners export
-    `model.ckpt-best`."""
-    if not exp.export_dir:
-        return None
-    return make_exporter(exp.export_dir, exp.output_dir, exp.spm_model_file,
-                         exp.max_seq_length, source_type=source_type,
-                         do_lower_case=exp.do_lower_case, best_suffix="",
-                         vocab_file=exp.get("vocab_file"), **kwargs)
 
 
 LABELS_FILE = "labels.json"

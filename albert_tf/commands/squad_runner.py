@@ -41,7 +41,7 @@ from absl import app, flags
 from albert_tf.commands import flags as albert_flags
 from albert_tf.training.distribute import tf_config_worker
 from albert_tf.tasks.squad import evaluation as squad_eval
-from albert_tf.commands.runner import (PRETRAINED, command, task_exporter, model_and_tokenizer,
+from albert_tf.commands.runner import (PRETRAINED, command, model_and_tokenizer,
                                        model_for_prediction, run_task, training_config)
 from albert_tf.paths import write_json
 from albert_tf.features import sidecar_path
@@ -160,10 +160,11 @@ def train(exp, task, tokenizer, config, version, threshold, evaluation=None):
     return (model, *summary.get("predicted_by", (None, None)))
 
 
-def export(exp, task, model, version, threshold, which, step):
+def export(exp, task, model, version, threshold, which, step, task_exporter):
     """--export_dir: `model` (the one that predicted: `which`, `step`) as a SavedModel
     answering raw questions with this run's stride, lengths and the null threshold
-    predictions.json was written at, so the export answers as predictions.json does."""
+    predictions.json was written at, so the export answers as predictions.json does
+    (`task_exporter`: `albert_tf.export.run_exporter.task_exporter`, from the entry point)."""
     options = {"doc_stride": exp.doc_stride, "max_query_length": exp.max_query_length,
                "max_answer_length": exp.max_answer_length,
                "null_score_diff_threshold": threshold}
@@ -262,7 +263,7 @@ def build_task(exp, config, version, threshold):
                      exp.max_answer_length, version=version, null_threshold=threshold)
 
 
-def run(exp, version: int):
+def run(exp, version: int, task_exporter):
     threshold = exp.null_score_diff_threshold if version == 2 else None
     config, tokenizer = model_and_tokenizer(exp)
     if exp.max_seq_length <= exp.max_query_length + 3:
@@ -285,7 +286,7 @@ def run(exp, version: int):
         threshold = predict(exp, task, model, prepared, version, threshold,
                             step if which == "best" else None)
     if exp.export_dir and model is not None and tf_config_worker()[1]:  # the chief exports
-        export(exp, task, model, version, threshold, which, step)
+        export(exp, task, model, version, threshold, which, step, task_exporter)
 
 
 # The official v2 flags of the answer-class head: refused with the null-score head, never
@@ -310,9 +311,12 @@ def check_flags(exp, version: int):
         raise app.UsageError("--do_train needs --train_file; --do_predict needs --predict_file.")
 
 
-def cli(version: int):
-    """`run_squad_v1` (version 1) and `run_squad_v2` (version 2)."""
-    command(functools.partial(run, version=version), functools.partial(define_flags, version),
+def cli(version: int, task_exporter):
+    """`run_squad_v1` (version 1) and `run_squad_v2` (version 2); `task_exporter` makes the
+    exporter of --export_dir (the entry points give `albert_tf.export.run_exporter`'s: the
+    command layer does not import the serving package)."""
+    command(functools.partial(run, version=version, task_exporter=task_exporter),
+            functools.partial(define_flags, version),
             required=(f"albert_config_file|{PRETRAINED}", f"spm_model_file|{PRETRAINED}",
                       "output_dir"),
             check=functools.partial(check_flags, version=version),

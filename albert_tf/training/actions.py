@@ -66,7 +66,7 @@ def best_model(task, directory):
 
 def export_models(exporter, models) -> dict:
     """The one export path: `exporter(model, which, step)`
-    (`albert_tf.commands.runner.make_exporter`) for each (model, which, step) of `models`; returns
-    {which: where it wrote}. The caller runs it on the chief only (the loop writes no SavedModel
+    (`albert_tf.export.run_exporter.make_exporter`) for each (model, which, step) of `models`;
+    returns {which: where it wrote}. The caller runs it on the chief only (the loop writes no SavedModel
     itself: the library floors do not import `albert_tf.export`)."""
     return {which: exporter(model, which, step) for model, which, step in models}

@@ -405,8 +405,8 @@ class TrainingRun:
 
     def run(self, exporter=None) -> dict:
         """Restores or initializes, trains and/or evaluates. With `exporter`
-        (`albert_tf.commands.runner.make_exporter`), a completed training run's `trained_models` go
-        through `actions.export_models` on the chief."""
+        (`albert_tf.export.run_exporter.make_exporter`), a completed training run's
+        `trained_models` go through `actions.export_models` on the chief."""
         self._lock.acquire()  # held since __init__; taken again if run() is called twice
         try:
             return self._run(exporter)
