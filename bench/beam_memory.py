@@ -47,20 +47,26 @@ flags.DEFINE_string("output_dir", os.path.join("bench_results", "beam_memory"), 
 FLAGS = flags.FLAGS
 
 _CHILD = """
-import json, sys
-from albert_tf.data.generator import generate, make_job
+import json, os, sys
+# the data package of the checkout measured (--code_dir): albert_tf/data, or data/ in a checkout
+# from before it moved (an installed albert_tf would otherwise answer for an older checkout)
+PACKAGE = "albert_tf.data" if os.path.exists(os.path.join("albert_tf", "data", "generator.py")) \
+    else "data"
+sys.path.insert(0, os.getcwd())
+generator = __import__(PACKAGE + ".generator", fromlist=["generate"])
+generate, make_job = generator.generate, generator.make_job
 runner, inputs, out, vocab, dupe, unit, workers, shards = sys.argv[1:]
 job = make_job(inputs, out, vocab, num_output_shards=int(shards), max_seq_length=128,
                max_predictions_per_seq=20, dupe_factor=int(dupe), tokens_per_unit=int(unit))
 if runner == "local":
     summary = generate(job, num_workers=int(workers), progress=False)
 elif runner == "dask":
-    from albert_tf.data.beam_pipeline import generate_with_beam
-    from albert_tf.data.dask_runner import dask_cluster
+    generate_with_beam = __import__(PACKAGE + ".beam_pipeline", fromlist=["x"]).generate_with_beam
+    dask_cluster = __import__(PACKAGE + ".dask_runner", fromlist=["x"]).dask_cluster
     with dask_cluster(None, int(workers)) as address:
         summary = generate_with_beam(job, ["--runner=dask", f"--dask_client_address={address}"])
 else:
-    from albert_tf.data.beam_pipeline import generate_with_beam
+    generate_with_beam = __import__(PACKAGE + ".beam_pipeline", fromlist=["x"]).generate_with_beam
     summary = generate_with_beam(job, ["--runner=FnApiRunner",
                                        "--direct_running_mode=multi_processing",
                                        f"--direct_num_workers={workers}"])

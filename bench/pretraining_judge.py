@@ -226,7 +226,7 @@ def judge_seed(seed: int, paths: dict, work: str) -> dict:
         verbose=False)
     run = PretrainingRun(cfg)
     state = hf_state(run.model)
-    iterator = run.controller.train_iterator_at(0)  # the stream the loop reads from step 0
+    iterator = run.trainer.iterator_at(run.plan, 0)  # the stream the loop reads from step 0
     batches = [{k: v.numpy() for k, v in next(iterator).items()} for _ in range(steps)]
 
     # Parity before training: the first batch, one update at the peak learning rate (no

@@ -4,6 +4,4 @@
 FROM apache/beam_python3.11_sdk:2.77.0
 COPY pyproject.toml requirements.txt README.md /src/albert_tf/
 COPY albert_tf /src/albert_tf/albert_tf
-COPY data /src/albert_tf/data
-COPY export /src/albert_tf/export
 RUN pip install --no-cache-dir "/src/albert_tf[beam]"

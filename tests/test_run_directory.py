@@ -267,6 +267,16 @@ def test_a_run_whose_state_file_or_checkpoints_were_removed_resumes_from_what_is
                      "resumes from the newest intact ckpt-N on disk."]
     assert checkpoint_prefix(str(tmp_path)) == str(tmp_path / "ckpt-12")  # export, convert
     notes.clear()
+    run.recover_state_file()  # what a run does before its checkpoint manager: they are kept
+    assert notes == [f"Note: {tmp_path} had no `checkpoint` state file (removed?); it is "
+                     "written again for the 3 checkpoints on disk, the newest, ckpt-12, the "
+                     "latest."]
+    state = tf.train.get_checkpoint_state(str(tmp_path))
+    assert state.model_checkpoint_path == str(tmp_path / "ckpt-12")
+    assert list(state.all_model_checkpoint_paths) == [str(tmp_path / f"ckpt-{n}")
+                                                      for n in (4, 8, 12)]
+    notes.clear()
+    assert run.resume_checkpoint() == str(tmp_path / "ckpt-12") and notes == []
     with open(tmp_path / "checkpoint", "w") as f:
         f.write('model_checkpoint_path: "ckpt-12"\nall_model_checkpoint_paths: "ckpt-4"\n'
                 'all_model_checkpoint_paths: "ckpt-12"\n')
@@ -285,3 +295,28 @@ def test_a_run_whose_state_file_or_checkpoints_were_removed_resumes_from_what_is
     assert run.latest_checkpoint() is None and run.resume_checkpoint() is None
     assert notes == [f"Note: {tmp_path}'s `checkpoint` state file lists ckpt-4, ckpt-12, none "
                      "of which is on disk: the run starts from step 0."]
+
+
+def test_a_resume_follows_the_state_files_order_and_a_relative_directory(tmp_path,
+                                                                          monkeypatch):
+    """The state file names the latest checkpoint even where its number is not the largest
+    (a save named by the count of saves, ckpt-3, after ckpt-2000): it is resumed, without a
+    note; the state file's paths are not joined with a relative --output_dir twice."""
+    monkeypatch.chdir(tmp_path)
+    notes = []
+    run = RunDirectory("run", log=notes.append)
+    os.makedirs("run")
+    for step in (1000, 2000, 3):
+        _checkpoint("run", step)
+    with open(os.path.join("run", "checkpoint"), "w") as f:
+        f.write('model_checkpoint_path: "ckpt-3"\nall_model_checkpoint_paths: "ckpt-1000"\n'
+                'all_model_checkpoint_paths: "ckpt-2000"\nall_model_checkpoint_paths: "ckpt-3"\n')
+    assert run.latest_checkpoint() == os.path.join("run", "ckpt-3")
+    assert run.resume_checkpoint() == os.path.join("run", "ckpt-3") and notes == []
+    for name in os.listdir("run"):
+        if name.startswith("ckpt-3."):
+            os.remove(os.path.join("run", name))
+    assert run.resume_checkpoint() == os.path.join("run", "ckpt-2000")
+    assert notes == [f"Note: {os.path.join('run', 'ckpt-3')} is gone (its .index is missing); "
+                     f"resuming from {os.path.join('run', 'ckpt-2000')}, the newest intact "
+                     "checkpoint."]

@@ -437,6 +437,8 @@ def test_a_fine_tuning_run_gives_the_model_its_runner_delivers(tmp_path, sample_
     (run / "train_settings.json").write_text(json.dumps({"kind": "classifier",
                                                          "num_labels": 3}))
     (run / "labels.json").write_text(json.dumps(["neg", "mid", "pos"]))
+    (run / "config.yaml").write_text("command: albert_tf.run_classifier\nmodel:\n"
+                                     "  max_seq_length: 24\n  do_lower_case: true\n")
     latest, best = AlbertClassifier(config, 3), AlbertClassifier(config, 3)
     randomize(latest, seed=1)
     randomize(best, seed=2)
@@ -446,6 +448,9 @@ def test_a_fine_tuning_run_gives_the_model_its_runner_delivers(tmp_path, sample_
     clf = AlbertTextClassifier.from_checkpoint(str(run), num_classes=3, sequence_length=16)
     assert clf.labels == ["neg", "mid", "pos"] and clf.init_report["head"] == "checkpoint"
     assert clf.init_report["read"] == f"{run}:best"
+    assert clf.preprocessor.sequence_length == 16  # as given
+    assert AlbertTextClassifier.from_checkpoint(  # the run's --max_seq_length, as it predicted
+        str(run), num_classes=3).preprocessor.sequence_length == 24
     for got, want, other in zip(clf.classifier.weights, best.weights, latest.weights):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
         assert not np.array_equal(got.numpy(), other.numpy())
@@ -454,3 +459,9 @@ def test_a_fine_tuning_run_gives_the_model_its_runner_delivers(tmp_path, sample_
     for got, want in zip(one.classifier.weights, latest.weights):
         np.testing.assert_array_equal(got.numpy(), want.numpy())
     assert one.labels == ["neg", "mid", "pos"]
+    # another number of classes: a new head on the encoder of the same delivered model
+    with pytest.warns(UserWarning, match="its encoder is read, and a new head of 2 classes"):
+        two = AlbertTextClassifier.from_checkpoint(str(run), num_classes=2, sequence_length=16)
+    assert two.init_report["head"] == "new" and two.init_report["read"] == f"{run}:best"
+    for got, want in zip(two.classifier.backbone.weights, best.backbone.weights):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from albert_tf import features as F
 from albert_tf.tasks.classification import ClassificationTask
+from albert_tf.training.optimization import create_optimizer
 from albert_tf.training.train_lib import TrainingConfig
 from albert_tf.training.trainer import Trainer, build_model_and_optimizer
 from conftest import tiny_config
@@ -116,3 +117,8 @@ def test_a_model_built_outside_the_strategys_scope_is_refused():
         Trainer(task, cfg, strategy, model, optimizer)
     model, optimizer = build_model_and_optimizer(task, cfg, strategy, 7)
     assert Trainer(task, cfg, strategy, model, optimizer).in_cluster is False
+    # the model in the scope, its optimizer's slots built outside it
+    outside = create_optimizer("adamw", 1e-3, 10)
+    outside.build(model.trainable_variables)
+    with pytest.raises(ValueError, match="The Trainer's optimizer must be built"):
+        Trainer(task, cfg, strategy, model, outside)

@@ -55,7 +55,8 @@ from albert_tf.checkpoints import (CheckpointError, CheckpointMismatchError, ini
                                    initialize_from_checkpoint)
 from albert_tf.checkpoints.conversion import (carried_tokenizer, checkpoint_config, keras_settings,
                                               recorded_labels)
-from albert_tf.checkpoints.runs import split_run_checkpoint, training_run
+from albert_tf.checkpoints.runs import (recorded_run_setting, run_model_kind,
+                                       split_run_checkpoint, training_run)
 from albert_tf.models.classifier import AlbertClassifier
 from albert_tf.training.controller import NonFiniteLossError
 from albert_tf.commands.flags import NUMBER_RULES, RULES, SPECS
@@ -157,13 +158,17 @@ def fine_tuned_heads(report: dict) -> list:
                       pretraining))
 
 
-def _delivered_model(checkpoint) -> str | None:
-    """`RUN:best` for a training run's directory given bare whose evaluation kept a best
-    checkpoint, else None: a fine-tuning run's model is the one its runner predicts with and
-    exports (`--do_predict`, `--export_dir`, `convert`), not its latest checkpoint."""
+def _delivered_model(checkpoint) -> str:
+    """What a classifier reads of `checkpoint`: for a fine-tuning run's directory given bare,
+    `RUN:best` where its evaluation kept one (the model its runner predicts with and exports:
+    `--do_predict`, `--export_dir`, `convert`), for its head and its encoder alike; anything
+    else as given (a pretraining run's directory: its latest, as `--init_checkpoint`)."""
     path = os.fspath(checkpoint)
     run = training_run(path) if os.path.isdir(path) else None
-    return f"{run[0]}:best" if run and run[1] == "best" else None
+    if run and run[1] == "best" \
+            and registered().get(run_model_kind(run[0])[0]) is not registered()["pretrainer"]:
+        return f"{run[0]}:best"
+    return path
 
 
 def initialize_classifier(classifier: AlbertClassifier, checkpoint: str,
@@ -172,36 +177,31 @@ def initialize_classifier(classifier: AlbertClassifier, checkpoint: str,
     the source is a classifier of the same labels (a fine-tuning run, a fine-tuned TF1 or
     Hugging Face classifier: `initialize_from_checkpoint`), else its backbone, the source's
     heads dropped and reported (`initialize_backbone`, as `--init_checkpoint`). Both are
-    strict: a failed read assigns nothing. Returns the reader's report, with `head`
-    ("checkpoint" or "new"). `new_head` (a reason): the backbone only, whatever the source."""
+    strict: a failed read assigns nothing. A fine-tuning run's directory is read at the
+    model it delivers (`_delivered_model`). Returns the reader's report, with `head`
+    ("checkpoint" or "new") and `read` (what was read). `new_head` (a reason): the backbone
+    only, whatever the source."""
+    source = _delivered_model(checkpoint)
     try:
         if new_head:
             raise CheckpointError(new_head)
-        delivered = _delivered_model(checkpoint)
-        if delivered:
-            try:  # a fine-tuning run's own model: the one its runner predicts with, exports
-                report = initialize_from_checkpoint(classifier, delivered,
-                                                    init_from_group0=init_from_group0)
-                return dict(report, head="checkpoint", read=delivered)
-            except (CheckpointError, CheckpointMismatchError, KeyError):
-                pass  # not a model of this head (a pretraining run): as --init_checkpoint
-        report = initialize_from_checkpoint(classifier, checkpoint,
+        report = initialize_from_checkpoint(classifier, source,
                                             init_from_group0=init_from_group0)
-        return dict(report, head="checkpoint")
+        return dict(report, head="checkpoint", read=source)
     except (CheckpointError, CheckpointMismatchError, KeyError) as whole:
-        report = initialize_backbone(classifier.backbone, checkpoint,
+        report = initialize_backbone(classifier.backbone, source,
                                      init_from_group0=init_from_group0)
         if not new_head and not fine_tuned_heads(report):
             # The usual path: a pretrained model (its pretraining heads, or none) gives the
             # encoder and the new head starts from the initializer, as the fine-tuning
             # commands do; nothing of a fine-tuned head is dropped (the report says what is).
-            return dict(report, head="new")
+            return dict(report, head="new", read=source)
         # Said, not silent: a fine-tuned head of other labels is dropped here.
-        warnings.warn(f"{checkpoint}: its encoder is read, and a new head of "
+        warnings.warn(f"{source}: its encoder is read, and a new head of "
                       f"{classifier.num_labels} classes starts from the initializer (the "
                       f"checkpoint is not a classifier of {classifier.num_labels} classes: "
                       f"{str(whole)[:300]})", stacklevel=4)  # the caller of from_checkpoint
-        return dict(report, head="new")
+        return dict(report, head="new", read=source)
 
 
 def check_checkpoint_given(cls, head_class, checkpoint) -> None:
@@ -294,6 +294,9 @@ def build_from_checkpoint(cls, head_class, num_labels, checkpoint, spm_model_fil
                                   "spm_model_file= (or vocab_file= for WordPiece).")
     if do_lower_case is None:  # the casing the checkpoint records, else the official True
         do_lower_case = carried["do_lower_case"] is not False
+    if sequence_length is None:  # a run's own --max_seq_length, else 128
+        run = training_run(os.fspath(checkpoint))
+        sequence_length = (run and recorded_run_setting(run[0], "max_seq_length", int)) or 128
     preprocessor = AlbertTextPreprocessor(spm_model_file, sequence_length, do_lower_case,
                                           vocab_file=vocab_file)
     # The commands' default: padding removed (same results, faster).
@@ -603,7 +606,7 @@ class AlbertTextClassifier(RawTextModel):
 
     @classmethod
     def from_checkpoint(cls, checkpoint, spm_model_file=None, num_classes=2,
-                        sequence_length=128, albert_config_file=None, vocab_file=None,
+                        sequence_length=None, albert_config_file=None, vocab_file=None,
                         do_lower_case=None, dropout_rate=FINE_TUNING_DEFAULTS["dropout_rate"],
                         labels=None, init_from_group0=False, text_a_column="text",
                         text_b_column=None, label_column="label"):
@@ -622,6 +625,8 @@ class AlbertTextClassifier(RawTextModel):
         `do_lower_case` to the casing the checkpoint records (`carried_tokenizer`: a `.keras`
         model's, a run's config.yaml, our directory's, a Hugging Face tokenizer_config.json),
         else True.
+        `sequence_length=None`: the `--max_seq_length` a run's config.yaml records (a run's
+        model predicts as its runner did), else 128.
         `num_classes=1` is regression (STS-B). `text_a_column`, `text_b_column` and
         `label_column` name the columns of the files `fit`, `evaluate` and `predict` may be
         given (the module docstring)."""

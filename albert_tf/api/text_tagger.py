@@ -194,7 +194,7 @@ class AlbertTextTagger(RawTextModel):
         self._fit_schedule = None  # (learning_rate, warmup_steps, warmup_proportion)
 
     @classmethod
-    def from_checkpoint(cls, checkpoint, spm_model_file=None, labels=None, sequence_length=128,
+    def from_checkpoint(cls, checkpoint, spm_model_file=None, labels=None, sequence_length=None,
                         albert_config_file=None, vocab_file=None, do_lower_case=None,
                         dropout_rate=FINE_TUNING_DEFAULTS["dropout_rate"],
                         init_from_group0=False):
@@ -204,8 +204,9 @@ class AlbertTextTagger(RawTextModel):
         its head, and where it records its tags (run_tagging's labels.json, a `.keras`
         tagger's config) only for the same list in the same order (the same tags in another
         order: ValueError; other tags: a new head, warned); any other source gives its
-        encoder and a new head. `labels=None` adopts the tags the checkpoint records. `sequence_length` is
-        `run_tagging`'s `--max_seq_length` (the windows' length); `do_lower_case=None`, the
+        encoder and a new head. `labels=None` adopts the tags the checkpoint records.
+        `sequence_length` is `run_tagging`'s `--max_seq_length` (the windows' length;
+        None: the one a run's config.yaml records, else 128); `do_lower_case=None`, the
         casing the checkpoint records (as `AlbertTextClassifier.from_checkpoint`), else True."""
         check_checkpoint_given(cls, AlbertTokenClassifier, checkpoint)
         if labels is None:

@@ -100,10 +100,14 @@ def checkpoints_on_disk(directory: str) -> list[str]:
 
 def latest_prefix(directory: str) -> str | None:
     """The run's latest checkpoint: the one its state file (`checkpoint`) names, or where that
-    file is gone (removed by hand, a partial copy), the newest ckpt-N on disk; None without
-    one."""
-    return tf.train.latest_checkpoint(directory) or next(iter(checkpoints_on_disk(directory)),
-                                                         None)
+    file or that checkpoint is gone (removed by hand, a partial copy), the newest ckpt-N on
+    disk; None without one. (tf.train.latest_checkpoint logs an error for a named checkpoint
+    that is gone.)"""
+    state = tf.train.get_checkpoint_state(directory)
+    if state is not None and state.model_checkpoint_path \
+            and tf.io.gfile.exists(state.model_checkpoint_path + ".index"):
+        return state.model_checkpoint_path
+    return next(iter(checkpoints_on_disk(directory)), None)
 
 
 def checkpoint_prefix(output_dir: str, checkpoint: str = "latest") -> str:
@@ -137,15 +141,21 @@ def run_model_kind(output_dir: str) -> tuple[str, int | None]:
     return "pretrainer", None
 
 
-def recorded_run_casing(directory: str) -> bool | None:
-    """The `--do_lower_case` a run's config.yaml records (read as `--config_file` reads it:
-    YAML 1.2, bounded), else None."""
+def recorded_run_setting(directory: str, name: str, kind: type):
+    """The value of the flag `name` a run's config.yaml records (read as `--config_file` reads
+    it: YAML 1.2, bounded) where it is a `kind`, else None."""
     file = os.path.join(directory, CONFIG_NAME)
     if not os.path.isfile(file):
         return None
     recorded = read_config_file(file)
     for section in SECTIONS:
         values = recorded.get(section) if isinstance(recorded, dict) else None
-        if isinstance(values, dict) and isinstance(values.get("do_lower_case"), bool):
-            return values["do_lower_case"]
+        value = values.get(name) if isinstance(values, dict) else None
+        if isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
+            return value
     return None
+
+
+def recorded_run_casing(directory: str) -> bool | None:
+    """The `--do_lower_case` a run's config.yaml records, else None."""
+    return recorded_run_setting(directory, "do_lower_case", bool)

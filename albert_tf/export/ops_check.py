@@ -13,12 +13,17 @@ Regenerate the list in an environment with the server's versions (see docs/servi
         tensorflow-text==2.20.0
     /tmp/tf220/bin/python albert_tf/export/ops_check.py > albert_tf/export/serving_ops_tf2.20.json
 
-(This file runs there as a plain script: it imports nothing of this project.)
+(This file runs there as a plain script, where albert_tf is not installed: it needs nothing
+of this project; with albert_tf at hand, TF's start-up lines are filtered as in every command.)
 """
 
 from __future__ import annotations
 
-from albert_tf.quiet import entry_point  # noqa: E402
+try:
+    from albert_tf.quiet import entry_point  # noqa: E402
+except ImportError:  # a plain script in the server's environment (tools/tf_serving_compat.sh)
+    def entry_point(name):
+        return None
 
 entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
 

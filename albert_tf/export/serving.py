@@ -68,7 +68,7 @@ a span model's logits there) are 0 or computed from 0, never read by the model's
 
 Exported with `jit_compile=True` (opt-in; backbones, pretrainers and classifiers), a request of
 one row runs the backbone as one XLA-compiled function: its tokens padded to a fixed length
-(`jit_lengths()`: 16, 32, 64, ... and `max_position_embeddings`; one compilation per length,
+(`OneRowBackbone.lengths()`: 16, 32, 64, ... and `max_position_embeddings`; one compilation per length,
 replayed by the warmup requests), the outputs cut back to the row's length. Other batches run
 the graph as without it. TF Serving runs such a model only when started with
 `--xla_cpu_compilation_enabled=true`; without it every one-row request fails, the warmup's

@@ -123,12 +123,6 @@ def refuse_a_changed_run(output_dir: str, mine: dict) -> None:
         _refuse_other_settings(output_dir, saved, mine)
 
 
-def _step_of(prefix: str) -> int:
-    """N of a checkpoint prefix ckpt-N (-1 for another name)."""
-    match = re.search(r"-(\d+)$", prefix)
-    return int(match.group(1)) if match else -1
-
-
 def _read_json(path: str):
     with tf.io.gfile.GFile(path) as f:
         return json.load(f)
@@ -179,11 +173,15 @@ class RunDirectory:
         if state is None:
             self.log(f"Note: {directory} has no `checkpoint` state file (removed?); the run "
                      "resumes from the newest intact ckpt-N on disk.")
-        listed = ([state.model_checkpoint_path, *state.all_model_checkpoint_paths]
-                  if state else [])
-        listed = [p if os.path.isabs(p) else os.path.join(directory, p) for p in listed]
-        candidates = sorted(set(listed + checkpoints_on_disk(directory)), key=_step_of,
-                            reverse=True)
+        # The state file's order first (its latest, then the older ones it keeps, newest
+        # first; get_checkpoint_state joins them with the directory), then the checkpoints on
+        # disk it does not list, by step.
+        listed = ([state.model_checkpoint_path,
+                   *reversed(state.all_model_checkpoint_paths)] if state else [])
+        candidates = list(dict.fromkeys(os.path.normpath(p) if "://" not in p else p
+                                        for p in listed))
+        candidates += [p for p in checkpoints_on_disk(directory)
+                       if (os.path.normpath(p) if "://" not in p else p) not in candidates]
         damaged, gone = [], []
         for prefix in candidates:
             if not tf.io.gfile.exists(prefix + ".index"):
@@ -205,6 +203,21 @@ class RunDirectory:
             + "; ".join(damaged + [f"{p} is gone" for p in gone])
             + ". Restore a copy of the run, or start a new --output_dir "
             "(--init_checkpoint can take the weights of another run).")
+
+    def recover_state_file(self) -> None:
+        """Where this process's checkpoint directory holds ckpt-N files but its `checkpoint`
+        state file is gone (removed by hand, a partial copy), a state file listing them is
+        written (the newest the latest), so the run resumes from it and `keep_checkpoint_max`
+        prunes them again; said in a note. Before the checkpoint manager is made."""
+        on_disk = checkpoints_on_disk(self.write_dir)
+        if not on_disk or tf.train.get_checkpoint_state(self.write_dir) is not None:
+            return
+        names = [os.path.basename(p) for p in on_disk]  # relative: read back joined with it
+        tf.compat.v1.train.update_checkpoint_state(
+            self.write_dir, names[0], all_model_checkpoint_paths=list(reversed(names)))
+        self.log(f"Note: {self.write_dir} had no `checkpoint` state file (removed?); it is "
+                 f"written again for the {len(on_disk)} checkpoints on disk, the newest, "
+                 f"{os.path.basename(on_disk[0])}, the latest.")
 
     def remove_unfinished(self) -> None:
         remove_unfinished_checkpoints(self.write_dir)

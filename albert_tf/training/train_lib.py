@@ -267,6 +267,7 @@ class TrainingRun:
             self.directory.check_settings(self.settings(), resumed)
             self.plan = self._input_plan(resumed)
         self.directory.remove_unfinished()
+        self.directory.recover_state_file()
         self.manager = tf.train.CheckpointManager(
             self.trainer.checkpoint, self.write_dir, max_to_keep=cfg.keep_checkpoint_max,
             checkpoint_name="ckpt")
