@@ -2,6 +2,7 @@
 console scripts installed by `pip install .` that work from any directory."""
 
 import ast
+import importlib
 import os
 import re
 import subprocess
@@ -299,6 +300,11 @@ def test_console_scripts_from_outside_the_repository(installed, tmp_path):
         assert flag in proc.stdout, (script, proc.stdout[-2000:], proc.stderr[-2000:])
         helps[script] = " ".join(proc.stdout.split())
         assert not any(quiet.is_noise(line) for line in proc.stderr.splitlines()), script
+        # the description, as `python -m` prints it (seven scripts printed the flags only)
+        module = importlib.import_module(COMMANDS[script])
+        if module.__doc__ and not hasattr(module, "build_parser"):
+            first = " ".join(module.__doc__.strip().split("\n\n")[0].split())
+            assert first in helps[script], (script, first, helps[script][:300])
     # --export_dir's help says what each command writes (it said EXPORT_DIR_best everywhere)
     assert ("This command exports one model to EXPORT_DIR: the one it predicts with (the best "
             "evaluated checkpoint where --do_eval kept one, else the last).") in helps[

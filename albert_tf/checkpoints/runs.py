@@ -110,6 +110,19 @@ def latest_prefix(directory: str) -> str | None:
     return next(iter(checkpoints_on_disk(directory)), None)
 
 
+def resume_candidates(directory: str, state=None) -> list[str]:
+    """The checkpoints a run may resume from, in the order to try them: its state file's
+    (`state`, `tf.train.get_checkpoint_state`: the latest, then the older ones it keeps, newest
+    first), then the ckpt-N on disk it does not list, newest first. Some may be gone."""
+    def key(path):
+        return path if "://" in path else os.path.normpath(path)
+
+    listed = [state.model_checkpoint_path, *reversed(state.all_model_checkpoint_paths)] \
+        if state else []
+    candidates = list(dict.fromkeys(key(p) for p in listed))
+    return candidates + [p for p in checkpoints_on_disk(directory) if key(p) not in candidates]
+
+
 def checkpoint_prefix(output_dir: str, checkpoint: str = "latest") -> str:
     """The checkpoint prefix of a run that `checkpoint` names: "latest", "best" or a prefix;
     CheckpointError where there is none."""

@@ -212,9 +212,7 @@ def _runner(module):
         quiet.skip_exit_collection()
         quiet.install()
         mod = importlib.import_module(module)
-        from absl import app
-
-        if getattr(mod, "app", None) is app:
+        if not hasattr(mod, "build_parser"):  # an absl command (argparse ones name themselves)
             # absl's --help lists the flags of the module named by sys.argv[0] and prints the
             # __main__ docstring: here the script is __main__, the flags live in `module`.
             sys.argv[0] = module

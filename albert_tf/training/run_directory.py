@@ -23,7 +23,7 @@ import tensorflow as tf
 from albert_tf.checkpoints.common import CheckpointError, check_intact
 from albert_tf.checkpoints.runs import (BEST_DIR, BEST_EVAL_FILE, SETTINGS_FILE, best_eval,
                                        best_prefix, checkpoints_on_disk, latest_prefix,
-                                       run_model_kind)
+                                       resume_candidates, run_model_kind)
 from albert_tf.config import AlbertConfig
 from albert_tf.input_pipeline import DataMismatchError, InputPlan, list_files
 from albert_tf.ownership import OutputLock
@@ -173,17 +173,8 @@ class RunDirectory:
         if state is None:
             self.log(f"Note: {directory} has no `checkpoint` state file (removed?); the run "
                      "resumes from the newest intact ckpt-N on disk.")
-        # The state file's order first (its latest, then the older ones it keeps, newest
-        # first; get_checkpoint_state joins them with the directory), then the checkpoints on
-        # disk it does not list, by step.
-        listed = ([state.model_checkpoint_path,
-                   *reversed(state.all_model_checkpoint_paths)] if state else [])
-        candidates = list(dict.fromkeys(os.path.normpath(p) if "://" not in p else p
-                                        for p in listed))
-        candidates += [p for p in checkpoints_on_disk(directory)
-                       if (os.path.normpath(p) if "://" not in p else p) not in candidates]
         damaged, gone = [], []
-        for prefix in candidates:
+        for prefix in resume_candidates(directory, state):
             if not tf.io.gfile.exists(prefix + ".index"):
                 gone.append(prefix)  # listed in the state file, removed by hand since
                 continue
