@@ -191,6 +191,13 @@ def test_run_classifier_command_line(tmp_path, sample_vocab):
     np.testing.assert_allclose(got["logits"].numpy(), want["logits"].numpy(), atol=1e-7,
                                rtol=0)
     assert np.abs(np.diff(want["logits"].numpy(), axis=0)).max() > 1e-5  # rows differ
+    # --do_eval later, without the flags the run recorded: the same evaluation
+    proc = run_command("albert_tf.run_classifier", "--output_dir", str(out), "--do_eval")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[0].startswith(f"Using the run in {out} as it recorded"), \
+        proc.stdout[:500]
+    again = json.load(open(out / "eval_results.json"))
+    assert again["accuracy"] == results["accuracy"] and again["examples"] == 277
 
 
 @pytest.mark.needs_shared("data/glue")

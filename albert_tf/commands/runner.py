@@ -104,7 +104,7 @@ def command(body, define_flags, required=(), check=None, name=None, before=None)
 
 
 def export_alone_takes_the_run(command_name: str, names=("task_name",)) -> None:
-    """`--export_dir` alone (no --do_train, --do_eval, --do_predict) exports the run in
+    """Without --do_train, `--export_dir`, `--do_eval` or `--do_predict` use the finished run in
     --output_dir, so what the run recorded is taken where not given, and said in one line: its
     model config (its albert_config.json), its vocabulary (its copy of the SentencePiece model,
     `carried_tokenizer`, or of the WordPiece --vocab_file), its --max_seq_length and `names` of
@@ -115,8 +115,9 @@ def export_alone_takes_the_run(command_name: str, names=("task_name",)) -> None:
     from absl import flags as absl_flags
 
     values = absl_flags.FLAGS
-    if (not values.export_dir or not values.output_dir
-            or any(values[n].value for n in ("do_train", "do_eval", "do_predict"))):
+    actions = [n for n in ("export_dir", "do_eval", "do_predict")
+               if n in values and values[n].value]
+    if not values.output_dir or values.do_train or not actions:
         return
     path = os.path.join(values.output_dir, experiment.CONFIG_NAME)
     config_json = os.path.join(values.output_dir, "albert_config.json")
@@ -160,7 +161,8 @@ def export_alone_takes_the_run(command_name: str, names=("task_name",)) -> None:
         setattr(values, name, value)
         filled.append(f"--{name} {value}")
     if filled:
-        print(f"Exporting the run in {values.output_dir} as it recorded ({path}): "
+        verb = "Exporting" if actions == ["export_dir"] else "Using"
+        print(f"{verb} the run in {values.output_dir} as it recorded ({path}): "
               + ", ".join(filled) + ".", flush=True)
 
 
