@@ -397,6 +397,21 @@ def test_config_disagreeing_with_checkpoint_names_the_dimension(tmp_path):
                     albert_config_file=str(tmp_path / f"{name}.json"))
 
 
+def test_a_classifier_of_other_labels_is_named_by_its_labels_not_its_width(tmp_path):
+    """The classifier's output_weights is [labels, H] officially and [H, labels] here: a
+    checkpoint of 2 labels read into 3 names num_labels only (it also named hidden_size, found
+    by a new-user walk)."""
+    from albert_tf.checkpoints import initialize_from_checkpoint, write_tf1_checkpoint
+
+    cfg = tiny_config()
+    prefix = write_tf1_checkpoint(AlbertClassifier(cfg, 2), str(tmp_path / "two"))
+    with pytest.raises(CheckpointMismatchError) as e:
+        initialize_from_checkpoint(AlbertClassifier(cfg, 3), prefix)
+    message = str(e.value)
+    assert "disagrees with the checkpoint on num_labels: config 3, checkpoint 2" in message
+    assert "hidden_size" not in message
+
+
 def test_heads_present_decide_the_model(tmp_path):
     cfg = tiny_config()
     write_official_checkpoint(str(tmp_path / "mlm_only"), cfg, sop=False)

@@ -152,7 +152,11 @@ def assign_strict(model, keys, read, key_of, skip_reason, source: str,
         model_shape, ckpt_shape = tuple(weight.variable.shape), tuple(value.shape)
         if model_shape != ckpt_shape:
             mismatched.append(f"{key} {ckpt_shape} vs {model_shape}")
-            for d in explain_shape_mismatch(weight.official_name, model_shape, ckpt_shape):
+            # named in the official orientation (the classifier's output_weights is [labels, H],
+            # our kernel [H, labels])
+            official = (lambda shape: shape[::-1]) if weight.transposed else (lambda shape: shape)
+            for d in explain_shape_mismatch(weight.official_name, official(model_shape),
+                                            official(ckpt_shape)):
                 if d not in dimensions:
                     dimensions.append(d)
             continue
