@@ -44,7 +44,12 @@ def _first_record_lengths(path):
     try:
         record = next(iter(tf.data.TFRecordDataset(path).take(1)), None)
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-        raise DataMismatchError(f"{path} is not a readable TFRecord file: {e.message}") from None
+        first = (e.message or "").splitlines()[0] if e.message else ""
+        reason = first.split("}}")[-1].split(" [Op:")[0].strip() or first
+        raise DataMismatchError(
+            f"{path} is not a readable TFRecord file ({reason}): "
+            "training reads records made by python -m albert_tf.data.create_pretraining_data "
+            "(pretraining) or by the fine-tuning command itself, not text.") from None
     if record is None:
         raise DataMismatchError(f"{path} holds no records.")
     example = tf.train.Example.FromString(record.numpy())

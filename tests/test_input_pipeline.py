@@ -272,7 +272,10 @@ def test_mismatched_data_is_refused(generated_data, tmp_path):
     assert sum(1 for _ in pretraining_dataset(str(bare), 8, 64, 10, is_training=False)) > 0
     corrupt = tmp_path / "corrupt.tfrecord"
     corrupt.write_bytes(b"\x00garbage" * 100)
-    with pytest.raises(DataMismatchError, match=r"corrupt.tfrecord is not a readable TFRecord"):
+    with pytest.raises(DataMismatchError, match=r"corrupt.tfrecord is not a readable TFRecord "
+                                                r"file \(corrupted record at 0 .*\): training "
+                                                r"reads records made by python -m albert_tf.data"
+                                                r".create_pretraining_data"):
         pretraining_dataset(str(corrupt), 8, 64, 10)
     with pytest.raises(DataMismatchError, match=r"matches no TFRecord file"):
         pretraining_dataset(str(tmp_path / "none-*"), 8, 64, 10)

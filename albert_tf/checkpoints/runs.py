@@ -138,7 +138,8 @@ def checkpoint_prefix(output_dir: str, checkpoint: str = "latest") -> str:
     else:
         prefix = checkpoint
         if not tf.io.gfile.exists(prefix + ".index"):
-            raise CheckpointError(f"No checkpoint {prefix} (expected {prefix}.index).")
+            raise CheckpointError(f"No checkpoint {prefix} (expected {prefix}.index); "
+                                  "--checkpoint takes latest, best or a checkpoint prefix.")
     return prefix
 
 
