@@ -57,8 +57,7 @@ def is_training_output_dir(path: str) -> bool:
     """A training loop's `--output_dir`: `albert_config.json` and `ckpt-N` (or `best/ckpt-best`)
     checkpoints (an official release directory has `model.ckpt-*` instead)."""
     return os.path.exists(os.path.join(path, CONFIG_FILE)) and bool(
-        glob.glob(os.path.join(path, "ckpt-*.index"))
-        or os.path.exists(best_prefix(path) + ".index"))
+        glob.glob(os.path.join(path, "ckpt-*.index")) or has_best(path))
 
 
 def split_run_checkpoint(path: str) -> tuple[str, str] | None:
@@ -83,7 +82,7 @@ def training_run(path: str) -> tuple[str, str] | None:
     if path.endswith(":best") and is_training_output_dir(path[: -len(":best")]):
         return path[: -len(":best")], "best"
     if os.path.isdir(path) and is_training_output_dir(path):
-        return path, "best" if os.path.exists(best_prefix(path) + ".index") else "latest"
+        return path, "best" if has_best(path) else "latest"
     return split_run_checkpoint(path)
 
 
@@ -128,7 +127,7 @@ def checkpoint_prefix(output_dir: str, checkpoint: str = "latest") -> str:
     CheckpointError where there is none."""
     if checkpoint == "best":
         prefix = best_prefix(output_dir)
-        if not tf.io.gfile.exists(prefix + ".index"):
+        if not has_best(output_dir):
             raise CheckpointError(f"{output_dir} has no best checkpoint ({prefix}); it is "
                                   "written when pretraining runs with --do_eval.")
     elif checkpoint == "latest":

@@ -23,7 +23,7 @@ import tensorflow as tf
 from albert_tf.checkpoints.common import CheckpointError, check_intact
 from albert_tf.checkpoints.runs import (BEST_DIR, BEST_EVAL_FILE, SETTINGS_FILE, best_eval,
                                        best_prefix, checkpoints_on_disk, latest_prefix,
-                                       resume_candidates, run_model_kind)
+                                       resume_candidates)
 from albert_tf.config import AlbertConfig
 from albert_tf.input_pipeline import DataMismatchError, InputPlan, list_files
 from albert_tf.ownership import OutputLock
@@ -346,11 +346,6 @@ class RunDirectory:
         this file to know that the evaluation (and the best checkpoint it may replace) is
         complete can trust it."""
         write_text_atomically(self.eval_file(step), json.dumps(metrics, indent=2))
-
-    def model_kind(self) -> tuple[str, int | None]:
-        """(model kind, num_labels) the run recorded (`SETTINGS_FILE`; a run of an earlier
-        version, none recorded, is pretraining's)."""
-        return run_model_kind(self.output_dir)
 
     def best_prefix(self) -> str:
         return best_prefix(self.output_dir)
