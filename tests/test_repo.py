@@ -102,6 +102,20 @@ def test_the_library_and_the_command_layer_import_neither_serving_nor_data_gener
     assert "albert_tf.export.run_exporter" in modules and "albert_tf.commands.runner" in modules
 
 
+def test_at_most_twelve_modules_directly_in_the_package_and_no_importlib_below_it():
+    """Issue 60: the folders show the layers; directly in albert_tf/ stay at most 12 modules
+    besides the run_* entry points and __init__/__main__. importlib only where a name is loaded
+    on first use (the package's lazy exports) and in the console scripts' dispatcher."""
+    flat = sorted(f for f in os.listdir(os.path.join(ROOT, "albert_tf"))
+                  if f.endswith(".py") and not f.startswith(("run_", "__")))
+    assert len(flat) <= 12, flat
+    users = sorted(name for name, (path, tree) in _modules().items()
+                   if any(isinstance(n, (ast.Import, ast.ImportFrom)) and "importlib" in (
+                       [a.name for a in n.names] if isinstance(n, ast.Import)
+                       else [n.module or ""]) for n in ast.walk(tree)))
+    assert users == ["albert_tf", "albert_tf.commands.cli"]
+
+
 def test_no_function_longer_than_80_lines_and_no_class_longer_than_250():
     """In the packages, the benches and the tools (issue 60: a longer one holds two jobs)."""
     trees = [(name, tree) for name, (_, tree) in _modules(PACKAGES + ("bench", "tools")).items()]

@@ -13,7 +13,7 @@ TFRecords of every task are written by `albert_tf.records`. The classes load on 
 (PEP 562), so the readers and metrics (`glue`, `squad.evaluation`) import without TensorFlow.
 """
 
-from albert_tf.lazy import lazy_exports
+from albert_tf import lazy_exports
 
 _LAZY = {"SUM": "albert_tf.tasks.base", "Task": "albert_tf.tasks.base",
          "LabelledTask": "albert_tf.tasks.base", "PretrainingTask": "albert_tf.tasks.pretraining"}

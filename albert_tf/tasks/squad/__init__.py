@@ -3,7 +3,7 @@ records), `decoding` (n-best spans, answers, null odds), `task` (`SquadTask`), `
 same alignment, windows and decoding as TensorFlow ops, for SavedModels), `evaluation` (the
 official v1.1 and v2.0 scripts)."""
 
-from albert_tf.lazy import lazy_exports
+from albert_tf import lazy_exports
 
 _MODULES = {"decoding": ("best_beam_spans", "best_spans", "predict_answers",
                          "predict_answers_v2"),
