@@ -61,7 +61,7 @@ import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 
-from absl import app, flags  # noqa: E402
+from absl import app  # noqa: E402
 
 from albert_tf.tasks import glue  # noqa: E402
 from albert_tf.commands import experiment, flags as albert_flags  # noqa: E402
@@ -88,22 +88,8 @@ def define_flags():
                                "data_dir": "GLUE tasks (not custom).",
                                "train_file": "run_classifier --task_name custom: a .csv, .tsv "
                                              "or .jsonl file (its labels are the model's)."})
-    flags.DEFINE_string("text_a_column", "text", "--task_name custom: the column of the text "
-                        "(the first text of a pair).")
-    flags.DEFINE_string("text_b_column", None, "--task_name custom: the column of the second "
-                        "text of a pair (none: one text per example).")
-    flags.DEFINE_string("label_column", "label", "--task_name custom: the column of the label.")
-    flags.DEFINE_integer("num_labels", 0, "--task_name custom: 1 for regression (the label is a "
-                         "number); 0: the labels are the training file's (a number > 1 is "
-                         "checked against them, and keeps a file of scores as classes).")
-    flags.DEFINE_string("cached_dir", None, "Where the feature TFRecords go (default: "
-                        "--output_dir).")
-    flags.DEFINE_integer("train_examples", 0, "Fine-tune on the first N examples of the train "
-                         "split only (0: all of them): a few-label setting or a learning curve.")
-    flags.DEFINE_float("dropout_rate", 0.1, "Dropout on the pooled output (official 0.1).")
-    flags.DEFINE_float("threshold_to_export", float("nan"), "A decision threshold served with "
-                       "the exported classifier's answers (its `threshold` output), as the "
-                       "official flag; nan: none.")
+    albert_flags.define("text_a_column", "text_b_column", "label_column", "num_labels",
+                        "cached_dir", "train_examples", "dropout_rate", "threshold_to_export")
 
 
 def write_predictions(output_dir, task, examples, predictions, probabilities):

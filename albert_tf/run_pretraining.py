@@ -18,64 +18,35 @@ from albert_tf.quiet import entry_point  # noqa: E402
 
 entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
 
-import dataclasses
 import glob
 import os
 
 import tensorflow as tf  # noqa: E402
-from absl import flags  # noqa: E402
 
 from albert_tf.commands import flags as albert_flags  # noqa: E402
 from albert_tf.config import AlbertConfig  # noqa: E402
+from albert_tf.configs.definitions import PRETRAINING_DEFAULTS  # noqa: E402
 from albert_tf.commands.runner import (command, format_metrics,  # noqa: E402
                                        raise_if_stopped, record_config, strategy)
 from albert_tf.export.run_exporter import make_exporter  # noqa: E402
 from albert_tf.training.train_lib import PretrainingConfig, PretrainingRun  # noqa: E402
 
 
-# The official run_pretraining.py defaults are PretrainingConfig's (one default per value).
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(PretrainingConfig)
-             if f.default is not dataclasses.MISSING}
-
-
 def define_flags():
     """Command-line flags (defined only when run as a program): the official ones with their
-    official defaults (`PretrainingConfig`'s), and ours."""
-    d = _DEFAULTS
+    official defaults (`PRETRAINING_DEFAULTS`, the loop's own), and ours."""
     albert_flags.define(albert_flags.MODEL, albert_flags.RUN, albert_flags.EVAL,
                         albert_flags.CLUSTER, albert_flags.PERFORMANCE, "input_file",
                         "max_predictions_per_seq", "spm_model_file", "vocab_file",
-                        "jit_compile", notes={"jit_compile": "The training step.",
+                        "jit_compile", "poly_power", "num_train_steps", "num_warmup_steps",
+                        "start_warmup_step", "max_eval_steps", "masked_lm_budget",
+                        "tpu_connect_timeout", "eval_input_file", "export_max_seq_length",
+                        "shuffle_window", "deterministic",
+                        notes={"jit_compile": "The training step.",
                                "export_dir": "After training: the final model to EXPORT_DIR, "
                                              "the best evaluated one (with --do_eval) to "
                                              "EXPORT_DIR_best."},
-                        **{name: d[name] for name in (
-                            "do_train", "train_batch_size", "eval_batch_size", "optimizer",
-                            "learning_rate", "save_checkpoints_steps", "max_seq_length",
-                            "max_predictions_per_seq", "keep_checkpoint_max",
-                            "iterations_per_loop", "input_shards", "do_eval",
-                            "mixed_precision", "remove_padding", "recompute", "use_einsum",
-                            "grad_accum_steps", "init_from_group0", "jit_compile")},
-                        random_seed=d["seed"])
-    flags.DEFINE_float("poly_power", d["poly_power"], "Power of the polynomial decay.")
-    flags.DEFINE_integer("num_train_steps", d["num_train_steps"], "Optimizer steps.")
-    flags.DEFINE_integer("num_warmup_steps", d["num_warmup_steps"], "Linear warmup steps.")
-    flags.DEFINE_integer("start_warmup_step", d["start_warmup_step"],
-                         "Step at which warmup starts.")
-    flags.DEFINE_integer("max_eval_steps", d["max_eval_steps"], "Evaluation batches.")
-    flags.DEFINE_float("masked_lm_budget", d["masked_lm_budget"],
-                       "Official online-masking ratio; only 0 (offline masking, the official "
-                       "default) is supported, any other value is refused.")
-    flags.DEFINE_float("tpu_connect_timeout", 60.0, "Seconds allowed for each TPU connect step.")
-    flags.DEFINE_string("eval_input_file", None, "Evaluation TFRecords (default: --input_file).")
-    flags.DEFINE_integer("export_max_seq_length", None,
-                         "max_seq_length of the exported text signatures (default: "
-                         "--max_seq_length).")
-    flags.DEFINE_integer("shuffle_window", d["shuffle_window"],
-                         "Training records are permuted within consecutive windows of this many "
-                         "(a seeded, checkpoint-free shuffle; see albert_tf.input_pipeline).")
-    flags.DEFINE_bool("deterministic", False,
-                      "Deterministic ops (exact resume on CPU; slower on accelerators).")
+                        **PRETRAINING_DEFAULTS)
 
 
 def run(exp):

@@ -27,7 +27,7 @@ entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_
 
 import os
 
-from absl import app, flags  # noqa: E402
+from absl import app  # noqa: E402
 
 from albert_tf.commands import flags as albert_flags
 from albert_tf.tasks import race  # noqa: E402
@@ -45,11 +45,7 @@ def define_flags():
                         "train_step", "warmup_step", task_name="race", do_train=True,
                         do_eval=True, learning_rate=1e-5, train_step=12000, warmup_step=1000,
                         save_checkpoints_steps=100)
-    flags.DEFINE_string("eval_file", None, "Dev features TFRecord (written if absent).")
-    flags.DEFINE_integer("num_keep_checkpoint", 5, "Checkpoints kept (official name of "
-                         "--keep_checkpoint_max; this one wins).")
-    flags.DEFINE_bool("high_only", False, "Only high-school passages.")
-    flags.DEFINE_bool("middle_only", False, "Only middle-school passages.")
+    albert_flags.define("eval_file", "num_keep_checkpoint", "high_only", "middle_only")
 
 
 def write_split_features(exp, tokenizer, levels):

@@ -30,7 +30,6 @@ entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_
 
 import os  # noqa: E402
 
-from absl import flags  # noqa: E402
 
 from albert_tf.commands import flags as albert_flags  # noqa: E402
 from albert_tf.commands.runner import (PRETRAINED, command,  # noqa: E402
@@ -55,8 +54,7 @@ def define_flags():
                                "dev_file": "run_tagging: CoNLL or CoNLL-U.",
                                "test_file": "run_tagging: CoNLL or CoNLL-U; its tags, if it "
                                             "has any, are scored."})
-    flags.DEFINE_float("classifier_dropout_prob", 0.1, "Dropout on the sequence output before "
-                       "the tagging layer (Hugging Face's name).")
+    albert_flags.define("classifier_dropout_prob")
 
 
 def tag_set(exp, output_dir: str, train_sentences) -> list:

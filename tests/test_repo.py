@@ -157,7 +157,7 @@ LIGHT = ("albert_tf", "albert_tf.config", "albert_tf.tokenization", "albert_tf.f
          "albert_tf.quiet", "albert_tf.training.progress", "albert_tf.models",
          "albert_tf.models.registry", "albert_tf.models.weight_names", "albert_tf.commands.cli",
          "albert_tf.commands.flags", "albert_tf.commands.experiment", "albert_tf.cli",
-         "albert_tf.configs", "albert_tf.configs.yaml_file",
+         "albert_tf.configs", "albert_tf.configs.yaml_file", "albert_tf.configs.definitions",
          "albert_tf.params", "albert_tf.tasks.glue", "albert_tf.data.generator",
          "albert_tf.data.prepare_corpus", "albert_tf.data.train_vocab", "albert_tf.export.client")
 

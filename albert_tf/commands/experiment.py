@@ -35,27 +35,13 @@ import sys
 import yaml
 from absl import flags
 
-from albert_tf.commands.flags import CLUSTER, EVAL, FINETUNING, MODEL, PERFORMANCE, RUN, VOCAB
+from albert_tf.configs.definitions import section_of
 from albert_tf.configs.yaml_file import (CONFIG_NAME, SECTIONS, ConfigFileError, Plain,
                                          read_config_file, read_config_texts)
 from albert_tf.paths import atomic_write
 
 FLAGS = flags.FLAGS
 
-# The section of every flag that is not the task's. Names from `albert_tf.commands.flags` groups,
-# and the flags one command defines.
-_SECTION_OF = {
-    **{name: "trainer" for name in RUN + EVAL + FINETUNING + (
-        "poly_power", "num_train_steps", "num_warmup_steps", "start_warmup_step",
-        "max_eval_steps", "train_step", "warmup_step", "num_train_epochs", "warmup_proportion",
-        "num_keep_checkpoint", "shuffle_window", "export_max_seq_length", "masked_lm_budget",
-        "threshold_to_export")},
-    **{name: "runtime" for name in CLUSTER + PERFORMANCE + (
-        "jit_compile", "deterministic", "tpu_connect_timeout")},
-    # last: albert_hub_module_handle is also in FINETUNING, and it is the model's source
-    **{name: "model" for name in MODEL + VOCAB + (
-        "albert_hub_module_handle", "dropout_prob", "dropout_rate", "v2_head")},
-}
 # Flags that are not part of an experiment: absl's own and the config file itself.
 _NOT_SETTINGS = frozenset({"config_file", "flagfile", "undefok", "help", "helpfull",
                            "helpshort", "helpxml", "only_check_args", "op_conversion_fallback_to_"
@@ -73,10 +59,6 @@ def command_name(function) -> str:
         spec = getattr(sys.modules["__main__"], "__spec__", None)
         module = spec.name if spec is not None else module
     return module
-
-
-def section_of(name: str) -> str:
-    return _SECTION_OF.get(name, "task")
 
 
 def define_config_file_flag(flag_values=FLAGS) -> None:

@@ -36,7 +36,7 @@ import functools
 import os
 
 import tensorflow as tf
-from absl import app, flags
+from absl import app
 
 from albert_tf.commands import flags as albert_flags
 from albert_tf.training.distribute import tf_config_worker
@@ -59,26 +59,13 @@ def define_flags(version: int):
                             "SQuAD exports one model to EXPORT_DIR: the one that wrote "
                             "predictions.json (the best evaluated checkpoint, else the latest), "
                             "at the null threshold predictions.json was written at.")})
-    flags.DEFINE_string("train_feature_file", None, "Training features TFRecord (default: "
-                        "OUTPUT_DIR/train.tfrecord).")
-    flags.DEFINE_string("predict_feature_file", None, "Prediction features TFRecord (default: "
-                        "OUTPUT_DIR/predict.tfrecord).")
-    flags.DEFINE_string("predict_feature_left_file", None, "Accepted for compatibility.")
-    flags.DEFINE_float("num_train_epochs", 3.0, "Epochs over the training features.")
-    flags.DEFINE_float("warmup_proportion", 0.1, "Share of the steps spent warming up.")
+    albert_flags.define("train_feature_file", "predict_feature_file", "predict_feature_left_file",
+                        "num_train_epochs", "warmup_proportion")
     if version == 2:
-        albert_flags.define("null_score_diff_threshold", "dropout_prob", notes={
-            "dropout_prob": "The answer-class head's dropout (official); an error with "
-                            "--v2_head null_score."})
-        flags.DEFINE_enum("v2_head", "answer_class", ["answer_class", "null_score"],
-                          "answer_class (default): the official ALBERT v2 model (start over the "
-                          "context, end conditioned on the start with a beam of --start_n_top "
-                          "x --end_n_top, an answer-class head). null_score: BERT's span head, "
-                          "the null answer scored at [CLS] (not official ALBERT).")
-        flags.DEFINE_integer("start_n_top", 5, "Start candidates of the answer-class model's "
-                             "beam (official); an error with --v2_head null_score.")
-        flags.DEFINE_integer("end_n_top", 5, "End candidates per start of the answer-class "
-                             "model's beam (official); an error with --v2_head null_score.")
+        albert_flags.define("null_score_diff_threshold", "dropout_prob", "v2_head", "start_n_top",
+                            "end_n_top", notes={
+                                "dropout_prob": "The answer-class head's dropout (official); "
+                                                "an error with --v2_head null_score."})
 
 
 def _digest(exp, path, tokenizer, is_training, pad_to_multiple=1):

@@ -16,7 +16,9 @@ import re
 
 import yaml
 
-SECTIONS = ("task", "model", "trainer", "runtime")
+from albert_tf.configs import definitions
+
+SECTIONS = definitions.SECTIONS
 CONFIG_NAME = "config.yaml"  # a training run's effective config, in its --output_dir
 
 

@@ -24,7 +24,9 @@ from urllib.parse import urlparse
 
 import tensorflow as tf
 
-STRATEGIES = ("tpu", "multi_worker_mirrored", "mirrored", "one_device", "default")
+from albert_tf.configs.definitions import SETTINGS
+
+STRATEGIES = SETTINGS["distribution_strategy"].choices
 
 
 class StrategyError(RuntimeError):

@@ -26,6 +26,8 @@ import re
 import keras
 import tensorflow as tf
 
+from albert_tf.configs.definitions import PRETRAINING_DEFAULTS, SETTINGS
+
 DEFAULT_EXCLUDE = ("LayerNorm", "layer_norm", "bias")
 
 
@@ -83,10 +85,10 @@ class AlbertOptimizer(keras.optimizers.Optimizer):
         layer_adaptation: True for LAMB, False for AdamW.
     """
 
-    def __init__(self, learning_rate=0.00176, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
-                 epsilon=1e-6, exclude_from_weight_decay=DEFAULT_EXCLUDE,
-                 exclude_from_layer_adaptation=None, layer_adaptation=True, name=None,
-                 **kwargs):
+    def __init__(self, learning_rate=PRETRAINING_DEFAULTS["learning_rate"],
+                 weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
+                 exclude_from_weight_decay=DEFAULT_EXCLUDE, exclude_from_layer_adaptation=None,
+                 layer_adaptation=True, name=None, **kwargs):
         super().__init__(learning_rate=learning_rate, name=name or (
             "lamb" if layer_adaptation else "adamw"), **kwargs)
         self.weight_decay_rate = weight_decay_rate
@@ -253,7 +255,7 @@ class KerasFitOptimizer(AlbertOptimizer):
     updated weights are not finite closes `update_gate`, so neither it nor any step after it is
     applied until the gate is opened again (`text_classifier._StopOnNonFinite` stops `fit`)."""
 
-    def __init__(self, learning_rate=5e-5, clip_norm=1.0, **kwargs):
+    def __init__(self, learning_rate=SETTINGS["learning_rate"].default, clip_norm=1.0, **kwargs):
         super().__init__(learning_rate=learning_rate, **kwargs)
         self.clip_norm = clip_norm
 

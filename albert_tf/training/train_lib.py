@@ -21,7 +21,6 @@ restarted run continues exactly), trains and evaluates.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 
 import tensorflow as tf
@@ -30,6 +29,7 @@ from albert_tf.training import actions
 from albert_tf.training import progress
 from albert_tf.checkpoints import model_kind
 from albert_tf.config import AlbertConfig
+from albert_tf.configs.definitions import PRETRAINING_DEFAULTS, RULES, SETTINGS
 from albert_tf.training.controller import (Controller, CorruptInputError, NonFiniteLossError,
                                            WorkerLostError)
 from albert_tf.training.distribute import worker_layout
@@ -46,56 +46,62 @@ __all__ = ["TrainingConfig", "PretrainingConfig", "TrainingRun", "PretrainingRun
            "INPUT_PLAN_FILE", "write_dir_of", "write_text_atomically"]
 
 
+def official(name: str):
+    """The official run_pretraining.py default of a setting (`albert_tf.configs.definitions`)."""
+    return PRETRAINING_DEFAULTS.get(name, SETTINGS[name].default)
+
+
 @dataclasses.dataclass
 class TrainingConfig:
     """Settings of the loop, for any task (official `run_pretraining.py` / `run_classifier.py`
-    flag names; the defaults are pretraining's)."""
+    flag names; the defaults are the official run_pretraining.py ones: `official`, from the
+    settings' definitions)."""
 
     albert_config: AlbertConfig
     input_file: str
     output_dir: str
     eval_input_file: str | None = None
     init_checkpoint: str | None = None
-    init_from_group0: bool = False
-    max_seq_length: int = 512
-    train_batch_size: int = 4096
-    eval_batch_size: int = 64
-    optimizer: str = "lamb"
-    learning_rate: float = 0.00176
-    poly_power: float = 1.0
-    start_warmup_step: int = 0
-    num_train_steps: int = 125000
-    num_warmup_steps: int = 3125
-    save_checkpoints_steps: int = 5000
-    keep_checkpoint_max: int = 5
-    iterations_per_loop: int = 1000
-    do_train: bool = True
-    do_eval: bool = False
-    max_eval_steps: int = 100
-    mixed_precision: str = "float32"
-    grad_accum_steps: int = 1
-    jit_compile: bool = False
+    init_from_group0: bool = official("init_from_group0")
+    max_seq_length: int = official("max_seq_length")
+    train_batch_size: int = official("train_batch_size")
+    eval_batch_size: int = official("eval_batch_size")
+    optimizer: str = official("optimizer")
+    learning_rate: float = official("learning_rate")
+    poly_power: float = official("poly_power")
+    start_warmup_step: int = official("start_warmup_step")
+    num_train_steps: int = official("num_train_steps")
+    num_warmup_steps: int = official("num_warmup_steps")
+    save_checkpoints_steps: int = official("save_checkpoints_steps")
+    keep_checkpoint_max: int = official("keep_checkpoint_max")
+    iterations_per_loop: int = official("iterations_per_loop")
+    do_train: bool = official("do_train")
+    do_eval: bool = official("do_eval")
+    max_eval_steps: int = official("max_eval_steps")
+    mixed_precision: str = official("mixed_precision")
+    grad_accum_steps: int = official("grad_accum_steps")
+    jit_compile: bool = official("jit_compile")
     # The encoder's per-token matmuls on each batch's real tokens only (`AlbertEncoder`'s
     # remove_padding): fine-tuning batches padded to max_seq_length cost their tokens. Applies
     # where shapes may vary: not under TPUStrategy and not with jit_compile.
-    remove_padding: bool = True
+    remove_padding: bool = official("remove_padding")
     # Keep only each encoder layer's input for the backward pass and recompute the rest there
     # (`AlbertEncoder`'s recompute): less peak memory for about one more forward pass (figures
     # in docs/benchmarks.md, "Training memory"). Same outputs and gradients.
-    recompute: bool = False
+    recompute: bool = official("recompute")
     # Attention as tf.einsum (the official flag) instead of batched matmuls: same values.
-    use_einsum: bool = False
+    use_einsum: bool = official("use_einsum")
     clip_norm: float = 1.0
     weight_decay_rate: float = 0.01
     # Model initialization and input shuffling. Fixed by default (the official data script's
     # 12345), so the same command gives the same model; None draws a fresh seed.
-    seed: int | None = 12345
+    seed: int | None = official("random_seed")
     # The training stream (`albert_tf.input_pipeline.InputPlan`): records are permuted within
     # consecutive windows of this many; the files are dealt into `input_shards` streams (0: one
     # per input pipeline, i.e. worker or TPU host). The data order depends on these, never on
     # the hardware.
-    shuffle_window: int = 10000
-    input_shards: int = 0
+    shuffle_window: int = official("shuffle_window")
+    input_shards: int = official("input_shards")
     verbose: bool = True
 
     # Official flag names that differ from the field's (fine-tuning runners).
@@ -123,42 +129,32 @@ class TrainingConfig:
         return dict(kwargs, **overrides)
 
     def problems(self) -> list[str]:
-        """What is wrong with these settings (each with the flag to fix)."""
+        """What is wrong with these settings (each with the flag to fix): a setting's value by
+        its definition's rule (as its flag is checked), and what only the whole says."""
         problems = []
-        for name in ("train_batch_size", "eval_batch_size", "num_train_steps",
-                     "save_checkpoints_steps", "keep_checkpoint_max", "iterations_per_loop",
-                     "max_eval_steps", "grad_accum_steps", "shuffle_window"):
-            if getattr(self, name) < 1:
-                problems.append(f"--{name} must be at least 1; got {getattr(self, name)}")
-        if self.train_batch_size % self.grad_accum_steps:
+        for field in dataclasses.fields(self):
+            name = "random_seed" if field.name == "seed" else field.name
+            problem = SETTINGS[name].problem(getattr(self, field.name)) \
+                if name in SETTINGS else None
+            if problem:
+                problems.append(f"{problem}; got {getattr(self, field.name)!r}")
+        for name, rule in (("weight_decay_rate", "non_negative"), ("clip_norm", "positive")):
+            test, wanted = RULES[rule]
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and test(value)):
+                problems.append(f"{name} must be {wanted}; got {value!r}")
+        if not problems and self.train_batch_size % self.grad_accum_steps:
             problems.append(f"--train_batch_size={self.train_batch_size} must be a multiple of "
                             f"--grad_accum_steps={self.grad_accum_steps}")
-        if self.mixed_precision not in PRECISIONS:
-            problems.append(f"--mixed_precision must be one of {', '.join(PRECISIONS)}; got "
-                            f"{self.mixed_precision!r}")
         length = self.albert_config.sequence_length_problem(self.max_seq_length)
         if length:
             problems.append(length)
-        for name, low, inclusive in (("learning_rate", 0.0, False), ("poly_power", 0.0, True),
-                                     ("weight_decay_rate", 0.0, True),
-                                     ("clip_norm", 0.0, False)):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value)
-                    and (value >= low if inclusive else value > low)):
-                problems.append(f"--{name} must be a finite number {'>=' if inclusive else '>'} "
-                                f"{low:g}; got {value!r}")
         for name in ("train_batch_size", "eval_batch_size"):
             if getattr(self, name) * self.max_seq_length >= 2 ** 31:
                 problems.append(f"--{name}={getattr(self, name)} x --max_seq_length="
                                 f"{self.max_seq_length} tokens exceed what one batch can index "
                                 "(2^31); use a smaller batch (--grad_accum_steps splits a "
                                 "large one)")
-        for name in ("num_warmup_steps", "start_warmup_step"):
-            if getattr(self, name) < 0:
-                problems.append(f"--{name} must be 0 or more; got {getattr(self, name)}")
-        if self.input_shards < 0:
-            problems.append(f"--input_shards must be 0 (one per input pipeline) or more; got "
-                            f"{self.input_shards}")
         if not (self.do_train or self.do_eval):
             problems.append("At least one of --do_train and --do_eval must be set.")
         return problems
@@ -173,8 +169,8 @@ class TrainingConfig:
 class PretrainingConfig(TrainingConfig):
     """Settings of a pretraining run (official `run_pretraining.py` flag names)."""
 
-    max_predictions_per_seq: int = 20
-    masked_lm_budget: float = 0.0  # official flag; only offline masking (0) is supported
+    max_predictions_per_seq: int = official("max_predictions_per_seq")
+    masked_lm_budget: float = official("masked_lm_budget")  # only offline masking (0)
 
     def problems(self) -> list[str]:
         problems = super().problems()
