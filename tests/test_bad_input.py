@@ -320,7 +320,8 @@ def test_training_config_refuses_non_finite_and_negative_schedules(tmp_path):
                                                                "finite number > 0; got nan"),
                              ({"learning_rate": math.inf}, "--learning_rate must be"),
                              ({"learning_rate": 0.0}, "--learning_rate must be"),
-                             ({"num_warmup_steps": -1}, "--num_warmup_steps must be a finite number >= 0; got -1"),
+                             ({"num_warmup_steps": -1},
+                              "--num_warmup_steps must be a finite number >= 0; got -1"),
                              ({"poly_power": -1.0}, "--poly_power must be a finite number >= 0")]:
         with pytest.raises(ValueError, match=message):
             _config(tmp_path, "unused", **changes)
