@@ -95,7 +95,7 @@ def run(exp):
     cfg = None
     if exp.do_train or exp.do_eval:
         any_file = next(iter(data.values()))[0]
-        cfg = training_config(exp, 
+        cfg = training_config(exp,
             config, input_file=data["train"][0] if "train" in data else any_file,
             eval_input_file=data["dev"][0] if "dev" in data else None, max_eval_steps=10 ** 9,
             keep_checkpoint_max=exp.num_keep_checkpoint)

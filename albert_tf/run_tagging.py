@@ -128,7 +128,7 @@ def run(exp):
     cfg = None
     if exp.do_train or exp.do_eval:
         any_file = next(iter(written.values()))["files"][0]
-        cfg = training_config(exp, 
+        cfg = training_config(exp,
             config, input_file=written["train"]["files"][0] if "train" in written else any_file,
             eval_input_file=written["dev"]["files"][0] if "dev" in written else None,
             max_eval_steps=10 ** 9)

@@ -886,22 +886,29 @@ def test_evaluation_takes_the_prediction_count_of_its_own_records(generated_data
         run.task.eval_schema([heldout, generated_data["files"][0]])
 
 
-def test_training_config_from_settings_reads_every_field_by_its_flag_or_official_alias():
-    """`TrainingConfig.from_settings`: fields from the settings of the same name, the
-    fine-tuning runners' official aliases (--train_step, --warmup_step, --num_keep_checkpoint),
-    random_seed -1 as a fresh seed, computed overrides winning, the rest at their defaults."""
+def test_training_config_from_settings_reads_the_typed_settings_and_the_official_aliases():
+    """`TrainingConfig.from_settings` of a command's typed settings
+    (`albert_tf.configs.definitions.settings`): each field from its section, the fine-tuning
+    runners' official aliases (--train_step, --warmup_step, --num_keep_checkpoint) carried to
+    the loop's names, random_seed -1 as a fresh seed, computed overrides winning, a setting the
+    command lacks at its definition's default."""
+    from albert_tf.configs import definitions
+
     values = {"train_step": 9, "warmup_step": 2, "num_keep_checkpoint": 3, "random_seed": -1,
               "iterations_per_loop": 10, "learning_rate": 0.25, "output_dir": "out",
-              "task_name": "sst-2"}  # task_name: not a field, ignored
-    cfg = TrainingConfig.from_settings(values, AlbertConfig(**TINY), input_file="a.tfrecord",
+              "mixed_precision": "bfloat16", "do_train": True, "task_name": "sst-2"}
+    settings = definitions.settings(values)
+    assert settings.trainer.schedule.num_train_steps == 9 and settings.task.task_name == "sst-2"
+    cfg = TrainingConfig.from_settings(settings, AlbertConfig(**TINY), input_file="a.tfrecord",
                                        iterations_per_loop=4, max_seq_length=64)
     assert (cfg.num_train_steps, cfg.num_warmup_steps, cfg.keep_checkpoint_max) == (9, 2, 3)
     assert cfg.seed is None and cfg.learning_rate == 0.25 and cfg.output_dir == "out"
     assert cfg.iterations_per_loop == 4 and cfg.input_file == "a.tfrecord"
-    assert cfg.train_batch_size == 4096 and cfg.optimizer == "lamb"  # not settings: defaults
+    assert cfg.mixed_precision == "bfloat16"
+    assert cfg.train_batch_size == 32 and cfg.optimizer == "adamw"  # the definitions' defaults
     values["random_seed"] = 5
-    assert TrainingConfig.from_settings(values, AlbertConfig(**TINY), input_file="a",
-                                        max_seq_length=64).seed == 5
+    assert TrainingConfig.from_settings(definitions.settings(values), AlbertConfig(**TINY),
+                                        input_file="a", max_seq_length=64).seed == 5
 
 
 def test_performance_switches_reach_the_model_through_its_constructor(generated_data, tmp_path):

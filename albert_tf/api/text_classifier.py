@@ -59,7 +59,7 @@ from albert_tf.checkpoints.runs import (recorded_run_setting, run_model_kind,
                                        split_run_checkpoint, training_run)
 from albert_tf.models.classifier import AlbertClassifier
 from albert_tf.training.controller import NonFiniteLossError
-from albert_tf.commands.flags import NUMBER_RULES, RULES, SPECS
+from albert_tf.configs.definitions import RULES, SETTINGS
 from albert_tf.models.kinds import registered
 from albert_tf.training.optimization import KerasFitOptimizer, OffsetSchedule, WarmupPolynomialDecay
 from albert_tf.api.preprocessing import AlbertTextPreprocessor, text_columns
@@ -69,20 +69,21 @@ from albert_tf.training.train_lib import TrainingConfig
 
 # `run_classifier`'s defaults (its flags; the loop's for clipping and weight decay).
 _LOOP_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainingConfig)}
-FINE_TUNING_DEFAULTS = {"optimizer": SPECS["optimizer"].default,
-                        "learning_rate": SPECS["learning_rate"].default,
-                        "warmup_steps": SPECS["warmup_step"].default,
+FINE_TUNING_DEFAULTS = {"optimizer": SETTINGS["optimizer"].default,
+                        "learning_rate": SETTINGS["learning_rate"].default,
+                        "warmup_steps": SETTINGS["warmup_step"].default,
                         "weight_decay_rate": _LOOP_DEFAULTS["weight_decay_rate"],
                         "clip_norm": _LOOP_DEFAULTS["clip_norm"],
-                        "dropout_rate": 0.1}
+                        "dropout_rate": SETTINGS["dropout_rate"].default}
 
 
 def check_number(name: str, value, flag: str, integer: bool = False):
     """`value` of the argument `name`, checked by the range of the command flag `--flag`
-    (`albert_tf.commands.flags.NUMBER_RULES`: the commands refuse the same numbers at parse time);
+    (its definition's rule, `albert_tf.configs.definitions`: the commands refuse the same
+    numbers at parse time);
     ValueError naming the argument, the range and the value otherwise (nan, inf, a bool, a
     string, a float where an integer belongs)."""
-    test, wanted = RULES[NUMBER_RULES[flag]]
+    test, wanted = RULES[SETTINGS[flag].rule]
     kind = numbers.Integral if integer else numbers.Real
     if isinstance(value, bool) or not isinstance(value, kind) or not test(float(value)):
         raise ValueError(f"`{name}` must be {wanted}{' (an integer)' if integer else ''}, as "

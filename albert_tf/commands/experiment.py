@@ -35,6 +35,7 @@ import sys
 import yaml
 from absl import flags
 
+from albert_tf.configs import definitions
 from albert_tf.configs.definitions import section_of
 from albert_tf.configs.yaml_file import (CONFIG_NAME, SECTIONS, ConfigFileError, Plain,
                                          read_config_file, read_config_texts)
@@ -218,6 +219,11 @@ class ExperimentConfig:
     def seed(self) -> int | None:
         """The run's seed (`random_seed`; None where the command has none)."""
         return self.get("random_seed")
+
+    def settings(self) -> definitions.ExperimentSettings:
+        """The typed settings (`albert_tf.configs.definitions`) of this command's values: what
+        the library receives (`TrainingConfig.from_settings`), never this flat view."""
+        return definitions.settings(self.flat())
 
     def flat(self) -> dict:
         """Every setting by name, whatever its section."""

@@ -184,7 +184,7 @@ def _checked(body, exp: ExperimentConfig):
         if exp.get("do_train") and "learning_rate" in exp:
             # A rerun into a run with other settings is refused before it writes features.
             refuse_a_changed_run(exp.output_dir, flag_settings(TrainingConfig.field_values(
-                exp.flat(), init_checkpoint=pretrained_source(exp))))
+                exp.settings(), init_checkpoint=pretrained_source(exp))))
         if name == "multi_worker_mirrored":
             # Collective ops must be configured before TensorFlow runs any op, and writing the
             # features does (the packing and windows are TF ops): build the strategy first.
@@ -324,7 +324,7 @@ def pretrained_source(exp: ExperimentConfig) -> str | None:
 def training_config(exp: ExperimentConfig, albert_config, **overrides) -> TrainingConfig:
     """`TrainingConfig.from_settings` of the experiment, with the pretrained weights of
     `pretrained_source`."""
-    return TrainingConfig.from_settings(exp.flat(), albert_config,
+    return TrainingConfig.from_settings(exp.settings(), albert_config,
                                         **dict({"init_checkpoint": pretrained_source(exp)},
                                                **overrides))
 

@@ -499,9 +499,20 @@ def section_of(name: str) -> str:
     return SETTINGS[name].section if name in SETTINGS else "task"
 
 
+# The fine-tuning runners' official names of three of the loop's settings: the typed settings
+# of a command that has the first carry its value in the second as well (`settings`).
+ALIASES = {"train_step": "num_train_steps", "warmup_step": "num_warmup_steps",
+           "num_keep_checkpoint": "keep_checkpoint_max"}
+
+
 def settings(values: dict) -> ExperimentSettings:
-    """The typed settings of {name: value} (names that are not settings are left out; a
-    setting missing keeps its default)."""
+    """The typed settings of {name: value}, e.g. a command's parsed flags: names that are not
+    settings are left out, a setting missing keeps its default, and an official alias
+    (`ALIASES`) gives its value to the loop's name too."""
+    values = dict(values)
+    for alias, name in ALIASES.items():
+        if alias in values:
+            values[name] = values[alias]
 
     def build(cls):
         kwargs = {}

@@ -29,7 +29,8 @@ from albert_tf.training import actions
 from albert_tf.training import progress
 from albert_tf.checkpoints import model_kind
 from albert_tf.config import AlbertConfig
-from albert_tf.configs.definitions import PRETRAINING_DEFAULTS, RULES, SETTINGS
+from albert_tf.configs.definitions import (PRETRAINING_DEFAULTS, RULES, SETTINGS,
+                                           ExperimentSettings)
 from albert_tf.training.controller import (Controller, CorruptInputError, NonFiniteLossError,
                                            WorkerLostError)
 from albert_tf.training.distribute import worker_layout
@@ -104,29 +105,41 @@ class TrainingConfig:
     input_shards: int = official("input_shards")
     verbose: bool = True
 
-    # Official flag names that differ from the field's (fine-tuning runners).
-    FLAG_ALIASES = {"train_step": "num_train_steps", "warmup_step": "num_warmup_steps",
-                    "num_keep_checkpoint": "keep_checkpoint_max"}
-
     @classmethod
-    def from_settings(cls, settings, albert_config, **overrides):
-        """The settings from a command's experiment config (`albert_tf.commands.experiment`,
-        `ExperimentConfig.flat()`: {flag name: value}): every field whose flag (or its
-        official alias) the command has, `random_seed` -1 as a fresh seed; `overrides`
+    def from_settings(cls, settings: ExperimentSettings, albert_config, **overrides):
+        """The loop's settings from a command's typed settings (`albert_tf.configs.definitions`,
+        `ExperimentConfig.settings()`), `random_seed` -1 as a fresh seed; `overrides`
         (computed values: input files, steps from epochs) win."""
         return cls(albert_config=albert_config, **cls.field_values(settings, **overrides))
 
     @classmethod
-    def field_values(cls, settings, **overrides) -> dict:
-        """{field: value} that `from_settings` builds the config of (unchecked; fields the
-        settings do not give keep their defaults when the config is built)."""
-        given = dict(settings)
-        values = {cls.FLAG_ALIASES.get(name, name): value for name, value in given.items()}
-        if "random_seed" in given:
-            values["seed"] = None if given["random_seed"] == -1 else given["random_seed"]
-        fields = {f.name for f in dataclasses.fields(cls)}
-        kwargs = {k: v for k, v in values.items() if k in fields and k != "albert_config"}
-        return dict(kwargs, **overrides)
+    def field_values(cls, settings: ExperimentSettings, **overrides) -> dict:
+        """{field: value} that `from_settings` builds the config of (unchecked)."""
+        task, model, runtime = settings.task, settings.model, settings.runtime
+        trainer = settings.trainer
+        optimization, schedule = trainer.optimization, trainer.schedule
+        values = dict(
+            input_file=task.input_file, eval_input_file=task.eval_input_file,
+            output_dir=trainer.output_dir, init_checkpoint=model.init_checkpoint,
+            init_from_group0=model.init_from_group0, max_seq_length=model.max_seq_length,
+            seed=None if model.random_seed == -1 else model.random_seed,
+            optimizer=optimization.optimizer, learning_rate=optimization.learning_rate,
+            poly_power=optimization.poly_power, num_train_steps=schedule.num_train_steps,
+            num_warmup_steps=schedule.num_warmup_steps,
+            start_warmup_step=schedule.start_warmup_step,
+            train_batch_size=trainer.train_batch_size, eval_batch_size=trainer.eval_batch_size,
+            save_checkpoints_steps=trainer.save_checkpoints_steps,
+            keep_checkpoint_max=trainer.keep_checkpoint_max,
+            iterations_per_loop=trainer.iterations_per_loop, do_train=trainer.do_train,
+            do_eval=trainer.do_eval, max_eval_steps=trainer.max_eval_steps,
+            shuffle_window=trainer.shuffle_window, input_shards=trainer.input_shards,
+            mixed_precision=runtime.mixed_precision, grad_accum_steps=runtime.grad_accum_steps,
+            jit_compile=runtime.jit_compile, remove_padding=runtime.remove_padding,
+            recompute=runtime.recompute, use_einsum=runtime.use_einsum)
+        if issubclass(cls, PretrainingConfig):
+            values.update(max_predictions_per_seq=task.max_predictions_per_seq,
+                          masked_lm_budget=trainer.masked_lm_budget)
+        return dict(values, **overrides)
 
     def problems(self) -> list[str]:
         """What is wrong with these settings (each with the flag to fix): a setting's value by
