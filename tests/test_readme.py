@@ -263,6 +263,14 @@ def check(command, config):
             except SystemExit:
                 pytest.fail(f"README: {command}: refused by {module}'s arguments")
             return "argparse"
+        if module in OWN_FLAGS:
+            if not args:
+                return "named; its flags exist"
+            try:
+                importlib.import_module(module).parse(args)
+            except ValueError as e:
+                pytest.fail(f"README: {command}: refused by {module}'s flags: {e}")
+            return "its own absl flags"
         if module in RUN_HERE:
             out = parse_absl(module, args, run=True)
             for text in RUN_HERE[module]:
@@ -277,8 +285,9 @@ def check(command, config):
                 "to run or parse it)")
 
 
-ARGPARSE = ("albert_tf.export.client",
-            "albert_tf.export.cc_loader")  # their build_parser() is their arguments
+ARGPARSE = ("albert_tf.export.cc_loader",)  # its build_parser() is its arguments
+# Commands whose absl flags are their own set (`parse(argv)`), not the global FLAGS.
+OWN_FLAGS = ("albert_tf.export.client",)
 # Commands without absl flags, named alone in the README.
 NOT_ABSL = {"albert_tf.export.saved_model_cli": "TensorFlow's saved_model_cli, its own arguments",
             "albert_tf.export.ops_check": "no arguments"}
@@ -291,7 +300,7 @@ def test_every_shell_command_of_the_readme_runs_or_parses(pytestconfig):
     # The README's two commands, the Commands table and the steps of a real run at least.
     assert len(commands) >= 30 and any("albert_tf.export.client classify" in c for c in commands)
     checked = {command: check(command, pytestconfig) for command in commands}
-    assert "run" in checked.values() and "argparse" in checked.values()
+    assert {"run", "argparse", "its own absl flags"} <= set(checked.values())
 
 
 def test_every_flag_the_prose_names_parses_with_a_readme_command():
@@ -300,14 +309,16 @@ def test_every_flag_the_prose_names_parses_with_a_readme_command():
     modules = sorted({w[2] for w in map(_words, shell_commands())
                       if len(w) > 2 and w[1] == "-m" and w[2] not in ("pytest", "venv")})
     parsers = {m: importlib.import_module(m).build_parser() for m in ARGPARSE if m in modules}
-    absl_modules = [m for m in modules if m not in NOT_ABSL and m not in parsers]
+    absl_modules = [m for m in modules if m not in NOT_ABSL and m not in parsers
+                    and m not in OWN_FLAGS]
     defined = {m: parse_absl(m, []) for m in absl_modules}
     fragments = [f for f in flag_fragments() if f != "--help"]
     assert len(fragments) >= 15
     for fragment in fragments:
         words = _words(fragment)
         names = {w[2:].split("=")[0] for w in words if w.startswith("--")}
-        if any(_argparse_accepts(parser, words) for parser in parsers.values()):
+        if any(_argparse_accepts(parser, words) for parser in parsers.values()) or \
+                any(_own_flags_accept(m, words) for m in OWN_FLAGS if m in modules):
             continue
         names |= {n[2:] for n in names if n.startswith("no")}
         candidates = [m for m in absl_modules if names & defined[m]]
@@ -323,6 +334,19 @@ def test_every_flag_the_prose_names_parses_with_a_readme_command():
                 errors.append(str(e).splitlines()[0])
         else:
             pytest.fail(f"README: {fragment}: " + "; ".join(errors))
+
+
+def _own_flags_accept(module: str, words) -> bool:
+    """`words` parse as flags of a command with its own set of absl flags (`define_flags`)."""
+    from absl import flags
+
+    own = flags.FlagValues()
+    importlib.import_module(module).define_flags(own)
+    try:
+        own(["prog", *words])
+    except flags.Error:
+        return False
+    return True
 
 
 def _argparse_accepts(parser, words) -> bool:
@@ -392,13 +416,20 @@ def test_python_blocks_import_albert_tf_before_tensorflow():
 
 def test_the_serving_step_without_a_command_names_the_commands(capsys):
     """The README's serving step once gave no command (`exit 2: the following arguments are
-    required: command`): the client now names them and an example."""
-    with pytest.raises(SystemExit) as exit_:
-        client.main(["--server", "localhost:8501", "--model", "sst2", "--text", "a gripping film"])
-    assert exit_.value.code == 2
+    required: command`): the client now names them and an example, as one line (status 1, as
+    every command's usage error)."""
+    assert client.main(["--server", "localhost:8501", "--model", "sst2", "--text",
+                        "a gripping film"]) == 1
     assert ("error: name a command first, one of predict, fill_mask, classify, regress, "
             "signatures; e.g. python -m albert_tf.export.client classify"
             ) in capsys.readouterr().err
+    assert client.main(["clasify", "--model", "sst2"]) == 1
+    assert "error: unknown command 'clasify': one of predict," in capsys.readouterr().err
+    assert client.main(["classify", "--text", "a"]) == 1
+    assert "error: --model is required" in capsys.readouterr().err
+    assert client.main(["-h"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("A client for ALBERT models") and "\n  --timeout: Seconds" in out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -91,11 +91,12 @@ def check_numbers(flag_values=FLAGS) -> None:
                                  flag_values=flag_values)
 
 
-def define(*groups, kinds=None, notes=None, **defaults):
+def define(*groups, kinds=None, notes=None, flag_values=FLAGS, **defaults):
     """Defines the flags of `groups` (tuples of names, or names) on the global FLAGS, each with
     its default from SPECS unless `defaults` gives another; `kinds` changes a flag's parser
     (e.g. {"model_dir": "list"} for a command that takes several), `notes` adds a sentence to a
-    flag's help (what this command does with it: its default's meaning). Returns the names."""
+    flag's help (what this command does with it: its default's meaning); `flag_values` a
+    command's own set instead of absl's global FLAGS (the client's). Returns the names."""
     names = [n for g in groups for n in ((g,) if isinstance(g, str) else g)]
     unknown = set(defaults) - set(names)
     if unknown:
@@ -106,12 +107,13 @@ def define(*groups, kinds=None, notes=None, **defaults):
         kind, default = kinds.get(name, spec.kind), defaults.get(name, spec.default)
         note = notes.get(name, DEFAULT_NOTES.get(name) if "do_predict" in names else None)
         help_text = f"{spec.help} {note}" if note else spec.help
-        if name in FLAGS:  # a command module imported twice in one process (tests)
+        if name in flag_values:  # a command module imported twice in one process (tests)
             continue
         if kind == "enum":
-            flags.DEFINE_enum(name, default, list(spec.choices), help_text)
+            flags.DEFINE_enum(name, default, list(spec.choices), help_text,
+                              flag_values=flag_values)
         else:
-            _DEFINE[kind](name, default, help_text)
+            _DEFINE[kind](name, default, help_text, flag_values=flag_values)
     return names
 
 

@@ -36,7 +36,6 @@ from albert_tf.quiet import entry_point  # noqa: E402
 
 entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
 
-import argparse
 import base64
 import http.client
 import ipaddress
@@ -50,6 +49,10 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+
+from absl import flags
+
+from albert_tf.commands import flags as albert_flags
 from albert_tf.packing import pack_ids
 from albert_tf.records import example_of
 from albert_tf.tokenization import Tokenizer
@@ -796,65 +799,107 @@ COMMANDS = {"predict": "a signature's outputs as JSON (default serving_default)"
             "signatures": "the signatures the model serves"}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        if "required: COMMAND" in message:  # argparse's words name no command
-            message = ("name a command first, one of " + ", ".join(COMMANDS) + "; e.g. python "
-                       "-m albert_tf.export.client classify --server localhost:8501 --model sst2 "
-                       "--text "
-                       "'a gripping film'")
-        super().error(message)
+PROGRAM = "python -m albert_tf.export.client"
+EXAMPLE = f"{PROGRAM} classify --server localhost:8501 --model sst2 --text 'a gripping film'"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command's arguments (also what tests/test_readme.py checks the README against)."""
-    parser = _Parser(prog="python -m albert_tf.export.client", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=list(COMMANDS), metavar="COMMAND",
-                        help="; ".join(f"{name}: {what}" for name, what in COMMANDS.items()))
-    parser.add_argument("--server", default="localhost",
-                        help="host[:port] or [IPv6]:port, optionally after http:// or https:// "
-                             "(TLS, REST and gRPC; the certificate is verified). Default port: "
-                             "8501 (REST), 8500 (gRPC).")
-    parser.add_argument("--model", required=True, help="Model name on the server.")
-    parser.add_argument("--protocol", choices=["rest", "grpc"], default="rest")
-    parser.add_argument("--version", type=int, default=None)
-    parser.add_argument("--signature", default=None)
-    parser.add_argument("--text", action="append", default=[], help="Repeatable.")
-    parser.add_argument("--text_b", action="append", default=None,
-                        help="Second segments (as many as --text).")
-    parser.add_argument("--format", choices=["row", "column"], default="row",
-                        help="REST request format.")
-    parser.add_argument("--spm_model_file", default=None,
-                        help="classify/regress: tokenize here and send token features (default: "
-                             "send raw text, tokenized by the model).")
-    parser.add_argument("--max_seq_length", type=int, default=None,
-                        help="With --spm_model_file: the packing length (default: the model's, "
-                             "asked from the server).")
-    parser.add_argument("--ca_file", default=None,
-                        help="PEM certificate(s) that verify the server's TLS certificate instead "
-                             "of the system's CAs: a private CA, or the server's self-signed "
-                             "certificate. Implies https:// when --server has no scheme.")
-    parser.add_argument("--timeout", type=float, default=30.0,
-                        help="Seconds for each request as a whole (connecting, sending, reading "
-                             "the answer).")
-    return parser
+class UsageError(ValueError):
+    """A command line this client cannot run: one line, and the hint to --help."""
+
+
+def define_flags(flag_values: flags.FlagValues) -> None:
+    """The command's flags (absl, as every command's), on `flag_values`: the client's own set,
+    not absl's global FLAGS, so that `main(argv)` can be called again in one process and the
+    client's --model (a served model's name) and --version (a served version) stay apart from
+    the flags of those names of convert and export_saved_model."""
+    own = {"flag_values": flag_values}
+    flags.DEFINE_bool("help", False, "Show this help.", short_name="h", **own)
+    flags.DEFINE_string("server", "localhost",
+                        "host[:port] or [IPv6]:port, optionally after http:// or https:// (TLS, "
+                        "REST and gRPC; the certificate is verified). Default port: 8501 "
+                        "(REST), 8500 (gRPC).", **own)
+    flags.DEFINE_string("model", None, "Model name on the server (required).", **own)
+    flags.DEFINE_enum("protocol", "rest", ["rest", "grpc"], "REST or gRPC.", **own)
+    flags.DEFINE_integer("version", None, "Model version (default: the latest the server "
+                         "has).", **own)
+    flags.DEFINE_string("signature", None, "Signature to call (default: the command's: "
+                        "serving_default or serve_text_pair, fill_mask, classify, regress).",
+                        **own)
+    flags.DEFINE_multi_string("text", [], "A text (repeatable).", **own)
+    flags.DEFINE_multi_string("text_b", None, "Second segments (as many as --text).", **own)
+    flags.DEFINE_enum("format", "row", ["row", "column"], "REST request format.", **own)
+    albert_flags.define(
+        "spm_model_file", "max_seq_length", max_seq_length=None, notes={
+            "spm_model_file": "classify/regress: tokenize here and send token features "
+                              "(default: send raw text, tokenized by the model).",
+            "max_seq_length": "With --spm_model_file: the packing length (default: the "
+                              "model's, asked from the server)."}, **own)
+    flags.DEFINE_string("ca_file", None,
+                        "PEM certificate(s) that verify the server's TLS certificate instead of "
+                        "the system's CAs: a private CA, or the server's self-signed "
+                        "certificate. Implies https:// when --server has no scheme.", **own)
+    flags.DEFINE_float("timeout", 30.0, "Seconds for each request as a whole (connecting, "
+                       "sending, reading the answer).", **own)
+
+
+def usage(flag_values: flags.FlagValues) -> str:
+    """The --help text: what the client does, its commands, its flags."""
+    commands = "\n".join(f"  {name}: {what}" for name, what in COMMANDS.items())
+    flag_lines = [line for line in flag_values.get_help(include_special_flags=False).splitlines()
+                  if line.startswith(" ")]  # absl's heading is the path of this file
+    return (f"{__doc__.strip()}\n\nUsage: {PROGRAM} COMMAND --flag=value ...\n\nCommands:\n"
+            f"{commands}\n\nFlags:\n" + "\n".join(flag_lines))
+
+
+def parse(argv) -> tuple[str, flags.FlagValues]:
+    """(COMMAND, the parsed flags) of a command line (without the program), or UsageError.
+    Flags and the command may come in any order; --flagfile works as in every command."""
+    flag_values = flags.FlagValues()
+    define_flags(flag_values)
+    try:
+        words = flag_values([PROGRAM, *argv])[1:]
+    except flags.Error as e:
+        raise UsageError(str(e)) from None
+    if flag_values.help:
+        return "help", flag_values
+    if not words:
+        raise UsageError(f"name a command first, one of {', '.join(COMMANDS)}; e.g. {EXAMPLE}")
+    if words[0] not in COMMANDS:
+        raise UsageError(f"unknown command {words[0]!r}: one of {', '.join(COMMANDS)}; e.g. "
+                         f"{EXAMPLE}")
+    if len(words) > 1:
+        raise UsageError(f"unexpected argument(s) after the command: {' '.join(words[1:])}; a "
+                         "value goes with its flag (--text 'two words' or --text='two words')")
+    if flag_values.model is None:
+        raise UsageError("--model is required: the model's name on the server (the NAME of the "
+                         "export's BASE/NAME).")
+    return words[0], flag_values
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    """The command: `argv` without the program (default: sys.argv[1:]); the exit status."""
+    try:
+        command, args = parse(sys.argv[1:] if argv is None else list(argv))
+    except UsageError as e:
+        print(f"error: {_printable(str(e))}\nRun `{PROGRAM} --help` for the flags.",
+              file=sys.stderr)
+        return 1
+    if command == "help":
+        print(usage(args))
+        return 0
     # gRPC core's own INFO lines (a failed TLS handshake) would come before the one-line error.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     try:
         client = ServingClient(args.server, args.model, args.protocol, args.version,
                                args.timeout, args.ca_file)
-        if args.command == "signatures":
+        if command == "signatures":
             print("\n".join(client.signatures()))
             return 0
         if not args.text:
             raise ServingError("Pass at least one --text.")
         if args.text_b is not None and len(args.text_b) != len(args.text):
             raise ServingError("Pass as many --text_b as --text.")
-        if args.command == "predict":
+        if command == "predict":
             inputs = {"text": args.text}
             signature = args.signature or ("serving_default" if args.text_b is None
                                            else "serve_text_pair")
@@ -863,7 +908,7 @@ def main(argv=None) -> int:
             out = client.predict(inputs, signature, row_format=args.format == "row")
             print(json.dumps({k: _tolist(v) for k, v in out.items()}, default=_text))
             report_truncation(args.text, out)
-        elif args.command == "fill_mask":
+        elif command == "fill_mask":
             for text, masks in zip(args.text, client.fill_mask(args.text,
                                                                args.signature or
                                                                "fill_mask")):
@@ -877,7 +922,7 @@ def main(argv=None) -> int:
                                             args.max_seq_length or client.max_seq_length())
             else:
                 examples = text_examples(args.text, args.text_b)
-            if args.command == "classify":
+            if command == "classify":
                 for text, row in zip(args.text, client.classify(
                         examples, args.signature or "classify")):
                     print(f"{text}\t" + " ".join(f"{_printable(str(c))}:{s:.4f}"
