@@ -2,7 +2,8 @@
 and the commands written inline in its prose and its Commands table) and every Python block is
 read from the README itself, then run here at tiny sizes where it can run in a test, or parsed
 with the command's own flags (absl: the flags its `cli()` defines, parsed without running
-`main`; argparse: its `build_parser()`), so a renamed or missing flag fails; the flag fragments
+`main`; a command with its own set of flags: its `parse(argv)`), so a renamed or missing flag
+fails; the flag fragments
 of the prose (`--target tf1`) parse with a command that defines them. A command this file
 cannot classify fails the test by name. Also README command 2 in a clone: the tests that need
 ../shared skip there, and fail when CI requires it."""
@@ -254,15 +255,7 @@ def check(command, config):
         assert spec is not None, f"README: no module {module}"
         with open(spec.origin, encoding="utf-8") as f:
             source = f.read()
-        if module in ARGPARSE or "\ndef build_parser(" in source:
-            imported = importlib.import_module(module)
-            if not args:
-                return "named; its parser exists"
-            try:
-                imported.build_parser().parse_args(args)
-            except SystemExit:
-                pytest.fail(f"README: {command}: refused by {module}'s arguments")
-            return "argparse"
+        assert "import argparse" not in source, f"{module}: every command takes absl flags"
         if module in OWN_FLAGS:
             if not args:
                 return "named; its flags exist"
@@ -285,9 +278,8 @@ def check(command, config):
                 "to run or parse it)")
 
 
-ARGPARSE = ("albert_tf.export.cc_loader",)  # its build_parser() is its arguments
 # Commands whose absl flags are their own set (`parse(argv)`), not the global FLAGS.
-OWN_FLAGS = ("albert_tf.export.client",)
+OWN_FLAGS = ("albert_tf.export.client", "albert_tf.export.cc_loader")
 # Commands without absl flags, named alone in the README.
 NOT_ABSL = {"albert_tf.export.saved_model_cli": "TensorFlow's saved_model_cli, its own arguments",
             "albert_tf.export.ops_check": "no arguments"}
@@ -300,7 +292,7 @@ def test_every_shell_command_of_the_readme_runs_or_parses(pytestconfig):
     # The README's two commands, the Commands table and the steps of a real run at least.
     assert len(commands) >= 30 and any("albert_tf.export.client classify" in c for c in commands)
     checked = {command: check(command, pytestconfig) for command in commands}
-    assert {"run", "argparse", "its own absl flags"} <= set(checked.values())
+    assert {"run", "its own absl flags"} <= set(checked.values())
 
 
 def test_every_flag_the_prose_names_parses_with_a_readme_command():
@@ -308,17 +300,14 @@ def test_every_flag_the_prose_names_parses_with_a_readme_command():
     convert); `--help` is every command's."""
     modules = sorted({w[2] for w in map(_words, shell_commands())
                       if len(w) > 2 and w[1] == "-m" and w[2] not in ("pytest", "venv")})
-    parsers = {m: importlib.import_module(m).build_parser() for m in ARGPARSE if m in modules}
-    absl_modules = [m for m in modules if m not in NOT_ABSL and m not in parsers
-                    and m not in OWN_FLAGS]
+    absl_modules = [m for m in modules if m not in NOT_ABSL and m not in OWN_FLAGS]
     defined = {m: parse_absl(m, []) for m in absl_modules}
     fragments = [f for f in flag_fragments() if f != "--help"]
     assert len(fragments) >= 15
     for fragment in fragments:
         words = _words(fragment)
         names = {w[2:].split("=")[0] for w in words if w.startswith("--")}
-        if any(_argparse_accepts(parser, words) for parser in parsers.values()) or \
-                any(_own_flags_accept(m, words) for m in OWN_FLAGS if m in modules):
+        if any(_own_flags_accept(m, words) for m in OWN_FLAGS if m in modules):
             continue
         names |= {n[2:] for n in names if n.startswith("no")}
         candidates = [m for m in absl_modules if names & defined[m]]
@@ -346,21 +335,6 @@ def _own_flags_accept(module: str, words) -> bool:
         own(["prog", *words])
     except flags.Error:
         return False
-    return True
-
-
-def _argparse_accepts(parser, words) -> bool:
-    """`words` (flags, each with its value) are options of `parser`, each value one it takes."""
-    actions = parser._option_string_actions
-    for i, word in enumerate(words):
-        if word.startswith("--"):
-            action = actions.get(word.split("=")[0])
-            if action is None:
-                return False
-            value = word.split("=", 1)[1] if "=" in word else (
-                words[i + 1] if action.nargs != 0 and i + 1 < len(words) else None)
-            if action.choices is not None and value is not None and value not in action.choices:
-                return False
     return True
 
 

@@ -212,11 +212,10 @@ def _runner(module):
         quiet.skip_exit_collection()
         quiet.install()
         mod = importlib.import_module(module)
-        if not hasattr(mod, "build_parser"):  # an absl command (argparse ones name themselves)
-            # absl's --help lists the flags of the module named by sys.argv[0] and prints the
-            # __main__ docstring: here the script is __main__, the flags live in `module`.
-            sys.argv[0] = module
-            sys.modules["__main__"].__doc__ = mod.__doc__
+        # absl's --help lists the flags of the module named by sys.argv[0] and prints the
+        # __main__ docstring: here the script is __main__, the flags live in `module`.
+        sys.argv[0] = module
+        sys.modules["__main__"].__doc__ = mod.__doc__
         return mod.cli()
     run.__doc__ = f"python -m {module}"
     return run

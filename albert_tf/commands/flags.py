@@ -139,3 +139,32 @@ def require_an_action(export: bool = False) -> None:
         actions.append("export_dir")
     if not any(getattr(FLAGS, name) for name in actions):
         raise app.UsageError("At least one of " + ", ".join(f"--{a}" for a in actions) + ".")
+
+
+class UsageError(ValueError):
+    """A command line a command with its own flags cannot run: one line, and the hint to
+    --help (`parse_own`)."""
+
+
+def parse_own(define_flags, argv, program: str) -> tuple[list[str], flags.FlagValues]:
+    """(the words left, the parsed flags) of `argv` (without the program) for a command whose
+    flags are its own set (`define_flags(flag_values)`), apart from absl's global FLAGS: its
+    `main(argv)` can be called again in one process, and its names do not meet the other
+    commands' (the client's --model is a served model's name, convert's a kind). --help/-h,
+    --flagfile and the flags' types and choices are absl's, as in every command; a flag error
+    is a UsageError."""
+    flag_values = flags.FlagValues()
+    flags.DEFINE_bool("help", False, "Show this help.", short_name="h", flag_values=flag_values)
+    define_flags(flag_values)
+    try:
+        return flag_values([program, *argv])[1:], flag_values
+    except flags.Error as e:
+        raise UsageError(str(e)) from None
+
+
+def own_flags_help(flag_values: flags.FlagValues) -> str:
+    """The flags' part of such a command's --help (absl's lines without its heading, which is
+    the path of the defining file)."""
+    return "\n".join(line for line in flag_values.get_help(include_special_flags=False)
+                     .splitlines() if line.startswith(" "))
+

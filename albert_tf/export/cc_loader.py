@@ -17,7 +17,6 @@ from albert_tf.quiet import entry_point  # noqa: E402
 
 entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_tf.quiet)
 
-import argparse
 import json
 import os
 import shutil
@@ -26,7 +25,9 @@ import sys
 import tempfile
 
 import numpy as np
+from absl import flags
 
+from albert_tf.commands.flags import UsageError, own_flags_help, parse_own  # noqa: E402
 from albert_tf.records import example_of  # noqa: E402
 from albert_tf.export.client import text_examples  # noqa: E402
 
@@ -243,37 +244,58 @@ def _jsonable(value):
     return value.tolist()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command's arguments (also what tests/test_readme.py checks the README against)."""
-    parser = argparse.ArgumentParser(prog="python -m albert_tf.export.cc_loader",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--saved_model", required=True, help="A version directory.")
-    parser.add_argument("--python", default=sys.executable,
-                        help="Python whose tensorflow wheel to build against (e.g. a TF 2.20 env).")
-    parser.add_argument("--text", action="append", default=None,
-                        help="Run --signature on these texts (repeatable): a text signature "
-                             "takes them as they are; classify, regress, "
-                             "official_serving_default and serve_examples as raw-text "
-                             "tf.Examples (bytes feature text), as albert_tf.export.client sends "
-                             "them.")
-    parser.add_argument("--signature", default="serving_default")
-    parser.add_argument("--loader_binary", default=None,
-                        help="Where the compiled loader is kept: built there when missing, "
-                             "reused when present (default: a new temporary directory).")
-    parser.add_argument("--runtime", choices=["auto", "cpp", "python"], default="cpp",
-                        help="cpp: the C++ loader (LoadSavedModel + Session::Run, as TF Serving; "
-                             "needs g++); python: tf.saved_model.load in this process; auto: cpp "
-                             "when g++ is installed, else python.")
-    parser.add_argument("--xla_cpu_compilation_enabled", action="store_true",
-                        help="As TF Serving's flag of that name: needed by an export made with "
-                             "--jit_compile (the C++ loader only).")
-    parser.add_argument("--output_json", default=None,
-                        help="Also write {runtime, signature, outputs} here.")
-    return parser
+PROGRAM = "python -m albert_tf.export.cc_loader"
+
+
+def define_flags(flag_values: flags.FlagValues) -> None:
+    """The command's flags (absl, its own set: `albert_tf.commands.flags.parse_own`)."""
+    own = {"flag_values": flag_values}
+    flags.DEFINE_string("saved_model", None, "A version directory (required).", **own)
+    flags.DEFINE_string("python", sys.executable, "Python whose tensorflow wheel to build "
+                        "against (e.g. a TF 2.20 env).", **own)
+    flags.DEFINE_multi_string("text", None, "Run --signature on these texts (repeatable): a "
+                              "text signature takes them as they are; classify, regress, "
+                              "official_serving_default and serve_examples as raw-text "
+                              "tf.Examples (bytes feature text), as albert_tf.export.client sends "
+                              "them.", **own)
+    flags.DEFINE_string("signature", "serving_default", "The signature to run.", **own)
+    flags.DEFINE_string("loader_binary", None, "Where the compiled loader is kept: built there "
+                        "when missing, reused when present (default: a new temporary "
+                        "directory).", **own)
+    flags.DEFINE_enum("runtime", "cpp", ["auto", "cpp", "python"], "cpp: the C++ loader "
+                      "(LoadSavedModel + Session::Run, as TF Serving; needs g++); python: "
+                      "tf.saved_model.load in this process; auto: cpp when g++ is installed, "
+                      "else python.", **own)
+    flags.DEFINE_bool("xla_cpu_compilation_enabled", False, "As TF Serving's flag of that name: "
+                      "needed by an export made with --jit_compile (the C++ loader only).", **own)
+    flags.DEFINE_string("output_json", None, "Also write {runtime, signature, outputs} here.",
+                        **own)
+
+
+def parse(argv) -> flags.FlagValues:
+    """The parsed flags of a command line (without the program), or UsageError."""
+    words, flag_values = parse_own(define_flags, argv, PROGRAM)
+    if flag_values.help:
+        return flag_values
+    if words:
+        raise UsageError(f"unexpected argument(s) {' '.join(words)}: this command takes flags "
+                         "only; a value goes with its flag (--text 'two words').")
+    if not flag_values.saved_model:
+        raise UsageError("--saved_model is required: a version directory of an export "
+                         "(EXPORT_DIR/NAME/VERSION).")
+    return flag_values
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    """The command: `argv` without the program (default: sys.argv[1:]); the exit status."""
+    try:
+        args = parse(sys.argv[1:] if argv is None else list(argv))
+    except UsageError as e:
+        print(f"error: {e}\nRun `{PROGRAM} --help` for the flags.", file=sys.stderr)
+        return 1
+    if args.help:
+        print(f"{__doc__.strip()}\n\nFlags:\n{own_flags_help(args)}")
+        return 0
     runtime = args.runtime
     if runtime == "auto":
         runtime = "cpp" if shutil.which("g++") else "python"

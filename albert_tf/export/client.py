@@ -53,6 +53,7 @@ import urllib.request
 from absl import flags
 
 from albert_tf.commands import flags as albert_flags
+from albert_tf.commands.flags import UsageError, own_flags_help, parse_own
 from albert_tf.packing import pack_ids
 from albert_tf.records import example_of
 from albert_tf.tokenization import Tokenizer
@@ -803,17 +804,12 @@ PROGRAM = "python -m albert_tf.export.client"
 EXAMPLE = f"{PROGRAM} classify --server localhost:8501 --model sst2 --text 'a gripping film'"
 
 
-class UsageError(ValueError):
-    """A command line this client cannot run: one line, and the hint to --help."""
-
-
 def define_flags(flag_values: flags.FlagValues) -> None:
     """The command's flags (absl, as every command's), on `flag_values`: the client's own set,
     not absl's global FLAGS, so that `main(argv)` can be called again in one process and the
     client's --model (a served model's name) and --version (a served version) stay apart from
     the flags of those names of convert and export_saved_model."""
     own = {"flag_values": flag_values}
-    flags.DEFINE_bool("help", False, "Show this help.", short_name="h", **own)
     flags.DEFINE_string("server", "localhost",
                         "host[:port] or [IPv6]:port, optionally after http:// or https:// (TLS, "
                         "REST and gRPC; the certificate is verified). Default port: 8501 "
@@ -845,21 +841,14 @@ def define_flags(flag_values: flags.FlagValues) -> None:
 def usage(flag_values: flags.FlagValues) -> str:
     """The --help text: what the client does, its commands, its flags."""
     commands = "\n".join(f"  {name}: {what}" for name, what in COMMANDS.items())
-    flag_lines = [line for line in flag_values.get_help(include_special_flags=False).splitlines()
-                  if line.startswith(" ")]  # absl's heading is the path of this file
     return (f"{__doc__.strip()}\n\nUsage: {PROGRAM} COMMAND --flag=value ...\n\nCommands:\n"
-            f"{commands}\n\nFlags:\n" + "\n".join(flag_lines))
+            f"{commands}\n\nFlags:\n{own_flags_help(flag_values)}")
 
 
 def parse(argv) -> tuple[str, flags.FlagValues]:
     """(COMMAND, the parsed flags) of a command line (without the program), or UsageError.
     Flags and the command may come in any order; --flagfile works as in every command."""
-    flag_values = flags.FlagValues()
-    define_flags(flag_values)
-    try:
-        words = flag_values([PROGRAM, *argv])[1:]
-    except flags.Error as e:
-        raise UsageError(str(e)) from None
+    words, flag_values = parse_own(define_flags, argv, PROGRAM)
     if flag_values.help:
         return "help", flag_values
     if not words:
