@@ -30,7 +30,6 @@ entry_point(__name__)  # run as a program: TF's start-up lines filtered (albert_
 
 import os  # noqa: E402
 
-
 from albert_tf.commands import flags as albert_flags  # noqa: E402
 from albert_tf.commands.runner import (PRETRAINED, command,  # noqa: E402
                                        model_and_tokenizer, run_labels, run_task,

@@ -10,6 +10,7 @@ import dataclasses
 import math
 import os
 
+import numpy as np
 import pytest
 
 from albert_tf.configs import definitions
@@ -87,25 +88,103 @@ def test_no_flag_of_a_setting_is_defined_but_from_its_definition():
             assert path not in EXPERIMENT_COMMANDS, f"{path} defines --{name} by hand"
 
 
+def _constants(tree) -> dict:
+    """A module's top-level names bound to a literal (`DEFAULT_SEQ_LENGTH = 128`)."""
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name):
+            try:
+                found[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                pass
+    return found
+
+
+def _value(node, constants, where):
+    """The literal `node` stands for (a constant, a module constant); an expression this test
+    cannot read fails it, so that a default cannot hide behind one."""
+    if isinstance(node, ast.Name) and node.id in constants:
+        return constants[node.id]
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        pytest.fail(f"{where}: a default this test cannot read ({ast.unparse(node)}); write "
+                    "a literal or a module constant")
+
+
 def test_a_command_changes_a_default_only_to_another_value():
     """`define(..., name=value)`: a command's own default (the official script's) is never the
-    definition's default written a second time."""
+    definition's default written a second time (a literal, a module constant or an expression
+    alike: one it cannot read fails the test)."""
     seen = 0
     for path, tree in _sources():
-        for call in _calls(tree, "define"):
-            if not (isinstance(call.func, ast.Attribute) and call.func.attr == "define"):
+        constants = _constants(tree)
+        for call in (node for node in ast.walk(tree) if isinstance(node, ast.Call)):
+            name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(
+                call.func, "id", None)
+            if name != "define" or path == os.path.join("commands", "flags.py"):
                 continue
             for keyword in call.keywords:
-                if keyword.arg in (None, "kinds", "notes"):
+                if keyword.arg in (None, "kinds", "notes", "flag_values"):
                     continue
                 seen += 1
-                value = ast.literal_eval(keyword.value) if isinstance(
-                    keyword.value, ast.Constant) else object()
-                assert value != SETTINGS[keyword.arg].default, \
+                value = _value(keyword.value, constants, f"{path}: {keyword.arg}")
+                assert keyword.arg in SETTINGS, f"{path}: {keyword.arg} is no setting"
+                assert value != SETTINGS[keyword.arg].default or (
+                    value is None and SETTINGS[keyword.arg].default is None), \
                     f"{path}: {keyword.arg}={value!r} is its definition's default"
     assert seen >= 15
     for name, value in PRETRAINING_DEFAULTS.items():
         assert value != SETTINGS[name].default, name
+
+
+# A library function's own keyword default that differs from its setting's, on purpose.
+DIFFERENT_ON_PURPOSE = {
+    ("training/optimization.py", "num_warmup_steps"): "a schedule warms up only when asked",
+    ("training/trainer.py", "tpu"): "not the setting: whether the strategy is a TPU's",
+    ("tasks/classification.py", "num_train_files"): "one file unless a command asks for more",
+    ("export/serving.py", "max_seq_length"): "SQuAD's serving modules: run_squad's 384",
+    ("api/text_classifier.py", "optimizer"): "compile(optimizer='auto'): AdamW, or a Keras one",
+    ("layers/transformer.py", "remove_padding"): "a layer keeps the padded computation unless "
+                                                  "the loop passes the flag",
+    ("models/backbone.py", "remove_padding"): "likewise, the model's Performance switches",
+    ("data/pretraining.py", "max_seq_length"): "create_pretraining_data's official 128",
+}
+
+
+def test_a_library_functions_default_of_a_setting_is_the_definitions():
+    """A parameter (or dataclass field) named as a setting, with a literal default, has the
+    setting's default, or a difference listed with its reason (`DIFFERENT_ON_PURPOSE`): the
+    Python API and the commands do not drift apart."""
+    found, checked = set(), 0
+    for path, tree in _sources():
+        if path == os.path.join("configs", "definitions.py"):
+            continue
+        for node in ast.walk(tree):
+            pairs = []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                positional = args.posonlyargs + args.args
+                defaults = [None] * (len(positional) - len(args.defaults)) + args.defaults
+                pairs = list(zip(positional, defaults)) + list(zip(args.kwonlyargs,
+                                                                   args.kw_defaults))
+                pairs = [(arg.arg, value) for arg, value in pairs]
+            elif isinstance(node, ast.ClassDef):
+                pairs = [(s.target.id, s.value) for s in node.body
+                         if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
+            for name, value in pairs:
+                if name not in SETTINGS or not isinstance(value, ast.Constant) \
+                        or value.value is None:
+                    continue
+                checked += 1
+                key = (path.replace(os.sep, "/"), name)
+                if value.value != SETTINGS[name].default:
+                    assert key in DIFFERENT_ON_PURPOSE, \
+                        f"{path}:{node.lineno}: {name}={value.value!r}, the setting's is " \
+                        f"{SETTINGS[name].default!r}"
+                    found.add(key)
+    assert checked >= 100 and found == set(DIFFERENT_ON_PURPOSE)
 
 
 def test_the_loops_defaults_are_the_official_pretraining_ones_from_the_definitions():
@@ -146,7 +225,31 @@ def test_the_loop_checks_a_setting_by_its_definitions_rule():
             ({"seed": -5}, "--random_seed must be -1 (a fresh seed) or a seed >= 0; got -5"),
             ({"optimizer": "sgd"}, "--optimizer must be one of lamb, adamw; got 'sgd'"),
             ({"clip_norm": 0.0}, "clip_norm must be a finite number > 0; got 0.0"),
-            ({"grad_accum_steps": 0}, "--grad_accum_steps must be a finite number > 0")]:
+            ({"grad_accum_steps": 0}, "--grad_accum_steps must be a finite number > 0"),
+            ({"learning_rate": None}, "--learning_rate needs a value; got None"),
+            ({"mixed_precision": None}, "--mixed_precision needs a value; got None"),
+            ({"grad_accum_steps": None}, "--grad_accum_steps needs a value; got None"),
+            ({"num_train_steps": 0.5}, "--num_train_steps must be an integer; got 0.5"),
+            ({"shuffle_window": True}, "--shuffle_window must be an integer; got True")]:
         with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
             TrainingConfig(albert_config=config, input_file="x", output_dir="y",
                            max_seq_length=16, **changes)
+    # numpy's numbers are numbers (a sweep's values), None a fresh seed
+    cfg = TrainingConfig(albert_config=config, input_file="x", output_dir="y",
+                         max_seq_length=np.int64(16), train_batch_size=np.int64(32),
+                         num_train_steps=np.int32(10), learning_rate=np.float32(1e-3),
+                         seed=None)
+    assert cfg.train_batch_size == 32 and cfg.seed is None
+    with pytest.raises(TypeError, match=r"takes the typed settings \(albert_tf.configs"):
+        TrainingConfig.from_settings({"learning_rate": 1e-3}, config)
+
+
+def test_a_definition_that_contradicts_itself_is_refused():
+    for kind, default, options in [
+            ("integer", 1.5, {}), ("integer", True, {}), ("enum", "c", {"choices": ("a", "b")}),
+            ("enum", "a", {"choices": "ab"}), ("string", "x", {"rule": "positive"}),
+            ("string", None, {"choices": ("a",)}), ("float", 1.0, {"rule": "no_such_rule"}),
+            ("number", 1, {})]:
+        with pytest.raises(ValueError, match="contradicts itself"):
+            definitions.setting(kind, default, "help", **options)
+    assert definitions.setting("enum", "a", "help", choices=("a", "b")).default == "a"

@@ -130,8 +130,8 @@ def test_no_function_longer_than_80_lines_and_no_class_longer_than_250():
 
 
 def test_each_flag_is_defined_in_one_file():
-    """Shared flags live in albert_tf/commands/flags.py (SPECS); a command's own flags in its
-    module; no name twice. A command with its own set of flags (the client's `flag_values`,
+    """A setting's flag is made from its definition (albert_tf/configs/definitions.py, SPECS);
+    a command's own switches are in its module; no name twice. A command with its own set of flags (the client's `flag_values`,
     apart from absl's global FLAGS) is its own namespace."""
     from albert_tf.commands import flags as albert_flags
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 
 NAN = float("nan")
 
@@ -64,19 +65,33 @@ class Setting:
             return None
         if self.choices and value not in self.choices:
             return f"--{self.name} must be one of {', '.join(self.choices)}"
+        if self.kind == "integer" and (isinstance(value, bool)
+                                       or not isinstance(value, numbers.Integral)):
+            return f"--{self.name} must be an integer"
         if self.rule is None:
             return None
         test, wanted = RULES[self.rule]
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and test(value):
+        if isinstance(value, numbers.Real) and not isinstance(value, bool) and test(value):
             return None
         return f"--{self.name} must be {wanted}"
 
 
+_TYPES = {"string": str, "integer": int, "float": float, "bool": bool, "enum": str, "list": list}
+
+
 def setting(kind: str, default, help: str, *, choices=(), rule: str | None = None):
-    """A field of a settings section: its default, and what the flag and checks need."""
-    if kind not in KINDS or (rule is not None and rule not in RULES) \
-            or (kind == "enum") != bool(choices):
-        raise ValueError(f"a setting of kind {kind!r} with rule {rule!r}, choices {choices!r}")
+    """A field of a settings section: its default, and what the flag and checks need. A
+    definition that contradicts itself (a kind, rule or choices that do not exist or do not
+    fit, a default of another type or outside its choices) is refused when this module loads."""
+    fits = (kind in KINDS and (rule is None or (rule in RULES and kind in ("integer", "float")))
+            and (kind == "enum") == bool(choices)
+            and isinstance(choices, tuple) and all(isinstance(c, str) for c in choices)
+            and (default is None or (isinstance(default, _TYPES[kind])
+                                     and (kind != "integer" or not isinstance(default, bool))
+                                     and (not choices or default in choices))))
+    if not fits:
+        raise ValueError(f"a setting of kind {kind!r}, default {default!r}, rule {rule!r}, "
+                         f"choices {choices!r} contradicts itself")
     return dataclasses.field(default=default, metadata={
         "kind": kind, "help": help, "choices": tuple(choices), "rule": rule})
 
@@ -488,9 +503,24 @@ def _settings_of(cls, section: str):
             yield from _settings_of(field.default_factory, section)
 
 
-# Every setting by name.
-SETTINGS = {s.name: s for section in dataclasses.fields(ExperimentSettings)
-            for s in _settings_of(section.default_factory, section.name)}
+def _by_name() -> dict:
+    """Every setting by name; a name given twice (in two sections) is refused."""
+    settings = {}
+    for section in dataclasses.fields(ExperimentSettings):
+        for s in _settings_of(section.default_factory, section.name):
+            if s.name in settings:
+                raise ValueError(f"the setting {s.name} is defined in {settings[s.name].section} "
+                                 f"and in {s.section}")
+            settings[s.name] = s
+    return settings
+
+
+SETTINGS = _by_name()
+
+
+def default(name: str):
+    """A setting's default: what a library class takes where a command takes the flag."""
+    return SETTINGS[name].default
 
 
 def section_of(name: str) -> str:

@@ -21,6 +21,7 @@ restarted run continues exactly), trains and evaluates.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 
 import tensorflow as tf
@@ -109,7 +110,14 @@ class TrainingConfig:
     def from_settings(cls, settings: ExperimentSettings, albert_config, **overrides):
         """The loop's settings from a command's typed settings (`albert_tf.configs.definitions`,
         `ExperimentConfig.settings()`), `random_seed` -1 as a fresh seed; `overrides`
-        (computed values: input files, steps from epochs) win."""
+        (computed values: input files, steps from epochs) win. A setting `settings` was built
+        without has its definition's default, the fine-tuning runners' (run_pretraining's
+        flags carry the official pretraining ones): build the config directly,
+        `PretrainingConfig(...)`, for this class's own defaults."""
+        if not isinstance(settings, ExperimentSettings):
+            raise TypeError(f"{cls.__name__}.from_settings takes the typed settings "
+                            "(albert_tf.configs.definitions.settings({name: value}) or "
+                            f"ExperimentConfig.settings()); got a {type(settings).__name__}")
         return cls(albert_config=albert_config, **cls.field_values(settings, **overrides))
 
     @classmethod
@@ -143,20 +151,27 @@ class TrainingConfig:
 
     def problems(self) -> list[str]:
         """What is wrong with these settings (each with the flag to fix): a setting's value by
-        its definition's rule (as its flag is checked), and what only the whole says."""
+        its definition's rule (as its flag is checked; None only where a setting may be
+        unset), then what only the whole says."""
         problems = []
         for field in dataclasses.fields(self):
             name = "random_seed" if field.name == "seed" else field.name
-            problem = SETTINGS[name].problem(getattr(self, field.name)) \
-                if name in SETTINGS else None
-            if problem:
-                problems.append(f"{problem}; got {getattr(self, field.name)!r}")
+            value = getattr(self, field.name)
+            if name not in SETTINGS:
+                continue
+            # None: a fresh seed, or no file; elsewhere a value is needed.
+            if value is None and SETTINGS[name].default is not None and name != "random_seed":
+                problems.append(f"--{name} needs a value; got None")
+            elif SETTINGS[name].problem(value):
+                problems.append(f"{SETTINGS[name].problem(value)}; got {value!r}")
         for name, rule in (("weight_decay_rate", "non_negative"), ("clip_norm", "positive")):
             test, wanted = RULES[rule]
             value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and test(value)):
+            if isinstance(value, bool) or not (isinstance(value, numbers.Real) and test(value)):
                 problems.append(f"{name} must be {wanted}; got {value!r}")
-        if not problems and self.train_batch_size % self.grad_accum_steps:
+        if problems:  # what the whole says needs each value right first
+            return problems
+        if self.train_batch_size % self.grad_accum_steps:
             problems.append(f"--train_batch_size={self.train_batch_size} must be a multiple of "
                             f"--grad_accum_steps={self.grad_accum_steps}")
         length = self.albert_config.sequence_length_problem(self.max_seq_length)
