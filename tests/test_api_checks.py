@@ -1,9 +1,10 @@
 """The Keras API checks its numbers as the commands do (issue 58): `compile`'s learning rate
 and warmup by the commands' flag ranges (the settings' definitions,
 `albert_tf.configs.definitions`), regression targets and sample weights finite, a step that
-would write nan or inf never applied (`fit` stops with `NonFiniteLossError`, the commands' gate), `save`/`save_weights`/`export` refusing non-finite
-weights, and one reading of text pairs: a tuple of two sequences is the two columns, a list is rows,
-whatever the number of rows."""
+would write nan or inf never applied (`fit` stops with `NonFiniteLossError`, the commands'
+gate), `save`/`save_weights`/`export` refusing non-finite weights, and one reading of text
+pairs: a tuple of two sequences is the two columns, a list is rows, whatever the number of
+rows."""
 
 import os
 import zipfile
