@@ -329,3 +329,27 @@ def test_console_scripts_from_outside_the_repository(installed, tmp_path):
                           capture_output=True, text=True, cwd=str(tmp_path), env=env)
     assert proc.returncode == 0 and "| all-shared E=128 " in proc.stdout
     assert "11,683,584" in proc.stdout
+
+
+def test_a_failed_network_lookup_is_named_as_one_not_as_a_disk_error(capsys):
+    """A TPU name that does not resolve raised urllib's URLError, an OSError, and the commands
+    said "Free space or fix the permissions of the output location" (a new-user walk): it is
+    said as a network request that failed, with the flags that name addresses."""
+    import urllib.error
+
+    from albert_tf.commands import cli
+
+    def main(argv):
+        raise urllib.error.URLError(OSError(-2, "Name or service not known"))
+
+    assert cli._guarded(main, ["prog"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: a network request failed: [Errno -2] Name or service not "
+                          "known. Check the addresses given to this command (--tpu, --tpu_name")
+    assert "Free space" not in err
+
+    def disk(argv):
+        raise OSError(28, "No space left on device")
+
+    assert cli._guarded(disk, ["prog"]) == 1
+    assert "Free space or fix the permissions" in capsys.readouterr().err

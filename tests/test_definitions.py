@@ -9,6 +9,7 @@ import ast
 import dataclasses
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -55,7 +56,8 @@ def test_every_setting_is_well_formed_and_its_default_passes_its_own_check():
     assert SETTINGS["learning_rate"].problem(True) is not None
     assert SETTINGS["random_seed"].problem(-1) is None
     assert SETTINGS["random_seed"].problem(-2) == \
-        "--random_seed must be -1 (a fresh seed) or a seed >= 0"
+        "--random_seed must be -1 (a fresh seed) or a seed from 0 to 2^32 - 1"
+    assert SETTINGS["random_seed"].problem(2 ** 32) is not None
     assert SETTINGS["classifier_dropout_prob"].problem(1.0) == \
         "--classifier_dropout_prob must be at least 0 and below 1"
     assert SETTINGS["mixed_precision"].problem("float64") == \
@@ -69,6 +71,10 @@ def test_the_sections_are_the_typed_classes_and_nest_the_trainers_groups():
     assert typed.trainer.schedule.train_step == 7
     assert typed.task.task_name == "rte" and typed.runtime.mixed_precision == "bfloat16"
     assert typed.model.max_seq_length == 512  # a setting not given keeps its default
+    # --train_step alone: the fine-tuning names' defaults (no warmup), not run_pretraining's
+    assert typed.trainer.schedule.num_warmup_steps == 0
+    assert typed.trainer.keep_checkpoint_max == 5
+    assert definitions.settings({}).trainer.schedule.num_warmup_steps == 3125
     assert SETTINGS["learning_rate"].section == "trainer"  # the file keeps sections flat
     assert definitions.section_of("poly_power") == "trainer"
     assert definitions.section_of("albert_hub_module_handle") == "model"
@@ -222,7 +228,8 @@ def test_the_loop_checks_a_setting_by_its_definitions_rule():
     for changes, message in [
             ({"shuffle_window": 0}, "--shuffle_window must be a finite number > 0; got 0"),
             ({"input_shards": -1}, "--input_shards must be a finite number >= 0; got -1"),
-            ({"seed": -5}, "--random_seed must be -1 (a fresh seed) or a seed >= 0; got -5"),
+            ({"seed": -5}, "--random_seed must be -1 (a fresh seed) or a seed from 0 to 2^32 - 1; "
+                           "got -5"),
             ({"optimizer": "sgd"}, "--optimizer must be one of lamb, adamw; got 'sgd'"),
             ({"clip_norm": 0.0}, "clip_norm must be a finite number > 0; got 0.0"),
             ({"grad_accum_steps": 0}, "--grad_accum_steps must be a finite number > 0"),
@@ -231,7 +238,7 @@ def test_the_loop_checks_a_setting_by_its_definitions_rule():
             ({"grad_accum_steps": None}, "--grad_accum_steps needs a value; got None"),
             ({"num_train_steps": 0.5}, "--num_train_steps must be an integer; got 0.5"),
             ({"shuffle_window": True}, "--shuffle_window must be an integer; got True")]:
-        with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        with pytest.raises(ValueError, match=re.escape(message)):
             TrainingConfig(albert_config=config, input_file="x", output_dir="y",
                            max_seq_length=16, **changes)
     # numpy's numbers are numbers (a sweep's values), None a fresh seed
@@ -253,3 +260,26 @@ def test_a_definition_that_contradicts_itself_is_refused():
         with pytest.raises(ValueError, match="contradicts itself"):
             definitions.setting(kind, default, "help", **options)
     assert definitions.setting("enum", "a", "help", choices=("a", "b")).default == "a"
+
+
+def test_a_warmup_that_outlasts_training_is_said():
+    """Accepted, as official, and said (a walk found --train_step 4 --warmup_step 100 ending
+    at 2e-6 of a peak 5e-5, and run_pretraining --num_train_steps 2 warming up throughout)."""
+    from albert_tf import AlbertConfig
+    from albert_tf.training.train_lib import TrainingConfig, warmup_note
+
+    config = AlbertConfig(vocab_size=30, embedding_size=8, hidden_size=16,
+                          num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+
+    def note(**changes):
+        return warmup_note(TrainingConfig(albert_config=config, input_file="x", output_dir="y",
+                                          max_seq_length=16, **changes))
+
+    assert note(num_train_steps=4, num_warmup_steps=100, learning_rate=5e-5) == (
+        "note: the warmup (100 steps from step 0) does not end before the last of the 4 "
+        "training steps: the learning rate never reaches its peak 5e-05 (--learning_rate).")
+    assert note(num_train_steps=2) is not None  # run_pretraining's 3125 warmup steps
+    assert note(num_train_steps=101, num_warmup_steps=100) is None
+    assert note(num_train_steps=100, num_warmup_steps=0) is None
+    assert note(num_train_steps=150, num_warmup_steps=100, start_warmup_step=50) is not None
+

@@ -6,6 +6,7 @@ import functools
 import importlib
 import os
 import sys
+import urllib.error
 
 from albert_tf.commands import experiment
 from albert_tf import quiet
@@ -142,6 +143,13 @@ def _guarded(main, argv):
         print("\ninterrupted (Ctrl-C); what was written whole is kept: rerun to resume.",
               file=sys.stderr)
         return 130
+    except urllib.error.URLError as e:  # an OSError, not of a file: a lookup or a connection
+        if os.environ.get("ALBERT_TF_VERBOSE"):
+            raise
+        print(f"error: a network request failed: {e.reason}. Check the addresses given to this "
+              "command (--tpu, --tpu_name, --master, gs:// paths) and this machine's network.",
+              file=sys.stderr)
+        return 1
     except OSError as e:
         if os.environ.get("ALBERT_TF_VERBOSE"):
             raise

@@ -151,6 +151,13 @@ def apply_config_file(path: str, command: str | None = None, flag_values=FLAGS) 
             raise ConfigFileError(f"--config_file {path}: section {section} must be a mapping "
                                   f"of flag names to values.")
         for name, value in values.items():
+            if name not in known and isinstance(value, dict):
+                inner = next(iter(value), "learning_rate")
+                raise ConfigFileError(
+                    f"--config_file {path}: {section}.{name} is a mapping; a section holds its "
+                    f"settings flat (the groups of the typed settings, such as "
+                    f"trainer.optimization, are no level of the file): write {inner} directly "
+                    f"under {section}.")
             if name not in known:
                 near = difflib.get_close_matches(str(name), sorted(known), n=1)
                 raise ConfigFileError(

@@ -106,7 +106,9 @@ def define(*groups, kinds=None, notes=None, flag_values=FLAGS, **defaults):
         spec = SPECS[name]
         kind, default = kinds.get(name, spec.kind), defaults.get(name, spec.default)
         note = notes.get(name, DEFAULT_NOTES.get(name) if "do_predict" in names else None)
-        help_text = f"{spec.help} {note}" if note else spec.help
+        # the range the flag is checked by, said where it has one (`check_numbers`)
+        help_text = spec.help + (f" Must be {RULES[spec.rule][1]}." if spec.rule else "")
+        help_text = f"{help_text} {note}" if note else help_text
         if name in flag_values:  # a command module imported twice in one process (tests)
             continue
         if kind == "enum":

@@ -39,7 +39,8 @@ RULES = {
     # [CLS], one piece, [SEP]: a shorter sequence holds no text at all.
     "sequence": (lambda v: math.isfinite(v) and v >= 3, "at least 3 ([CLS], a piece, [SEP])"),
     "finite": (math.isfinite, "a finite number"),
-    "seed": (lambda v: v == -1 or v >= 0, "-1 (a fresh seed) or a seed >= 0"),
+    "seed": (lambda v: v == -1 or 0 <= v < 2 ** 32,
+             "-1 (a fresh seed) or a seed from 0 to 2^32 - 1"),
     "finite_or_nan": (lambda v: not math.isinf(v), "a finite number (nan: none)"),
 }
 KINDS = ("string", "integer", "float", "bool", "enum", "list")
@@ -537,12 +538,14 @@ ALIASES = {"train_step": "num_train_steps", "warmup_step": "num_warmup_steps",
 
 def settings(values: dict) -> ExperimentSettings:
     """The typed settings of {name: value}, e.g. a command's parsed flags: names that are not
-    settings are left out, a setting missing keeps its default, and an official alias
-    (`ALIASES`) gives its value to the loop's name too."""
+    settings are left out, a setting missing keeps its default, and the fine-tuning runners'
+    official names (`ALIASES`) give their values to the loop's names too: where one of them is
+    given, the others not given are at their own defaults (--train_step alone: no warmup, not
+    run_pretraining's 3125 steps)."""
     values = dict(values)
-    for alias, name in ALIASES.items():
-        if alias in values:
-            values[name] = values[alias]
+    if any(alias in values for alias in ALIASES):  # the fine-tuning runners' names: all of them
+        for alias, name in ALIASES.items():
+            values[name] = values.get(alias, SETTINGS[alias].default)
 
     def build(cls):
         kwargs = {}

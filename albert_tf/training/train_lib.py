@@ -211,6 +211,18 @@ class PretrainingConfig(TrainingConfig):
         return problems
 
 
+def warmup_note(cfg: TrainingConfig) -> str | None:
+    """A note for a warmup that does not end before the last training step: accepted, as
+    official, and said, since the learning rate then never reaches its peak."""
+    if cfg.num_warmup_steps and cfg.start_warmup_step + cfg.num_warmup_steps >= \
+            cfg.num_train_steps:
+        return (f"note: the warmup ({cfg.num_warmup_steps} steps from step "
+                f"{cfg.start_warmup_step}) does not end before the last of the "
+                f"{cfg.num_train_steps} training steps: the learning rate never reaches its "
+                f"peak {cfg.learning_rate:g} (--learning_rate).")
+    return None
+
+
 def _logger(verbose: bool):
     def log(message):
         if verbose:
@@ -442,6 +454,8 @@ class TrainingRun:
         cfg = self.cfg
         summary = {"start": self._restore_or_initialize()}
         if cfg.do_train:
+            if warmup_note(cfg):
+                self._log(warmup_note(cfg))
             summary.update(self.train())
             if exporter is not None and self.is_chief and summary["status"] == "completed":
                 summary["exports"] = actions.export_models(exporter, self.trained_models())
