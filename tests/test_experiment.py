@@ -128,6 +128,27 @@ def test_given_is_restored_exactly_and_paths_are_written_absolute(tmp_path, monk
     assert experiment._absolute("init_checkpoint", "runs/x:best") == f"{tmp_path}/runs/x:best"
 
 
+def test_an_official_alias_beside_a_flag_that_says_otherwise_is_refused():
+    """--use_tpu beside --distribution_strategy=mirrored ran on a TPU without a word (a walk);
+    beside --distribution_strategy=tpu, or alone, it is what it says."""
+    from absl import app
+
+    for argv, message in [
+            (["--use_tpu", "--distribution_strategy=mirrored"],
+             "--use_tpu (official: --distribution_strategy=tpu) and "
+             "--distribution_strategy=mirrored say different things; give one of them."),
+            (["--tpu_name=a", "--tpu=b"], "--tpu_name (official: --tpu=a) and --tpu=b say "
+                                          "different things; give one of them.")]:
+        with pytest.raises(app.UsageError) as raised:
+            experiment.from_flags("prog", _flag_values(argv))
+        assert str(raised.value) == message
+    for argv in (["--use_tpu", "--distribution_strategy=tpu"], ["--use_tpu"],
+                 ["--tpu_name=a", "--tpu=a"], ["--distribution_strategy=mirrored"]):
+        cfg = experiment.from_flags("prog", _flag_values(argv))
+        assert cfg.distribution_strategy == ("mirrored" if "mirrored" in argv[0] else
+                                             "tpu" if "--use_tpu" in argv else "default")
+
+
 def test_a_fresh_seed_is_drawn_once_and_recorded():
     cfg = experiment.from_flags("prog", _flag_values(["--random_seed=-1"]))
     assert 0 <= cfg.random_seed < 2 ** 31 and cfg.seed() == cfg.random_seed
@@ -168,6 +189,11 @@ def test_a_fresh_seed_is_reused_by_the_same_command_in_its_directory(tmp_path):
     ({"trainer": {"do_train": "yes"}}, r"trainer.do_train: .*'yes'.* \(a boolean flag takes "
                                        r"true or false, as on the command line\)"),
     ({"given": "learning_rate"}, r"given must be a list of flag names"),
+    ({"given": ["learning_rate", "bogus_flag"]}, r"given names bogus_flag, not flags of this "
+                                                 r"command"),
+    ({"trainer": {"optimization": {"learning_rate": 1.0}}},
+     r"trainer.optimization is a mapping; a section holds its settings flat .* write "
+     r"learning_rate directly under trainer"),
 ])
 def test_bad_config_files_are_named_with_the_key(tmp_path, data, message):
     values = _flag_values()

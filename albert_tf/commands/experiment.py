@@ -68,8 +68,8 @@ def define_config_file_flag(flag_values=FLAGS) -> None:
         flags.DEFINE_string(
             "config_file", None,
             "A YAML or JSON experiment config (sections task, model, trainer, runtime of flag "
-            "values; a run's OUTPUT_DIR/config.yaml repeats that run). Flags given beside it "
-            "win.", flag_values=flag_values)
+            "values; a training run's OUTPUT_DIR/config.yaml repeats that run). Flags given beside "
+            "it win.", flag_values=flag_values)
 
 
 def settings_of(flag_values=FLAGS) -> list[str]:
@@ -144,6 +144,11 @@ def apply_config_file(path: str, command: str | None = None, flag_values=FLAGS) 
                               f"{', '.join(unknown_sections)}; the sections are "
                               f"{', '.join(SECTIONS)}.")
     known = set(settings_of(flag_values))
+    strangers = sorted(set(given or ()) - known)
+    if strangers:
+        raise ConfigFileError(f"--config_file {path}: given names {', '.join(strangers)}, not "
+                              "flags of this command; given lists the flags the file's values "
+                              "were given for.")
     updates = {}
     for section in SECTIONS:
         values = data.get(section) or {}
@@ -329,9 +334,28 @@ def _settings_lines(text: str) -> list:
     return [line for line in text.splitlines() if not line.startswith("#")]
 
 
+def _refuse_contradicting_aliases(names, flag_values) -> None:
+    """--use_tpu beside another --distribution_strategy, --tpu_name beside another --tpu."""
+    from absl import app
+
+    for alias, meaning, means in (("use_tpu", "distribution_strategy", "tpu"),
+                                  ("tpu_name", "tpu", None)):
+        if alias not in names or meaning not in names or not flag_values[alias].value \
+                or not flag_values[meaning].present:
+            continue
+        said = means if means is not None else flag_values[alias].value
+        if flag_values[meaning].value not in (None, said):
+            raise app.UsageError(
+                f"--{alias} (official: --{meaning}={said}) and --{meaning}="
+                f"{flag_values[meaning].value} say different things; give one of them.")
+
+
 def from_flags(command: str, flag_values=FLAGS) -> ExperimentConfig:
-    """The command's config from its parsed flags (after `apply_config_file`)."""
+    """The command's config from its parsed flags (after `apply_config_file`); an official
+    alias given beside a flag that says otherwise is absl's UsageError (one of them would be
+    dropped without a word)."""
     names = settings_of(flag_values)
+    _refuse_contradicting_aliases(names, flag_values)
     values = _resolved({name: flag_values[name].value for name in names}, command)
     sections = {section: {} for section in SECTIONS}
     for name, value in values.items():
