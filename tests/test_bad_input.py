@@ -6,6 +6,7 @@ named by the help and export refusals."""
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -303,12 +304,14 @@ def test_resume_with_other_settings_is_refused_naming_them(generated_data, tmp_p
     for changes, named in [({"learning_rate": 3e-2}, "learning_rate: 0.001 there, 0.03 now"),
                            ({"optimizer": "adamw"}, "optimizer: 'lamb' there, 'adamw' now"),
                            ({"num_train_steps": 4, "save_checkpoints_steps": 4},
-                            "num_train_steps: 2 there, 4 now"),
+                            "num_train_steps (the fine-tuning commands' --train_step): 2 there, "
+                            "4 now"),
                            ({"mixed_precision": "bfloat16"},
                             "mixed_precision: 'float32' there, 'bfloat16' now"),
-                           ({"num_warmup_steps": 1}, "num_warmup_steps: 0 there, 1 now")]:
+                           ({"num_warmup_steps": 1}, "num_warmup_steps (the fine-tuning commands' "
+                                                     "--warmup_step): 0 there, 1 now")]:
         with pytest.raises(OutputDirMismatchError, match=r"holds a run with other settings \("
-                                                         + named.replace("(", r"\(")):
+                                                         + re.escape(named)):
             PretrainingRun(_config(tmp_path, files, **changes))
     # The same command resumes (finished: nothing more to do) and reports that run.
     summary = PretrainingRun(_config(tmp_path, files)).run()

@@ -25,6 +25,7 @@ from albert_tf.checkpoints.runs import (BEST_DIR, BEST_EVAL_FILE, SETTINGS_FILE,
                                        best_prefix, checkpoints_on_disk, latest_prefix,
                                        resume_candidates)
 from albert_tf.config import AlbertConfig
+from albert_tf.configs.definitions import ALIASES
 from albert_tf.input_pipeline import DataMismatchError, InputPlan, list_files
 from albert_tf.ownership import OutputLock
 from albert_tf.paths import atomic_write
@@ -95,8 +96,10 @@ def _sha256_of(path: str) -> str:
 def _refuse_other_settings(output_dir: str, saved: dict, mine: dict) -> None:
     """OutputDirMismatchError naming each of `mine` that the run at `output_dir` recorded
     (`saved`) otherwise."""
-    differences = [f"{k}: {saved.get(k)!r} there, {v!r} now" for k, v in mine.items()
-                   if saved.get(k) != v]
+    official = {name: alias for alias, name in ALIASES.items()}
+    differences = [f"{k}" + (f" (the fine-tuning commands' --{official[k]})" if k in official
+                             else "") + f": {saved.get(k)!r} there, {v!r} now"
+                   for k, v in mine.items() if saved.get(k) != v]
     if differences:
         raise OutputDirMismatchError(
             f"--output_dir {output_dir} holds a run with other settings ("
