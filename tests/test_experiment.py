@@ -4,6 +4,7 @@ would read it, the effective config each training run writes, and that config re
 import json
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -201,6 +202,25 @@ def test_bad_config_files_are_named_with_the_key(tmp_path, data, message):
     with pytest.raises(ConfigFileError, match=message) as raised:
         experiment.apply_config_file(path, "prog", values)
     assert str(raised.value).startswith(f"--config_file {path}")
+
+
+def test_a_file_value_the_command_line_overrides_is_checked_all_the_same(tmp_path):
+    """`train_step: 4e1` in a file passed beside --train_step 4 and failed alone (a walk)."""
+    for data, message in [({"trainer": {"train_batch_size": "eight"}}, "eight"),
+                          ({"trainer": {"train_batch_size": 0}}, "must be a finite number > 0"),
+                          ({"runtime": {"mixed_precision": "float8"}}, "should be one of"),
+                          ({"trainer": {"train_batch_size": None}}, "null is not a value")]:
+        name = next(iter(next(iter(data.values()))))
+        values = _flag_values([f"--{name}=" + ("64" if name == "train_batch_size"
+                                                else "bfloat16")])
+        path = _write(tmp_path / "over.yaml", data)
+        with pytest.raises(ConfigFileError, match=re.escape(message) + r".*\(the command line's "
+                           f"--{name} wins, and the file's value is none of this flag's\\)"):
+            experiment.apply_config_file(path, "prog", values)
+    values = _flag_values(["--train_batch_size=64"])
+    path = _write(tmp_path / "fine.yaml", {"trainer": {"train_batch_size": 8}})
+    assert experiment.apply_config_file(path, "prog", values) == []
+    assert values.train_batch_size == 64
 
 
 def test_null_is_a_value_only_where_the_default_is_none(tmp_path):

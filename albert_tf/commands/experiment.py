@@ -35,7 +35,9 @@ import sys
 import yaml
 from absl import flags
 
+from albert_tf.commands.flags import NUMBER_RULES
 from albert_tf.configs import definitions
+from albert_tf.configs.definitions import RULES
 from albert_tf.configs.definitions import section_of
 from albert_tf.configs.yaml_file import (CONFIG_NAME, SECTIONS, ConfigFileError, Plain,
                                          read_config_file, read_config_texts)
@@ -175,9 +177,10 @@ def apply_config_file(path: str, command: str | None = None, flag_values=FLAGS) 
     applied = []
     for name, value in updates.items():
         flag = flag_values[name]
-        if flag.present:
-            continue  # the command line wins
         where = f"--config_file {path}: {section_of(name)}.{name}"
+        if flag.present:  # the command line wins; the file's value must still be one
+            _check_overridden(flag, value, where)
+            continue
         if value is None and flag.default is not None:
             raise ConfigFileError(f"{where}: null is not a value of this flag (its default is "
                                   f"{flag.default!r}); give a value or leave the key out.")
@@ -194,6 +197,25 @@ def apply_config_file(path: str, command: str | None = None, flag_values=FLAGS) 
         flag.present = int(given is None or name in given)
         applied.append(name)
     return applied
+
+
+def _check_overridden(flag, value, where: str) -> None:
+    """A value of the file that the command line overrides is checked as if it were used (its
+    type, choices and range): a file that would fail alone fails beside the flag too."""
+    problem = None
+    if value is None:
+        problem = None if flag.default is None else "null is not a value of this flag"
+    else:
+        try:
+            parsed = flag.parser.parse(_file_value(flag, value))
+            rule = NUMBER_RULES.get(flag.name)
+            if rule and isinstance(parsed, (int, float)) and not RULES[rule][0](parsed):
+                problem = f"--{flag.name} must be {RULES[rule][1]}"
+        except (flags.Error, ValueError) as e:
+            problem = str(e)
+    if problem:
+        raise ConfigFileError(f"{where}: {problem} (the command line's --{flag.name} wins, and "
+                              "the file's value is none of this flag's)")
 
 
 @dataclasses.dataclass(frozen=True)
