@@ -304,12 +304,13 @@ def test_resume_with_other_settings_is_refused_naming_them(generated_data, tmp_p
     for changes, named in [({"learning_rate": 3e-2}, "learning_rate: 0.001 there, 0.03 now"),
                            ({"optimizer": "adamw"}, "optimizer: 'lamb' there, 'adamw' now"),
                            ({"num_train_steps": 4, "save_checkpoints_steps": 4},
-                            "num_train_steps (the fine-tuning commands' --train_step): 2 there, "
-                            "4 now"),
+                            "num_train_steps (run_classifier, run_race, run_tagging: "
+                            "--train_step): 2 there, 4 now"),
                            ({"mixed_precision": "bfloat16"},
                             "mixed_precision: 'float32' there, 'bfloat16' now"),
-                           ({"num_warmup_steps": 1}, "num_warmup_steps (the fine-tuning commands' "
-                                                     "--warmup_step): 0 there, 1 now")]:
+                           ({"num_warmup_steps": 1}, "num_warmup_steps (run_classifier, "
+                                                     "run_race, run_tagging: --warmup_step): 0 "
+                                                     "there, 1 now")]:
         with pytest.raises(OutputDirMismatchError, match=r"holds a run with other settings \("
                                                          + re.escape(named)):
             PretrainingRun(_config(tmp_path, files, **changes))

@@ -353,3 +353,10 @@ def test_a_failed_network_lookup_is_named_as_one_not_as_a_disk_error(capsys):
 
     assert cli._guarded(disk, ["prog"]) == 1
     assert "Free space or fix the permissions" in capsys.readouterr().err
+
+    def lookup(argv):  # a resolver that raises the socket's error itself
+        import socket
+        raise socket.gaierror(-2, "Name or service not known")
+
+    assert cli._guarded(lookup, ["prog"]) == 1
+    assert capsys.readouterr().err.startswith("error: a network request failed: [Errno -2]")

@@ -141,13 +141,31 @@ def test_an_official_alias_beside_a_flag_that_says_otherwise_is_refused():
             (["--tpu_name=a", "--tpu=b"], "--tpu_name (official: --tpu=a) and --tpu=b say "
                                           "different things; give one of them.")]:
         with pytest.raises(app.UsageError) as raised:
-            experiment.from_flags("prog", _flag_values(argv))
+            experiment.refuse_contradicting_aliases(_flag_values(argv))
         assert str(raised.value) == message
     for argv in (["--use_tpu", "--distribution_strategy=tpu"], ["--use_tpu"],
                  ["--tpu_name=a", "--tpu=a"], ["--distribution_strategy=mirrored"]):
-        cfg = experiment.from_flags("prog", _flag_values(argv))
+        values = _flag_values(argv)
+        experiment.refuse_contradicting_aliases(values)
+        cfg = experiment.from_flags("prog", values)
         assert cfg.distribution_strategy == ("mirrored" if "mirrored" in argv[0] else
                                              "tpu" if "--use_tpu" in argv else "default")
+
+
+def test_the_command_line_gives_an_alias_pair_whole_beside_a_config_file(tmp_path):
+    """A run's written config says distribution_strategy: mirrored; rerun with --use_tpu, the
+    command line's half wins the pair and the file's other half is left (a review: the file's
+    value counted as given and the rerun was refused); the other way round alike."""
+    for data, argv, strategy, tpu in [
+            ({"runtime": {"distribution_strategy": "mirrored"}}, ["--use_tpu"], "tpu", None),
+            ({"runtime": {"use_tpu": True, "tpu_name": "a"}},
+             ["--distribution_strategy=mirrored", "--tpu=b"], "mirrored", "b"),
+            ({"runtime": {"tpu_name": "a"}}, [], "default", "a")]:
+        values = _flag_values(argv)
+        experiment.refuse_contradicting_aliases(values)
+        experiment.apply_config_file(_write(tmp_path / "run.yaml", data), "prog", values)
+        cfg = experiment.from_flags("prog", values)
+        assert (cfg.distribution_strategy, cfg.tpu) == (strategy, tpu)
 
 
 def test_a_fresh_seed_is_drawn_once_and_recorded():

@@ -401,6 +401,11 @@ def test_the_serving_step_without_a_command_names_the_commands(capsys):
     assert "error: unknown command 'clasify': one of predict," in capsys.readouterr().err
     assert client.main(["classify", "--text", "a"]) == 1
     assert "error: --model is required" in capsys.readouterr().err
+    assert client.main(["classify", "--model", "m", "--text", "a", "--max_seq_length", "2"]) == 1
+    assert "--max_seq_length must be at least 3" in capsys.readouterr().err  # as its help says
+    assert client.main(["classify", "--model", "m", "--text", "a", "--spm_model_file",
+                        "/no/such.model", "--max_seq_length", "8"]) == 1
+    assert "error: SentencePiece model not found: /no/such.model." in capsys.readouterr().err
     assert client.main(["-h"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("A client for ALBERT models") and "\n  --timeout: Seconds" in out

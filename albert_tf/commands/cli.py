@@ -5,6 +5,7 @@ lines (`albert_tf.quiet`) before the command's module imports TensorFlow, then r
 import functools
 import importlib
 import os
+import socket
 import sys
 import urllib.error
 
@@ -101,6 +102,7 @@ def _with_config_file(main, argv):
     line naming the file and the key, exit status 1."""
     from absl import flags
 
+    experiment.refuse_contradicting_aliases()  # the command line's own, before the file's
     path = flags.FLAGS.config_file
     if path:
         try:
@@ -143,10 +145,13 @@ def _guarded(main, argv):
         print("\ninterrupted (Ctrl-C); what was written whole is kept: rerun to resume.",
               file=sys.stderr)
         return 130
-    except urllib.error.URLError as e:  # an OSError, not of a file: a lookup or a connection
+    except (urllib.error.URLError, socket.gaierror, ConnectionRefusedError,
+            ConnectionResetError, ConnectionAbortedError) as e:  # OSErrors, not of a file: a
+        # name lookup or a connection (a closed pipe of our own output is not one)
         if os.environ.get("ALBERT_TF_VERBOSE"):
             raise
-        print(f"error: a network request failed: {e.reason}. Check the addresses given to this "
+        reason = e.reason if isinstance(e, urllib.error.URLError) else e
+        print(f"error: a network request failed: {reason}. Check the addresses given to this "
               "command (--tpu, --tpu_name, --master, gs:// paths) and this machine's network.",
               file=sys.stderr)
         return 1

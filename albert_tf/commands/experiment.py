@@ -146,6 +146,8 @@ def apply_config_file(path: str, command: str | None = None, flag_values=FLAGS) 
                               f"{', '.join(unknown_sections)}; the sections are "
                               f"{', '.join(SECTIONS)}.")
     known = set(settings_of(flag_values))
+    on_command_line = {name for name in known if flag_values[name].present}
+    partner = {a: b for pair in ALIAS_PAIRS for a, b in (pair[:2], pair[1::-1])}
     strangers = sorted(set(given or ()) - known)
     if strangers:
         raise ConfigFileError(f"--config_file {path}: given names {', '.join(strangers)}, not "
@@ -178,9 +180,11 @@ def apply_config_file(path: str, command: str | None = None, flag_values=FLAGS) 
     for name, value in updates.items():
         flag = flag_values[name]
         where = f"--config_file {path}: {section_of(name)}.{name}"
-        if flag.present:  # the command line wins; the file's value must still be one
+        if name in on_command_line:  # the command line wins; the file's value must still be one
             _check_overridden(flag, value, where)
             continue
+        if partner.get(name) in on_command_line:
+            continue  # the command line gives the other half of an official alias pair
         if value is None and flag.default is not None:
             raise ConfigFileError(f"{where}: null is not a value of this flag (its default is "
                                   f"{flag.default!r}); give a value or leave the key out.")
@@ -356,12 +360,20 @@ def _settings_lines(text: str) -> list:
     return [line for line in text.splitlines() if not line.startswith("#")]
 
 
-def _refuse_contradicting_aliases(names, flag_values) -> None:
-    """--use_tpu beside another --distribution_strategy, --tpu_name beside another --tpu."""
+# Official aliases and the flags they stand for: (alias, flag, the flag's value it means; None:
+# the alias's own value).
+ALIAS_PAIRS = (("use_tpu", "distribution_strategy", "tpu"), ("tpu_name", "tpu", None))
+
+
+def refuse_contradicting_aliases(flag_values=FLAGS) -> None:
+    """absl's UsageError for an official alias given on the command line beside a flag that
+    says otherwise (--use_tpu with --distribution_strategy=mirrored, --tpu_name a with --tpu b):
+    one of them would be dropped without a word. Called on the command line alone, before
+    `apply_config_file` (which leaves the file's half of a pair the command line gives)."""
     from absl import app
 
-    for alias, meaning, means in (("use_tpu", "distribution_strategy", "tpu"),
-                                  ("tpu_name", "tpu", None)):
+    names = settings_of(flag_values)
+    for alias, meaning, means in ALIAS_PAIRS:
         if alias not in names or meaning not in names or not flag_values[alias].value \
                 or not flag_values[meaning].present:
             continue
@@ -373,11 +385,8 @@ def _refuse_contradicting_aliases(names, flag_values) -> None:
 
 
 def from_flags(command: str, flag_values=FLAGS) -> ExperimentConfig:
-    """The command's config from its parsed flags (after `apply_config_file`); an official
-    alias given beside a flag that says otherwise is absl's UsageError (one of them would be
-    dropped without a word)."""
+    """The command's config from its parsed flags (after `apply_config_file`)."""
     names = settings_of(flag_values)
-    _refuse_contradicting_aliases(names, flag_values)
     values = _resolved({name: flag_values[name].value for name in names}, command)
     sections = {section: {} for section in SECTIONS}
     for name, value in values.items():

@@ -75,12 +75,13 @@ NUMBER_RULES = {
 }
 
 
-def check_numbers(flag_values=FLAGS) -> None:
-    """Registers the `NUMBER_RULES` range of every numeric flag defined on `flag_values`, so
-    that parsing refuses a value outside it (absl: "flag --learning_rate=nan: ..."); None (a
-    flag left unset) passes. The command layer calls it before parsing."""
+def check_numbers(flag_values=FLAGS, names=None) -> None:
+    """Registers the `NUMBER_RULES` range of every numeric flag defined on `flag_values` (of
+    `names` only, where given), so that parsing refuses a value outside it (absl: "flag
+    --learning_rate=nan: ..."); None (a flag left unset) passes. The command layer calls it
+    before parsing."""
     for name, rule in NUMBER_RULES.items():
-        if name not in flag_values:
+        if name not in flag_values or (names is not None and name not in names):
             continue
         test, wanted = RULES[rule]
 
@@ -158,6 +159,8 @@ def parse_own(define_flags, argv, program: str) -> tuple[list[str], flags.FlagVa
     flag_values = flags.FlagValues()
     flags.DEFINE_bool("help", False, "Show this help.", short_name="h", flag_values=flag_values)
     define_flags(flag_values)
+    # the settings' ranges, as their help says (a command's own switch checks its own value)
+    check_numbers(flag_values, names=[name for name in SETTINGS if name in flag_values])
     try:
         return flag_values([program, *argv])[1:], flag_values
     except flags.Error as e:

@@ -923,6 +923,10 @@ def main(argv=None) -> int:
     except ServingError as e:
         print(f"error: {_printable(str(e))}", file=sys.stderr)
         return 1
+    except OSError as e:  # a file named by a flag (--spm_model_file) that cannot be read
+        what = f"cannot read {e.filename}: {e.strerror}" if e.filename else str(e)
+        print(f"error: {_printable(what.rstrip('.'))}.", file=sys.stderr)
+        return 1
     return 0
 
 

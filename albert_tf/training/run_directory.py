@@ -97,8 +97,8 @@ def _refuse_other_settings(output_dir: str, saved: dict, mine: dict) -> None:
     """OutputDirMismatchError naming each of `mine` that the run at `output_dir` recorded
     (`saved`) otherwise."""
     official = {name: alias for alias, name in ALIASES.items()}
-    differences = [f"{k}" + (f" (the fine-tuning commands' --{official[k]})" if k in official
-                             else "") + f": {saved.get(k)!r} there, {v!r} now"
+    differences = [f"{k}" + (f" (run_classifier, run_race, run_tagging: --{official[k]})"
+                             if k in official else "") + f": {saved.get(k)!r} there, {v!r} now"
                    for k, v in mine.items() if saved.get(k) != v]
     if differences:
         raise OutputDirMismatchError(
