@@ -148,11 +148,6 @@ def apply_config_file(path: str, command: str | None = None, flag_values=FLAGS) 
     known = set(settings_of(flag_values))
     on_command_line = {name for name in known if flag_values[name].present}
     partner = {a: b for pair in ALIAS_PAIRS for a, b in (pair[:2], pair[1::-1])}
-    strangers = sorted(set(given or ()) - known)
-    if strangers:
-        raise ConfigFileError(f"--config_file {path}: given names {', '.join(strangers)}, not "
-                              "flags of this command; given lists the flags the file's values "
-                              "were given for.")
     updates = {}
     for section in SECTIONS:
         values = data.get(section) or {}
@@ -176,6 +171,11 @@ def apply_config_file(path: str, command: str | None = None, flag_values=FLAGS) 
                 raise ConfigFileError(f"--config_file {path}: {name} belongs in the "
                                       f"{section_of(name)} section, not {section}.")
             updates[name] = value
+    strangers = sorted(set(given or ()) - known)
+    if strangers:
+        raise ConfigFileError(f"--config_file {path}: given names {', '.join(strangers)}, not "
+                              "flags of this command; given lists the flags the file's values "
+                              "were given for.")
     applied = []
     for name, value in updates.items():
         flag = flag_values[name]
