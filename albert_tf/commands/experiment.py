@@ -35,9 +35,8 @@ import sys
 import yaml
 from absl import flags
 
-from albert_tf.commands.flags import NUMBER_RULES
+from albert_tf.commands.flags import range_problem
 from albert_tf.configs import definitions
-from albert_tf.configs.definitions import RULES
 from albert_tf.configs.definitions import section_of
 from albert_tf.configs.yaml_file import (CONFIG_NAME, SECTIONS, ConfigFileError, Plain,
                                          read_config_file, read_config_texts)
@@ -211,10 +210,7 @@ def _check_overridden(flag, value, where: str) -> None:
         problem = None if flag.default is None else "null is not a value of this flag"
     else:
         try:
-            parsed = flag.parser.parse(_file_value(flag, value))
-            rule = NUMBER_RULES.get(flag.name)
-            if rule and isinstance(parsed, (int, float)) and not RULES[rule][0](parsed):
-                problem = f"--{flag.name} must be {RULES[rule][1]}"
+            problem = range_problem(flag.name, flag.parser.parse(_file_value(flag, value)))
         except (flags.Error, ValueError) as e:
             problem = str(e)
     if problem:

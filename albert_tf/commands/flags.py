@@ -75,6 +75,18 @@ NUMBER_RULES = {
 }
 
 
+def range_problem(name: str, value) -> str | None:
+    """Why `value` is outside the `NUMBER_RULES` range of --`name` (None: inside it, unset, or
+    a flag without a range): what parsing refuses (`check_numbers`) and a config file's
+    overridden value is checked by."""
+    rule = NUMBER_RULES.get(name)
+    if rule is None or value is None:
+        return None
+    test, wanted = RULES[rule]
+    return None if isinstance(value, (int, float)) and test(value) \
+        else f"--{name} must be {wanted}"
+
+
 def check_numbers(flag_values=FLAGS, names=None) -> None:
     """Registers the `NUMBER_RULES` range of every numeric flag defined on `flag_values` (of
     `names` only, where given), so that parsing refuses a value outside it (absl: "flag
@@ -83,12 +95,8 @@ def check_numbers(flag_values=FLAGS, names=None) -> None:
     for name, rule in NUMBER_RULES.items():
         if name not in flag_values or (names is not None and name not in names):
             continue
-        test, wanted = RULES[rule]
-
-        def check(value, test=test):
-            return value is None or (isinstance(value, (int, float)) and test(value))
-
-        flags.register_validator(name, check, message=f"--{name} must be {wanted}",
+        flags.register_validator(name, lambda value, name=name: not range_problem(name, value),
+                                 message=f"--{name} must be {RULES[rule][1]}",
                                  flag_values=flag_values)
 
 
