@@ -162,8 +162,8 @@ class TrainingConfig:
             # None: a fresh seed, or no file; elsewhere a value is needed.
             if value is None and SETTINGS[name].default is not None and name != "random_seed":
                 problems.append(f"--{name} needs a value; got None")
-            elif SETTINGS[name].problem(value):
-                problems.append(f"{SETTINGS[name].problem(value)}; got {value!r}")
+            elif problem := SETTINGS[name].problem(value):
+                problems.append(f"{problem}; got {value!r}")
         for name, rule in (("weight_decay_rate", "non_negative"), ("clip_norm", "positive")):
             test, wanted = RULES[rule]
             value = getattr(self, name)
@@ -454,8 +454,8 @@ class TrainingRun:
         cfg = self.cfg
         summary = {"start": self._restore_or_initialize()}
         if cfg.do_train:
-            if warmup_note(cfg):
-                self._log(warmup_note(cfg))
+            if note := warmup_note(cfg):
+                self._log(note)
             summary.update(self.train())
             if exporter is not None and self.is_chief and summary["status"] == "completed":
                 summary["exports"] = actions.export_models(exporter, self.trained_models())
