@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from albert_tf.configs.definitions import RULES, SETTINGS
+from albert_tf.configs.definitions import RULES, SETTINGS, rule_problem
 
 FLAGS = flags.FLAGS
 # Flags defined through `define` belong to the module that calls it (its --help lists them).
@@ -80,11 +80,7 @@ def range_problem(name: str, value) -> str | None:
     a flag without a range): what parsing refuses (`check_numbers`) and a config file's
     overridden value is checked by."""
     rule = NUMBER_RULES.get(name)
-    if rule is None or value is None:
-        return None
-    test, wanted = RULES[rule]
-    return None if isinstance(value, (int, float)) and test(value) \
-        else f"--{name} must be {wanted}"
+    return None if rule is None or value is None else rule_problem(name, rule, value)
 
 
 def check_numbers(flag_values=FLAGS, names=None) -> None:

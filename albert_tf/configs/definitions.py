@@ -46,6 +46,15 @@ RULES = {
 KINDS = ("string", "integer", "float", "bool", "enum", "list")
 
 
+def rule_problem(name: str, rule: str, value) -> str | None:
+    """Why `value` of --`name` breaks the range `rule` (a RULES name), or None; a bool is no
+    number."""
+    test, wanted = RULES[rule]
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and test(value):
+        return None
+    return f"--{name} must be {wanted}"
+
+
 @dataclasses.dataclass(frozen=True)
 class Setting:
     """One setting as the flags and the config files see it."""
@@ -69,12 +78,7 @@ class Setting:
         if self.kind == "integer" and (isinstance(value, bool)
                                        or not isinstance(value, numbers.Integral)):
             return f"--{self.name} must be an integer"
-        if self.rule is None:
-            return None
-        test, wanted = RULES[self.rule]
-        if isinstance(value, numbers.Real) and not isinstance(value, bool) and test(value):
-            return None
-        return f"--{self.name} must be {wanted}"
+        return None if self.rule is None else rule_problem(self.name, self.rule, value)
 
 
 _TYPES = {"string": str, "integer": int, "float": float, "bool": bool, "enum": str, "list": list}
