@@ -42,6 +42,7 @@ from albert_tf.paths import gfile
 LOCK_NAME = ".albert_tf.lock"
 LEASE_REFRESH_S = 60.0
 LEASE_STALE_S = 600.0
+HOLDER_RECORD_WAIT_S = 2.0
 
 
 class OutputLockedError(ValueError):
@@ -92,6 +93,21 @@ def _parse(text: str) -> dict:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def _read_holder(fd, wait_s: float = HOLDER_RECORD_WAIT_S) -> dict:
+    """The record of the live holder of the locked file `fd`. A holder writes its record just
+    after it takes the lock, so a writer refused in that moment finds the file empty (or still
+    naming a dead holder before it): it waits up to `wait_s` for the record to name a live
+    process (two commands started together named their rival "another process")."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        holder = _parse(os.pread(fd, 65536, 0).decode("utf-8", "replace"))
+        settled = holder and (holder.get("host") != socket.gethostname()
+                              or _pid_alive(holder.get("pid")))
+        if settled or time.monotonic() >= deadline:
+            return holder
+        time.sleep(0.02)
 
 
 def _pid_alive(pid) -> bool:
@@ -245,7 +261,7 @@ class OutputLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = _parse(os.pread(fd, 65536, 0).decode("utf-8", "replace"))
+                holder = _read_holder(fd)
                 os.close(fd)
                 self._refuse(holder)
             try:

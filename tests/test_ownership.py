@@ -4,11 +4,14 @@ live process holds, takes over the lock of a dead one, never writes over an inpu
 artefact others name by path, and leaves no lock behind."""
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -89,6 +92,28 @@ def test_lock_refuses_a_live_holder_and_takes_over_a_dead_one(tmp_path, capsys):
     lock.release()
     assert not os.path.exists(lock_path(str(target), is_dir=False))
     assert os.listdir(tmp_path / "out") == []  # no lock file left
+
+
+def test_a_writer_refused_as_the_holder_starts_waits_for_its_name(tmp_path):
+    """The holder takes the lock, then writes who it is: a writer refused in between found
+    an empty record, or the record of a dead holder before it, and said "another process"
+    (two conversions started together, CI). It waits for the live holder's record."""
+    target = str(tmp_path / "corpus.txt")
+    path = lock_path(target, is_dir=False)
+    for before in ("", json.dumps({"host": socket.gethostname(), "pid": 2 ** 22 + 7,
+                                   "command": "python -m dead"})):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT)
+        os.pwrite(fd, before.encode(), 0)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another open file description: refused like a process
+        record = {"host": socket.gethostname(), "pid": os.getpid(), "command": "python -m live"}
+        writer = threading.Timer(0.3, lambda: (os.ftruncate(fd, 0),
+                                               os.pwrite(fd, json.dumps(record).encode(), 0)))
+        writer.start()
+        with pytest.raises(OutputLockedError, match="being written by python -m live "):
+            lock_output(target, "--output_file", is_dir=False)
+        writer.join()
+        os.unlink(path)
+        os.close(fd)
 
 
 def test_lock_is_reentrant_in_a_process_and_removes_what_it_created(tmp_path):
