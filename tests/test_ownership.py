@@ -7,7 +7,6 @@ import contextlib
 import fcntl
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -88,7 +87,7 @@ def test_lock_refuses_a_live_holder_and_takes_over_a_dead_one(tmp_path, capsys):
     dead = die_holding(target, is_dir=False)
     lock = lock_output(str(target), "--output_file", is_dir=False)
     assert lock.taken_over["pid"] == dead
-    assert f"was locked by python -c" in capsys.readouterr().err
+    assert "was locked by python -c" in capsys.readouterr().err
     lock.release()
     assert not os.path.exists(lock_path(str(target), is_dir=False))
     assert os.listdir(tmp_path / "out") == []  # no lock file left
