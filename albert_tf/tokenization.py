@@ -8,7 +8,12 @@ Official pipeline (google-research/albert `tokenization.py`):
    never maps them to " (XLNet's and Hugging Face's do; ALBERT's does not).
 2. SentencePiece pieces; then every piece that ends in a digit followed by "," is re-split: the
    part before the comma is encoded again on its own and the comma becomes its own piece (so
-   "1,000" style numbers tokenize consistently).
+   "1,000" style numbers tokenize consistently). The re-encoded part keeps the "▁" SentencePiece
+   puts before it ("3,500," is ▁3 , ▁500 ,): the official `encode_pieces` compares a `str` piece
+   with a `bytes` "▁", so its strip of that "▁" never happens. XLNet's and Hugging Face's
+   `AlbertTokenizer` do strip it (▁3 , 500 ,); that form is opt-in, recorded in the vocabulary
+   file itself (`DIGIT_COMMA_FORMS`, `with_digit_comma_form`), so a model is always tokenized
+   as it was trained, by every tokenizer here (Python, in-graph, on-device).
 
 `Tokenizer` does this in Python (data generation, fine-tuning preprocessing); `InGraphTokenizer`
 does the same with TensorFlow and tensorflow-text ops, for SavedModels that take raw text. Tests
@@ -35,7 +40,17 @@ SPECIAL_IDS = {CLS_PIECE: CLS_ID, SEP_PIECE: SEP_ID, MASK_PIECE: MASK_ID}
 # Part of the digest of cached fine-tuning features (GLUE, RACE): raised whenever the ids a text
 # or text pair gets change, so features written by an earlier version are written again.
 # 2: `` and '' kept (official); an empty text_b packs as one segment (official).
-FEATURES_REVISION = 2
+# 3: the re-encoded part of a digit-comma piece keeps its "▁" (official).
+FEATURES_REVISION = 3
+
+# How the part before the comma of a piece ending in digit + comma is re-encoded:
+# "official": google-research/albert's `encode_pieces` (the "▁" SentencePiece puts before the
+# part is kept); "huggingface": XLNet's and Hugging Face's `AlbertTokenizer` (that "▁" dropped
+# where the piece did not start with one). The form is part of the vocabulary: a SentencePiece
+# model file records a form other than the official one in a field of its own (an extension
+# number of `ModelProto`, which SentencePiece, tensorflow-text and transformers ignore).
+DIGIT_COMMA_FORMS = ("official", "huggingface")
+DIGIT_COMMA_FIELD = 20561
 
 
 def preprocess_text(text: str, do_lower_case: bool = True) -> str:
@@ -115,6 +130,7 @@ class Tokenizer(_VocabularyFileTokenizer):
             raise ValueError(f"{spm_model_file} is not a valid SentencePiece model: {e}") from None
         check_special_ids(self.sp, spm_model_file)
         self.vocab_size = self.sp.GetPieceSize()
+        self.digit_comma = digit_comma_form(self.model_proto, spm_model_file)
 
     @property
     def vocabulary_file(self) -> str:
@@ -182,10 +198,12 @@ class Tokenizer(_VocabularyFileTokenizer):
         return out
 
     def _resplit(self, piece: str) -> list[str]:
-        """The official re-split of a piece ending in digit + comma (depends on the piece
-        alone, so it is also a table over the vocabulary: `resplit_table`)."""
+        """The re-split of a piece ending in digit + comma, in the vocabulary's form
+        (`digit_comma`; depends on the piece alone, so it is also a table over the vocabulary:
+        `resplit_table`)."""
         sub = self.sp.EncodeAsPieces(piece[:-1].replace(SPIECE_UNDERLINE, ""))
-        if piece[0] != SPIECE_UNDERLINE and sub and sub[0][0] == SPIECE_UNDERLINE:
+        if (self.digit_comma == "huggingface" and piece[0] != SPIECE_UNDERLINE and sub
+                and sub[0][0] == SPIECE_UNDERLINE):
             if len(sub[0]) == 1:
                 sub = sub[1:]
             else:
@@ -294,6 +312,41 @@ def _is_digit_comma(piece: str) -> bool:
 _USER_DEFINED = 4  # sentencepiece's ModelProto.SentencePiece.Type.USER_DEFINED
 
 
+def digit_comma_form(model_proto: bytes, source: str = "the SentencePiece model") -> str:
+    """The digit-comma form (`DIGIT_COMMA_FORMS`) the serialized SentencePiece model records:
+    "official" where it records none."""
+    proto = _model_proto_messages()["ModelProto"]()
+    proto.ParseFromString(model_proto)
+    if not proto.HasField("albert_tf_digit_comma"):
+        return "official"
+    form = proto.albert_tf_digit_comma
+    if form not in DIGIT_COMMA_FORMS:
+        raise ValueError(f"{source} records the digit-comma form {form!r}, which this version "
+                         f"does not know (it knows {', '.join(DIGIT_COMMA_FORMS)}): upgrade "
+                         "albert_tf, or use the vocabulary file the model was trained with.")
+    return form
+
+
+def with_digit_comma_form(model_proto: bytes, form: str) -> bytes:
+    """The serialized SentencePiece model `model_proto` recording the digit-comma form `form`
+    (pieces, scores and normalization unchanged; "official" records nothing, so an official
+    model stays byte for byte the file it was)."""
+    if form not in DIGIT_COMMA_FORMS:
+        raise ValueError(f"unknown digit-comma form {form!r}: one of "
+                         f"{', '.join(DIGIT_COMMA_FORMS)}.")
+    if digit_comma_form(model_proto) == form:
+        return model_proto
+    proto = _model_proto_messages()["ModelProto"]()
+    if digit_comma_form(model_proto) != "official":  # another form recorded: drop it
+        proto.ParseFromString(model_proto)
+        proto.ClearField("albert_tf_digit_comma")
+        model_proto = proto.SerializeToString()
+    if form == "official":
+        return model_proto
+    marker = _model_proto_messages()["ModelProto"](albert_tf_digit_comma=form)
+    return model_proto + marker.SerializeToString()  # a field appended is a field set
+
+
 @functools.lru_cache(maxsize=None)
 def _model_proto_messages() -> dict:
     """Message classes for SentencePiece's ModelProto with only the fields edited here (pieces:
@@ -324,7 +377,8 @@ def _model_proto_messages() -> dict:
                                ("precompiled_charsmap", 2, F.TYPE_BYTES, optional, None)])
     message("ModelProto", [
         ("pieces", 1, F.TYPE_MESSAGE, repeated, ".albert_tf_spm.SentencePiece"),
-        ("normalizer_spec", 3, F.TYPE_MESSAGE, optional, ".albert_tf_spm.NormalizerSpec")])
+        ("normalizer_spec", 3, F.TYPE_MESSAGE, optional, ".albert_tf_spm.NormalizerSpec"),
+        ("albert_tf_digit_comma", DIGIT_COMMA_FIELD, F.TYPE_STRING, optional, None)])
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
     return {name: message_factory.GetMessageClass(
@@ -479,9 +533,10 @@ class InGraphTokenizer:
     def __init__(self, model_proto: bytes, do_lower_case: bool = True):
         import tensorflow_text as tf_text
 
-        self.do_lower_case = do_lower_case
         import tensorflow as tf
 
+        self.do_lower_case = do_lower_case
+        self.digit_comma = digit_comma_form(model_proto)
         self._sp = tf_text.SentencepieceTokenizer(model=model_proto, out_type=tf.string)
         self._sp._model_resource = _persistent_model_resource(model_proto)
         self.sentencepiece = self.trackable = self._sp
@@ -520,6 +575,27 @@ class InGraphTokenizer:
             tf.strings.substr(matched, tf.zeros_like(length), length - 1, unit="UTF8_CHAR"),
             SPIECE_UNDERLINE, "")
         sub = self._sp.tokenize(core)  # never empty: the core holds at least the digit
+        comma = tf.RaggedTensor.from_row_lengths(tf.fill([m], ","), tf.ones([m], tf.int64),
+                                                 validate=False)
+        if self.digit_comma == "official":
+            replacement = tf.concat([sub, comma], axis=1)
+        else:
+            replacement = tf.concat([self._strip_first(matched, sub), sub[:, 1:], comma],
+                                    axis=1)
+        singles = tf.RaggedTensor.from_row_lengths(flat, tf.ones([n], tf.int64), validate=False)
+        # Row i of `rows`: piece i itself, or its replacement when it matched.
+        index = tf.where(match, n + tf.cumsum(tf.cast(match, tf.int64)) - 1,
+                         tf.range(n, dtype=tf.int64))
+        rows = tf.gather(tf.concat([singles, replacement], axis=0), index)
+        return tf.RaggedTensor.from_nested_row_splits(
+            rows.flat_values, [pieces.row_splits, rows.row_splits]).merge_dims(1, 2)
+
+    @staticmethod
+    def _strip_first(matched, sub):
+        """The Hugging Face form: the first piece of each re-encoding ([m, 0 or 1]), without
+        its "▁" where the matched piece did not start with one (and gone if it was "▁")."""
+        import tensorflow as tf
+
         first = tf.gather(sub.values, sub.row_starts())
         # A piece that did not start with "▁" keeps no "▁" at the front of its re-encoding.
         starts_plain = ~tf.strings.regex_full_match(matched, f"(?s){SPIECE_UNDERLINE}.*")
@@ -528,18 +604,8 @@ class InGraphTokenizer:
         first_length = tf.strings.length(first, unit="UTF8_CHAR")
         first = tf.where(fix, tf.strings.substr(first, tf.ones_like(first_length),
                                                 first_length - 1, unit="UTF8_CHAR"), first)
-        head = tf.RaggedTensor.from_row_lengths(tf.boolean_mask(first, keep_first),
+        return tf.RaggedTensor.from_row_lengths(tf.boolean_mask(first, keep_first),
                                                 tf.cast(keep_first, tf.int64), validate=False)
-        comma = tf.RaggedTensor.from_row_lengths(tf.fill([m], ","), tf.ones([m], tf.int64),
-                                                 validate=False)
-        replacement = tf.concat([head, sub[:, 1:], comma], axis=1)
-        singles = tf.RaggedTensor.from_row_lengths(flat, tf.ones([n], tf.int64), validate=False)
-        # Row i of `rows`: piece i itself, or its replacement when it matched.
-        index = tf.where(match, n + tf.cumsum(tf.cast(match, tf.int64)) - 1,
-                         tf.range(n, dtype=tf.int64))
-        rows = tf.gather(tf.concat([singles, replacement], axis=0), index)
-        return tf.RaggedTensor.from_nested_row_splits(
-            rows.flat_values, [pieces.row_splits, rows.row_splits]).merge_dims(1, 2)
 
     def __call__(self, strings):
         import tensorflow as tf

@@ -288,6 +288,31 @@ def sample_vocab(tmp_path_factory, prepared_corpus):
     return str(once_per_run(tmp_path_factory, "vocab", build) / "sample8k.model")
 
 
+# Pieces ending in digit + comma, as Google's 30k-clean vocabulary has ("▁1,", "000,", ...):
+# with and without "▁", where the official and the Hugging Face re-split differ (the latter).
+DIGIT_COMMA_PIECES = ("▁1,", "▁2,", "▁3,", "▁10,", "▁19,", "▁20,", "▁1,000,", "▁1990,",
+                      "0,", "5,", "9,", "00,", "000,", "99,", "500,", "1,", "8,")
+
+
+@pytest.fixture(scope="session")
+def digit_comma_vocab(sample_vocab, tmp_path_factory):
+    """The sample vocabulary with its rarest pieces replaced by `DIGIT_COMMA_PIECES`, scored as
+    its best ordinary piece (so SentencePiece picks them where the text has them)."""
+    from albert_tf.tokenization import _model_proto_messages
+
+    def build(directory):
+        proto = _model_proto_messages()["ModelProto"]()
+        with open(sample_vocab, "rb") as f:
+            proto.ParseFromString(f.read())
+        best = max(p.score for p in proto.pieces[5:])
+        for i, piece in enumerate(DIGIT_COMMA_PIECES):
+            proto.pieces[-1 - i].piece = piece
+            proto.pieces[-1 - i].score = best
+        (directory / "digits8k.model").write_bytes(proto.SerializeToString())
+
+    return str(once_per_run(tmp_path_factory, "digit_comma_vocab", build) / "digits8k.model")
+
+
 def once_per_run(tmp_path_factory, name, build):
     """The directory `name` after `build(directory)` ran in it once for the whole run: the
     xdist workers of one run share their base temp's parent, so the first to get there builds

@@ -231,6 +231,26 @@ def test_vocabulary_is_kept_or_refused_never_replaced_silently(prepared_corpus, 
     model = open(prefix + ".model", "rb").read()
     again = train_vocab(prepared_corpus["wiki"], prefix, vocab_size=300, num_threads=1)
     assert again["already_complete"] and again["model_sha256"] == first["model_sha256"]
+    # A description written before --digit_comma existed is the official form's: kept.
+    description = json.loads(open(prefix + ".json").read())
+    assert description.pop("digit_comma") == "official"
+    open(prefix + ".json", "w").write(json.dumps(description))
+    assert train_vocab(prepared_corpus["wiki"], prefix, vocab_size=300,
+                       num_threads=1)["already_complete"]
+    with pytest.raises(VocabularyError, match=r"spm.model already exists and was not made"):
+        train_vocab(prepared_corpus["wiki"], prefix, vocab_size=300, num_threads=1,
+                    digit_comma="huggingface")
+    hf_prefix = str(tmp_path / "hf" / "spm")
+    train_vocab(prepared_corpus["wiki"], hf_prefix, vocab_size=300, num_threads=1,
+                digit_comma="huggingface")
+    from albert_tf.tokenization import Tokenizer
+
+    hf, official = Tokenizer(hf_prefix + ".model"), Tokenizer(prefix + ".model")
+    assert (hf.digit_comma, official.digit_comma) == ("huggingface", "official")
+    assert open(hf_prefix + ".vocab").read() == open(prefix + ".vocab").read()
+    shutil.rmtree(tmp_path / "hf")
+    with pytest.raises(VocabularyError, match=r"--digit_comma 'xlnet': one of official, "):
+        train_vocab(prepared_corpus["wiki"], prefix, vocab_size=300, digit_comma="xlnet")
     with pytest.raises(VocabularyError, match=r"spm.model already exists and was not made from "
                                               r"these inputs and settings.*--overwrite"):
         train_vocab(prepared_corpus["wiki"], prefix, vocab_size=400, num_threads=1)

@@ -221,6 +221,43 @@ def test_albert_tokenizer_from_the_folder_gives_our_ids(tmp_path, sample_vocab):
         assert hf(a, b)["input_ids"] == expected, (a, b)
 
 
+DIGIT_COMMA_TEXTS = ["It cost 3,500, or 19, 2, 1999, and 1,000, in 1990, to 99, 40, 500,",
+                     "We called my father, who had just turned 60, up.",
+                     "The money amounts to $400,000, or 10,000 times 5, 9, 8, more."]
+
+
+@pytest.mark.slow
+def test_albert_tokenizer_gives_the_ids_of_the_huggingface_form(tmp_path, digit_comma_vocab):
+    """Hugging Face's AlbertTokenizer re-splits a piece ending in digit + comma without the "▁"
+    of the re-encoded part (XLNet's form): a vocabulary converted with --digit_comma
+    huggingface tokenizes as it does there, while the official form (our default, Google's
+    released models) gives other ids on these texts. The form travels in the vocabulary."""
+    source = tmp_path / "ours"
+    save_albert_tf(AlbertBackbone(_config()), str(source), digit_comma_vocab)
+    official = convert("albert_tf", str(source), str(tmp_path / "official_hf"), target="hf")
+    marked = convert("albert_tf", str(source), str(tmp_path / "hf"), target="hf",
+                     digit_comma="huggingface")
+    assert (official["digit_comma"], marked["digit_comma"]) == ("official", "huggingface")
+    with open(digit_comma_vocab, "rb") as f:
+        assert (tmp_path / "official_hf" / "spiece.model").read_bytes() == f.read()
+    hf = transformers.AlbertTokenizer.from_pretrained(str(tmp_path / "hf"))
+    ours = Tokenizer(str(tmp_path / "hf" / "spiece.model"))
+    default = Tokenizer(digit_comma_vocab)
+    assert ours.digit_comma == "huggingface" and default.digit_comma == "official"
+    for text in DIGIT_COMMA_TEXTS:
+        expected = pack_ids(ours.encode(text), None, 10 ** 6)[0]
+        assert hf(text)["input_ids"] == expected, text
+        assert pack_ids(default.encode(text), None, 10 ** 6)[0] != expected, text
+    # Back: a folder of ours converted from it keeps the form unless told otherwise.
+    back = convert("hf", str(tmp_path / "hf"), str(tmp_path / "back"))
+    assert back["digit_comma"] == "huggingface"
+    again = convert("hf", str(tmp_path / "hf"), str(tmp_path / "again"), digit_comma="official")
+    assert again["digit_comma"] == "official"
+    (written,) = (tmp_path / "again").glob("*.model")
+    with open(digit_comma_vocab, "rb") as f:
+        assert written.read_bytes() == f.read()  # the official form records nothing
+
+
 @pytest.mark.slow
 def test_what_transformers_cannot_build_is_refused(tmp_path, sample_vocab):
     """Attention-only sharing, inner_group_num > L / G (HF's AlbertTransformer fails on it), and

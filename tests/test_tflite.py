@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from albert_tf.tokenization import MASK_ID, Tokenizer
+from albert_tf.tokenization import MASK_ID, Tokenizer, with_digit_comma_form
 from conftest import EXPORT_MAX_SEQ, GUTENBERG, WIKITEXT, run_command
 from albert_tf.data.text_io import expand_input_patterns, read_text_lines
 from albert_tf.export.tflite import (TFLiteExportError, compare_outputs, export_tflite, interpreter,
@@ -104,17 +104,25 @@ def test_digit_comma_resplit_as_a_table(sample_vocab, tmp_path):
     assert table.shape == (8000, 5)  # "▁1,000," re-splits into 5 pieces
     rows = {tok.sp.IdToPiece(i): tok.ids_to_pieces([x for x in table[i] if x >= 0])
             for i in range(7996, 8000)}
-    assert rows == {"▁19,": ["▁19", ","], "▁2,": ["▁2", ","], "99,": ["9", "9", ","],
+    # The official re-split keeps the "▁" of the re-encoded part; the Hugging Face form (recorded
+    # in the vocabulary) drops it where the piece had none.
+    assert rows == {"▁19,": ["▁19", ","], "▁2,": ["▁2", ","], "99,": ["▁9", "9", ","],
                     "▁1,000,": ["▁1", ",", "0", "00", ","]}
+    hf_path = tmp_path / "digits_hf.model"
+    hf_path.write_bytes(with_digit_comma_form(path.read_bytes(), "huggingface"))
+    hf = Tokenizer(str(hf_path))
+    assert hf.ids_to_pieces([x for x in hf.resplit_table[7997] if x >= 0]) == ["9", "9", ","]
     assert (table[:7996, 0] == np.arange(7996)).all() and (table[:7996, 1:] == -1).all()
     texts = ["In 19, 2, 1999, and 1,000, cases [MASK] 19,", "x19, 99,99, ▁2,"]
     raw = tok.sp.EncodeAsPieces(tok.preprocess(texts[0]))
     assert {"▁19,", "▁2,", "99,", "▁1,000,"} <= set(raw)  # every such piece is exercised
-    graph = tok.on_device().encode_with_masks(tf.constant(texts)).to_list()
-    assert graph == [tok.encode_with_masks(t) for t in texts]
-    runner = _tokenizer_tflite(tok)
-    for text in texts:
-        assert run(runner, {"text": [text]})["ids"].tolist() == tok.encode_with_masks(text)
+    assert [hf.encode_with_masks(t) for t in texts] != [tok.encode_with_masks(t) for t in texts]
+    for form in (tok, hf):
+        graph = form.on_device().encode_with_masks(tf.constant(texts)).to_list()
+        assert graph == [form.encode_with_masks(t) for t in texts]
+        runner = _tokenizer_tflite(form)
+        for text in texts:
+            assert run(runner, {"text": [text]})["ids"].tolist() == form.encode_with_masks(text)
 
 
 # ---------------------------------------------------------------------------------------------

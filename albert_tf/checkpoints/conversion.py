@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import warnings
 
 import numpy as np
@@ -31,7 +32,8 @@ from albert_tf.checkpoints.tf1 import (TF1_CHECKPOINT_NAME, TF1Checkpoint,
 from albert_tf.config import AlbertConfig
 from albert_tf.models.kinds import as_kind
 from albert_tf.ownership import OutputLock
-from albert_tf.tokenization import Tokenizer, check_vocabulary_digest
+from albert_tf.tokenization import (DIGIT_COMMA_FORMS, Tokenizer, check_vocabulary_digest,
+                                    digit_comma_form, with_digit_comma_form)
 
 
 def initialize_from_checkpoint(model, path: str, init_from_group0: bool = False) -> dict:
@@ -505,7 +507,7 @@ def _read_model(source: str, input_path: str, albert_config_file: str | None, ki
 def convert(source: str, input_path: str, output_dir: str, target: str = "albert_tf",
             albert_config_file: str | None = None, model: str = "auto",
             overwrite: bool = False, do_lower_case: bool | None = None,
-            spm_model_file: str | None = None) -> dict:
+            spm_model_file: str | None = None, digit_comma: str | None = None) -> dict:
     """Converts a checkpoint between formats (`source` "auto": from what is there). Returns a
     summary dict (model kind, counts, skipped entries, output path, casing). The tokenizer
     travels into every target: the source's (`read_source`), or `spm_model_file` where given
@@ -517,18 +519,25 @@ def convert(source: str, input_path: str, output_dir: str, target: str = "albert
     read. The conversion holds the lock of `output_dir` (`.NAME.lock` beside it,
     `albert_tf.ownership`) from before it reads: a second conversion into the same output
     while this one runs is refused, naming this one, instead of both reporting success with
-    one model gone."""
+    one model gone. `digit_comma` ("official" or "huggingface", `DIGIT_COMMA_FORMS`): the
+    form of the digit-comma re-split the written vocabulary records (default: the one the
+    source's records; a model fine-tuned with Hugging Face's `AlbertTokenizer` was trained on
+    "huggingface")."""
     _check_not_into_itself(input_path, output_dir)
+    if digit_comma is not None and digit_comma not in DIGIT_COMMA_FORMS:
+        raise CheckpointError(f"Unknown digit_comma {digit_comma!r}; choose "
+                              f"{' or '.join(DIGIT_COMMA_FORMS)}.")
     if target not in ("albert_tf", "tf1", "hf"):
         raise CheckpointError(f"Unknown target {target!r}; choose albert_tf, tf1 or hf.")
     with OutputLock(output_dir, "--output", is_dir=False):
-        return _convert(source, input_path, output_dir, target, albert_config_file, model,
-                        overwrite, do_lower_case, spm_model_file)
+        with tempfile.TemporaryDirectory() as scratch:
+            return _convert(source, input_path, output_dir, target, albert_config_file, model,
+                            overwrite, do_lower_case, spm_model_file, digit_comma, scratch)
 
 
 def _convert(source, input_path, output_dir, target, albert_config_file, model, overwrite,
-             do_lower_case, spm_model_file) -> dict:
-    """`convert` under the output's lock."""
+             do_lower_case, spm_model_file, digit_comma, scratch) -> dict:
+    """`convert` under the output's lock (`scratch`: a directory for a re-marked vocabulary)."""
     read = read_source(input_path, source, albert_config_file, model)
     keras_model, record, report = read.model, read.record, read.report
     spm = spm_model_file or read.spm_model_file
@@ -545,6 +554,18 @@ def _convert(source, input_path, output_dir, target, albert_config_file, model, 
                 "it was trained with. Nothing was written.")
     if do_lower_case is None:
         do_lower_case = True if read.do_lower_case is None else read.do_lower_case
+    form = None
+    if spm:
+        with open(spm, "rb") as f:
+            proto = f.read()
+        form = digit_comma or digit_comma_form(proto, spm)
+        if with_digit_comma_form(proto, form) != proto:  # the vocabulary, recording `form`
+            spm = os.path.join(scratch, os.path.basename(spm))
+            with open(spm, "wb") as f:
+                f.write(with_digit_comma_form(proto, form))
+    elif digit_comma is not None:
+        raise CheckpointError(f"--digit_comma {digit_comma} is recorded in the vocabulary, and "
+                              f"{input_path} carries none: pass --spm_model_file.")
     if target == "albert_tf":
         written = save_albert_tf(keras_model, output_dir, spm, record, overwrite=overwrite,
                                  labels=read.labels, do_lower_case=do_lower_case)
@@ -566,7 +587,8 @@ def _convert(source, input_path, output_dir, target, albert_config_file, model, 
                                               do_lower_case=do_lower_case, labels=read.labels))
     return {"model": model_kind(keras_model), "weights": len(report["assigned"]),
             "parameters": keras_model.count_params(), "skipped": report["skipped"],
-            "sentencepiece_model": spm, "do_lower_case": do_lower_case, "labels": read.labels,
+            "sentencepiece_model": spm_model_file or read.spm_model_file,
+            "digit_comma": form, "do_lower_case": do_lower_case, "labels": read.labels,
             "output": written}
 
 

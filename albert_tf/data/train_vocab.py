@@ -41,8 +41,9 @@ from albert_tf.commands.cli import run_command
 
 from albert_tf.commands import flags as albert_flags
 
-from albert_tf.tokenization import (CLS_PIECE, MASK_PIECE, PAD_ID, PAD_PIECE, SEP_PIECE, UNK_ID,
-                                    UNK_PIECE, check_special_ids, file_sha256, preprocess_text)
+from albert_tf.tokenization import (CLS_PIECE, DIGIT_COMMA_FORMS, MASK_PIECE, PAD_ID, PAD_PIECE,
+                                    SEP_PIECE, UNK_ID, UNK_PIECE, check_special_ids, file_sha256,
+                                    preprocess_text, with_digit_comma_form)
 from albert_tf.ownership import OutputLock
 from albert_tf.data.text_io import expand_input_patterns, read_text_lines
 
@@ -53,6 +54,10 @@ OFFICIAL_USER_DEFINED_SYMBOLS = ("(", ")", '"', "-", ".", "\u2013", "\u00a3", "\
 
 class VocabularyError(ValueError):
     """Bad input or settings for vocabulary training; the message names the file or flag."""
+
+
+# Settings a description written before they existed leaves out, as they were then.
+SETTINGS_BEFORE = {"digit_comma": "official"}
 
 
 def _train(sentences, model_prefix: str, counts: dict, source: str = "the input",
@@ -83,7 +88,8 @@ def train_vocab(input_patterns, model_prefix, vocab_size=30000, do_lower_case=Tr
                 input_sentence_size=1_000_000, character_coverage=0.99995, random_seed=12345,
                 max_sentence_length=16384, num_threads=None,
                 user_defined_symbols=OFFICIAL_USER_DEFINED_SYMBOLS, overwrite=False,
-                progress=None, sentencepiece_log=False, heartbeat_seconds=30.0) -> dict:
+                progress=None, sentencepiece_log=False, heartbeat_seconds=30.0,
+                digit_comma="official") -> dict:
     """Trains the model and returns the description written to `<model_prefix>.json`.
 
     The prefix is locked while it is written (`albert_tf.ownership`). A vocabulary already at
@@ -106,6 +112,9 @@ def train_vocab(input_patterns, model_prefix, vocab_size=30000, do_lower_case=Tr
         progress: called with a line of text at each phase (reading, sampling, training) and
             every `heartbeat_seconds` while SentencePiece trains; None: silent.
         sentencepiece_log: let SentencePiece print its own log (its phases) to stderr.
+        digit_comma: the re-split of a piece ending in digit + comma the model records
+            (`albert_tf.tokenization.DIGIT_COMMA_FORMS`): "official" (google-research/albert)
+            or "huggingface" (XLNet's and Hugging Face's `AlbertTokenizer`).
     """
     files = expand_input_patterns(input_patterns)
     if not os.path.basename(model_prefix) or os.path.isdir(model_prefix):
@@ -114,7 +123,11 @@ def train_vocab(input_patterns, model_prefix, vocab_size=30000, do_lower_case=Tr
                               "vocab/30k-clean.model).")
     if vocab_size <= 5:
         raise VocabularyError(f"--vocab_size must exceed the 5 special pieces; got {vocab_size}")
+    if digit_comma not in DIGIT_COMMA_FORMS:
+        raise VocabularyError(f"--digit_comma {digit_comma!r}: one of "
+                              f"{', '.join(DIGIT_COMMA_FORMS)}.")
     settings = {"vocab_size": vocab_size, "do_lower_case": do_lower_case,
+                "digit_comma": digit_comma,
                 "input_sentence_size": input_sentence_size,
                 "character_coverage": character_coverage, "random_seed": random_seed,
                 "user_defined_symbols": list(user_defined_symbols)}
@@ -144,7 +157,8 @@ def _existing_vocabulary(model_prefix, files, settings, overwrite,
         same = (description.get("model_sha256") == file_sha256(model_prefix + ".model")
                 and [i.get("sha256") for i in description.get("input_files", [])]
                 == [file_sha256(p) for p in files]
-                and all(description.get(k) == v for k, v in settings.items())
+                and all(description.get(k, SETTINGS_BEFORE.get(k)) == v
+                        for k, v in settings.items())
                 and description.get("max_sentence_length", 16384) == max_sentence_length)
     except (OSError, ValueError, AttributeError, TypeError):
         same = False
@@ -253,6 +267,11 @@ def _train_into(files, model_prefix, settings, max_sentence_length, num_threads,
         del sample
         if counts["lines"] == 0:
             raise VocabularyError(f"No text in {files}: every line is empty after preprocessing.")
+        if settings["digit_comma"] != "official":
+            with open(tmp_prefix + ".model", "rb") as f:
+                proto = with_digit_comma_form(f.read(), settings["digit_comma"])
+            with open(tmp_prefix + ".model", "wb") as f:
+                f.write(proto)
         processor = spm.SentencePieceProcessor(model_file=tmp_prefix + ".model")
         check_special_ids(processor, tmp_prefix + ".model")
         description = {
@@ -261,6 +280,7 @@ def _train_into(files, model_prefix, settings, max_sentence_length, num_threads,
             "vocab_size": processor.GetPieceSize(),
             "model_type": "unigram",
             "do_lower_case": do_lower_case,
+            "digit_comma": settings["digit_comma"],
             "special_ids": {PAD_PIECE: PAD_ID, UNK_PIECE: UNK_ID, CLS_PIECE: 2, SEP_PIECE: 3,
                             MASK_PIECE: 4},
             "input_files": [{"path": os.path.abspath(p), "sha256": file_sha256(p)} for p in files],
@@ -304,6 +324,11 @@ def define_flags():
     flags.DEFINE_integer("num_threads", None, "Trainer threads (default: all cores).")
     flags.DEFINE_bool("sentencepiece_log", False,
                       "Pass SentencePiece's own log (its phases and EM rounds) through to stderr.")
+    flags.DEFINE_enum("digit_comma", "official", list(DIGIT_COMMA_FORMS),
+                      "How a piece ending in digit + comma is re-split, recorded in the model so "
+                      "that every tokenizer of ours uses it: official (google-research/albert: "
+                      "'3,500,' is ▁3 , ▁500 ,) or huggingface (XLNet's and Hugging Face's "
+                      "AlbertTokenizer: ▁3 , 500 ,).")
     flags.DEFINE_bool("user_defined_symbols", True,
                       "Keep the official user-defined symbols ( ) \" - . – £ € as pieces of "
                       "their own, as the official spm_train command does.")
@@ -322,6 +347,7 @@ def main(argv):
             num_threads=FLAGS.num_threads, max_sentence_length=FLAGS.max_sentence_length,
             user_defined_symbols=OFFICIAL_USER_DEFINED_SYMBOLS if FLAGS.user_defined_symbols
             else (), overwrite=FLAGS.overwrite, sentencepiece_log=FLAGS.sentencepiece_log,
+            digit_comma=FLAGS.digit_comma,
             progress=lambda line: print(f"train_vocab: {line}", file=sys.stderr, flush=True))
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)

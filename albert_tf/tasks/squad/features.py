@@ -245,7 +245,8 @@ def write_features(features, path: str, max_seq_length: int, num_files: int = 1,
 
 # Raised when the features of the same inputs change. 2: pieces aligned to their own
 # characters where NFKD changes a word's length (official alignment).
-FEATURES_REVISION = 2
+# 3: the re-encoded part of a digit-comma piece keeps its "▁" (official).
+FEATURES_REVISION = 3
 
 
 def features_digest(path: str, tokenizer, max_seq_length: int, doc_stride: int,
