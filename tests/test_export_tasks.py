@@ -47,14 +47,16 @@ def _features(questions, tokenizer):
     return contexts, features, inputs
 
 
-def _python_prediction(model, tokenizer, questions, threshold):
+def _python_prediction(model, tokenizer, questions, threshold, rank_padding=False):
     """`run_squad_v2 --do_predict`'s path: features padded to MAX_SEQ, the Keras model,
-    `predict_answers`."""
+    `predict_answers`; the n-best among the real positions, as the export ranks them (the
+    official rank over the padding too: `rank_padding`)."""
     contexts, features, inputs = _features(questions, tokenizer)
     out = model(inputs)
     answers, null_odds = predict_answers(features, out["start_logits"].numpy(),
                                          out["end_logits"].numpy(), contexts, N_BEST,
-                                         MAX_ANSWER, null_threshold=threshold)
+                                         MAX_ANSWER, null_threshold=threshold,
+                                         rank_padding=rank_padding)
     return answers, null_odds, features, inputs, out
 
 

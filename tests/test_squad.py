@@ -623,3 +623,90 @@ def test_run_squad_v2_with_the_official_answer_class_head(tmp_path, sample_vocab
     print(f"\nanswer-class head on the slice: {results}")
     # The export answers raw-text questions as predictions.json (the beam decoded in-graph).
     _assert_export_answers(tmp_path / "exports" / "v2" / "1", questions, predictions)
+
+
+def _official_answer(features, logits, contexts, n_best, max_answer_length):
+    """The official ALBERT v1 decoding (`accumulate_predictions_v1` + `write_predictions_v1`,
+    squad_utils.py), written out as the judge: per window, `_get_best_indexes` over every
+    position of the logits (padding included: a stable sort, highest first), the start and end
+    index pairs kept where the start is in a window of maximum context, the end not before it,
+    neither past the window, at most `max_answer_length` pieces; over all windows the highest
+    start + end logit wins, its text `.strip()`ped. Returns ({id: text}, {id: null score})."""
+    def best_indexes(values):
+        ranked = sorted(enumerate(values), key=lambda x: x[1], reverse=True)
+        return [i for i, _ in ranked[:n_best]]
+
+    prelim, null = {}, {}
+    for feature, (start, end) in zip(features, logits):
+        qid, doc_offset = feature["id"], feature["offset"]
+        window_start, length = feature["window"]
+        null[qid] = min(null.get(qid, float("inf")), float(start[0] + end[0]))
+        for s in best_indexes(start):
+            for e in best_indexes(end):
+                if s - doc_offset >= length or e - doc_offset >= length:
+                    continue
+                if not (s >= doc_offset and feature["max_context"][s - doc_offset]):
+                    continue  # token_is_max_context holds the window's pieces only
+                if e < s or e - s + 1 > max_answer_length:
+                    continue
+                prelim.setdefault(qid, []).append(
+                    (float(start[s] + end[e]), s - doc_offset + window_start,
+                     e - doc_offset + window_start))
+    # A question left without a valid span (the padding took the top places): the official v1
+    # answers the nonce "empty"; we answer "" (both score 0 against a real answer).
+    answers = {qid: "" for qid in null}
+    for qid, candidates in prelim.items():
+        score, first, last = sorted(candidates, key=lambda c: c[0], reverse=True)[0]
+        answers[qid] = contexts[qid].text_of(first, last).strip()
+    return answers, null
+
+
+@pytest.mark.needs_shared("data/squad")
+@pytest.mark.parametrize("archive", ["dev-v1.1.json.zip", "dev-v2.0.json.zip"])
+def test_decoding_is_the_official_n_best_over_every_position(archive, sample_vocab):
+    """The first 250 dev questions (their windows at the official max_seq_length 384, stride
+    128: most paragraphs fit one window, padded), logits drawn at random at every position as an
+    untrained model's: `predict_answers` gives the official decoding's answer to every question
+    and its null score (the null-score v2 path ranks as v1). Ranking only the real positions,
+    as before, gives other answers (`rank_padding=False`, the export's rule), and so does
+    leaving the surrounding whitespace on."""
+    from albert_tf.tasks.squad import predict_answers, question_features
+
+    tok = Tokenizer(sample_vocab)
+    questions = S.questions(S.load_dataset(os.path.join(SQUAD_DIR, archive)))[:250]
+    contexts, features = {}, []
+    for q in questions:
+        contexts[q["id"]] = align_context(q["context"], tok)
+        features += question_features(q, contexts[q["id"]], tok, 384, 128, 64,
+                                      1000 + len(features), False)
+    rng = np.random.default_rng(7)
+    logits = rng.normal(size=(len(features), 2, 384)).astype(np.float32)
+    start, end = logits[:, 0], logits[:, 1]
+    expected, expected_null = _official_answer(features, zip(start, end), contexts, 20, 30)
+    answers, null_odds = predict_answers(features, start, end, contexts, 20, 30)
+    assert answers == expected
+    for qid, odds in null_odds.items():
+        assert odds == pytest.approx(expected_null[qid] - _score(features, start, end, qid),
+                                     abs=1e-5) or expected[qid] == ""
+    real_only, _ = predict_answers(features, start, end, contexts, 20, 30, rank_padding=False)
+    counts = (len(features), sum(real_only[q] != answers[q] for q in answers),
+              sum(contexts[q].text_of(*_span(features, start, end, q)) != answers[q]
+                  for q in answers if answers[q]), sum(not a for a in answers.values()))
+    # (windows, answers that differ ranking real positions only, answers stripped, no span)
+    assert counts == {"dev-v1.1.json.zip": (270, 23, 7, 7),
+                      "dev-v2.0.json.zip": (260, 21, 7, 2)}[archive]
+
+
+def _span(features, start, end, qid):
+    from albert_tf.tasks.squad.decoding import best_spans
+
+    best = max((best_spans(s, e, f, 20, 30)[:1] for f, s, e in zip(features, start, end)
+                if f["id"] == qid and best_spans(s, e, f, 20, 30)), key=lambda b: b[0][0])
+    return best[0][1], best[0][2]
+
+
+def _score(features, start, end, qid):
+    from albert_tf.tasks.squad.decoding import best_spans
+
+    return max((best_spans(s, e, f, 20, 30)[0][0] for f, s, e in zip(features, start, end)
+                if f["id"] == qid and best_spans(s, e, f, 20, 30)), default=float("-inf"))

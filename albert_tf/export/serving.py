@@ -88,7 +88,7 @@ from albert_tf.models.pretrainer import AlbertPretrainer
 from albert_tf.models.task_models import AlbertMultipleChoice, AlbertSpanModel, AlbertSquadV2
 from albert_tf.records import example_of
 from albert_tf.packing import pack_ids, pack_in_graph, packed_length, pad_features
-from albert_tf.tokenization import in_graph_tokenizer
+from albert_tf.tokenization import _whitespace_class, in_graph_tokenizer
 from albert_tf.tasks.race import LABELS, RacePreprocessor
 from albert_tf.tasks.squad import (align_context_in_graph, decode_beam_in_graph, decode_in_graph,
                                    windows_in_graph)
@@ -821,6 +821,7 @@ class SpanServingModule(AlbertServingModule):
         self.max_answer_length = int(max_answer_length)
         self.null_score_diff_threshold = (None if null_score_diff_threshold is None
                                           else float(null_score_diff_threshold))
+        self._whitespace = _whitespace_class()  # an answer's surrounding whitespace, stripped
 
     def warmup_inputs(self, tokenizer) -> dict:
         tokens, questions, contexts = _question_context_warmup(tokenizer, self.max_seq_length)
@@ -861,6 +862,13 @@ class SpanServingModule(AlbertServingModule):
                                                                     out_type=index.dtype)))
 
         begin, end = offset(starts, best["first"]), offset(ends, best["last"])
+        # The whitespace around the pieces' characters stripped, as the official
+        # `final_text = ....strip()` (and `predict_answers`).
+        raw = tf.strings.substr(text, begin, end - begin)
+        left = tf.strings.regex_replace(raw, f"^{self._whitespace}+", "")
+        begin += tf.cast(tf.strings.length(raw) - tf.strings.length(left), begin.dtype)
+        end = begin + tf.cast(tf.strings.length(tf.strings.regex_replace(
+            left, f"{self._whitespace}+$", "")), begin.dtype)
 
         def characters(byte_offset):
             return tf.strings.length(tf.strings.substr(text, tf.zeros_like(byte_offset),

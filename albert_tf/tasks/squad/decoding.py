@@ -1,6 +1,7 @@
 """SQuAD decoding in Python: the best spans of each window (n-best starts x ends, at most
 `max_answer_length` pieces, inside the context) and each question's answer over its windows,
-with the null odds for SQuAD 2.0."""
+with the null odds for SQuAD 2.0. An answer is the context's characters of its pieces with
+the whitespace around them stripped, as the official `final_text = ....strip()`."""
 
 from __future__ import annotations
 
@@ -17,20 +18,24 @@ def _valid_span(s: int, e: int, offset: int, length: int, max_answer_length: int
 
 
 def best_spans(start_logits, end_logits, feature: dict, n_best: int = 20,
-               max_answer_length: int = 30):
+               max_answer_length: int = 30, rank_padding: bool = True):
     """[(score, first piece, last piece)] of the best context spans of one feature (pieces
     indexed in the context), best first: start and end inside the window, end not before
     start, at most `max_answer_length` pieces (official n-best rule over the top starts and
     ends), starting at a piece whose window of maximum context this is (official
     `token_is_max_context`: `feature["max_context"]`, from `features.max_context`). The top
-    `n_best` starts and ends are taken among the sequence's real positions ([CLS], question,
-    window, [SEP]s); the official code ranks the padding positions too, which can only push
-    real candidates out. `decode_in_graph` applies the same rule."""
+    `n_best` starts and ends are taken over every position of the sequence, padding included,
+    then the invalid spans dropped, as the official `_get_best_indexes` ranks them (a padding
+    position among the top pushes a real candidate out). `rank_padding=False` ranks the
+    sequence's real positions only ([CLS], question, window, [SEP]s), as `decode_in_graph`
+    does: a served batch pads its windows to its longest, not to max_seq_length, so its
+    padding logits are not the official ones to rank."""
     offset, (window_start, length) = feature["offset"], feature["window"]
-    real = offset + length + 1  # through the final [SEP]
-    # Highest first; equal logits in position order (as tf.math.top_k).
-    starts = np.argsort(-np.asarray(start_logits[:real]), kind="stable")[:n_best]
-    ends = np.argsort(-np.asarray(end_logits[:real]), kind="stable")[:n_best]
+    ranked = len(start_logits) if rank_padding else offset + length + 1  # through the [SEP]
+    # Highest first; equal logits in position order (as the official stable sort, and
+    # tf.math.top_k).
+    starts = np.argsort(-np.asarray(start_logits[:ranked]), kind="stable")[:n_best]
+    ends = np.argsort(-np.asarray(end_logits[:ranked]), kind="stable")[:n_best]
     is_max = feature.get("max_context")
     spans = []
     for s in starts.tolist():
@@ -44,19 +49,22 @@ def best_spans(start_logits, end_logits, feature: dict, n_best: int = 20,
 
 
 def predict_answers(features, start_logits, end_logits, contexts: dict, n_best: int = 20,
-                    max_answer_length: int = 30, null_threshold: float | None = None):
+                    max_answer_length: int = 30, null_threshold: float | None = None,
+                    rank_padding: bool = True):
     """({question id: answer text}, {question id: null score - best span score}) from the
     logits of every feature (rows in `features` order). With `null_threshold` (SQuAD v2), a
     question whose null score ([CLS] start + end, minimum over its windows) minus its best
     span's score (the null odds) is at or above the threshold is answered "" (no answer: the
-    official ALBERT `write_predictions_v2` rule; BERT's answers "" only above it)."""
+    official ALBERT `write_predictions_v2` rule; BERT's answers "" only above it).
+    `rank_padding`: `best_spans`' (official: True)."""
     best, null = {}, {}
     for feature, start, end in zip(features, start_logits, end_logits):
         qid = feature["id"]
         null[qid] = min(null.get(qid, float("inf")), float(start[0] + end[0]))
-        for score, first, last in best_spans(start, end, feature, n_best, max_answer_length):
+        for score, first, last in best_spans(start, end, feature, n_best, max_answer_length,
+                                             rank_padding):
             if qid not in best or score > best[qid][0]:
-                best[qid] = (score, contexts[qid].text_of(first, last))
+                best[qid] = (score, contexts[qid].text_of(first, last).strip())
             break
     answers, null_odds = {}, {}
     for qid in null:
@@ -111,7 +119,8 @@ def predict_answers_v2(features, outputs: dict, contexts: dict, max_answer_lengt
         spans = best_beam_spans({k: v[row] for k, v in outputs.items()}, feature,
                                 max_answer_length)
         if spans and (qid not in best or spans[0][0] > best[qid][0]):
-            best[qid] = (spans[0][0], contexts[qid].text_of(spans[0][1], spans[0][2]))
+            best[qid] = (spans[0][0],
+                         contexts[qid].text_of(spans[0][1], spans[0][2]).strip())
     answers = {}
     for qid in null:
         answers[qid] = best.get(qid, (None, ""))[1]
