@@ -30,6 +30,7 @@ median examples/s of its progress lines after the first (tracing). Writes
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -62,13 +63,29 @@ SQUAD_SEQ, DOC_STRIDE, QUERY, BATCH = 384, 128, 64, 32
 RATE = re.compile(r"\| ([0-9,.]+) examples/s")
 
 
+def squad_training_file(dev: str) -> str:
+    """The SQuAD dev set `dev` as a training file: the first answer of each question only (the
+    official reader trains on exactly one per question), written once beside the temp dir."""
+    from albert_tf.tasks.squad import evaluation as squad_eval
+
+    path = os.path.join(tempfile.gettempdir(), "albert_bench_squad_train-v1.1.json")
+    if not os.path.exists(path):
+        data = [dict(article, paragraphs=[
+            dict(p, qas=[dict(qa, answers=qa["answers"][:1]) for qa in p["qas"]])
+            for p in article["paragraphs"]]) for article in squad_eval.load_dataset(dev)]
+        with open(path + ".tmp", "w") as f:
+            json.dump({"version": "1.1", "data": data}, f)
+        os.replace(path + ".tmp", path)
+    return path
+
+
 def data_files() -> dict:
     wnut = os.path.join(SHARED, "tagging", "wnut17", "train.conll")
     squad = os.path.join(SHARED, "squad", "dev-v1.1.json.zip")
     return {"tagging": wnut if os.path.exists(wnut)
             else os.path.join(SAMPLE, "tagging", "wnut17", "train.conll"),
             "glue": os.path.join(SAMPLE, "glue", "SST-2"),
-            "squad": squad if os.path.exists(squad) else None}
+            "squad": squad_training_file(squad) if os.path.exists(squad) else None}
 
 
 def sha256(path: str) -> str:

@@ -22,11 +22,16 @@ WINDOW_FLAGS = ["--max_seq_length", "128", "--doc_stride", "64", "--max_query_le
 
 def _command_line_slice(tmp_path, archive, version):
     """The first two paragraphs of the bundled dev set `archive` written as tmp_path/slice.json
-    (SQuAD `version`), and a tiny model's tmp_path/albert_config.json: (paragraphs, config
-    path)."""
+    (SQuAD `version`), and as tmp_path/train.json with the first answer of each question only
+    (a training file: the official reader trains on exactly one), and a tiny model's
+    tmp_path/albert_config.json: (paragraphs, config path)."""
     paragraphs = S.load_dataset(os.path.join(SQUAD_DIR, archive))[0]["paragraphs"][:2]
     (tmp_path / "slice.json").write_text(json.dumps(
         {"version": version, "data": [{"title": "slice", "paragraphs": paragraphs}]}))
+    training = [dict(p, qas=[dict(qa, answers=qa["answers"][:1]) for qa in p["qas"]])
+                for p in paragraphs]
+    (tmp_path / "train.json").write_text(json.dumps(
+        {"version": version, "data": [{"title": "slice", "paragraphs": training}]}))
     config = tmp_path / "albert_config.json"
     AlbertConfig(vocab_size=8000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
                  num_attention_heads=4, intermediate_size=48,
@@ -49,10 +54,10 @@ def _assert_export_answers(export_dir, questions, predictions):
 
 
 def _train_and_predict_flags(tmp_path, config, sample_vocab, epochs, export):
-    """A run that trains `epochs` on slice.json and predicts it (output_dir tmp_path/out),
-    exporting to tmp_path/exports/`export`."""
+    """A run that trains `epochs` on train.json and predicts slice.json (output_dir
+    tmp_path/out), exporting to tmp_path/exports/`export`."""
     slice_file = str(tmp_path / "slice.json")
-    return ["--train_file", slice_file, "--predict_file", slice_file, "--albert_config_file",
+    return ["--train_file", str(tmp_path / "train.json"), "--predict_file", slice_file, "--albert_config_file",
             str(config), "--spm_model_file", sample_vocab, "--output_dir", str(tmp_path / "out"),
             "--do_train", "--do_predict", *WINDOW_FLAGS, "--train_batch_size", "8",
             "--num_train_epochs", str(epochs), "--learning_rate", "1e-3",
@@ -116,28 +121,24 @@ def _qa(qid, text=None, start=None, **extra):
     return dict({"id": qid, "question": f"question {qid}?", "answers": answers}, **extra)
 
 
-# (id, answer text, answer_start, is_impossible, kept for training)
+# (id, answer text, answer_start, is_impossible, its text found at answer_start)
 TRAINING_CASES = [
     ("right", "brown fox", 10, False, True),
     ("wrong_text", "cat", 16, False, False),          # the context says "fox" there
-    ("negative", "The", -3, False, False),            # BERT would index from the end
-    ("past_end", "dog.", 100, False, False),          # BERT: IndexError
-    ("runs_past_end", "dog. And more", 40, False, False),
-    ("empty", "", 4, False, False),
-    ("off_by_one", "quick", 5, False, True),          # official: found in the words touched
-    ("spaces", " lazy  dog", 34, False, True),        # whitespace collapsed, as official
+    ("off_by_one", "quick", 5, False, True),          # found in the words touched
+    ("spaces", " lazy  dog", 34, False, True),        # whitespace collapsed
     ("impossible", "fox", 16, True, True),            # official: [CLS], answers ignored
 ]
 
 
-def test_training_skips_answers_not_in_the_context_as_official(tmp_path, sample_vocab, caplog):
-    """Training (the official BERT `read_squad_examples` rule): a question whose answer text is
-    not in the context at answer_start, with a negative answer_start or past the context's end,
-    is skipped and counted (one warning: the count and the first ids), never trained as [CLS] or
-    a wrong span, never an IndexError; the returned dataset holds the kept questions only.
+def test_training_trains_every_question_as_the_official_albert_reader(tmp_path, sample_vocab,
+                                                                      caplog):
+    """Training (the official ALBERT `read_squad_examples`): every question is trained, one
+    whose answer text is not at answer_start on the span there (BERT's reader skipped it,
+    "Could not find answer"; so did we), counted in one warning; the dataset keeps them all.
     Evaluation files are not filtered."""
-    for qid, text, start, _, kept in TRAINING_CASES:
-        assert answer_found(CONTEXT, text, start)[0] == (kept or qid == "impossible"), qid
+    for qid, text, start, _, found in TRAINING_CASES:
+        assert answer_found(CONTEXT, text, start)[0] == (found or qid == "impossible"), qid
     assert answer_found(CONTEXT, "cat", 16) == (False, "fox")
     path = tmp_path / "train.json"
     path.write_text(json.dumps({"data": [{"title": "t", "paragraphs": [{
@@ -146,15 +147,14 @@ def test_training_skips_answers_not_in_the_context_as_official(tmp_path, sample_
     tokenizer = Tokenizer(sample_vocab)
     with caplog.at_level(logging.WARNING):
         dataset, features, contexts = build_features(str(path), tokenizer, 64, 32, 16, True, 0)
-    expected = [qid for qid, *_, kept in TRAINING_CASES if kept]
+    expected = [qid for qid, *_ in TRAINING_CASES]
     assert [q["id"] for q in S.questions(dataset)] == expected
     assert sorted({f["id"] for f in features}) == sorted(expected) == sorted(contexts)
-    warnings = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    warnings = [r.getMessage() for r in caplog.records if "training questions" in r.getMessage()]
     assert warnings == [
-        f"{path}: skipped 5 of 9 training questions whose answer text is not in the context at "
-        "answer_start (the official reader's \"Could not find answer\"): wrong_text ('fox' vs. "
-        "'cat'); negative ('' vs. 'The'); past_end ('' vs. 'dog.'); runs_past_end ('' vs. "
-        "'dog. And more'); empty ('' vs. '')"]
+        f"{path}: 1 of 5 training questions have an answer text that is not in the context at "
+        "answer_start; each is trained on the span there, as the official ALBERT reader does "
+        "(BERT's reader skips them: \"Could not find answer\"): wrong_text ('fox' vs. 'cat')"]
     assert len(features) == len(expected)  # one window each
     for f in features:
         if f["id"] == "impossible":
@@ -163,7 +163,8 @@ def test_training_skips_answers_not_in_the_context_as_official(tmp_path, sample_
         first, last = (f["window"][0] + f[k][0] - f["offset"]
                        for k in ("start_positions", "end_positions"))
         assert contexts[f["id"]].text_of(first, last) == {
-            "right": "brown fox", "off_by_one": "quick", "spaces": "lazy dog."}[f["id"]]
+            "right": "brown fox", "wrong_text": "fox", "off_by_one": "quick",
+            "spaces": "lazy dog."}[f["id"]]
     # Evaluation: every question, whatever its answer_start.
     dataset, features, _ = build_features(str(path), tokenizer, 64, 32, 16, False)
     assert len(S.questions(dataset)) == len({f["id"] for f in features}) == len(TRAINING_CASES)
@@ -172,6 +173,13 @@ def test_training_skips_answers_not_in_the_context_as_official(tmp_path, sample_
 @pytest.mark.parametrize("qa, message", [
     (_qa("q9"), r"training question 'q9' has no answer and is not marked \"is_impossible\": "
                 r"true"),
+    (dict(_qa("q9", "fox", 16), answers=[{"text": "fox", "answer_start": 16}] * 3),
+     r"training question 'q9' has 3 answers; the official reader trains on exactly one"),
+    (_qa("q9", "The", -3), r"training question 'q9': its answer 'The' at answer_start -3 is "
+                           r"outside its context \(44 characters\)"),
+    (_qa("q9", "dog.", 100), r"answer 'dog.' at answer_start 100 is outside its context"),
+    (_qa("q9", "dog. And more", 40), r"at answer_start 40 is outside its context"),
+    (_qa("q9", "", 4), r"its answer '' at answer_start 4 is empty"),
     ({"id": "q9", "question": "?", "answers": [{"text": "fox"}]},
      r"training question 'q9': its answer has no \"answer_start\""),
 ])
@@ -465,7 +473,7 @@ def test_run_squad_v2_command_line_null_odds_and_best_threshold(tmp_path, sample
                 json.load(open(out / "null_odds.json")),
                 json.load(open(out / "eval_results.json")))
 
-    predictions, odds, results = run("--do_train", "--train_file", str(tmp_path / "slice.json"),
+    predictions, odds, results = run("--do_train", "--train_file", str(tmp_path / "train.json"),
                                      "--train_batch_size", "8", "--num_train_epochs", "3",
                                      "--learning_rate", "1e-3", "--iterations_per_loop", "10",
                                      "--save_checkpoints_steps", "3")
@@ -504,7 +512,7 @@ def test_run_squad_v2_command_line_null_odds_and_best_threshold(tmp_path, sample
     stray = tmp_path / "ff" / "feat-00003-of-00008.tfrecord"
     stray.write_text("not ours")
     proc = run_command("albert_tf.run_squad_v2", *args, "--do_train", "--train_file",
-                       str(tmp_path / "slice.json"), "--learning_rate", "1e-3",
+                       str(tmp_path / "train.json"), "--learning_rate", "1e-3",
                        "--train_feature_file", str(tmp_path / "ff" / "feat.tfrecord"),
                        process=True)  # `python -m` itself, once
     assert proc.returncode != 0 and stray.read_text() == "not ours"

@@ -15,11 +15,14 @@ word spans the whole word, so an answer maps to whole words there. A predicted p
 turned back into text by slicing the original context between the first piece's start and the
 last piece's end, so the answer text is the context's own characters.
 
-Training labels (`training_questions`, the official BERT `read_squad_examples` rule): an answer
-is kept when its text, whitespace collapsed, is found in the whitespace-separated words of the
-context that its characters [answer_start, answer_start + len(text)) touch; otherwise the
-question is skipped and counted ("Could not find answer"), not trained as [CLS] or as a wrong
-span. Evaluation files are never filtered (official).
+Training labels (`training_questions`, the official ALBERT `read_squad_examples` rule): every
+training question is trained, an answerable one on the pieces of its characters
+[answer_start, answer_start + len(text)), and it must have exactly one answer (the official
+reader raises otherwise). An answer whose text, whitespace collapsed, is not in the context's
+words there (BERT's "Could not find answer", which skips the question; ALBERT's reader does not)
+is trained all the same and counted in one warning. An answer_start outside the context, or an
+empty answer text, is refused by name (the official reader fails there with an IndexError or an
+assertion, or reads from the end). Evaluation files are never filtered (official).
 """
 
 from __future__ import annotations
@@ -245,7 +248,8 @@ def write_features(features, path: str, max_seq_length: int, num_files: int = 1,
 
 # Raised when the features of the same inputs change. 2: pieces aligned to their own
 # characters where NFKD changes a word's length (official alignment).
-# 3: the re-encoded part of a digit-comma piece keeps its "▁" (official).
+# 3: the re-encoded part of a digit-comma piece keeps its "▁" (official); every training
+# question trained (the official ALBERT reader), none skipped.
 FEATURES_REVISION = 3
 
 
@@ -299,60 +303,62 @@ def answer_found(context: str, text: str, start) -> tuple[bool, str]:
 
 
 def training_questions(dataset, source: str) -> tuple[list[dict], list[dict]]:
-    """(questions to train on, skipped) of a training set, as the official reader: a question
-    marked `is_impossible` is kept (trained toward [CLS]); an answerable one needs an answer
-    (else `SquadDataError`, as official) whose first answer is `answer_found`, else it is
-    skipped: {"id", "actual" (the context's words there), "answer"}."""
-    kept, skipped = [], []
+    """(questions to train on, unfound) of a training set, as the official ALBERT reader: every
+    question is trained; one marked `is_impossible` toward [CLS]; an answerable one needs
+    exactly one answer with an answer_start and a text inside its context (else
+    `SquadDataError`). `unfound`: the answerable ones whose text is not where answer_start
+    says (`answer_found`), trained on the span there as official: {"id", "actual" (the
+    context's words there), "answer"}."""
+    kept, unfound = [], []
     for q in squad_eval.questions(dataset):
+        kept.append(q)
         if q["is_impossible"]:
-            kept.append(q)
             continue
+        where = f"{source}: training question {q['id']!r}"
         if not q["answers"]:
             raise squad_eval.SquadDataError(
-                f"{source}: training question {q['id']!r} has no answer and is not marked "
-                "\"is_impossible\": true; the official reader refuses it too.")
+                f"{where} has no answer and is not marked \"is_impossible\": true; the official "
+                "reader refuses it too.")
+        if len(q["answers"]) != 1:
+            raise squad_eval.SquadDataError(
+                f"{where} has {len(q['answers'])} answers; the official reader trains on "
+                "exactly one per question and refuses the file too (an evaluation file lists "
+                "several: train on a training file, or keep one answer per question).")
         text, start = q["answers"][0], q["answer_starts"][0]
         if start is None:
-            raise squad_eval.SquadDataError(f"{source}: training question {q['id']!r}: its "
-                                            "answer has no \"answer_start\".")
+            raise squad_eval.SquadDataError(f"{where}: its answer has no \"answer_start\".")
+        if not text.strip() or start < 0 or start + len(text) > len(q["context"]):
+            raise squad_eval.SquadDataError(
+                f"{where}: its answer {text[:60]!r} at answer_start {start} is "
+                + ("empty" if not text.strip() else
+                   f"outside its context ({len(q['context'])} characters)")
+                + "; the official reader fails on it (or reads from the context's end).")
         found, actual = answer_found(q["context"], text, start)
-        if found:
-            kept.append(q)
-        else:
-            skipped.append({"id": q["id"], "actual": actual, "answer": " ".join(text.split())})
-    return kept, skipped
+        if not found:
+            unfound.append({"id": q["id"], "actual": actual, "answer": " ".join(text.split())})
+    return kept, unfound
 
 
-def _log_skipped(source: str, skipped: list[dict], total: int, shown: int = 5) -> None:
+def _log_unfound(source: str, unfound: list[dict], total: int, shown: int = 5) -> None:
     first = "; ".join(f"{s['id']} ({s['actual'][:60]!r} vs. {s['answer'][:60]!r})"
-                      for s in skipped[:shown])
-    logging.warning("%s: skipped %d of %d training questions whose answer text is not in the "
-                    "context at answer_start (the official reader's \"Could not find "
-                    "answer\"): %s%s", source, len(skipped), total, first,
-                    " ..." if len(skipped) > shown else "")
-
-
-def _without(dataset, ids: set) -> list:
-    """`dataset` without the questions of `ids` (new articles and paragraphs; the rest
-    shared)."""
-    return [dict(article, paragraphs=[dict(p, qas=[qa for qa in p["qas"] if qa["id"] not in ids])
-                                      for p in article["paragraphs"]])
-            for article in dataset]
+                      for s in unfound[:shown])
+    logging.warning("%s: %d of %d training questions have an answer text that is not in the "
+                    "context at answer_start; each is trained on the span there, as the "
+                    "official ALBERT reader does (BERT's reader skips them: \"Could not find "
+                    "answer\"): %s%s", source, len(unfound), total, first,
+                    " ..." if len(unfound) > shown else "")
 
 
 def build_features(path: str, tokenizer, max_seq_length: int, doc_stride: int,
                    max_query_length: int, is_training: bool, seed: int | None = None):
     """(dataset, features, {question id: AlignedContext}) of a SQuAD file; training features in
-    a seeded order. When training, the questions `training_questions` skips are logged once
-    (count and first ids) and left out of the returned dataset too, so its question count is
-    the official number of training examples."""
+    a seeded order. When training, every question is trained (`training_questions`); those
+    whose answer text is not at their answer_start are counted in one warning."""
     dataset = squad_eval.load_dataset(path)
     if is_training:
-        chosen, skipped = training_questions(dataset, path)
-        if skipped:
-            _log_skipped(path, skipped, len(chosen) + len(skipped))
-            dataset = _without(dataset, {s["id"] for s in skipped})
+        chosen, unfound = training_questions(dataset, path)
+        if unfound:
+            _log_unfound(path, unfound, len(chosen))
     else:
         chosen = squad_eval.questions(dataset)
     contexts, aligned = {}, {}
