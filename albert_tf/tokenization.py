@@ -798,7 +798,8 @@ class WordPieceTokenizer(_VocabularyFileTokenizer):
 
     Args:
         vocab_file: a WordPiece vocabulary, one token per line (the Chinese models'
-            `vocab_chinese.txt`), holding [UNK], [CLS], [SEP] and [MASK].
+            `vocab_chinese.txt`), holding [UNK], [CLS], [SEP] and, for pretraining data and
+            fill-mask, [MASK].
         do_lower_case: lowercase and strip accents (the Chinese models: True).
 
     Special ids are the vocabulary's (`vocab_chinese.txt`: [UNK] 100, [CLS] 101, [SEP] 102,
@@ -817,16 +818,19 @@ class WordPieceTokenizer(_VocabularyFileTokenizer):
             raise ValueError(f"{vocab_file} is not UTF-8 text: a WordPiece vocabulary lists one "
                              "token per line (was a SentencePiece .model passed as "
                              "--vocab_file? Pass it as --spm_model_file).") from None
-        missing = [t for t in WORDPIECE_SPECIALS if t not in self.vocab]
+        missing = [t for t in WORDPIECE_SPECIALS[:3] if t not in self.vocab]
         if missing:
             raise ValueError(f"WordPiece vocabulary {vocab_file} lacks {missing}: the official "
-                             "tokenizer and data need [UNK], [CLS], [SEP] and [MASK] in it.")
+                             "tokenizer and features need [UNK], [CLS] and [SEP] in it.")
         self.vocab_file = vocab_file
         self.do_lower_case = do_lower_case
         self.inv_vocab = list(self.vocab)  # ids are 0..n-1, in order
         self.vocab_size = len(self.inv_vocab)
+        # [MASK] is optional, as the official `load_vocab` reads a vocabulary (the official
+        # tests' own has none): without it, mask_id is None, a literal "[MASK]" in text is
+        # text, and pretraining data (which masks with it) is refused.
         self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
-            self.vocab[t] for t in WORDPIECE_SPECIALS)
+            self.vocab.get(t) for t in WORDPIECE_SPECIALS)
 
     @property
     def vocabulary_file(self) -> str:
@@ -880,6 +884,8 @@ def _encode_with_masks(tokenizer, text) -> list[int]:
     the [MASK] id between them. `bytes` are decoded as UTF-8, invalid sequences as U+FFFD."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
+    if tokenizer.mask_id is None:  # a vocabulary without [MASK]: the marker is text
+        return tokenizer.encode(text)
     ids = []
     for i, part in enumerate(text.split(MASK_PIECE)):
         if i:
@@ -946,7 +952,7 @@ class InGraphWordPieceTokenizer:
         for i, token in enumerate(tokens):
             first.setdefault(token, i)
         self.pad_id = PAD_ID
-        self.unk_id, self.cls_id, self.sep_id, self.mask_id = (first[t] for t in
+        self.unk_id, self.cls_id, self.sep_id, self.mask_id = (first.get(t) for t in
                                                                WORDPIECE_SPECIALS)
 
     def words(self, strings):
@@ -997,6 +1003,8 @@ def _encode_with_masks_in_graph(tokenizer, strings):
     encoded by `tokenizer(parts)`, with `tokenizer.mask_id` between them."""
     import tensorflow as tf
 
+    if tokenizer.mask_id is None:  # a vocabulary without [MASK]: the marker is text
+        return tokenizer(strings)
     parts = tf.strings.split(strings, sep=MASK_PIECE)  # [batch, (parts)], never empty rows
     ids = tokenizer(parts.flat_values)  # [parts, (ids)]
     # every part but a row's last is followed by a mask (flat: no ragged broadcasting asserts)

@@ -533,6 +533,7 @@ def generate(job: GenerationJob, num_workers: int = 1, progress: bool = True) ->
     check_outputs_are_not_inputs(job)
     # Validates the special ids, and a --vocab_file beside a SentencePiece model.
     tokenizer = make_tokenizer(job.spm_model_file, job.vocab_file, job.do_lower_case)
+    Vocabulary.from_tokenizer(tokenizer)  # refuses a vocabulary without [MASK] before any work
     with OutputLock(job.output_files[0], "--output_file", is_dir=False):
         return _generate(job, tokenizer, num_workers, progress)
 

@@ -103,6 +103,10 @@ class Vocabulary:
 
     @classmethod
     def from_tokenizer(cls, tokenizer) -> "Vocabulary":
+        if tokenizer.mask_id is None:
+            raise ValueError(f"The vocabulary {tokenizer.vocabulary_file} has no [MASK] token, "
+                             "which masked-LM pretraining data is made with: add a [MASK] line "
+                             "to it (fine-tuning and serving need none).")
         return cls(tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id,
                    tokenizer.start_piece_mask, tokenizer.replacement_ids)
 

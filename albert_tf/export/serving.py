@@ -673,7 +673,8 @@ class PretrainerServingModule(AlbertServingModule):
     def _fill_mask(self, input_ids, mlm_logits_fn):
         positions = tf.ragged.boolean_mask(
             tf.broadcast_to(tf.range(tf.shape(input_ids)[1]), tf.shape(input_ids)),
-            tf.equal(input_ids, self.tokenizer.mask_id))
+            tf.equal(input_ids, -1 if self.tokenizer.mask_id is None  # no [MASK]: none to
+                     else self.tokenizer.mask_id))                            # fill
         positions = positions.to_tensor(-1)  # [batch, M]
         valid = positions >= 0
         logits = mlm_logits_fn(tf.maximum(positions, 0))  # [batch, M, V]

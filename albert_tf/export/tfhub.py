@@ -170,7 +170,7 @@ class HubTokenize(tf.train.Checkpoint):
                                     input_signature=[tf.TensorSpec([None], tf.string)])
         special = {"vocab_size": vocab_size, "start_of_sequence_id": in_graph.cls_id,
                    "end_of_segment_id": in_graph.sep_id, "padding_id": in_graph.pad_id,
-                   "mask_id": in_graph.mask_id}
+                   "mask_id": -1 if in_graph.mask_id is None else in_graph.mask_id}
         self.get_special_tokens_dict = tf.train.Checkpoint()
         self.get_special_tokens_dict.__call__ = tf.function(
             lambda: {k: tf.constant(v, tf.int32) for k, v in special.items()},
