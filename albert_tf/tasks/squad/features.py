@@ -92,11 +92,43 @@ def _source_characters(word: str, tokenizer) -> list[int]:
     return sources + [len(word)]
 
 
+class _ParagraphPieces:
+    """The pieces of the paragraph encoded whole, as the official reader encodes it
+    (`encode_pieces` of the preprocessed paragraph), handed out word by word: SentencePiece
+    can break a tie between segmentations of equal score differently for a word alone and
+    inside its paragraph ("8,000" as 0 00 or 00 0), and the paragraph's are the official ids.
+    A word takes the next pieces whose characters ("▁" left out) are its own; where they are
+    not (the preprocessing made or removed a word boundary), the word keeps its own pieces
+    and the rest of the paragraph too."""
+
+    def __init__(self, text: str, tokenizer):
+        self.pieces = (tokenizer.tokenize(text) if getattr(tokenizer, "kind", None)
+                       == "sentencepiece" else None)
+        self.next = 0
+
+    def take(self, word_pieces: list, surface: str) -> list:
+        if self.pieces is None:
+            return word_pieces
+        taken, length, i = [], 0, self.next
+        while i < len(self.pieces) and length < len(surface):
+            taken.append(self.pieces[i])
+            length += len(self.pieces[i].replace(SPIECE_UNDERLINE, ""))
+            i += 1
+        if "".join(taken).replace(SPIECE_UNDERLINE, "") != surface:
+            self.pieces = None  # out of step: every word its own pieces from here
+            return word_pieces
+        self.next = i
+        return taken
+
+
 def align_context(text: str, tokenizer) -> AlignedContext:
     ids, pieces, starts, ends, exact = [], [], [], [], 0
+    paragraph = _ParagraphPieces(text, tokenizer)
     for word_start, word_end in _words(text):
         word = text[word_start:word_end]
         word_pieces = tokenizer.tokenize(word)
+        word_pieces = paragraph.take(word_pieces, "".join(
+            p.replace(SPIECE_UNDERLINE, "") for p in word_pieces))
         surfaces = [p.replace(SPIECE_UNDERLINE, "") for p in word_pieces]
         preprocessed = tokenizer.preprocess(word)
         sources = _source_characters(word, tokenizer)
