@@ -30,7 +30,6 @@ from albert_tf.commands import flags as albert_flags  # noqa: E402
 from albert_tf.checkpoints import MODEL_KINDS, CheckpointError, convert  # noqa: E402
 from albert_tf.commands.cli import run_command  # noqa: E402
 from albert_tf.commands.flags import FLAGS  # noqa: E402
-from albert_tf.tokenization import DIGIT_COMMA_FORMS  # noqa: E402
 
 
 def define_flags():
@@ -70,14 +69,9 @@ def define_flags():
                       "Model to build (a registered kind). auto: from the checkpoint (Hugging "
                       "Face: its architectures; otherwise the heads present). backbone drops "
                       "the heads (reported as skipped).")
-    flags.DEFINE_enum("digit_comma", None, list(DIGIT_COMMA_FORMS),
-                      "How the vocabulary re-splits a piece ending in digit + comma, recorded in "
-                      "the written SentencePiece model so that every tokenizer of ours uses it: "
-                      "official (google-research/albert: '3,500,' is ▁3 , ▁500 ,; Google's "
-                      "released models were trained so) or huggingface (XLNet's and Hugging "
-                      "Face's AlbertTokenizer: ▁3 , 500 ,; for a model fine-tuned with it). "
-                      "Default: the form the source's vocabulary records (official where it "
-                      "records none).")
+    albert_flags.define_digit_comma(None, "Default: the form the source's vocabulary records "
+                                    "(official where it records none); huggingface for a "
+                                    "model fine-tuned with AlbertTokenizer.")
     flags.mark_flags_as_required(["input", "output"])
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from absl import flags
 
 from albert_tf.configs.definitions import RULES, SETTINGS, rule_problem
+from albert_tf.tokenization import DIGIT_COMMA_FORMS
 
 FLAGS = flags.FLAGS
 # Flags defined through `define` belong to the module that calls it (its --help lists them).
@@ -122,6 +123,18 @@ def define(*groups, kinds=None, notes=None, flag_values=FLAGS, **defaults):
         else:
             _DEFINE[kind](name, default, help_text, flag_values=flag_values)
     return names
+
+
+def define_digit_comma(default: str | None, note: str) -> None:
+    """--digit_comma, of the commands that write a vocabulary (train_vocab, convert): the form
+    of the digit-comma re-split the written SentencePiece model records
+    (`albert_tf.tokenization.DIGIT_COMMA_FORMS`)."""
+    flags.DEFINE_enum("digit_comma", default, list(DIGIT_COMMA_FORMS),
+                      "How a piece ending in digit + comma is re-split, recorded in the "
+                      "SentencePiece model so that every tokenizer of ours uses it: official "
+                      "(google-research/albert: '3,500,' is ▁3 , ▁500 ,; Google's released "
+                      "models were trained so) or huggingface (XLNet's and Hugging Face's "
+                      f"AlbertTokenizer: ▁3 , 500 ,). {note}".rstrip())
 
 
 def require(*names) -> None:

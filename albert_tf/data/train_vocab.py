@@ -324,11 +324,7 @@ def define_flags():
     flags.DEFINE_integer("num_threads", None, "Trainer threads (default: all cores).")
     flags.DEFINE_bool("sentencepiece_log", False,
                       "Pass SentencePiece's own log (its phases and EM rounds) through to stderr.")
-    flags.DEFINE_enum("digit_comma", "official", list(DIGIT_COMMA_FORMS),
-                      "How a piece ending in digit + comma is re-split, recorded in the model so "
-                      "that every tokenizer of ours uses it: official (google-research/albert: "
-                      "'3,500,' is ▁3 , ▁500 ,) or huggingface (XLNet's and Hugging Face's "
-                      "AlbertTokenizer: ▁3 , 500 ,).")
+    albert_flags.define_digit_comma("official", "")
     flags.DEFINE_bool("user_defined_symbols", True,
                       "Keep the official user-defined symbols ( ) \" - . – £ € as pieces of "
                       "their own, as the official spm_train command does.")
