@@ -85,8 +85,10 @@ def main(argv):
     except (CheckpointError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    skipped = summary.pop("skipped")
+    skipped, notes = summary.pop("skipped"), summary.pop("notes")
     print(json.dumps(summary, indent=2))
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     if skipped:
         reasons = {}
         for reason in skipped.values():

@@ -315,8 +315,14 @@ _USER_DEFINED = 4  # sentencepiece's ModelProto.SentencePiece.Type.USER_DEFINED
 def digit_comma_form(model_proto: bytes, source: str = "the SentencePiece model") -> str:
     """The digit-comma form (`DIGIT_COMMA_FORMS`) the serialized SentencePiece model records:
     "official" where it records none."""
+    from google.protobuf.message import DecodeError
+
     proto = _model_proto_messages()["ModelProto"]()
-    proto.ParseFromString(model_proto)
+    try:
+        proto.ParseFromString(model_proto)
+    except DecodeError as e:
+        raise ValueError(f"{source} is not a valid SentencePiece model ({e}): pass the .model "
+                         "file the vocabulary was trained as.") from None
     if not proto.HasField("albert_tf_digit_comma"):
         return "official"
     form = proto.albert_tf_digit_comma
@@ -336,15 +342,39 @@ def with_digit_comma_form(model_proto: bytes, form: str) -> bytes:
                          f"{', '.join(DIGIT_COMMA_FORMS)}.")
     if digit_comma_form(model_proto) == form:
         return model_proto
-    proto = _model_proto_messages()["ModelProto"]()
-    if digit_comma_form(model_proto) != "official":  # another form recorded: drop it
-        proto.ParseFromString(model_proto)
-        proto.ClearField("albert_tf_digit_comma")
-        model_proto = proto.SerializeToString()
+    model_proto = _without_field(model_proto, DIGIT_COMMA_FIELD)  # the other form's record
     if form == "official":
         return model_proto
     marker = _model_proto_messages()["ModelProto"](albert_tf_digit_comma=form)
     return model_proto + marker.SerializeToString()  # a field appended is a field set
+
+
+def _without_field(message: bytes, number: int) -> bytes:
+    """The serialized protocol buffer `message` without its top-level field `number`, every
+    other field's bytes as they were (a parse and serialize would reorder them)."""
+    def varint(i):
+        value, shift = 0, 0
+        while True:
+            byte = message[i]
+            value, shift, i = value | (byte & 0x7F) << shift, shift + 7, i + 1
+            if not byte & 0x80:
+                return value, i
+
+    kept, i = bytearray(), 0
+    while i < len(message):
+        start = i
+        key, i = varint(i)
+        wire = key & 7
+        if wire == 0:
+            i = varint(i)[1]
+        elif wire == 2:
+            length, i = varint(i)
+            i += length
+        else:  # 1: 64-bit, 5: 32-bit (ModelProto has no groups)
+            i += {1: 8, 5: 4}[wire]
+        if key >> 3 != number:
+            kept += message[start:i]
+    return bytes(kept)
 
 
 @functools.lru_cache(maxsize=None)

@@ -413,3 +413,28 @@ def test_command_line_with_official_flags(prepared_corpus, sample_vocab, tmp_pat
         out, err = bad.communicate(timeout=600)
         assert bad.returncode == 1 and reason in err and "Traceback" not in err, err
         assert not (tmp_path / "refused").exists()
+
+
+def test_the_run_identity_holds_the_digit_comma_form_where_the_vocabulary_has_such_pieces(
+        sample_vocab, digit_comma_vocab, tmp_path):
+    """Data made by the version that re-split digit-comma pieces in the Hugging Face form (its
+    run hash had no form) is another run's: with a vocabulary holding such pieces the hash
+    names the form, so that data is neither resumed into nor reused. A vocabulary without
+    them keeps its hash: its data is byte for byte what this version writes."""
+    from albert_tf.data import generator
+
+    def hashes(vocab):
+        job = make_job(str(tmp_path / "corpus.txt"), str(tmp_path / "out"), vocab)
+        now = generator.compute_run_hash(job, ["x"], file_sha256(vocab))
+        before = generator._digit_comma_form
+        generator._digit_comma_form = lambda *args: None  # the hash as the previous version
+        try:
+            return now, generator.compute_run_hash(job, ["x"], file_sha256(vocab))
+        finally:
+            generator._digit_comma_form = before
+
+    (tmp_path / "corpus.txt").write_text("a line\n")
+    now, before = hashes(digit_comma_vocab)
+    assert now != before
+    now, before = hashes(sample_vocab)
+    assert now == before

@@ -238,6 +238,10 @@ def test_albert_tokenizer_gives_the_ids_of_the_huggingface_form(tmp_path, digit_
     marked = convert("albert_tf", str(source), str(tmp_path / "hf"), target="hf",
                      digit_comma="huggingface")
     assert (official["digit_comma"], marked["digit_comma"]) == ("official", "huggingface")
+    # transformers' fast tokenizer has no re-split: the conversion says so.
+    assert "fast tokenizer (tokenizer.json, AutoTokenizer's default) never re-splits" in \
+        marked["notes"][0] and "records huggingface" in marked["notes"][0]
+    assert "records official" in official["notes"][0]
     with open(digit_comma_vocab, "rb") as f:
         assert (tmp_path / "official_hf" / "spiece.model").read_bytes() == f.read()
     hf = transformers.AlbertTokenizer.from_pretrained(str(tmp_path / "hf"))

@@ -128,6 +128,7 @@ TRAINING_CASES = [
     ("off_by_one", "quick", 5, False, True),          # found in the words touched
     ("spaces", " lazy  dog", 34, False, True),        # whitespace collapsed
     ("impossible", "fox", 16, True, True),            # official: [CLS], answers ignored
+    ("whitespace", "q", 19, False, False),            # a space: the next piece, never [CLS]
 ]
 
 
@@ -152,9 +153,10 @@ def test_training_trains_every_question_as_the_official_albert_reader(tmp_path, 
     assert sorted({f["id"] for f in features}) == sorted(expected) == sorted(contexts)
     warnings = [r.getMessage() for r in caplog.records if "training questions" in r.getMessage()]
     assert warnings == [
-        f"{path}: 1 of 5 training questions have an answer text that is not in the context at "
+        f"{path}: 2 of 6 training questions have an answer text that is not in the context at "
         "answer_start; each is trained on the span there, as the official ALBERT reader does "
-        "(BERT's reader skips them: \"Could not find answer\"): wrong_text ('fox' vs. 'cat')"]
+        "(BERT's reader skips them: \"Could not find answer\"): wrong_text ('fox' vs. 'cat'); "
+        "whitespace ('fox' vs. 'q')"]
     assert len(features) == len(expected)  # one window each
     for f in features:
         if f["id"] == "impossible":
@@ -164,7 +166,7 @@ def test_training_trains_every_question_as_the_official_albert_reader(tmp_path, 
                        for k in ("start_positions", "end_positions"))
         assert contexts[f["id"]].text_of(first, last) == {
             "right": "brown fox", "wrong_text": "fox", "off_by_one": "quick",
-            "spaces": "lazy dog."}[f["id"]]
+            "spaces": "lazy dog.", "whitespace": "jump"}[f["id"]]
     # Evaluation: every question, whatever its answer_start.
     dataset, features, _ = build_features(str(path), tokenizer, 64, 32, 16, False)
     assert len(S.questions(dataset)) == len({f["id"] for f in features}) == len(TRAINING_CASES)
@@ -174,7 +176,8 @@ def test_training_trains_every_question_as_the_official_albert_reader(tmp_path, 
     (_qa("q9"), r"training question 'q9' has no answer and is not marked \"is_impossible\": "
                 r"true"),
     (dict(_qa("q9", "fox", 16), answers=[{"text": "fox", "answer_start": 16}] * 3),
-     r"training question 'q9' has 3 answers; the official reader trains on exactly one"),
+     r"1 training question\(s\) have several answers \('q9'\); the official reader trains on "
+     r"exactly one"),
     (_qa("q9", "The", -3), r"training question 'q9': its answer 'The' at answer_start -3 is "
                            r"outside its context \(44 characters\)"),
     (_qa("q9", "dog.", 100), r"answer 'dog.' at answer_start 100 is outside its context"),

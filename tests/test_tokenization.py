@@ -308,14 +308,19 @@ def test_digit_comma_pieces_resplit_as_the_official_code_on_every_shipped_text(
                         _viterbi_score(form.sp, b), abs=1e-4), (name, text)
 
 
-def test_the_digit_comma_form_is_recorded_in_the_vocabulary(digit_comma_vocab, tmp_path):
+@pytest.mark.parametrize("trained", [True, False], ids=["trainer-written", "re-serialized"])
+def test_the_digit_comma_form_is_recorded_in_the_vocabulary(digit_comma_vocab, sample_vocab,
+                                                            tmp_path, trained):
     """The Hugging Face form is a field of the SentencePiece model: SentencePiece and
     tensorflow-text read the marked file as the same vocabulary, and marking it official again
-    gives the original file byte for byte."""
+    gives the original file byte for byte (a file the SentencePiece trainer wrote too, whose
+    fields a parse and serialize would reorder); a damaged file is named."""
     import sentencepiece as spm
 
-    with open(digit_comma_vocab, "rb") as f:
+    with open(sample_vocab if trained else digit_comma_vocab, "rb") as f:
         original = f.read()
+    with pytest.raises(ValueError, match=r"damaged.model is not a valid SentencePiece model"):
+        digit_comma_form(original[:5000], "damaged.model")
     assert digit_comma_form(original) == "official"
     assert with_digit_comma_form(original, "official") == original
     marked = with_digit_comma_form(original, "huggingface")
@@ -329,6 +334,8 @@ def test_the_digit_comma_form_is_recorded_in_the_vocabulary(digit_comma_vocab, t
     assert a.EncodeAsIds(text) == b.EncodeAsIds(text)
     path = tmp_path / "marked.model"
     path.write_bytes(marked)
+    if trained:
+        return
     pieces = Tokenizer(str(path)).tokenize(text)
     assert pieces[:4] == ["▁it", "▁cost", "▁3", ","] and pieces[4] == "500"
     assert Tokenizer(digit_comma_vocab).tokenize(text)[4] == "▁500"

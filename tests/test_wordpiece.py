@@ -458,3 +458,25 @@ def test_run_classifier_with_a_wordpiece_vocabulary(tmp_path, vocab_file):
     assert proc.returncode != 0
     assert ("--spm_model_file or --vocab_file or --init_checkpoint or "
             "--albert_hub_module_handle is required.") in proc.stderr
+
+
+@pytest.mark.needs_shared("official_albert")
+def test_squad_refuses_a_wordpiece_vocabulary_by_name(tmp_path, vocab_file):
+    """SQuAD takes a SentencePiece model, as the official SQuAD code: a WordPiece --vocab_file
+    is refused in one line naming it (it ended in an AttributeError inside the alignment),
+    before anything is written."""
+    from albert_tf import AlbertConfig
+    from conftest import run_command
+
+    config = tmp_path / "albert_config.json"
+    AlbertConfig(vocab_size=len(open(vocab_file, encoding="utf-8").read().splitlines()),
+                 embedding_size=16, hidden_size=32, num_hidden_layers=1,
+                 num_attention_heads=4, intermediate_size=48).to_json_file(config)
+    (tmp_path / "dev.json").write_text('{"data": []}')
+    proc = run_command("albert_tf.run_squad_v1", f"--albert_config_file={config}",
+                       f"--vocab_file={vocab_file}", f"--output_dir={tmp_path / 'out'}",
+                       "--do_predict", f"--predict_file={tmp_path / 'dev.json'}")
+    assert proc.returncode == 1 and proc.stderr.startswith("error: SQuAD takes"), proc.stderr
+    assert f"SQuAD takes a SentencePiece model (--spm_model_file), as the official SQuAD code " \
+           f"does; {vocab_file} is a WordPiece vocabulary" in proc.stderr
+    assert not (tmp_path / "out").exists()

@@ -38,6 +38,10 @@ from albert_tf.tokenization import make_tokenizer
 
 def top_k_answers(model, tokenizer, texts, top_k: int = 5) -> list:
     """[[[(piece, probability)] * top_k per [MASK]] per text] of an `AlbertPretrainer`."""
+    if tokenizer.mask_id is None:
+        raise ValueError(f"The vocabulary {tokenizer.vocabulary_file} has no [MASK] token: "
+                         "there is nothing to fill (add a [MASK] line to it and use a model "
+                         "pretrained with it).")
     answers = []
     for text in texts:
         ids = [tokenizer.cls_id] + tokenizer.encode_with_masks(text) + [tokenizer.sep_id]

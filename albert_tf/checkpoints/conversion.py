@@ -585,7 +585,15 @@ def _convert(source, input_path, output_dir, target, albert_config_file, model, 
             output_dir, overwrite, HF_FILES,
             lambda directory: write_hf_folder(keras_model, directory, spm,
                                               do_lower_case=do_lower_case, labels=read.labels))
-    return {"model": model_kind(keras_model), "weights": len(report["assigned"]),
+    notes = []
+    if target == "hf" and spm and Tokenizer(spm).resplit_table is not None:
+        notes.append(
+            f"the vocabulary has pieces ending in digit + comma, which transformers' fast "
+            f"tokenizer (tokenizer.json, AutoTokenizer's default) never re-splits: text "
+            f"reaching one gets other ids there. AlbertTokenizer (use_fast=False) re-splits "
+            f"them in the Hugging Face form, which equals ours where the vocabulary records "
+            f"it (this one records {form}; --digit_comma huggingface).")
+    return {"model": model_kind(keras_model), "weights": len(report["assigned"]), "notes": notes,
             "parameters": keras_model.count_params(), "skipped": report["skipped"],
             "sentencepiece_model": spm_model_file or read.spm_model_file,
             "digit_comma": form, "do_lower_case": do_lower_case, "labels": read.labels,

@@ -148,6 +148,15 @@ def require(*names) -> None:
                                  + " is required.")
 
 
+def refuse_alone(name: str, others, message: str) -> None:
+    """Raises absl's UsageError with `message` (its "{}": the flag's value) where the flag
+    `name` is given and none of `others` is."""
+    from absl import app
+
+    if getattr(FLAGS, name) and not any(getattr(FLAGS, other) for other in others):
+        raise app.UsageError(message.format(getattr(FLAGS, name)))
+
+
 def require_an_action(export: bool = False) -> None:
     """Raises absl's UsageError unless one of the command's --do_train, --do_eval, --do_predict
     is set, or with `export` (a command whose official script exports alone: run_classifier,

@@ -253,6 +253,8 @@ def build_task(exp, config, version, threshold):
 def run(exp, version: int, task_exporter):
     threshold = exp.null_score_diff_threshold if version == 2 else None
     config, tokenizer = model_and_tokenizer(exp)
+    if tokenizer.kind != "sentencepiece":
+        raise ValueError(WORDPIECE_REFUSED.format(tokenizer.vocabulary_file))
     if exp.max_seq_length <= exp.max_query_length + 3:
         raise ValueError(f"--max_seq_length ({exp.max_seq_length}) must exceed "
                          f"--max_query_length ({exp.max_query_length}) + 3.")
@@ -298,6 +300,18 @@ def check_flags(exp, version: int):
         raise app.UsageError("--do_train needs --train_file; --do_predict needs --predict_file.")
 
 
+WORDPIECE_REFUSED = ("SQuAD takes a SentencePiece model (--spm_model_file), as the official "
+                     "SQuAD code does; {} is a WordPiece vocabulary, whose pieces this reader "
+                     "cannot align to the context's characters.")
+
+
+def _refuse_a_wordpiece_vocabulary() -> None:
+    """--vocab_file without --spm_model_file (a WordPiece vocabulary): refused by name before
+    the required flags are asked for."""
+    albert_flags.refuse_alone("vocab_file", ("spm_model_file", "init_checkpoint",
+                                             "albert_hub_module_handle"), WORDPIECE_REFUSED)
+
+
 def cli(version: int, task_exporter):
     """`run_squad_v1` (version 1) and `run_squad_v2` (version 2); `task_exporter` makes the
     exporter of --export_dir (the entry points give `albert_tf.export.run_exporter`'s: the
@@ -307,4 +321,4 @@ def cli(version: int, task_exporter):
             required=(f"albert_config_file|{PRETRAINED}", f"spm_model_file|{PRETRAINED}",
                       "output_dir"),
             check=functools.partial(check_flags, version=version),
-            name=f"albert_tf.run_squad_v{version}")
+            before=_refuse_a_wordpiece_vocabulary, name=f"albert_tf.run_squad_v{version}")

@@ -31,6 +31,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -212,8 +213,21 @@ def _read_unit_shard(name, shard):
 
 
 # ---------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=8)
+def _digit_comma_form(spm_model_file: str | None, spm_hash: str) -> str | None:
+    """The digit-comma re-split form the ids of this SentencePiece vocabulary depend on, None
+    where they depend on none (no piece ends in digit + comma, or a WordPiece vocabulary)."""
+    if not spm_model_file:
+        return None
+    tokenizer = Tokenizer(spm_model_file)
+    return tokenizer.digit_comma if tokenizer.resplit_table is not None else None
+
+
 def compute_run_hash(job: GenerationJob, input_hashes, spm_hash) -> str:
-    """The identity of a run: what determines its output bytes (recorded in each sidecar)."""
+    """The identity of a run: what determines its output bytes (recorded in each sidecar).
+    With a vocabulary holding digit-comma pieces, the re-split form too: the data of the
+    version that re-split them in the Hugging Face form only (no form recorded) is another
+    run's, never resumed into or reused as this one's."""
     description = {
         "format_version": FORMAT_VERSION, "inputs": input_hashes, "spm": spm_hash,
         "outputs": [os.path.basename(o) for o in job.output_files],
@@ -221,6 +235,9 @@ def compute_run_hash(job: GenerationJob, input_hashes, spm_hash) -> str:
         "dupe_factor": job.dupe_factor, "random_seed": job.random_seed,
         "tokens_per_unit": job.tokens_per_unit,
     }
+    form = _digit_comma_form(job.spm_model_file, spm_hash)
+    if form is not None:
+        description["digit_comma"] = form
     return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()
 
 

@@ -235,6 +235,10 @@ def _labelled(questions, contexts, out: dict, max_seq_length: int, unique_id: in
         if question["answers"] and not question.get("is_impossible"):
             text, start = question["answers"][0], question["answer_starts"][0]
             answer = context.piece_span(start, start + len(text))
+            if answer is None:  # whitespace only: the piece after it, as the official
+                # `_convert_index` maps such a span (never [CLS] for an answerable question)
+                after = next((i for i, e in enumerate(context.ends) if e > start), None)
+                answer = None if after is None else (after, after)
         answers.append(answer)
     features = []
     for w, example in enumerate(out["example"].tolist()):
@@ -341,8 +345,17 @@ def training_questions(dataset, source: str) -> tuple[list[dict], list[dict]]:
     `SquadDataError`). `unfound`: the answerable ones whose text is not where answer_start
     says (`answer_found`), trained on the span there as official: {"id", "actual" (the
     context's words there), "answer"}."""
+    questions = squad_eval.questions(dataset)
+    several = [q["id"] for q in questions if not q["is_impossible"] and len(q["answers"]) > 1]
+    if several:
+        shown = ", ".join(repr(qid) for qid in several[:5])
+        raise squad_eval.SquadDataError(
+            f"{source}: {len(several)} training question(s) have several answers ({shown}"
+            f"{' ...' if len(several) > 5 else ''}); the official reader trains on exactly one "
+            "per question and refuses the file too (an evaluation file lists several: train on "
+            "a training file, or keep one answer per question).")
     kept, unfound = [], []
-    for q in squad_eval.questions(dataset):
+    for q in questions:
         kept.append(q)
         if q["is_impossible"]:
             continue
@@ -351,11 +364,6 @@ def training_questions(dataset, source: str) -> tuple[list[dict], list[dict]]:
             raise squad_eval.SquadDataError(
                 f"{where} has no answer and is not marked \"is_impossible\": true; the official "
                 "reader refuses it too.")
-        if len(q["answers"]) != 1:
-            raise squad_eval.SquadDataError(
-                f"{where} has {len(q['answers'])} answers; the official reader trains on "
-                "exactly one per question and refuses the file too (an evaluation file lists "
-                "several: train on a training file, or keep one answer per question).")
         text, start = q["answers"][0], q["answer_starts"][0]
         if start is None:
             raise squad_eval.SquadDataError(f"{where}: its answer has no \"answer_start\".")
