@@ -416,7 +416,7 @@ def test_command_line_with_official_flags(prepared_corpus, sample_vocab, tmp_pat
 
 
 def test_the_run_identity_holds_the_digit_comma_form_where_the_vocabulary_has_such_pieces(
-        sample_vocab, digit_comma_vocab, tmp_path):
+        sample_vocab, digit_comma_vocab, tmp_path, monkeypatch):
     """Data made by the version that re-split digit-comma pieces in the Hugging Face form (its
     run hash had no form) is another run's: with a vocabulary holding such pieces the hash
     names the form, so that data is neither resumed into nor reused. A vocabulary without
@@ -426,12 +426,9 @@ def test_the_run_identity_holds_the_digit_comma_form_where_the_vocabulary_has_su
     def hashes(vocab):
         job = make_job(str(tmp_path / "corpus.txt"), str(tmp_path / "out"), vocab)
         now = generator.compute_run_hash(job, ["x"], file_sha256(vocab))
-        before = generator._digit_comma_form
-        generator._digit_comma_form = lambda *args: None  # the hash as the previous version
-        try:
+        with monkeypatch.context() as m:  # the hash as the previous version computed it
+            m.setattr(generator, "_digit_comma_form", lambda *args: None)
             return now, generator.compute_run_hash(job, ["x"], file_sha256(vocab))
-        finally:
-            generator._digit_comma_form = before
 
     (tmp_path / "corpus.txt").write_text("a line\n")
     now, before = hashes(digit_comma_vocab)

@@ -342,6 +342,7 @@ def test_the_digit_comma_form_is_recorded_in_the_vocabulary(digit_comma_vocab, s
     from albert_tf.tokenization import _model_proto_messages
 
     unknown = _model_proto_messages()["ModelProto"](albert_tf_digit_comma="other")
+    future = tmp_path / "future.model"
+    future.write_bytes(original + unknown.SerializeToString())
     with pytest.raises(ValueError, match="records the digit-comma form 'other'.*upgrade "):
-        Tokenizer(str(path.with_name("x.model")) if path.with_name("x.model").write_bytes(
-            original + unknown.SerializeToString()) else None)
+        Tokenizer(str(future))

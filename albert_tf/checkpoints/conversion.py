@@ -559,10 +559,11 @@ def _convert(source, input_path, output_dir, target, albert_config_file, model, 
         with open(spm, "rb") as f:
             proto = f.read()
         form = digit_comma or digit_comma_form(proto, spm)
-        if with_digit_comma_form(proto, form) != proto:  # the vocabulary, recording `form`
+        marked = with_digit_comma_form(proto, form)  # the vocabulary, recording `form`
+        if marked != proto:
             spm = os.path.join(scratch, os.path.basename(spm))
             with open(spm, "wb") as f:
-                f.write(with_digit_comma_form(proto, form))
+                f.write(marked)
     elif digit_comma is not None:
         raise CheckpointError(f"--digit_comma {digit_comma} is recorded in the vocabulary, and "
                               f"{input_path} carries none: pass --spm_model_file.")
