@@ -54,7 +54,7 @@ def run(exp):
         tf.config.experimental.enable_op_determinism()
     the_strategy = strategy(exp)
     cfg = PretrainingConfig.from_settings(
-        exp.settings(), AlbertConfig.from_json_file(exp.albert_config_file))
+        exp.run_settings(), AlbertConfig.from_json_file(exp.albert_config_file))
     exporter = None
     if exp.export_dir:
         exporter = make_exporter(exp.export_dir, exp.output_dir, exp.spm_model_file,

@@ -252,8 +252,8 @@ def _exp(output_dir, **settings):
                    export_dir=None)
     for name, value in settings.items():
         (task if name in task else trainer)[name] = value
-    return ExperimentConfig("albert_tf.run_classifier", task, {}, trainer, {},
-                            frozenset(settings) | {"task_name", "output_dir"})
+    return ExperimentConfig.of("albert_tf.run_classifier", {**task, **trainer},
+                               frozenset(settings) | {"task_name", "output_dir"})
 
 
 def _trained(exp):

@@ -59,8 +59,11 @@ def test_a_config_file_sets_the_flags_and_the_command_line_wins(tmp_path):
     assert values.learning_rate == 1e-3 and values.train_batch_size == 8  # command line wins
     assert values.do_train is True and values.labels == ["neg", "pos"]
     cfg = experiment.from_flags("prog", values)
-    assert cfg.trainer["learning_rate"] == 1e-3 and cfg.task["task_name"] == "sst-2"
-    assert cfg.runtime["mixed_precision"] == "bfloat16" and cfg.model["random_seed"] == 12345
+    # typed: each value in its section and group, as the definitions place it
+    assert cfg.settings.trainer.optimization.learning_rate == 1e-3
+    assert cfg.settings.task.task_name == "sst-2" and cfg.settings.trainer.train_batch_size == 8
+    assert cfg.settings.runtime.mixed_precision == "bfloat16"
+    assert cfg.settings.model.random_seed == 12345
     assert cfg.learning_rate == 1e-3 and "labels" in cfg and "nothing" not in cfg
     assert cfg.is_given("learning_rate") and cfg.is_given("train_batch_size")
     assert not cfg.is_given("random_seed")
@@ -69,6 +72,36 @@ def test_a_config_file_sets_the_flags_and_the_command_line_wins(tmp_path):
     experiment.apply_config_file(_write(tmp_path / "c.json", {"trainer": {"learning_rate": 0.5}}),
                                  "prog", json_values)
     assert json_values.learning_rate == 0.5
+
+
+def test_the_config_is_the_typed_settings_each_value_under_its_own_name():
+    """`ExperimentConfig` holds the typed settings (`definitions.ExperimentSettings`) and the
+    command's own switches; a value under an official alias stays under its own name in the
+    config (written as given), and the loop's view (`run_settings`) carries it to the loop's
+    name; a name the command lacks is none of its values; `replaced` gives a new config."""
+    exp = experiment.ExperimentConfig.of(
+        "albert_tf.run_race", {"train_step": 7, "keep_checkpoint_max": 3,
+                               "num_keep_checkpoint": 2, "learning_rate": 0.01, "version": 4},
+        given={"train_step", "keep_checkpoint_max"})
+    assert exp.settings.trainer.schedule.train_step == 7 and exp.train_step == 7
+    assert exp.settings.trainer.keep_checkpoint_max == 3 and exp.keep_checkpoint_max == 3
+    assert exp.settings.trainer.optimization.learning_rate == 0.01 and exp.version == 4
+    assert "num_train_steps" not in exp and "version" in exp
+    with pytest.raises(AttributeError, match="no setting 'num_train_steps'"):
+        exp.num_train_steps
+    loop = exp.run_settings()
+    assert (loop.trainer.schedule.num_train_steps, loop.trainer.schedule.num_warmup_steps,
+            loop.trainer.keep_checkpoint_max) == (7, 0, 2)
+    assert exp.as_dict()["trainer"] == {"keep_checkpoint_max": 3, "learning_rate": 0.01,
+                                        "num_keep_checkpoint": 2, "train_step": 7}
+    assert exp.as_dict()["task"] == {"version": 4}
+    other = exp.replaced(learning_rate=0.5)
+    assert other.learning_rate == 0.5 and exp.learning_rate == 0.01
+    assert other.given == exp.given and other.as_dict()["task"] == {"version": 4}
+    with pytest.raises(AttributeError, match="no setting nothing"):
+        exp.replaced(nothing=1)
+    with pytest.raises(ValueError, match="a flag named values"):
+        experiment.ExperimentConfig.of("prog", {"values": 1})
 
 
 def test_the_written_config_reads_back_to_the_same_values(tmp_path):
@@ -85,7 +118,7 @@ def test_the_written_config_reads_back_to_the_same_values(tmp_path):
     again = _flag_values()
     experiment.apply_config_file(path, "prog", again)
     assert experiment.from_flags("prog", again).as_dict().keys() == cfg.as_dict().keys()
-    for name, value in cfg.flat().items():
+    for name, value in cfg.values().items():
         got = getattr(experiment.from_flags("prog", again), name)
         assert (math.isnan(got) and math.isnan(value)) if isinstance(value, float) and \
             math.isnan(value) else got == value, name

@@ -367,10 +367,10 @@ def test_a_cased_model_keeps_its_casing_in_every_form(forms, tmp_path, caplog):
     assert carried_tokenizer(forms["sources"]["tf1"])["do_lower_case"] is None  # official: True
     # --init_checkpoint: the casing the source records, unless --do_lower_case was given.
     for given, want in ((frozenset(), False), (frozenset({"do_lower_case"}), True)):
-        exp = ExperimentConfig("albert_tf.run_classifier", {}, {
-            "spm_model_file": None, "vocab_file": None, "do_lower_case": True}, {}, {}, given)
+        exp = ExperimentConfig.of("albert_tf.run_classifier", {
+            "spm_model_file": None, "vocab_file": None, "do_lower_case": True}, given)
         caplog.clear()
-        carried_vocabulary(exp, sources["keras"])
+        exp = carried_vocabulary(exp, sources["keras"])
         assert exp.do_lower_case is want and exp.spm_model_file == forms["spm"]
         warned = [r.getMessage() for r in caplog.records if "differs from the casing" in
                   r.getMessage()]

@@ -1,8 +1,8 @@
 """The experiment config: what a command runs with, as data. The one adapter between absl's
 command line and the library.
 
-A command's flags (the official names, `albert_tf.commands.flags`) are sorted into four typed
-sections:
+A command's flags (the official names, `albert_tf.commands.flags`) are the typed settings of
+`albert_tf.configs.definitions`, in four sections:
 
 - `task`: what is learned from what data (task name, input files, decoding settings);
 - `model`: the architecture file, pretrained weights, vocabulary, sequence length, seed;
@@ -31,6 +31,7 @@ import functools
 import os
 import random
 import sys
+import types
 
 import yaml
 from absl import flags
@@ -220,29 +221,50 @@ def _check_overridden(flag, value, where: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
-    """A command's settings in four sections (`SECTIONS`), each {flag name: value}; read them
-    by section (`cfg.trainer["learning_rate"]`) or by name (`cfg.learning_rate`, `"x" in cfg`).
-    `given` names the settings set explicitly (command line or config file), the rest are the
-    command's defaults."""
+    """A command's settings, typed: `settings` (`albert_tf.configs.definitions.ExperimentSettings`,
+    the four sections of `SECTIONS` with the trainer's optimization and schedule groups) holds
+    this command's values, and `names` says which settings the command has as flags (a setting
+    it lacks keeps its definition's default there); `own`, the command's switches that are no
+    setting of an experiment (export's --version, ...). Read a value typed
+    (`cfg.settings.trainer.optimization.learning_rate`) or by its name (`cfg.learning_rate`,
+    looked up through its definition's section and group; `"x" in cfg`: whether the command has
+    it). `given` names the values set explicitly (command line or config file), the rest are
+    the command's defaults. Frozen: `replaced(name=value)` is a new config.
+
+    Build one with `of` (from {name: value}) or `from_flags`."""
 
     command: str
-    task: dict
-    model: dict
-    trainer: dict
-    runtime: dict
+    settings: definitions.ExperimentSettings
+    names: frozenset
+    own: types.MappingProxyType
     given: frozenset = frozenset()
+
+    @classmethod
+    def of(cls, command: str, values: dict, given=frozenset()) -> "ExperimentConfig":
+        """The config of {name: value}: the settings' names typed, each under its own name
+        (`definitions.settings`), the rest the command's own."""
+        clash = sorted(set(values) & _ATTRIBUTES)
+        if clash:
+            raise ValueError(f"{command}: a flag named {', '.join(clash)} would hide the "
+                             "config's own attribute of that name; rename the flag")
+        names = frozenset(n for n in values if n in definitions.SETTINGS)
+        return cls(command, definitions.settings({n: values[n] for n in names},
+                                                 carry_aliases=False), names,
+                   types.MappingProxyType({n: v for n, v in values.items() if n not in names}),
+                   frozenset(given))
 
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        for section in SECTIONS:
-            values = object.__getattribute__(self, section)
-            if name in values:
-                return values[name]
+        if name in object.__getattribute__(self, "names"):
+            return definitions.value_of(object.__getattribute__(self, "settings"), name)
+        own = object.__getattribute__(self, "own")
+        if name in own:
+            return own[name]
         raise AttributeError(f"{self.command} has no setting {name!r}")
 
     def __contains__(self, name) -> bool:
-        return any(name in getattr(self, section) for section in SECTIONS)
+        return name in self.names or name in self.own
 
     def get(self, name, default=None):
         return getattr(self, name) if name in self else default
@@ -254,22 +276,31 @@ class ExperimentConfig:
         """The run's seed (`random_seed`; None where the command has none)."""
         return self.get("random_seed")
 
-    def settings(self) -> definitions.ExperimentSettings:
-        """The typed settings (`albert_tf.configs.definitions`) of this command's values: what
-        the library receives (`TrainingConfig.from_settings`), never this flat view."""
-        return definitions.settings(self.flat())
+    def run_settings(self) -> definitions.ExperimentSettings:
+        """The typed settings the library receives (`TrainingConfig.from_settings`): `settings`
+        with the fine-tuning runners' official names (`train_step`, `warmup_step`,
+        `num_keep_checkpoint`) carried to the loop's (`definitions.settings`)."""
+        return definitions.settings({name: getattr(self, name) for name in self.names})
 
-    def flat(self) -> dict:
-        """Every setting by name, whatever its section."""
-        return {name: value for section in SECTIONS
-                for name, value in getattr(self, section).items()}
+    def values(self) -> dict:
+        """Every value of this command by name (its settings and its own switches)."""
+        return {**{name: getattr(self, name) for name in self.names}, **self.own}
+
+    def replaced(self, **changes) -> "ExperimentConfig":
+        """This config with the values of `changes` (names the command has) replaced."""
+        unknown = sorted(set(changes) - set(self.names) - set(self.own))
+        if unknown:
+            raise AttributeError(f"{self.command} has no setting {', '.join(unknown)}")
+        return ExperimentConfig.of(self.command, {**self.values(), **changes}, self.given)
 
     def as_dict(self) -> dict:
-        """The config as written: paths made absolute (`_absolute`), so that it can be run
-        from any directory; `given`, the settings given explicitly."""
+        """The config as written: each value in its section, paths made absolute
+        (`_absolute`), so that it can be run from any directory; `given`, the settings given
+        explicitly."""
+        values = self.values()
         return {"command": self.command,
-                **{section: {name: _absolute(name, value)
-                             for name, value in sorted(getattr(self, section).items())}
+                **{section: {name: _absolute(name, values[name]) for name in sorted(values)
+                             if section_of(name) == section}
                    for section in SECTIONS},
                 "given": sorted(self.given)}
 
@@ -296,6 +327,12 @@ class ExperimentConfig:
         with atomic_write(path) as f:
             f.write(text)
         return path
+
+
+# What a flag may not be named: the config's own attributes, which a lookup by name never reaches.
+_ATTRIBUTES = frozenset(name for name in dir(ExperimentConfig) if not name.startswith("_")) \
+    | frozenset(f.name for f in dataclasses.fields(ExperimentConfig))
+assert not _ATTRIBUTES & set(definitions.SETTINGS), _ATTRIBUTES & set(definitions.SETTINGS)
 
 
 # Settings that name files or directories (comma-separated for the input globs).
@@ -384,11 +421,10 @@ def from_flags(command: str, flag_values=FLAGS) -> ExperimentConfig:
     """The command's config from its parsed flags (after `apply_config_file`)."""
     names = settings_of(flag_values)
     values = _resolved({name: flag_values[name].value for name in names}, command)
-    sections = {section: {} for section in SECTIONS}
-    for name, value in values.items():
-        sections[section_of(name)][name] = list(value) if isinstance(value, list) else value
+    values = {name: list(value) if isinstance(value, list) else value
+              for name, value in values.items()}
     given = {name for name in names if flag_values[name].present}
     for alias, meaning in (("use_tpu", "distribution_strategy"), ("tpu_name", "tpu")):
         if alias in given:
             given = (given - {alias}) | {meaning}
-    return ExperimentConfig(command=command, given=frozenset(given), **sections)
+    return ExperimentConfig.of(command, values, given)

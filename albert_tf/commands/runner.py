@@ -173,8 +173,8 @@ def _checked(body, exp: ExperimentConfig):
     --output_dir, or a multi-worker run's worker directory in it) for the whole command:
     features, checkpoints, evaluations and predictions alike."""
     if "init_checkpoint" in exp:
-        carried_vocabulary(exp, pretrained_source(exp))
-    carried_run_casing(exp)
+        exp = carried_vocabulary(exp, pretrained_source(exp))
+    exp = carried_run_casing(exp)
     name = check_cluster_flags(exp) if "distribution_strategy" in exp else None
     if not exp.get("output_dir"):
         return body(exp)
@@ -184,7 +184,7 @@ def _checked(body, exp: ExperimentConfig):
         if exp.get("do_train") and "learning_rate" in exp:
             # A rerun into a run with other settings is refused before it writes features.
             refuse_a_changed_run(exp.output_dir, flag_settings(TrainingConfig.field_values(
-                exp.settings(), init_checkpoint=pretrained_source(exp))))
+                exp.run_settings(), init_checkpoint=pretrained_source(exp))))
         if name == "multi_worker_mirrored":
             # Collective ops must be configured before TensorFlow runs any op, and writing the
             # features does (the packing and windows are TF ops): build the strategy first.
@@ -213,64 +213,59 @@ def _discarded_if_init_fails(exp: ExperimentConfig, lock: OutputLock):
 PRETRAINED = "init_checkpoint|albert_hub_module_handle"
 
 
-def carried_vocabulary(exp: ExperimentConfig, pretrained: str | None) -> None:
+def carried_vocabulary(exp: ExperimentConfig, pretrained: str | None) -> ExperimentConfig:
     """What the pretrained source's tokenizer carries (`carried_tokenizer`) becomes the run's
     where the command line did not say: without --spm_model_file and --vocab_file, its
     SentencePiece model (a `.keras` model's, the `.model` of a run, of our directory, beside a
     TF1 checkpoint, a Hugging Face folder's spiece.model) becomes --spm_model_file; without
     --do_lower_case given, the casing it records (a cased model stays cased), so config.yaml,
     the run's copy and the export say them; a --do_lower_case given against the recorded
-    casing is used, with a warning naming both."""
+    casing is used, with a warning naming both. Returns the config with what it carries."""
     if not pretrained:
-        return
+        return exp
     need_vocabulary = "spm_model_file" in exp and not exp.spm_model_file \
         and not exp.get("vocab_file")
     if not need_vocabulary and "do_lower_case" not in exp:
-        return
+        return exp
     carried = carried_tokenizer(pretrained, check=need_vocabulary)
     if need_vocabulary:
         if not carried["spm_model_file"]:
             raise ValueError(f"--init_checkpoint {pretrained} carries no SentencePiece model; "
                              "pass --spm_model_file (or --vocab_file for a WordPiece "
                              "vocabulary).")
-        _set(exp, "spm_model_file", carried["spm_model_file"])
+        exp = exp.replaced(spm_model_file=carried["spm_model_file"])
     recorded = carried["do_lower_case"]
     if "do_lower_case" not in exp or recorded is None or recorded == exp.do_lower_case:
-        return
+        return exp
     if exp.is_given("do_lower_case"):
         logging.warning("--do_lower_case=%s differs from the casing %s records "
                         "(do_lower_case=%s): the run lowercases as the flag says.",
                         exp.do_lower_case, pretrained, recorded)
-    else:
-        _set(exp, "do_lower_case", recorded)
+        return exp
+    return exp.replaced(do_lower_case=recorded)
 
 
-def carried_run_casing(exp: ExperimentConfig) -> None:
+def carried_run_casing(exp: ExperimentConfig) -> ExperimentConfig:
     """A command rerun on a run's --output_dir (to resume, evaluate, predict or export it)
     tokenizes as the run did: without --do_lower_case given, the casing the run's config.yaml
     records (a cased run stays cased, with a note); given against it, the flag is used with a
-    warning naming both. Read before the command writes anything."""
+    warning naming both. Read before the command writes anything; returns the config with the
+    casing it takes."""
     output_dir = exp.get("output_dir")
     if "do_lower_case" not in exp or not output_dir or not os.path.isdir(output_dir):
-        return
+        return exp
     recorded = recorded_casing(output_dir)
     if recorded is None or recorded == exp.do_lower_case:
-        return
+        return exp
     if exp.is_given("do_lower_case"):
         print(f"Warning: --do_lower_case={exp.do_lower_case} differs from the casing the run "
               f"in {output_dir} records (do_lower_case={recorded} in its "
               f"{experiment.CONFIG_NAME}): the command lowercases as the flag says.",
               file=sys.stderr, flush=True)
-    else:
-        print(f"Note: --do_lower_case={recorded}, as the run in {output_dir} records (its "
-              f"{experiment.CONFIG_NAME}).", file=sys.stderr, flush=True)
-        _set(exp, "do_lower_case", recorded)
-
-
-def _set(exp: ExperimentConfig, name: str, value) -> None:
-    """A setting of `exp` replaced in its section (the config is otherwise frozen)."""
-    section = next(s for s in experiment.SECTIONS if name in getattr(exp, s))
-    getattr(exp, section)[name] = value
+        return exp
+    print(f"Note: --do_lower_case={recorded}, as the run in {output_dir} records (its "
+          f"{experiment.CONFIG_NAME}).", file=sys.stderr, flush=True)
+    return exp.replaced(do_lower_case=recorded)
 
 
 def model_and_tokenizer(exp: ExperimentConfig) -> tuple[AlbertConfig, Tokenizer]:
@@ -324,7 +319,7 @@ def pretrained_source(exp: ExperimentConfig) -> str | None:
 def training_config(exp: ExperimentConfig, albert_config, **overrides) -> TrainingConfig:
     """`TrainingConfig.from_settings` of the experiment, with the pretrained weights of
     `pretrained_source`."""
-    return TrainingConfig.from_settings(exp.settings(), albert_config,
+    return TrainingConfig.from_settings(exp.run_settings(), albert_config,
                                         **dict({"init_checkpoint": pretrained_source(exp)},
                                                **overrides))
 

@@ -66,6 +66,8 @@ class Setting:
     help: str
     choices: tuple = ()
     rule: str | None = None  # a RULES name
+    group: str | None = None  # the group of its section that holds it (the trainer's optimization
+    # and schedule), or None: a field of the section itself
 
     def problem(self, value) -> str | None:
         """Why `value` is not a value of this setting (one of its choices, within its range),
@@ -498,14 +500,14 @@ class ExperimentSettings:
 SECTIONS = tuple(f.name for f in dataclasses.fields(ExperimentSettings))
 
 
-def _settings_of(cls, section: str):
+def _settings_of(cls, section: str, group: str | None = None):
     for field in dataclasses.fields(cls):
         if "kind" in field.metadata:
             m = field.metadata
             yield Setting(field.name, section, m["kind"], field.default, m["help"],
-                          m["choices"], m["rule"])
+                          m["choices"], m["rule"], group)
         else:  # a group of the section (the trainer's optimization and schedule)
-            yield from _settings_of(field.default_factory, section)
+            yield from _settings_of(field.default_factory, section, field.name)
 
 
 def _by_name() -> dict:
@@ -540,14 +542,15 @@ ALIASES = {"train_step": "num_train_steps", "warmup_step": "num_warmup_steps",
            "num_keep_checkpoint": "keep_checkpoint_max"}
 
 
-def settings(values: dict) -> ExperimentSettings:
+def settings(values: dict, carry_aliases: bool = True) -> ExperimentSettings:
     """The typed settings of {name: value}, e.g. a command's parsed flags: names that are not
-    settings are left out, a setting missing keeps its default, and the fine-tuning runners'
-    official names (`ALIASES`) give their values to the loop's names too: where one of them is
-    given, the others not given are at their own defaults (--train_step alone: no warmup, not
-    run_pretraining's 3125 steps)."""
+    settings are left out, a setting missing keeps its default, and (`carry_aliases`: what the
+    loop reads) the fine-tuning runners' official names (`ALIASES`) give their values to the
+    loop's names too: where one of them is given, the others not given are at their own defaults
+    (--train_step alone: no warmup, not run_pretraining's 3125 steps). Without `carry_aliases`,
+    each value stays under its own name (a command's config as written)."""
     values = dict(values)
-    if any(alias in values for alias in ALIASES):  # the fine-tuning runners' names: all of them
+    if carry_aliases and any(alias in values for alias in ALIASES):  # all of the runners' names
         for alias, name in ALIASES.items():
             values[name] = values.get(alias, SETTINGS[alias].default)
 
@@ -562,6 +565,16 @@ def settings(values: dict) -> ExperimentSettings:
         return cls(**kwargs)
 
     return build(ExperimentSettings)
+
+
+def value_of(experiment: ExperimentSettings, name: str):
+    """The value of the setting `name` in `experiment`, wherever its section and group hold it
+    (`learning_rate` is `experiment.trainer.optimization.learning_rate`)."""
+    setting = SETTINGS[name]
+    holder = getattr(experiment, setting.section)
+    if setting.group is not None:
+        holder = getattr(holder, setting.group)
+    return getattr(holder, name)
 
 
 # The official run_pretraining.py defaults where they differ from the fine-tuning runners'

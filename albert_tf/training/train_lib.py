@@ -109,7 +109,7 @@ class TrainingConfig:
     @classmethod
     def from_settings(cls, settings: ExperimentSettings, albert_config, **overrides):
         """The loop's settings from a command's typed settings (`albert_tf.configs.definitions`,
-        `ExperimentConfig.settings()`), `random_seed` -1 as a fresh seed; `overrides`
+        `ExperimentConfig.run_settings()`), `random_seed` -1 as a fresh seed; `overrides`
         (computed values: input files, steps from epochs) win. A setting `settings` was built
         without has its definition's default, the fine-tuning runners' (run_pretraining's
         flags carry the official pretraining ones): build the config directly,
@@ -117,7 +117,7 @@ class TrainingConfig:
         if not isinstance(settings, ExperimentSettings):
             raise TypeError(f"{cls.__name__}.from_settings takes the typed settings "
                             "(albert_tf.configs.definitions.settings({name: value}) or "
-                            f"ExperimentConfig.settings()); got a {type(settings).__name__}")
+                            f"ExperimentConfig.run_settings()); got a {type(settings).__name__}")
         return cls(albert_config=albert_config, **cls.field_values(settings, **overrides))
 
     @classmethod
