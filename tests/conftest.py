@@ -298,7 +298,7 @@ DIGIT_COMMA_PIECES = ("▁1,", "▁2,", "▁3,", "▁10,", "▁19,", "▁20,", "
 def digit_comma_vocab(sample_vocab, tmp_path_factory):
     """The sample vocabulary with its rarest pieces replaced by `DIGIT_COMMA_PIECES`, scored as
     its best ordinary piece (so SentencePiece picks them where the text has them)."""
-    from albert_tf.tokenization import _model_proto_messages
+    from albert_tf.tokenization.model_file import _model_proto_messages
 
     def build(directory):
         proto = _model_proto_messages()["ModelProto"]()

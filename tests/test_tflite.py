@@ -88,7 +88,7 @@ def test_on_device_tokenizer_equals_python_on_the_shipped_corpora(sample_vocab):
 def test_digit_comma_resplit_as_a_table(sample_vocab, tmp_path):
     """A vocabulary with pieces ending in digit + comma (as Google's 30k-clean has): the table
     re-splits them as `Tokenizer.tokenize` does, in the graph and in TFLite."""
-    from albert_tf.tokenization import _model_proto_messages
+    from albert_tf.tokenization.model_file import _model_proto_messages
 
     proto = _model_proto_messages()["ModelProto"]()
     with open(sample_vocab, "rb") as f:

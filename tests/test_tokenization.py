@@ -140,7 +140,7 @@ def test_in_graph_tokenizer_survives_setting_the_seed(sample_vocab):
 def test_unicode_tables_match_python():
     """The in-graph whitespace and combining-mark classes are Python's, code point for code
     point (they are built from Python's own tables)."""
-    from albert_tf.tokenization import _combining_class, _whitespace_class
+    from albert_tf.tokenization.in_graph import _combining_class, _whitespace_class
 
     samples = [" ", "\t", "\u3000", "\u00a0", "\u2028", "\u0301", "\u0327", "\u05b0", "a",
                "\u200b", "\u0e31"]
@@ -339,7 +339,7 @@ def test_the_digit_comma_form_is_recorded_in_the_vocabulary(digit_comma_vocab, s
     pieces = Tokenizer(str(path)).tokenize(text)
     assert pieces[:4] == ["▁it", "▁cost", "▁3", ","] and pieces[4] == "500"
     assert Tokenizer(digit_comma_vocab).tokenize(text)[4] == "▁500"
-    from albert_tf.tokenization import _model_proto_messages
+    from albert_tf.tokenization.model_file import _model_proto_messages
 
     unknown = _model_proto_messages()["ModelProto"](albert_tf_digit_comma="other")
     future = tmp_path / "future.model"

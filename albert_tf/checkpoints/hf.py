@@ -22,7 +22,8 @@ from albert_tf.checkpoints.names import (HF_DERIVED_KEYS, model_kind,
 from albert_tf.checkpoints.tf1 import official_config
 from albert_tf.config import AlbertConfig
 from albert_tf.ownership import current_umask
-from albert_tf.tokenization import _combining_class, _model_proto_messages, _whitespace_class
+from albert_tf.tokenization.in_graph import _combining_class, _whitespace_class
+from albert_tf.tokenization.model_file import _model_proto_messages
 
 log = logging.getLogger(__name__)
 

@@ -88,7 +88,8 @@ from albert_tf.models.pretrainer import AlbertPretrainer
 from albert_tf.models.task_models import AlbertMultipleChoice, AlbertSpanModel, AlbertSquadV2
 from albert_tf.records import example_of
 from albert_tf.packing import pack_ids, pack_in_graph, packed_length, pad_features
-from albert_tf.tokenization import _whitespace_class, in_graph_tokenizer
+from albert_tf.tokenization import in_graph_tokenizer
+from albert_tf.tokenization.in_graph import _whitespace_class
 from albert_tf.tasks.race import LABELS, RacePreprocessor
 from albert_tf.tasks.squad import (align_context_in_graph, decode_beam_in_graph, decode_in_graph,
                                    windows_in_graph)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import functools
 import tensorflow as tf
-from albert_tf.tokenization import SPIECE_UNDERLINE, _ranges_class
+from albert_tf.tokenization import SPIECE_UNDERLINE
+from albert_tf.tokenization.in_graph import _ranges_class
 from albert_tf.packing import join_in_graph
 
 # The whitespace the context is split on into words (with str.isspace()); `features` too.
