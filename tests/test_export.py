@@ -626,6 +626,31 @@ def test_jit_compile_is_refused_for_models_that_do_not_serve_one_row_of_text(sam
 
 
 @pytest.mark.slow
+def test_a_bare_backbone_exports_and_serves_the_keras_models_outputs(tmp_path, sample_vocab):
+    """A backbone (a Hugging Face `AlbertModel` or TF-Hub encoder converted, an encoder saved
+    from Python) exports with the base serving module: its text signature gives the Keras
+    backbone's pooled and sequence outputs on Python's packing (the registration once sat on
+    a helper function, and such an export failed)."""
+    from albert_tf.models.backbone import AlbertBackbone
+
+    model = AlbertBackbone(_config())
+    _randomize(model, seed=3)
+    version = export_saved_model(model, str(tmp_path / "encoder"), sample_vocab,
+                                 max_seq_length=MAX_SEQ)
+    loaded = tf.saved_model.load(version)
+    tokens = _python_tokens(Tokenizer(sample_vocab), TEXTS, None)
+    got = assert_serves_tokens(loaded, TEXTS, None, tokens)
+    want = model(tokens, training=False)
+    pooled = want["pooled_output"].numpy()
+    assert_spread(pooled.max(axis=0), pooled.min(axis=0), TOL)  # the rows differ
+    np.testing.assert_allclose(got["pooled_output"].numpy(), pooled, atol=TOL, rtol=0)
+    real = got["input_mask"].numpy().astype(bool)
+    np.testing.assert_allclose(got["sequence_output"].numpy()[real],
+                               want["sequence_output"].numpy()[real], atol=TOL, rtol=0)
+    assert "fill_mask" not in loaded.signatures and "classify" not in loaded.signatures
+
+
+@pytest.mark.slow
 def test_entry_point_exports_our_model_directory(tmp_path, sample_vocab):
     model = AlbertClassifier(_config(), num_labels=2)
     _randomize(model, 5)

@@ -105,16 +105,25 @@ def test_every_registered_class_has_one_serving_module_that_registered_itself():
     finds each class's module, a second module for a served class is refused, and a model
     class no serving module serves is named as not exportable."""
     from albert_tf.export.registry import serving_module_class
-    from albert_tf.export.serving import (ClassifierServingModule, SquadV2ServingModule, served,
-                                serves)
+    from albert_tf.export.serving import (AlbertServingModule, ClassifierServingModule,
+                                          MultipleChoiceServingModule, PretrainerServingModule,
+                                          SpanServingModule, SquadV2ServingModule, served,
+                                          serves)
     from albert_tf.export.serving_tagging import TaggingServingModule
 
     config = AlbertConfig(**TINY)
     assert set(served()) == set(models.registered_classes())
-    expected = {"classifier": ClassifierServingModule, "squad_v2": SquadV2ServingModule,
+    expected = {"backbone": AlbertServingModule, "pretrainer": PretrainerServingModule,
+                "classifier": ClassifierServingModule, "span": SpanServingModule,
+                "squad_v2": SquadV2ServingModule, "multiple_choice": MultipleChoiceServingModule,
                 "token_classifier": TaggingServingModule}
+    assert set(expected) == set(models.kinds())
     for kind, module in expected.items():
         assert serving_module_class(build_model(kind, config, num_labels=3)) is module
+    # every registered module is a serving module (a decorator left on a function once served
+    # the bare backbone with `label_names`)
+    assert all(isinstance(m, type) and issubclass(m, AlbertServingModule)
+               for m in served().values())
     assert len(set(served().values())) == len(served())  # one module per class
 
     class Another(ClassifierServingModule):

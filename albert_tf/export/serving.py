@@ -354,7 +354,6 @@ def served() -> dict[type, type]:
     return dict(_SERVED)
 
 
-@serves(AlbertBackbone)
 def label_names(labels, num_labels: int | None, kind: str) -> list | None:
     """The class names a module serves: `labels` checked against the model's `num_labels`
     (one non-empty name per class, each once, in id order), else "0", "1", ...; None for a
@@ -425,6 +424,7 @@ class OneRowBackbone:
         return cut
 
 
+@serves(AlbertBackbone)
 class AlbertServingModule(tf.Module):
     """Wraps a plain (host, float32) ALBERT model and its tokenizer for `tf.saved_model.save`.
 
