@@ -13,7 +13,7 @@ from albert_tf.packing import (pack_ids, pack_in_graph, pack_row_in_graph, packe
 from albert_tf.tasks import classification, glue
 from albert_tf.tokenization import CLS_ID, SEP_ID, Tokenizer
 from conftest import tiny_config
-from albert_tf.export.serving import ClassifierServingModule
+from albert_tf.export.serving_tasks import ClassifierServingModule
 
 
 def official_truncate(len_a, len_b, budget):

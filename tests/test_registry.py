@@ -105,10 +105,11 @@ def test_every_registered_class_has_one_serving_module_that_registered_itself():
     finds each class's module, a second module for a served class is refused, and a model
     class no serving module serves is named as not exportable."""
     from albert_tf.export.registry import serving_module_class
-    from albert_tf.export.serving import (AlbertServingModule, ClassifierServingModule,
-                                          MultipleChoiceServingModule, PretrainerServingModule,
-                                          SpanServingModule, SquadV2ServingModule, served,
-                                          serves)
+    from albert_tf.export.serving import AlbertServingModule, served, serves
+    from albert_tf.export.serving_tasks import (ClassifierServingModule,
+                                                MultipleChoiceServingModule,
+                                                PretrainerServingModule, SpanServingModule,
+                                                SquadV2ServingModule)
     from albert_tf.export.serving_tagging import TaggingServingModule
 
     config = AlbertConfig(**TINY)
@@ -130,7 +131,7 @@ def test_every_registered_class_has_one_serving_module_that_registered_itself():
         pass
 
     with pytest.raises(ValueError, match="AlbertClassifier is already served by "
-                                         "albert_tf.export.serving.ClassifierServingModule"):
+                                         "albert_tf.export.serving_tasks.ClassifierServingModule"):
         serves(models.model_class("classifier"))(Another)
     assert served()[models.model_class("classifier")] is ClassifierServingModule
 

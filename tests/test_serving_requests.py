@@ -22,7 +22,7 @@ from albert_tf.tasks.squad import AlbertSpanModel
 from albert_tf.tokenization import Tokenizer
 from conftest import EXPORT_MAX_SEQ as MAX_SEQ, export_config, randomize
 from albert_tf.export.saved_model import export_saved_model, host_copy
-from albert_tf.export.serving import _after, _token_checks
+from albert_tf.export.request_checks import _after, _token_checks
 
 VOCAB, TYPES = 8000, 3  # export_config()'s vocab_size and type_vocab_size
 RACE_SEQ = 40

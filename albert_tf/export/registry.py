@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from albert_tf.models.kinds import class_of
 from albert_tf.export import serving_tagging  # noqa: F401 - registers the token classifier's module
+from albert_tf.export import serving_tasks  # noqa: F401 - registers the task heads' modules
 from albert_tf.export.serving import served
 
 

@@ -28,9 +28,8 @@ import tensorflow as tf
 from albert_tf import features as F
 from albert_tf.models.token_classifier import AlbertTokenClassifier
 from albert_tf.tasks.tagging import TaggingPreprocessor
-from albert_tf.export.serving import (TEXT, WARMUP_TEXTS, AlbertServingModule, _after,
-                                      _refuse_empty,
-                            _string_spec, _token_spec, serves)
+from albert_tf.export.serving import TEXT, WARMUP_TEXTS, AlbertServingModule, serves
+from albert_tf.export.request_checks import _after, _refuse_empty, _string_spec, _token_spec
 
 
 @serves(AlbertTokenClassifier)

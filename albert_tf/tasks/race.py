@@ -184,7 +184,7 @@ class RacePreprocessor:
     """Article, question and options -> the model's features: the official packing (module
     docstring) as TensorFlow ops, defined once and run for the records (`features`, with the
     Python tokenizer: the official data's SentencePiece) and inside the SavedModel (`__call__`,
-    with the in-graph tokenizer; `albert_tf.export.serving.MultipleChoiceServingModule`).
+    with the in-graph tokenizer; `albert_tf.export.serving_tasks.MultipleChoiceServingModule`).
 
     Args:
         tokenizer: the Python tokenizer (`albert_tf.tokenization.Tokenizer`, for `features`)
