@@ -66,6 +66,7 @@ RATE = re.compile(r"\| ([0-9,.]+) examples/s")
 def squad_training_file(dev: str) -> str:
     """The SQuAD dev set `dev` as a training file: the first answer of each question only (the
     official reader trains on exactly one per question), written once beside the temp dir."""
+    from albert_tf.paths import atomic_write
     from albert_tf.tasks.squad import evaluation as squad_eval
 
     path = os.path.join(tempfile.gettempdir(), "albert_bench_squad_train-v1.1.json")
@@ -73,9 +74,8 @@ def squad_training_file(dev: str) -> str:
         data = [dict(article, paragraphs=[
             dict(p, qas=[dict(qa, answers=qa["answers"][:1]) for qa in p["qas"]])
             for p in article["paragraphs"]]) for article in squad_eval.load_dataset(dev)]
-        with open(path + ".tmp", "w") as f:
+        with atomic_write(path) as f:
             json.dump({"version": "1.1", "data": data}, f)
-        os.replace(path + ".tmp", path)
     return path
 
 

@@ -23,6 +23,7 @@ import statistics
 from absl import app, flags
 
 from albert_tf.demo import SETTINGS, classifier_args
+from albert_tf.paths import atomic_write
 from bench import ROOT, sh
 
 SST2 = os.path.join(ROOT, "albert_tf", "sample_data", "glue", "SST-2")
@@ -53,9 +54,8 @@ def split(work: str) -> str:
     lo, hi = VALIDATION_ROWS
     with open(os.path.join(out, "train.tsv"), "w", encoding="utf-8") as f:
         f.write("\n".join([header] + rows[:TRAIN_LABELS]) + "\n")
-    with open(os.path.join(out, "dev.tsv.tmp"), "w", encoding="utf-8") as f:
+    with atomic_write(os.path.join(out, "dev.tsv")) as f:  # last: the directory is complete
         f.write("\n".join([header] + rows[lo:hi]) + "\n")
-    os.replace(os.path.join(out, "dev.tsv.tmp"), os.path.join(out, "dev.tsv"))
     return out
 
 
