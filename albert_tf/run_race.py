@@ -97,8 +97,7 @@ def run(exp):
         any_file = next(iter(data.values()))[0]
         cfg = training_config(exp,
             config, input_file=data["train"][0] if "train" in data else any_file,
-            eval_input_file=data["dev"][0] if "dev" in data else None, max_eval_steps=10 ** 9,
-            keep_checkpoint_max=exp.num_keep_checkpoint)
+            eval_input_file=data["dev"][0] if "dev" in data else None, max_eval_steps=10 ** 9)
     exporter = task_exporter(exp, "run_race", options={"max_qa_length": exp.max_qa_length})
     model, _ = run_task(exp, task, cfg, exporter, predict=exp.do_predict)
     if exp.do_predict and model is not None:

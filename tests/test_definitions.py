@@ -150,7 +150,7 @@ DIFFERENT_ON_PURPOSE = {
     ("training/optimization.py", "num_warmup_steps"): "a schedule warms up only when asked",
     ("training/trainer.py", "tpu"): "not the setting: whether the strategy is a TPU's",
     ("tasks/classification.py", "num_train_files"): "one file unless a command asks for more",
-    ("export/serving.py", "max_seq_length"): "SQuAD's serving modules: run_squad's 384",
+    ("export/serving_tasks.py", "max_seq_length"): "SQuAD's serving modules: run_squad's 384",
     ("api/text_classifier.py", "optimizer"): "compile(optimizer='auto'): AdamW, or a Keras one",
     ("layers/transformer.py", "remove_padding"): "a layer keeps the padded computation unless "
                                                   "the loop passes the flag",

@@ -1,9 +1,11 @@
 """The experiment config (`albert_tf.commands.experiment`): --config_file read as the command line
 would read it, the effective config each training run writes, and that config repeating the run."""
 
+import copy
 import json
 import math
 import os
+import pickle
 import re
 
 import numpy as np
@@ -91,7 +93,7 @@ def test_the_config_is_the_typed_settings_each_value_under_its_own_name():
         exp.num_train_steps
     loop = exp.run_settings()
     assert (loop.trainer.schedule.num_train_steps, loop.trainer.schedule.num_warmup_steps,
-            loop.trainer.keep_checkpoint_max) == (7, 0, 2)
+            loop.trainer.keep_checkpoint_max) == (7, 0, 3)  # the name given
     assert exp.as_dict()["trainer"] == {"keep_checkpoint_max": 3, "learning_rate": 0.01,
                                         "num_keep_checkpoint": 2, "train_step": 7}
     assert exp.as_dict()["task"] == {"version": 4}
@@ -102,6 +104,30 @@ def test_the_config_is_the_typed_settings_each_value_under_its_own_name():
         exp.replaced(nothing=1)
     with pytest.raises(ValueError, match="a flag named values"):
         experiment.ExperimentConfig.of("prog", {"values": 1})
+    # a plain value: it pickles and copies (repr: the settings' nan threshold is unequal to itself)
+    assert repr(pickle.loads(pickle.dumps(exp))) == repr(exp) == repr(copy.deepcopy(exp))
+
+
+def test_a_command_with_both_names_of_a_setting_takes_the_one_given():
+    """run_race has --num_keep_checkpoint (official) and --keep_checkpoint_max (the loop's name):
+    the loop keeps what was given (the official name alone, the other alone: it was ignored
+    for the official name's default), both given must agree, and config.yaml records both."""
+    def race(**given):
+        values = {"keep_checkpoint_max": 5, "num_keep_checkpoint": 5, **given}
+        return experiment.ExperimentConfig.of("albert_tf.run_race", values, given=set(given))
+
+    def kept(exp):
+        return exp.run_settings().trainer.keep_checkpoint_max
+
+    assert kept(race()) == 5
+    assert kept(race(keep_checkpoint_max=3)) == 3
+    assert kept(race(num_keep_checkpoint=2)) == 2
+    assert kept(race(keep_checkpoint_max=2, num_keep_checkpoint=2)) == 2
+    with pytest.raises(ValueError, match="--num_keep_checkpoint 2 and --keep_checkpoint_max 3 "
+                                         "are one setting"):
+        race(keep_checkpoint_max=3, num_keep_checkpoint=2).run_settings()
+    assert race(keep_checkpoint_max=3).as_dict()["trainer"] == {"keep_checkpoint_max": 3,
+                                                               "num_keep_checkpoint": 5}
 
 
 def test_the_written_config_reads_back_to_the_same_values(tmp_path):

@@ -31,7 +31,6 @@ import functools
 import os
 import random
 import sys
-import types
 
 import yaml
 from absl import flags
@@ -225,7 +224,7 @@ class ExperimentConfig:
     the four sections of `SECTIONS` with the trainer's optimization and schedule groups) holds
     this command's values, and `names` says which settings the command has as flags (a setting
     it lacks keeps its definition's default there); `own`, the command's switches that are no
-    setting of an experiment (export's --version, ...). Read a value typed
+    setting of an experiment (fill_mask's --text, ...). Read a value typed
     (`cfg.settings.trainer.optimization.learning_rate`) or by its name (`cfg.learning_rate`,
     looked up through its definition's section and group; `"x" in cfg`: whether the command has
     it). `given` names the values set explicitly (command line or config file), the rest are
@@ -236,7 +235,7 @@ class ExperimentConfig:
     command: str
     settings: definitions.ExperimentSettings
     names: frozenset
-    own: types.MappingProxyType
+    own: dict
     given: frozenset = frozenset()
 
     @classmethod
@@ -250,7 +249,7 @@ class ExperimentConfig:
         names = frozenset(n for n in values if n in definitions.SETTINGS)
         return cls(command, definitions.settings({n: values[n] for n in names},
                                                  carry_aliases=False), names,
-                   types.MappingProxyType({n: v for n, v in values.items() if n not in names}),
+                   {n: v for n, v in values.items() if n not in names},
                    frozenset(given))
 
     def __getattr__(self, name):
@@ -279,8 +278,19 @@ class ExperimentConfig:
     def run_settings(self) -> definitions.ExperimentSettings:
         """The typed settings the library receives (`TrainingConfig.from_settings`): `settings`
         with the fine-tuning runners' official names (`train_step`, `warmup_step`,
-        `num_keep_checkpoint`) carried to the loop's (`definitions.settings`)."""
-        return definitions.settings({name: getattr(self, name) for name in self.names})
+        `num_keep_checkpoint`) carried to the loop's (`definitions.settings`). A command that
+        has both names of one setting (run_race: `--num_keep_checkpoint`, official, and
+        `--keep_checkpoint_max`) takes the one given; both given must agree (ValueError)."""
+        values = {name: getattr(self, name) for name in self.names}
+        for alias, name in definitions.ALIASES.items():
+            if alias not in self.names or name not in self.names:
+                continue
+            if self.is_given(alias) and self.is_given(name) and values[alias] != values[name]:
+                raise ValueError(f"--{alias} {values[alias]} and --{name} {values[name]} are one "
+                                 f"setting (--{alias} is its official name): give one of them.")
+            if self.is_given(name) and not self.is_given(alias):
+                values[alias] = values[name]
+        return definitions.settings(values)
 
     def values(self) -> dict:
         """Every value of this command by name (its settings and its own switches)."""
@@ -332,7 +342,9 @@ class ExperimentConfig:
 # What a flag may not be named: the config's own attributes, which a lookup by name never reaches.
 _ATTRIBUTES = frozenset(name for name in dir(ExperimentConfig) if not name.startswith("_")) \
     | frozenset(f.name for f in dataclasses.fields(ExperimentConfig))
-assert not _ATTRIBUTES & set(definitions.SETTINGS), _ATTRIBUTES & set(definitions.SETTINGS)
+if _ATTRIBUTES & set(definitions.SETTINGS):
+    raise ValueError(f"settings named as the config's attributes: "
+                     f"{sorted(_ATTRIBUTES & set(definitions.SETTINGS))}")
 
 
 # Settings that name files or directories (comma-separated for the input globs).

@@ -12,7 +12,8 @@ beside the versions. Signatures: serving_default (raw text), serve_text_pair, se
 serve_examples, and classify / regress and official_serving_default (the official
 run_classifier.py export's tf.Example contract) for classifiers; a SQuAD span model answers a
 question about a context (serving_default: question, context), a RACE model picks an option
-(serving_default: article, question, options) - see albert_tf/export/serving.py and docs/serving.md.
+(serving_default: article, question, options) - see albert_tf/export/serving.py (the signatures),
+albert_tf/export/serving_tasks.py and docs/serving.md.
 Any process that loads the result must `import tensorflow_text` first (TF Serving links its ops).
 """
 

@@ -393,7 +393,8 @@ def export_saved_model(model, export_dir: str, spm_model_file: str, version: int
         source: where the model came from (kept in `assets.extra/albert_export.json`).
         options: a SQuAD span model's `doc_stride`, `max_query_length`, `n_best_size`,
             `max_answer_length`, `null_score_diff_threshold` (SQuAD 2.0; None: always
-            answer), or a multiple-choice model's `max_qa_length` (`albert_tf.export.serving`).
+            answer), or a multiple-choice model's `max_qa_length`
+            (`albert_tf.export.serving_tasks`).
         remove_padding: the encoder's matmuls run on the real tokens of a batch only (a batch
             of mixed lengths costs its tokens, not batch x longest; `AlbertEncoder`); False
             keeps the padded computation.

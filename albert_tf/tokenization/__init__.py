@@ -29,7 +29,7 @@ The package's modules, each one job (the names below are all importable from
     sentencepiece_tokenizer  `Tokenizer`, in Python
     in_graph                 `InGraphTokenizer` (tensorflow-text) and `OnDeviceTokenizer`
                              (TensorFlow Lite)
-    wordpiece                the official WordPiece tokenizer (`FullTokenizer` without a
+    wordpiece_tokenizer      the official WordPiece tokenizer (`FullTokenizer` without a
                              SentencePiece model), in Python and in-graph
 
 `make_tokenizer` is the tokenizer of the official flags (--spm_model_file, --vocab_file).
@@ -48,10 +48,13 @@ from albert_tf.tokenization.model_file import (DIGIT_COMMA_FORMS, DIGIT_COMMA_FI
 from albert_tf.tokenization.sentencepiece_tokenizer import Tokenizer, check_special_ids
 from albert_tf.tokenization.in_graph import (InGraphTokenizer, OnDeviceTokenizer,
                                              in_graph_tokenizer)
-from albert_tf.tokenization.wordpiece import (WORDPIECE_SPECIALS, WORDPIECE_MAX_CHARS, CJK_RANGES,
-                                              is_cjk, is_dropped, is_punctuation, strip_accents,
-                                              basic_tokenize, load_wordpiece_vocab, wordpiece,
-                                              WordPieceTokenizer, InGraphWordPieceTokenizer)
+from albert_tf.tokenization.wordpiece_tokenizer import (CJK_RANGES, WORDPIECE_MAX_CHARS,
+                                                        WORDPIECE_SPECIALS,
+                                                        InGraphWordPieceTokenizer,
+                                                        WordPieceTokenizer, basic_tokenize,
+                                                        is_cjk, is_dropped, is_punctuation,
+                                                        load_wordpiece_vocab, strip_accents,
+                                                        wordpiece)
 
 __all__ = ['SPIECE_UNDERLINE', 'PAD_PIECE', 'UNK_PIECE', 'CLS_PIECE', 'SEP_PIECE', 'MASK_PIECE',
            'PAD_ID', 'UNK_ID', 'CLS_ID', 'SEP_ID', 'MASK_ID', 'SPECIAL_IDS', 'FEATURES_REVISION',

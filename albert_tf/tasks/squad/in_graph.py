@@ -1,9 +1,9 @@
 """In-graph: the alignment, windows and decoding as TensorFlow ops, for SavedModels that take
-a question and a context as text (`albert_tf.export.serving`). The windows (`windows_in_graph`) are
-the one definition: `features` cuts the records with them too. The alignment and the decoding have
-Python twins (`features.align_context`, `decoding`): the records' alignment follows the Python
-SentencePiece, which breaks equal-score ties as the official data does (docs/differences.md);
-tests compare the twins."""
+a question and a context as text (`albert_tf.export.serving_tasks`). The windows
+(`windows_in_graph`) are the one definition: `features` cuts the records with them too. The
+alignment and the decoding have Python twins (`features.align_context`, `decoding`): the
+records' alignment follows the Python SentencePiece, which breaks equal-score ties as the
+official data does (docs/differences.md); tests compare the twins."""
 
 from __future__ import annotations
 
