@@ -156,6 +156,9 @@ DIFFERENT_ON_PURPOSE = {
                                                   "the loop passes the flag",
     ("models/backbone.py", "remove_padding"): "likewise, the model's Performance switches",
     ("data/pretraining.py", "max_seq_length"): "create_pretraining_data's official 128",
+    ("checkpoints/conversion.py", "checkpoint"): "a reader of one named checkpoint (its caller "
+                                                 "picks the run's model: delivered_checkpoint)",
+    ("checkpoints/runs.py", "checkpoint"): "likewise",
 }
 
 

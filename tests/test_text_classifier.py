@@ -15,6 +15,7 @@ import tensorflow as tf
 from conftest import ROOT, SHARED_DIR, randomize
 
 from albert_tf import AlbertConfig, AlbertTextClassifier, AlbertTextPreprocessor
+from albert_tf.export.saved_model import load_for_export
 from albert_tf.tasks import glue
 from albert_tf.tasks.classification import example_features
 from albert_tf.tokenization import Tokenizer
@@ -448,6 +449,16 @@ def test_a_fine_tuning_run_gives_the_model_its_runner_delivers(tmp_path, sample_
     clf = AlbertTextClassifier.from_checkpoint(str(run), num_classes=3, sequence_length=16)
     assert clf.labels == ["neg", "mid", "pos"] and clf.init_report["head"] == "checkpoint"
     assert clf.init_report["read"] == f"{run}:best"
+    # without num_classes: the run's 3 (a new head of 2 classes, with a warning, before)
+    adopted = AlbertTextClassifier.from_checkpoint(str(run), sequence_length=16)
+    assert adopted.num_classes == 3 and adopted.init_report["head"] == "checkpoint"
+    assert adopted.labels == ["neg", "mid", "pos"]
+    # the export of the run directory is the same delivered model (it exported the latest)
+    exported, _, record = load_for_export(str(run))
+    assert record["checkpoint"].endswith(os.path.join("best", "ckpt-best"))
+    for got, want in zip(exported.weights, best.weights):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    assert load_for_export(str(run), "latest")[2]["checkpoint"].endswith("ckpt-8")
     assert clf.preprocessor.sequence_length == 16  # as given
     assert AlbertTextClassifier.from_checkpoint(  # the run's --max_seq_length, as it predicted
         str(run), num_classes=3).preprocessor.sequence_length == 24

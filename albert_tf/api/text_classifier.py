@@ -55,8 +55,8 @@ from albert_tf.checkpoints import (CheckpointError, CheckpointMismatchError, ini
                                    initialize_from_checkpoint)
 from albert_tf.checkpoints.conversion import (carried_tokenizer, checkpoint_config, keras_settings,
                                               recorded_labels)
-from albert_tf.checkpoints.runs import (recorded_run_setting, run_model_kind,
-                                       split_run_checkpoint, training_run)
+from albert_tf.checkpoints.runs import (delivered_checkpoint, recorded_run_setting,
+                                       run_model_kind, split_run_checkpoint, training_run)
 from albert_tf.models.classifier import AlbertClassifier
 from albert_tf.training.controller import NonFiniteLossError
 from albert_tf.configs.definitions import RULES, SETTINGS
@@ -166,8 +166,7 @@ def _delivered_model(checkpoint) -> str:
     else as given (a pretraining run's directory: its latest, as `--init_checkpoint`)."""
     path = os.fspath(checkpoint)
     run = training_run(path) if os.path.isdir(path) else None
-    if run and run[1] == "best" \
-            and registered().get(run_model_kind(run[0])[0]) is not registered()["pretrainer"]:
+    if run and delivered_checkpoint(run[0]) == "best":
         return f"{run[0]}:best"
     return path
 
@@ -253,6 +252,22 @@ def stored_labels(checkpoint) -> tuple:
         labels = keras_settings(path)["labels"]
         return (list(labels), f"{path} (its config)") if labels else (None, None)
     return recorded_labels(_checkpoint_directory(path))
+
+
+def recorded_classes(checkpoint, labels=None) -> int:
+    """The number of classes of a classifier read from `checkpoint` where none is given: the
+    `labels` given, else what the checkpoint records (a fine-tuning run's recorded num_labels,
+    1 for a regression run; the class names a saved classifier records, `stored_labels`),
+    else 2 (a pretrained encoder, another task's run)."""
+    if labels is not None:
+        return len(labels)
+    run = training_run(os.fspath(checkpoint))
+    if run:
+        kind, num_labels = run_model_kind(run[0])
+        return num_labels if num_labels and registered().get(kind) is \
+            registered()["classifier"] else 2
+    stored = stored_labels(checkpoint)[0]
+    return len(stored) if stored else 2
 
 
 def head_labels(labels, checkpoint, kind: str = "tags"):
@@ -606,7 +621,7 @@ class AlbertTextClassifier(RawTextModel):
         return self.classifier.num_labels
 
     @classmethod
-    def from_checkpoint(cls, checkpoint, spm_model_file=None, num_classes=2,
+    def from_checkpoint(cls, checkpoint, spm_model_file=None, num_classes=None,
                         sequence_length=None, albert_config_file=None, vocab_file=None,
                         do_lower_case=None, dropout_rate=FINE_TUNING_DEFAULTS["dropout_rate"],
                         labels=None, init_from_group0=False, text_a_column="text",
@@ -628,9 +643,13 @@ class AlbertTextClassifier(RawTextModel):
         else True.
         `sequence_length=None`: the `--max_seq_length` a run's config.yaml records (a run's
         model predicts as its runner did), else 128.
-        `num_classes=1` is regression (STS-B). `text_a_column`, `text_b_column` and
+        `num_classes=1` is regression (STS-B); None: the classes the checkpoint records
+        (`recorded_classes`: a fine-tuning run's, a saved classifier's named classes), else 2.
+        `text_a_column`, `text_b_column` and
         `label_column` name the columns of the files `fit`, `evaluate` and `predict` may be
         given (the module docstring)."""
+        if num_classes is None:
+            num_classes = recorded_classes(checkpoint, labels)
         return build_from_checkpoint(
             cls, AlbertClassifier, num_classes, checkpoint, spm_model_file, sequence_length,
             albert_config_file, vocab_file, do_lower_case, dropout_rate, init_from_group0,

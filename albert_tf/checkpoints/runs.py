@@ -26,6 +26,7 @@ import tensorflow as tf
 from albert_tf.checkpoints.common import MODEL_KINDS, CheckpointError
 from albert_tf.checkpoints.ours import CONFIG_FILE
 from albert_tf.configs.yaml_file import CONFIG_NAME, SECTIONS, read_config_file
+from albert_tf.models.kinds import registered
 
 # A training run's settings beyond its input and model config (`TrainingRun.settings`): the
 # loop writes it; readers of a run directory learn the model kind from it.
@@ -140,6 +141,18 @@ def checkpoint_prefix(output_dir: str, checkpoint: str = "latest") -> str:
             raise CheckpointError(f"No checkpoint {prefix} (expected {prefix}.index); "
                                   "--checkpoint takes latest, best or a checkpoint prefix.")
     return prefix
+
+
+def delivered_checkpoint(output_dir: str) -> str:
+    """"best" or "latest": the checkpoint that is a run's model where none is named. A
+    fine-tuning run's best evaluated checkpoint where its evaluation kept one (the model its
+    runner predicts with and exports, `--do_predict`, `--export_dir`), else its latest; a
+    pretraining run's latest (its final encoder, as `--init_checkpoint` reads it; "best" names
+    the other)."""
+    if has_best(output_dir) \
+            and registered().get(run_model_kind(output_dir)[0]) is not registered()["pretrainer"]:
+        return "best"
+    return "latest"
 
 
 def run_model_kind(output_dir: str) -> tuple[str, int | None]:

@@ -215,9 +215,11 @@ class TaskSettings:
         "string", None,
         "Our model directory or SavedModel export, a .keras file, or a pretraining "
         "--output_dir.")
-    checkpoint: str = setting(
-        "string", "latest",
-        "For a pretraining --output_dir: latest, best, or a checkpoint prefix.")
+    checkpoint: str | None = setting(
+        "string", None,
+        "For a training run's --output_dir: latest, best, or a checkpoint prefix (default: "
+        "the run's model: a fine-tuning run's best evaluated checkpoint, else its latest; a "
+        "pretraining run's latest).")
     output: str | None = setting(
         "string", None,
         "Where the result is written (never over existing work).")

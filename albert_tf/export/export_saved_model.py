@@ -153,7 +153,8 @@ def main(argv):
         return 1
     with open(os.path.join(path, "assets.extra", "albert_export.json"), encoding="utf-8") as f:
         record = json.load(f)
-    print(json.dumps({"export": path, "model": record["model"],
+    read = {"checkpoint": source["checkpoint"]} if source.get("checkpoint") else {}
+    print(json.dumps({"export": path, "model": record["model"], **read,
                       "signatures": record["signatures"],
                       "max_seq_length": record["max_seq_length"],
                       "max_seq_length_from": origin}, indent=2))

@@ -39,6 +39,7 @@ from albert_tf.export.serving import (WARMUP_TEXTS, AlbertServingModule,  # noqa
 from albert_tf.paths import atomic_write
 from albert_tf.checkpoints import CheckpointError, build_model, model_kind, model_weights
 from albert_tf.checkpoints.conversion import read_source
+from albert_tf.checkpoints.runs import delivered_checkpoint, is_training_output_dir
 from albert_tf.config import AlbertConfig
 from albert_tf.commands.flags import FLAGS
 from albert_tf.ownership import OutputLock, current_umask
@@ -56,7 +57,7 @@ class ExportError(ValueError):
 
 # ---------------------------------------------------------------------------------------------
 # Sources.
-def load_for_export(path: str, checkpoint: str = "latest", spm_model_file: str | None = None,
+def load_for_export(path: str, checkpoint: str | None = None, spm_model_file: str | None = None,
                     vocab_file: str | None = None):
     """(model, SentencePiece model path, source record) for any model the project produces.
 
@@ -66,7 +67,9 @@ def load_for_export(path: str, checkpoint: str = "latest", spm_model_file: str |
             `AlbertTextClassifier` / `AlbertTextTagger`, a training run's --output_dir
             (`DIR:best`, `RUN/ckpt-N`), our model directory, an official TF1 checkpoint or
             TF-Hub module, a Hugging Face folder; its labels and vocabulary travel with it.
-        checkpoint: for a training run's --output_dir: "latest", "best", or a prefix.
+        checkpoint: for a training run's --output_dir: "latest", "best", or a prefix; None:
+            the run's model (`albert_tf.checkpoints.runs.delivered_checkpoint`: a fine-tuning
+            run's best evaluated checkpoint, else its latest; a pretraining run's latest).
         spm_model_file: the SentencePiece model; default: the one found beside the source.
         vocab_file: without `spm_model_file`, a WordPiece vocabulary: no SentencePiece model is
             looked for, and the path returned is None (`export_saved_model(...,
@@ -95,6 +98,8 @@ def _load_model_for_export(path: str, checkpoint: str, spm_model_file: str | Non
         if not os.path.exists(spm_model_file):
             raise ExportError(f"SentencePiece model not found: {spm_model_file}")
         return model, spm_model_file, record
+    if checkpoint is None and os.path.isdir(path) and is_training_output_dir(path):
+        checkpoint = delivered_checkpoint(path)  # the run's model, as its runner exports it
     try:
         read = read_source(path, checkpoint=checkpoint)
     except CheckpointError as e:
