@@ -284,7 +284,8 @@ def cli():
                                          f"spm_model_file|vocab_file|{PRETRAINED}",
                                          "output_dir"),
             check=check, before=lambda: export_alone_takes_the_run(
-                COMMAND, ("task_name", "data_dir", "threshold_to_export") + RECORDED))
+                COMMAND, ("task_name", "data_dir", "threshold_to_export") + RECORDED,
+                for_action={"do_eval": ("dev_file",), "do_predict": ("test_file",)}))
 
 
 if __name__ == "__main__":

@@ -521,6 +521,13 @@ def test_a_later_run_reuses_labels_json_and_dev_labels_are_checked(custom_run, c
         "--text_a_column")], "--config_file", str(tmp / "eval.yaml")) == 0
     again = json.load(open(out / "eval_results.json"))
     assert again["accuracy"] == before["accuracy"] and again["examples"] == 150
+    # --do_eval alone: the run's recorded dev file, columns and task; the step evaluated (it
+    # wrote the recorded --dev_file as missing, and global_step 0)
+    assert run_classifier("--output_dir", str(out), "--do_eval") == 0
+    alone = json.load(open(out / "eval_results.json"))
+    assert (alone["accuracy"], alone["examples"], alone["global_step"]) == (
+        before["accuracy"], 150, before["global_step"]) and before["global_step"] == 1000
+    assert abs(alone["cross_entropy"] - before["cross_entropy"]) < 1e-6  # batches of 8, not 50
     # --export_dir alone, no file and no column named: the labels of labels.json, served
     export = tmp / "exports" / "again"
     assert run_classifier(*common[:2], *common[common.index("--albert_config_file"):common.index(

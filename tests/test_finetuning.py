@@ -198,6 +198,7 @@ def test_run_classifier_command_line(tmp_path, sample_vocab):
         proc.stdout[:500]
     again = json.load(open(out / "eval_results.json"))
     assert again["accuracy"] == results["accuracy"] and again["examples"] == 277
+    assert again["global_step"] == 4  # the step evaluated (0 before)
 
 
 @pytest.mark.needs_shared("data/glue")

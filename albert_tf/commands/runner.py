@@ -103,14 +103,16 @@ def command(body, define_flags, required=(), check=None, name=None, before=None)
     run_command(main, define_flags)
 
 
-def export_alone_takes_the_run(command_name: str, names=("task_name",)) -> None:
+def export_alone_takes_the_run(command_name: str, names=("task_name",),
+                               for_action: dict | None = None) -> None:
     """Without --do_train, `--export_dir`, `--do_eval` or `--do_predict` use the finished run in
     --output_dir, so what the run recorded is taken where not given, and said in one line: its
     model config (its albert_config.json), its vocabulary (its copy of the SentencePiece model,
     `carried_tokenizer`, or of the WordPiece --vocab_file), its --max_seq_length and `names` of
     its config.yaml, as `albert_tf.export.export_saved_model --model_dir` takes them (the official
-    runner needs them given again; the casing is `carried_run_casing`'s, as for every rerun).
-    Nothing happens for another command's run, a directory without one, or a record that cannot be
+    runner needs them given again; the casing is `carried_run_casing`'s, as for every rerun);
+    `for_action` {action flag: names}, names taken for that action only (run_classifier's
+    `--do_eval`: its recorded `--dev_file`). Nothing happens for another command's run, a directory without one, or a record that cannot be
     read (the flags' own checks then say what is missing)."""
     from absl import flags as absl_flags
 
@@ -131,6 +133,8 @@ def export_alone_takes_the_run(command_name: str, names=("task_name",)) -> None:
         return
     settings = {k: v for section in experiment.SECTIONS for k, v in
                 (recorded.get(section) or {}).items()}
+    names = tuple(names) + tuple(n for action, action_names in (for_action or {}).items()
+                                 if action in actions for n in action_names)
     taken = {"max_seq_length": settings.get("max_seq_length"),
              **{n: settings.get(n) for n in names}}
 

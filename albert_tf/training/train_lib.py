@@ -463,6 +463,7 @@ class TrainingRun:
             step = self.trainer.step
             metrics = self.evaluation.metrics_at(step)
             summary["eval"] = metrics
+            summary.setdefault("step", int(step))  # an evaluation alone: the step evaluated
             if not cfg.do_train:
                 self.evaluation.write(step, metrics)
                 self.evaluation.writer.flush()
