@@ -207,6 +207,10 @@ def test_convert_reads_our_directory_as_the_kind_asked_or_refuses(tmp_path):
     summary = convert("albert_tf", str(tmp_path / "clf"), str(tmp_path / "enc"),
                       model="backbone")
     assert summary["model"] == "backbone"
+    # the dropped head is reported as skipped, as for every other source (it said nothing)
+    assert summary["skipped"] == {
+        "output_weights": "classifier head, not part of the backbone",
+        "output_bias": "classifier head, not part of the backbone"}
     for kind in ("token_classifier", "span", "pretrainer"):
         with pytest.raises(ValueError, match=f"a classifier model cannot be read as a {kind}"):
             convert("albert_tf", str(tmp_path / "clf"), str(tmp_path / kind), model=kind)

@@ -491,17 +491,26 @@ def _read_model(source: str, input_path: str, albert_config_file: str | None, ki
         record = {"type": "hf", "path": weights_file}
     elif run is not None:  # the model the run trains
         which = checkpoint if checkpoint and os.path.isdir(input_path) else run[1]
-        model, prefix = read_training_checkpoint(run[0], which)
-        model = model if kind == "auto" else as_kind(model, kind)
-        report = {"assigned": [w.official_name for w in model_weights(model)], "skipped": {}}
+        stored, prefix = read_training_checkpoint(run[0], which)
+        model = stored if kind == "auto" else as_kind(stored, kind)
+        report = _read_as_report(stored, model)
         record = {"type": "albert_tf_run", "path": os.path.abspath(prefix),
                   "checkpoint": os.path.abspath(prefix)}
     else:
-        model = load_pretrained(input_path)
-        model = model if kind == "auto" else as_kind(model, kind)
-        report = {"assigned": [w.official_name for w in model_weights(model)], "skipped": {}}
+        stored = load_pretrained(input_path)
+        model = stored if kind == "auto" else as_kind(stored, kind)
+        report = _read_as_report(stored, model)
         record = {"type": "albert_tf", "path": os.path.abspath(input_path)}
     return model, record, report
+
+
+def _read_as_report(stored, model) -> dict:
+    """The report of our `stored` model read as `model` (itself, or its backbone with
+    `--model backbone`): every weight of `model` assigned, the heads it leaves skipped."""
+    kept = {w.official_name for w in model_weights(model)}
+    return {"assigned": sorted(kept), "skipped": {
+        w.official_name: f"{model_kind(stored)} head, not part of the backbone"
+        for w in model_weights(stored) if w.official_name not in kept}}
 
 
 def convert(source: str, input_path: str, output_dir: str, target: str = "albert_tf",
