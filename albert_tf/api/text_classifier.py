@@ -649,6 +649,7 @@ class AlbertTextClassifier(RawTextModel):
         `label_column` name the columns of the files `fit`, `evaluate` and `predict` may be
         given (the module docstring)."""
         if num_classes is None:
+            check_checkpoint_given(cls, AlbertClassifier, checkpoint)  # a path before reading it
             num_classes = recorded_classes(checkpoint, labels)
         return build_from_checkpoint(
             cls, AlbertClassifier, num_classes, checkpoint, spm_model_file, sequence_length,
