@@ -17,8 +17,8 @@ Flag names are the official google-research/albert `run_race.py` ones (with
 questions, and the counts); `--do_predict` writes `predictions.json` ({question id: letter}) for
 the test split and `test_results.json` when it has answers. `--init_checkpoint` takes any
 pretrained source (see `albert_tf.run_classifier`). With `--export_dir`, the fine-tuned model
-is exported for TF Serving (`albert_tf.export.serving_tasks.MultipleChoiceServingModule`: raw article,
-question and options in, the chosen option out). Rerun the same command to resume.
+is exported for TF Serving (`albert_tf.export.serving_tasks.MultipleChoiceServingModule`: raw
+article, question and options in, the chosen option out). Rerun the same command to resume.
 """
 
 from albert_tf.quiet import entry_point  # noqa: E402

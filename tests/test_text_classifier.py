@@ -70,8 +70,8 @@ def test_preprocessor_features_equal_run_classifier_features(sample_vocab, task_
         for name in ("input_mask", "segment_ids"):
             assert got[name][i].tolist() == want[name], (i, name)
         if got["input_ids"][i].tolist() != want["input_ids"]:
-            # InGraphTokenizer's documented divergence (albert_tf/tokenization/in_graph.py): a tie between
-            # segmentations of equal score broken the other way ("000" as "00" + "0").
+            # InGraphTokenizer's documented divergence (albert_tf/tokenization/in_graph.py): a tie
+            # between segmentations of equal score broken the other way ("000" as "00" + "0").
             pieces = [tokenizer.ids_to_pieces(ids) for ids in (got["input_ids"][i].tolist(),
                                                                 want["input_ids"])]
             assert "".join(pieces[0]) == "".join(pieces[1]), (i, pieces)

@@ -112,8 +112,9 @@ def export_alone_takes_the_run(command_name: str, names=("task_name",),
     its config.yaml, as `albert_tf.export.export_saved_model --model_dir` takes them (the official
     runner needs them given again; the casing is `carried_run_casing`'s, as for every rerun);
     `for_action` {action flag: names}, names taken for that action only (run_classifier's
-    `--do_eval`: its recorded `--dev_file`). Nothing happens for another command's run, a directory without one, or a record that cannot be
-    read (the flags' own checks then say what is missing)."""
+    `--do_eval`: its recorded `--dev_file`). Nothing happens for another command's run, a
+    directory without one, or a record that cannot be read (the flags' own checks then say what
+    is missing)."""
     from absl import flags as absl_flags
 
     values = absl_flags.FLAGS

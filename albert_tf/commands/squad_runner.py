@@ -1,8 +1,8 @@
 """What `run_squad_v1` and `run_squad_v2` share: the official flags, features, training through
 the one loop, evaluation and prediction as the official runners do them, the official files;
 with `--export_dir`, a SavedModel that answers raw-text questions the way `--do_predict` does
-(`albert_tf.export.serving_tasks.SpanServingModule` / `SquadV2ServingModule`, with this run's stride,
-lengths and threshold).
+(`albert_tf.export.serving_tasks.SpanServingModule` / `SquadV2ServingModule`, with this run's
+stride, lengths and threshold).
 
 As the official runners: with `--do_train --do_predict` and a --predict_file that has answers,
 every saved checkpoint is evaluated on it and the best by `f1` is kept (`best/ckpt-best`, the
