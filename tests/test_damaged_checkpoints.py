@@ -124,3 +124,34 @@ def test_our_directory_and_a_hugging_face_folder_name_their_damaged_weights(tmp_
         assert err.startswith(f"error: {weights} is damaged (truncated or corrupt: ") \
             and err.endswith("): copy it again from where it came from.\n") \
             and err.count("\n") == 1, err
+
+
+@pytest.mark.slow
+def test_a_run_killed_while_writing_its_first_checkpoint_reruns_from_step_0(generated_data,
+                                                                            tmp_path, capsys):
+    """Killed while writing its first checkpoint (its .index cut short, no `checkpoint` state
+    file yet): the rerun starts from step 0, says why, and writes the uninterrupted run's ckpt-2
+    bit for bit (it refused: "no intact checkpoint to resume", a clean-clone CI failure of the
+    main job's kill-and-resume test)."""
+    cfg = pretraining_config(generated_data["files"], tmp_path / "run",
+                             albert_config=AlbertConfig(**PRETRAINING_MODEL),
+                             train_batch_size=8, num_train_steps=2, num_warmup_steps=1,
+                             learning_rate=1e-2, save_checkpoints_steps=2,
+                             iterations_per_loop=2, seed=11, shuffle_window=64, verbose=True)
+    PretrainingRun(cfg).run()
+    first = str(tmp_path / "run" / "ckpt-2")
+    uninterrupted = _arrays(first)
+    os.remove(tmp_path / "run" / "checkpoint")
+    _truncate(first + ".index")
+    capsys.readouterr()
+    summary = PretrainingRun(cfg).run()
+    assert summary["start"] == "fresh" and summary["status"] == "completed"
+    notes = [line for line in capsys.readouterr().out.splitlines() if "damaged" in line]
+    assert notes == [f"Note: {first}.index is damaged (truncated or corrupt), and no "
+                     "`checkpoint` state file records it: a save cut short (the run was stopped "
+                     "while writing it). The run starts from step 0 and writes that checkpoint "
+                     "again."]
+    again = _arrays(first)
+    assert again.keys() == uninterrupted.keys()
+    for name, value in uninterrupted.items():
+        np.testing.assert_array_equal(again[name], value, err_msg=name)

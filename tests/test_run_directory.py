@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from albert_tf.config import AlbertConfig
+from albert_tf.checkpoints.common import CheckpointError
 from albert_tf.checkpoints.runs import checkpoint_prefix
 from albert_tf.training.actions import EvaluateAndKeepBest, export_models
 from albert_tf.training.run_directory import OutputDirMismatchError, RunDirectory
@@ -295,6 +296,64 @@ def test_a_run_whose_state_file_or_checkpoints_were_removed_resumes_from_what_is
     assert run.latest_checkpoint() is None and run.resume_checkpoint() is None
     assert notes == [f"Note: {tmp_path}'s `checkpoint` state file lists ckpt-4, ckpt-12, none "
                      "of which is on disk: the run starts from step 0."]
+
+
+def _cut_short(prefix):
+    """The index of `prefix` as a save killed while writing it leaves it: TensorFlow writes the
+    merged .index in place after the data file, then the state file."""
+    os.truncate(prefix + ".index", os.path.getsize(prefix + ".index") // 2)
+
+
+def test_a_first_save_cut_short_starts_the_run_from_step_0(tmp_path):
+    """Killed while writing its first checkpoint, a run's directory holds a ckpt-N whose .index
+    is cut short and no state file: the rerun starts from step 0, said (it refused: "no intact
+    checkpoint to resume ... Restore a copy of the run", a clean-clone CI failure)."""
+    notes = []
+    run = RunDirectory(str(tmp_path), log=notes.append)
+    prefix = str(tmp_path / "ckpt-30")
+    tf.train.Checkpoint(v=tf.Variable(30.0)).write(prefix)  # no state file: not recorded
+    _cut_short(prefix)
+    run.recover_state_file()
+    assert notes == [] and not os.path.exists(tmp_path / "checkpoint")  # nothing whole to list
+    assert run.resume_checkpoint() is None
+    assert notes == [f"Note: {prefix}.index is damaged (truncated or corrupt), and no "
+                     "`checkpoint` state file records it: a save cut short (the run was stopped "
+                     "while writing it). The run starts from step 0 and writes that checkpoint "
+                     "again."]
+
+
+def test_a_later_save_cut_short_without_a_state_file_is_left_out_of_the_rebuilt_one(tmp_path):
+    """ckpt-4 whole, ckpt-8 cut short, the state file gone: the rebuilt state file lists ckpt-4
+    alone (it listed ckpt-8 as the latest, and the resume refused), and the run resumes from it."""
+    notes = []
+    run = RunDirectory(str(tmp_path), log=notes.append)
+    for step in (4, 8):
+        _checkpoint(str(tmp_path), step)
+    os.remove(tmp_path / "checkpoint")
+    _cut_short(str(tmp_path / "ckpt-8"))
+    run.recover_state_file()
+    assert notes == [f"Note: {tmp_path} had no `checkpoint` state file (removed?); it is written "
+                     "again for the 1 checkpoints on disk, the newest, ckpt-4, the latest "
+                     "(ckpt-8: damaged, left out)."]
+    state = tf.train.get_checkpoint_state(str(tmp_path))
+    assert list(state.all_model_checkpoint_paths) == [str(tmp_path / "ckpt-4")]
+    notes.clear()
+    assert run.resume_checkpoint() == str(tmp_path / "ckpt-4") and notes == []
+
+
+def test_a_recorded_checkpoint_damaged_with_none_intact_is_refused(tmp_path):
+    """A checkpoint the state file records as saved, damaged since, and nothing intact: the run
+    refuses (starting from step 0 would silently drop a run's finished steps)."""
+    notes = []
+    run = RunDirectory(str(tmp_path), log=notes.append)
+    _checkpoint(str(tmp_path), 12)
+    _cut_short(str(tmp_path / "ckpt-12"))
+    with pytest.raises(CheckpointError) as raised:
+        run.resume_checkpoint()
+    assert str(raised.value) == (
+        f"--output_dir {tmp_path} has no intact checkpoint to resume: {tmp_path / 'ckpt-12'}"
+        ".index is damaged (truncated or corrupt). Restore a copy of the run, or start a new "
+        "--output_dir (--init_checkpoint can take the weights of another run).")
 
 
 def test_a_resume_follows_the_state_files_order_and_a_relative_directory(tmp_path,

@@ -110,17 +110,26 @@ def latest_prefix(directory: str) -> str | None:
     return next(iter(checkpoints_on_disk(directory)), None)
 
 
-def resume_candidates(directory: str, state=None) -> list[str]:
-    """The checkpoints a run may resume from, in the order to try them: its state file's
-    (`state`, `tf.train.get_checkpoint_state`: the latest, then the older ones it keeps, newest
-    first), then the ckpt-N on disk it does not list, newest first. Some may be gone."""
-    def key(path):
-        return path if "://" in path else os.path.normpath(path)
+def _key(path: str) -> str:
+    return path if "://" in path else os.path.normpath(path)
 
+
+def recorded_checkpoints(state=None) -> list[str]:
+    """The checkpoints a state file (`state`, `tf.train.get_checkpoint_state`) records as saved:
+    the latest, then the older ones it keeps, newest first. TensorFlow's CheckpointManager
+    records a checkpoint once it is written whole, so a ckpt-N on disk that it does not record
+    is a save cut short (or a state file removed by hand)."""
     listed = [state.model_checkpoint_path, *reversed(state.all_model_checkpoint_paths)] \
         if state else []
-    candidates = list(dict.fromkeys(key(p) for p in listed))
-    return candidates + [p for p in checkpoints_on_disk(directory) if key(p) not in candidates]
+    return list(dict.fromkeys(_key(p) for p in listed))
+
+
+def resume_candidates(directory: str, state=None) -> list[str]:
+    """The checkpoints a run may resume from, in the order to try them: those its state file
+    records (`recorded_checkpoints`), then the ckpt-N on disk it does not list, newest first.
+    Some may be gone."""
+    candidates = recorded_checkpoints(state)
+    return candidates + [p for p in checkpoints_on_disk(directory) if _key(p) not in candidates]
 
 
 def checkpoint_prefix(output_dir: str, checkpoint: str = "latest") -> str:
