@@ -15,6 +15,7 @@ import tensorflow_text  # noqa: F401 - registers the SentencePiece ops the Saved
 
 from albert_tf import AlbertClassifier
 from albert_tf.checkpoints import save_albert_tf
+from albert_tf.checkpoints.conversion import read_source
 from albert_tf.packing import pack_ids, pad_features
 from albert_tf.records import example_of
 from albert_tf.tokenization import MASK_ID, SEP_ID, Tokenizer
@@ -688,7 +689,8 @@ def test_entry_point_exports_our_model_directory(tmp_path, sample_vocab):
 @pytest.mark.slow
 def test_pretraining_output_dir_latest_and_best(generated_data, sample_vocab, tmp_path):
     """A pretraining --output_dir exports from its latest or best checkpoint, with the
-    SentencePiece model the run copied beside its checkpoints."""
+    SentencePiece model the run copied beside its checkpoints; without --checkpoint, the latest,
+    for the exports and convert alike."""
     from albert_tf.training.train_lib import PretrainingConfig, PretrainingRun
 
     cfg = PretrainingConfig(
@@ -702,14 +704,15 @@ def test_pretraining_output_dir_latest_and_best(generated_data, sample_vocab, tm
     assert os.path.exists(os.path.join(cfg.output_dir, os.path.basename(sample_vocab)))
     latest, spm, source = load_for_export(cfg.output_dir)
     assert source["checkpoint"].endswith("ckpt-4") and spm.endswith(".model")
+    # convert's reader takes the same model of the run (it read best/ while the exports read
+    # the latest)
+    assert read_source(cfg.output_dir).record["checkpoint"] == source["checkpoint"]
     for a, b in zip(latest.weights, run.model.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     best, _, source = load_for_export(cfg.output_dir, checkpoint="best")
     assert source["checkpoint"].endswith(os.path.join("best", "ckpt-best"))
     np.testing.assert_array_equal(best.backbone.word_embeddings.embeddings.numpy(),
                                   _restored(cfg, os.path.join("best", "ckpt-best")))
-    import shutil
-
     shutil.rmtree(os.path.join(cfg.output_dir, "best"))
     with pytest.raises(ExportError, match="no best checkpoint"):
         load_for_export(cfg.output_dir, checkpoint="best")

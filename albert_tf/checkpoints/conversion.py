@@ -428,7 +428,7 @@ def read_source(path: str, source: str = "auto", albert_config_file: str | None 
     """The model of any saved form, with what travels with it (`Source`): the one reader of
     `convert`, the exports and the Python API. `path`: a `.keras` file of
     `AlbertTextClassifier` / `AlbertTextTagger` (or of an ALBERT model), a training run's
-    --output_dir (its best checkpoint, else its latest), `DIR:best`, `RUN/ckpt-N`, our model
+    --output_dir (the run's model, `delivered_checkpoint`), `DIR:best`, `RUN/ckpt-N`, our model
     directory, an official TF1 checkpoint or TF-Hub module, or a Hugging Face folder.
     `source`: "auto" (from what is there, `source_format`) or the format it must be;
     `kind`: the model to build ("auto": the one stored); `checkpoint`: of a run, "latest",

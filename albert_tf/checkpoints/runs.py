@@ -77,13 +77,14 @@ def split_run_checkpoint(path: str) -> tuple[str, str] | None:
 
 
 def training_run(path: str) -> tuple[str, str] | None:
-    """(run directory, checkpoint) when `path` is a training loop's --output_dir (its best
-    evaluated checkpoint, else its latest: the one its runners export; `DIR:best` its best)
-    or one checkpoint of one (`RUN/ckpt-N`, `RUN/best/ckpt-best`); else None."""
+    """(run directory, checkpoint) when `path` is a training loop's --output_dir (the run's
+    model, `delivered_checkpoint`: a fine-tuning run's best evaluated checkpoint, else its
+    latest; a pretraining run's latest; `DIR:best` its best) or one checkpoint of one
+    (`RUN/ckpt-N`, `RUN/best/ckpt-best`); else None."""
     if path.endswith(":best") and is_training_output_dir(path[: -len(":best")]):
         return path[: -len(":best")], "best"
     if os.path.isdir(path) and is_training_output_dir(path):
-        return path, "best" if has_best(path) else "latest"
+        return path, delivered_checkpoint(path)
     return split_run_checkpoint(path)
 
 
