@@ -17,7 +17,8 @@ name changed:
 or TF-Hub module, a Hugging Face folder, our model directory or `.keras` file, or a pretraining
 `--output_dir` (`DIR:best` for its best checkpoint); the backbone is loaded strictly, the
 pretraining heads are dropped and reported. Writes `eval_results.json` (each metric and the
-number of examples scored), GLUE submission files for `--do_predict`
+number of examples scored, of the best evaluated checkpoint, as the official runner reports its
+`model.ckpt-best`; the evaluation just run as `last`), GLUE submission files for `--do_predict`
 (`<TASK>.tsv`: index and prediction; `test_results.tsv`: class probabilities, as official), and
 with `--export_dir` a SavedModel whose `serving_default` takes raw text (and whose
 `official_serving_default` answers the official export's tf.Example requests). Rerun the same

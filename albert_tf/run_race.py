@@ -14,7 +14,8 @@ Flag names are the official google-research/albert `run_race.py` ones (with
 `--high_only`/`--middle_only` restrict every split to one level. `--train_file`,
 `--eval_file`, `--predict_file` are where the feature TFRecords go (default: in
 `--output_dir`). Writes `eval_results.json` (accuracy overall, on middle and on high school
-questions, and the counts); `--do_predict` writes `predictions.json` ({question id: letter}) for
+questions, and the counts, of the best evaluated checkpoint as official; the last evaluation
+as `last`); `--do_predict` writes `predictions.json` ({question id: letter}) for
 the test split and `test_results.json` when it has answers. `--init_checkpoint` takes any
 pretrained source (see `albert_tf.run_classifier`). With `--export_dir`, the fine-tuned model
 is exported for TF Serving (`albert_tf.export.serving_tasks.MultipleChoiceServingModule`: raw

@@ -17,7 +17,8 @@ naming the file and line. Each word is tagged by its first SentencePiece piece; 
 split into windows (`albert_tf.tasks.tagging`).
 
 Writes `eval_results.json` (token accuracy; for BIO/IOB2 tags entity precision, recall and F1
-as seqeval's default mode computes them, micro average), `predictions.conll` for --do_predict
+as seqeval's default mode computes them, micro average; the best evaluated checkpoint's, the
+last evaluation as `last`), `predictions.conll` for --do_predict
 (the test file's lines with the predicted tag appended as the last column; and
 `test_results.json` when the test file has tags), and with --export_dir a SavedModel whose
 `serving_default` takes a sentence and returns one tag per whitespace-separated word

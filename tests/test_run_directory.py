@@ -14,6 +14,7 @@ import tensorflow as tf
 from albert_tf.config import AlbertConfig
 from albert_tf.checkpoints.common import CheckpointError
 from albert_tf.checkpoints.runs import checkpoint_prefix
+from albert_tf.commands.runner import evaluation_line, evaluation_results
 from albert_tf.training.actions import EvaluateAndKeepBest, export_models
 from albert_tf.training.run_directory import OutputDirMismatchError, RunDirectory
 
@@ -125,6 +126,34 @@ def test_evaluation_keeps_the_best_checkpoint_and_writes_each_step_last(tmp_path
                       for v in e.summary.value if v.tag == "accuracy")
     np.testing.assert_allclose([a for _, a in accuracy], [0.5, 0.75, 0.625])
     assert [s for s, _ in accuracy] == [10, 20, 30]
+
+
+def test_eval_results_are_the_best_checkpoints_with_the_last_beside_them(tmp_path, capsys):
+    """eval_results.json holds the best evaluated checkpoint's metrics and step, as the official
+    runners report `model.ckpt-best` (it held the last evaluation's: 0.625 at step 30 where the
+    model that predicts and exports scored 0.75 at step 20); the last is under `last`."""
+    run = RunDirectory(str(tmp_path))
+    trainer = _Trainer([{"accuracy": 0.5, "loss": 0.9}, {"accuracy": 0.75, "loss": 0.6},
+                        {"accuracy": 0.625, "loss": 0.5}])
+    evaluate = EvaluateAndKeepBest(trainer, run, log=lambda line: None)
+    for step in (10, 20, 30):
+        evaluate(step)
+    task = SimpleNamespace(name="mrpc", best_metric="accuracy")
+    results = evaluation_results(str(tmp_path), task, {"eval": evaluate.metrics_at(30),
+                                                       "step": 30})
+    assert results == {"accuracy": 0.75, "loss": 0.6, "global_step": 20, "task": "mrpc",
+                       "last": {"accuracy": 0.625, "loss": 0.5, "global_step": 30}}
+    assert evaluation_line(task, results) == (
+        "eval: accuracy 0.7500, loss 0.6000 (step 20, the best evaluated checkpoint; the last, "
+        "step 30: accuracy 0.6250)")
+    # the best is the last: one step named; no best kept (a worker's view): the last
+    results = evaluation_results(str(tmp_path), task, {"eval": {"accuracy": 0.75, "loss": 0.6},
+                                                       "step": 20})
+    assert evaluation_line(task, results) == "eval: accuracy 0.7500, loss 0.6000 (step 20)"
+    results = evaluation_results(str(tmp_path / "other"), task,
+                                 {"eval": {"accuracy": 0.5}, "step": 10})
+    assert results == {"accuracy": 0.5, "global_step": 10, "task": "mrpc",
+                       "last": {"accuracy": 0.5, "global_step": 10}}
 
 
 def test_a_worker_evaluates_but_writes_nothing(tmp_path):

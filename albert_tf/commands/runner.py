@@ -422,11 +422,10 @@ def run_task(exp: ExperimentConfig, task, cfg, exporter=None,
             keep_vocabulary(exp, cfg.output_dir)
         summary = run.run()
         raise_if_stopped(summary)
-        if cfg.do_eval and "eval" in summary:
-            write_json(os.path.join(cfg.output_dir, "eval_results.json"),
-                       dict(summary["eval"], task=task.name,
-                            global_step=int(summary.get("step") or 0)))
-            print("eval: " + format_metrics(summary["eval"]))
+        if cfg.do_eval and "eval" in summary and run.is_chief:
+            results = evaluation_results(cfg.output_dir, task, summary)
+            write_json(os.path.join(cfg.output_dir, "eval_results.json"), results)
+            print(evaluation_line(task, results))
     if not (predict or exporter) or (cfg is not None and cfg.do_train
                                      and summary.get("status") != "completed"):
         return None, summary
@@ -435,6 +434,30 @@ def run_task(exp: ExperimentConfig, task, cfg, exporter=None,
     if exporter is not None and (run is None or run.is_chief):
         summary["exports"] = export_models(exporter, [(model, which, step)])
     return model, summary
+
+
+def evaluation_results(output_dir: str, task, summary: dict) -> dict:
+    """eval_results.json: the evaluation of the run's model, as the official runners report it
+    (their `model.ckpt-best`, `best_trial.txt`): the best evaluated checkpoint's metrics and
+    its `global_step` (the model `--do_predict` and `--export_dir` use), the task, and the
+    evaluation just run as `last` (its metrics and step). Without a kept best (an evaluation
+    on another worker), the last one's."""
+    last = dict(summary["eval"], global_step=int(summary.get("step") or 0))
+    best = runs.best_eval(output_dir)
+    return dict(best if best is not None else last, task=task.name, last=last)
+
+
+def evaluation_line(task, results: dict) -> str:
+    """The printed headline of `evaluation_results`: the best's metrics and step, and the last
+    evaluation's key metric where it is another step."""
+    metrics = {k: v for k, v in results.items() if k not in ("task", "last", "global_step")}
+    step, last = results["global_step"], results["last"]
+    line = f"eval: {format_metrics(metrics)} (step {step}"
+    if last["global_step"] == step:
+        return line + ")"
+    key = task.best_metric
+    return (line + f", the best evaluated checkpoint; the last, step {last['global_step']}: "
+            f"{key} {last[key]:.4f})")
 
 
 def record_config(exp: ExperimentConfig, output_dir: str) -> None:
