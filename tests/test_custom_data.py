@@ -445,6 +445,12 @@ def test_custom_three_classes_beat_the_majority_and_answer_label_names(custom_ru
     scores = served["scores"].numpy()
     written = np.array([[r["probabilities"][name] for name in sorted(TOPICS)] for r in rows])
     np.testing.assert_allclose(scores, written, atol=2e-5)
+    # the run read back in Python reads its files by the columns the run recorded (it read a
+    # column "text" and refused the test file)
+    clf = AlbertTextClassifier.from_checkpoint(str(out))
+    assert (clf.text_a_column, clf.text_b_column, clf.label_column) == ("sentence", None, "topic")
+    np.testing.assert_allclose(clf.predict(str(custom_run["tmp"] / "test.jsonl")), written,
+                               atol=2e-5)
 
 
 @pytest.mark.slow

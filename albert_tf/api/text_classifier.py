@@ -28,7 +28,8 @@ file (`x="train.csv"`, `validation_data="dev.tsv"`; a `str` with one of those ex
 is given in a list, `predict(["notes.csv"])`), read by the reader of `run_classifier
 --task_name custom` (`albert_tf.tasks.glue.read_table_examples`): the text from the column
 `text_a_column` (default "text"; `text_b_column` for pairs), the label from `label_column`
-(default "label"), names given to `from_checkpoint`. A model without `labels` takes the
+(default "label"), names given to `from_checkpoint` (which takes a custom run's recorded
+columns where none are given). A model without `labels` takes the
 training file's (sorted, integers in numeric order; as many as `num_classes`); a label outside
 the model's is an error naming the file, line and column. `predict`'s file may lack the label
 column.
@@ -252,6 +253,28 @@ def stored_labels(checkpoint) -> tuple:
         labels = keras_settings(path)["labels"]
         return (list(labels), f"{path} (its config)") if labels else (None, None)
     return recorded_labels(_checkpoint_directory(path))
+
+
+def recorded_columns(checkpoint, text_a_column=None, text_b_column=None,
+                     label_column=None) -> dict:
+    """The table columns of a classifier read from `checkpoint`: those given; where
+    `text_a_column` is None, the text columns the run `checkpoint` records if it is a
+    `--task_name custom` run (its config.yaml's `--text_a_column` and, unless `text_b_column`
+    is given, `--text_b_column`), else "text" (one text); where `label_column` is None, the
+    run's `--label_column`, else "label". A `text_b_column` given with a `text_a_column`
+    given is taken as it is (None: one text)."""
+    run = training_run(os.fspath(checkpoint))
+    custom = run is not None and recorded_run_setting(run[0], "task_name", str) == "custom"
+
+    def recorded(name):
+        return recorded_run_setting(run[0], name, str) if custom else None
+
+    if text_a_column is None:
+        text_a_column = recorded("text_a_column") or "text"
+        if text_b_column is None:
+            text_b_column = recorded("text_b_column")
+    return {"text_a_column": text_a_column, "text_b_column": text_b_column,
+            "label_column": label_column or recorded("label_column") or "label"}
 
 
 def recorded_classes(checkpoint, labels=None) -> int:
@@ -624,8 +647,8 @@ class AlbertTextClassifier(RawTextModel):
     def from_checkpoint(cls, checkpoint, spm_model_file=None, num_classes=None,
                         sequence_length=None, albert_config_file=None, vocab_file=None,
                         do_lower_case=None, dropout_rate=FINE_TUNING_DEFAULTS["dropout_rate"],
-                        labels=None, init_from_group0=False, text_a_column="text",
-                        text_b_column=None, label_column="label"):
+                        labels=None, init_from_group0=False, text_a_column=None,
+                        text_b_column=None, label_column=None):
         """A classifier initialised from `checkpoint`, any source `--init_checkpoint` takes: a
         pretraining or fine-tuning run's output directory (`DIR:best`, `DIR/ckpt-N`), an
         official TF1 checkpoint or TF-Hub module directory, a Hugging Face folder, our model
@@ -645,17 +668,18 @@ class AlbertTextClassifier(RawTextModel):
         model predicts as its runner did), else 128.
         `num_classes=1` is regression (STS-B); None: the classes the checkpoint records
         (`recorded_classes`: a fine-tuning run's, a saved classifier's named classes), else 2.
-        `text_a_column`, `text_b_column` and
-        `label_column` name the columns of the files `fit`, `evaluate` and `predict` may be
-        given (the module docstring)."""
+        `text_a_column`, `text_b_column` and `label_column` name the columns of the files
+        `fit`, `evaluate` and `predict` may be given (the module docstring); None: the columns
+        a `--task_name custom` run records (`recorded_columns`), else "text" (one text) and
+        "label"."""
+        check_checkpoint_given(cls, AlbertClassifier, checkpoint)  # a path before reading it
         if num_classes is None:
-            check_checkpoint_given(cls, AlbertClassifier, checkpoint)  # a path before reading it
             num_classes = recorded_classes(checkpoint, labels)
         return build_from_checkpoint(
             cls, AlbertClassifier, num_classes, checkpoint, spm_model_file, sequence_length,
             albert_config_file, vocab_file, do_lower_case, dropout_rate, init_from_group0,
-            labels=labels, text_a_column=text_a_column, text_b_column=text_b_column,
-            label_column=label_column)
+            labels=labels, **recorded_columns(checkpoint, text_a_column, text_b_column,
+                                              label_column))
 
     def _default_loss_and_metrics(self):
         """Sparse categorical cross entropy on the logits and accuracy (regression: mean
