@@ -237,7 +237,9 @@ def test_vocabulary_is_kept_or_refused_never_replaced_silently(prepared_corpus, 
     open(prefix + ".json", "w").write(json.dumps(description))
     assert train_vocab(prepared_corpus["wiki"], prefix, vocab_size=300,
                        num_threads=1)["already_complete"]
-    with pytest.raises(VocabularyError, match=r"spm.model already exists and was not made"):
+    with pytest.raises(VocabularyError, match=r"spm.model already exists and was not made "
+                                              r"from these inputs and settings \(--digit_comma "
+                                              r"'official' then, 'huggingface' now\);"):
         train_vocab(prepared_corpus["wiki"], prefix, vocab_size=300, num_threads=1,
                     digit_comma="huggingface")
     hf_prefix = str(tmp_path / "hf" / "spm")
@@ -252,8 +254,18 @@ def test_vocabulary_is_kept_or_refused_never_replaced_silently(prepared_corpus, 
     with pytest.raises(VocabularyError, match=r"--digit_comma 'xlnet': one of official, "):
         train_vocab(prepared_corpus["wiki"], prefix, vocab_size=300, digit_comma="xlnet")
     with pytest.raises(VocabularyError, match=r"spm.model already exists and was not made from "
-                                              r"these inputs and settings.*--overwrite"):
+                                              r"these inputs and settings \(--vocab_size 300 "
+                                              r"then, 400 now\);.*--overwrite"):
         train_vocab(prepared_corpus["wiki"], prefix, vocab_size=400, num_threads=1)
+    (tmp_path / "other").mkdir()
+    other = tmp_path / "other" / "other.txt"
+    other.write_text("Another corpus.\n", encoding="utf-8")
+    with pytest.raises(VocabularyError) as refused:  # the change named: it named none
+        train_vocab([str(other)], prefix, vocab_size=300, num_threads=1)
+    wiki = os.path.abspath(prepared_corpus["wiki"])
+    assert f"these inputs and settings (the input files: 1 then ({wiki}), 1 now);" \
+        in str(refused.value)
+    shutil.rmtree(tmp_path / "other")
     assert open(prefix + ".model", "rb").read() == model
     replaced = train_vocab(prepared_corpus["wiki"], prefix, vocab_size=400, num_threads=1,
                            overwrite=True)

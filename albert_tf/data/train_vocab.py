@@ -154,20 +154,35 @@ def _existing_vocabulary(model_prefix, files, settings, overwrite,
     try:
         with open(model_prefix + ".json", encoding="utf-8") as f:
             description = json.load(f)
-        same = (description.get("model_sha256") == file_sha256(model_prefix + ".model")
-                and [i.get("sha256") for i in description.get("input_files", [])]
-                == [file_sha256(p) for p in files]
-                and all(description.get(k, SETTINGS_BEFORE.get(k)) == v
-                        for k, v in settings.items())
-                and description.get("max_sentence_length", 16384) == max_sentence_length)
+        changed = _changes(description, model_prefix, files,
+                           dict(settings, max_sentence_length=max_sentence_length))
     except (OSError, ValueError, AttributeError, TypeError):
-        same = False
-    if same:
+        changed = [f"its description {model_prefix}.json is missing or unreadable"]
+    if not changed:
         return description
     raise VocabularyError(
-        f"{present[0]} already exists and was not made from these inputs and settings; "
-        "datasets, checkpoints and exports name a vocabulary by path and checksum. Choose "
-        "another --model_prefix, or pass --overwrite to replace it.")
+        f"{present[0]} already exists and was not made from these inputs and settings "
+        f"({'; '.join(changed)}); datasets, checkpoints and exports name a vocabulary by path "
+        "and checksum. Choose another --model_prefix, or pass --overwrite to replace it.")
+
+
+def _changes(description: dict, model_prefix: str, files, settings: dict) -> list[str]:
+    """What differs between the vocabulary `description` records and this command: each
+    setting with both values, the input files, a .model changed since it was written."""
+    recorded = dict(SETTINGS_BEFORE, max_sentence_length=16384)
+    recorded.update((k, v) for k, v in description.items() if k in settings)
+    changed = [f"--{k} {recorded.get(k)!r} then, {v!r} now" for k, v in settings.items()
+               if recorded.get(k) != v]
+    inputs = [i.get("path", "?") for i in description.get("input_files", [])]
+    if [i.get("sha256") for i in description.get("input_files", [])] \
+            != [file_sha256(p) for p in files]:
+        same_paths = [os.path.abspath(p) for p in inputs] == [os.path.abspath(p) for p in files]
+        changed.append("the input files' contents changed" if same_paths else
+                       f"the input files: {len(inputs)} then ({', '.join(inputs[:3])}"
+                       f"{', ...' if len(inputs) > 3 else ''}), {len(files)} now")
+    if description.get("model_sha256") != file_sha256(model_prefix + ".model"):
+        changed.append(f"{model_prefix}.model changed since it was written")
+    return changed
 
 
 def _sample(files, do_lower_case, input_sentence_size, random_seed, max_sentence_length,
