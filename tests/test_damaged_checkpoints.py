@@ -130,9 +130,10 @@ def test_our_directory_and_a_hugging_face_folder_name_their_damaged_weights(tmp_
 def test_a_run_killed_while_writing_its_first_checkpoint_reruns_from_step_0(generated_data,
                                                                             tmp_path, capsys):
     """Killed while writing its first checkpoint (its .index cut short, no `checkpoint` state
-    file yet): the rerun starts from step 0, says why, and writes the uninterrupted run's ckpt-2
-    bit for bit (it refused: "no intact checkpoint to resume", a clean-clone CI failure of the
-    main job's kill-and-resume test)."""
+    file yet): the rerun removes it, starts from step 0, says why, and writes the uninterrupted
+    run's ckpt-2 bit for bit (it refused: "no intact checkpoint to resume", a clean-clone CI
+    failure of the main job's kill-and-resume test). An evaluation alone of that directory is
+    refused: it holds no checkpoint."""
     cfg = pretraining_config(generated_data["files"], tmp_path / "run",
                              albert_config=AlbertConfig(**PRETRAINING_MODEL),
                              train_batch_size=8, num_train_steps=2, num_warmup_steps=1,
@@ -143,14 +144,26 @@ def test_a_run_killed_while_writing_its_first_checkpoint_reruns_from_step_0(gene
     uninterrupted = _arrays(first)
     os.remove(tmp_path / "run" / "checkpoint")
     _truncate(first + ".index")
+    # an evaluation alone of that directory: the cut-short save removed, then refused (it
+    # evaluated a random model and kept it as best/)
+    shutil.copytree(tmp_path / "run", tmp_path / "eval_only")
+    evaluation = pretraining_config(generated_data["files"], tmp_path / "eval_only",
+                                    albert_config=AlbertConfig(**PRETRAINING_MODEL),
+                                    do_train=False, do_eval=True,
+                                    eval_input_file=generated_data["files"][0],
+                                    eval_batch_size=8, max_eval_steps=1)
+    with pytest.raises(CheckpointError, match=r"^--do_eval without --do_train evaluates a "
+                                              r"checkpoint of --output_dir .*, and it holds none"):
+        PretrainingRun(evaluation).run()
+    assert not os.path.exists(tmp_path / "eval_only" / "best")
+    assert not os.path.exists(tmp_path / "eval_only" / "ckpt-2.index")
     capsys.readouterr()
     summary = PretrainingRun(cfg).run()
     assert summary["start"] == "fresh" and summary["status"] == "completed"
-    notes = [line for line in capsys.readouterr().out.splitlines() if "damaged" in line]
-    assert notes == [f"Note: {first}.index is damaged (truncated or corrupt), and no "
-                     "`checkpoint` state file records it: a save cut short (the run was stopped "
-                     "while writing it). The run starts from step 0 and writes that checkpoint "
-                     "again."]
+    notes = [line for line in capsys.readouterr().out.splitlines() if "cut short" in line]
+    assert notes == [f"Note: {first}.index is cut short and no `checkpoint` state file records "
+                     "it: a save the stopped run did not finish, removed (the run saves that "
+                     "step again)."]
     again = _arrays(first)
     assert again.keys() == uninterrupted.keys()
     for name, value in uninterrupted.items():

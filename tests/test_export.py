@@ -707,6 +707,16 @@ def test_pretraining_output_dir_latest_and_best(generated_data, sample_vocab, tm
     # convert's reader takes the same model of the run (it read best/ while the exports read
     # the latest)
     assert read_source(cfg.output_dir).record["checkpoint"] == source["checkpoint"]
+    # a run whose checkpoints were removed but best/: its best, for both (convert said "no
+    # checkpoint yet")
+    only_best = tmp_path / "only_best"
+    shutil.copytree(cfg.output_dir, only_best,
+                    ignore=lambda _, names: [n for n in names
+                                             if re.match(r"ckpt-\d|checkpoint$", n)])
+    assert load_for_export(str(only_best))[2]["checkpoint"].endswith(
+        os.path.join("only_best", "best", "ckpt-best"))
+    assert read_source(str(only_best)).record["checkpoint"].endswith(
+        os.path.join("only_best", "best", "ckpt-best"))
     for a, b in zip(latest.weights, run.model.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     best, _, source = load_for_export(cfg.output_dir, checkpoint="best")

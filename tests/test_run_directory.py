@@ -154,6 +154,16 @@ def test_eval_results_are_the_best_checkpoints_with_the_last_beside_them(tmp_pat
                                  {"eval": {"accuracy": 0.5}, "step": 10})
     assert results == {"accuracy": 0.5, "global_step": 10, "task": "mrpc",
                        "last": {"accuracy": 0.5, "global_step": 10}}
+    # an evaluation alone (perhaps of another --dev_file): the evaluation asked for
+    results = evaluation_results(str(tmp_path), task, {"eval": {"accuracy": 0.55}, "step": 30},
+                                 trained=False)
+    assert results == {"accuracy": 0.55, "global_step": 30, "task": "mrpc",
+                       "last": {"accuracy": 0.55, "global_step": 30}}
+    # a best/best_eval.json without its step (edited by hand): the last, not a KeyError
+    with open(tmp_path / "best" / "best_eval.json", "w") as f:
+        json.dump({"accuracy": 0.9}, f)
+    assert evaluation_results(str(tmp_path), task, {"eval": {"accuracy": 0.5}, "step": 40})[
+        "global_step"] == 40
 
 
 def test_a_worker_evaluates_but_writes_nothing(tmp_path):
@@ -333,50 +343,76 @@ def _cut_short(prefix):
     os.truncate(prefix + ".index", os.path.getsize(prefix + ".index") // 2)
 
 
-def test_a_first_save_cut_short_starts_the_run_from_step_0(tmp_path):
+def _cut_short_note(prefix):
+    return (f"Note: {prefix}.index is cut short and no `checkpoint` state file records it: a "
+            "save the stopped run did not finish, removed (the run saves that step again).")
+
+
+def test_a_first_save_cut_short_is_removed_and_the_run_starts_from_step_0(tmp_path):
     """Killed while writing its first checkpoint, a run's directory holds a ckpt-N whose .index
-    is cut short and no state file: the rerun starts from step 0, said (it refused: "no intact
-    checkpoint to resume ... Restore a copy of the run", a clean-clone CI failure)."""
+    is cut short and no state file: the rerun removes it, says so, and starts from step 0 (it
+    refused: "no intact checkpoint to resume ... Restore a copy of the run", a clean-clone CI
+    failure); nothing else in the directory is touched."""
     notes = []
     run = RunDirectory(str(tmp_path), log=notes.append)
     prefix = str(tmp_path / "ckpt-30")
     tf.train.Checkpoint(v=tf.Variable(30.0)).write(prefix)  # no state file: not recorded
+    (tmp_path / "train_settings.json").write_text("{}")
     _cut_short(prefix)
-    run.recover_state_file()
-    assert notes == [] and not os.path.exists(tmp_path / "checkpoint")  # nothing whole to list
-    assert run.resume_checkpoint() is None
-    assert notes == [f"Note: {prefix}.index is damaged (truncated or corrupt), and no "
-                     "`checkpoint` state file records it: a save cut short (the run was stopped "
-                     "while writing it). The run starts from step 0 and writes that checkpoint "
-                     "again."]
-
-
-def test_a_later_save_cut_short_without_a_state_file_is_left_out_of_the_rebuilt_one(tmp_path):
-    """ckpt-4 whole, ckpt-8 cut short, the state file gone: the rebuilt state file lists ckpt-4
-    alone (it listed ckpt-8 as the latest, and the resume refused), and the run resumes from it."""
-    notes = []
-    run = RunDirectory(str(tmp_path), log=notes.append)
-    for step in (4, 8):
-        _checkpoint(str(tmp_path), step)
-    os.remove(tmp_path / "checkpoint")
-    _cut_short(str(tmp_path / "ckpt-8"))
-    run.recover_state_file()
-    assert notes == [f"Note: {tmp_path} had no `checkpoint` state file (removed?); it is written "
-                     "again for the 1 checkpoints on disk, the newest, ckpt-4, the latest "
-                     "(ckpt-8: damaged, left out)."]
-    state = tf.train.get_checkpoint_state(str(tmp_path))
-    assert list(state.all_model_checkpoint_paths) == [str(tmp_path / "ckpt-4")]
+    run.remove_unfinished()
+    assert notes == [_cut_short_note(prefix)]
+    assert sorted(os.listdir(tmp_path)) == ["train_settings.json"]
     notes.clear()
-    assert run.resume_checkpoint() == str(tmp_path / "ckpt-4") and notes == []
+    run.recover_state_file()
+    assert run.latest_checkpoint() is None and run.resume_checkpoint() is None and notes == []
 
 
-def test_a_recorded_checkpoint_damaged_with_none_intact_is_refused(tmp_path):
-    """A checkpoint the state file records as saved, damaged since, and nothing intact: the run
-    refuses (starting from step 0 would silently drop a run's finished steps)."""
+def test_a_later_save_cut_short_is_removed_and_the_run_resumes_from_the_one_before(tmp_path):
+    """ckpt-4 whole and recorded, ckpt-8 cut short (not recorded yet): ckpt-8 is removed and the
+    run resumes from ckpt-4; the same with the state file gone (it was rebuilt listing ckpt-8
+    as the latest). A data file cut short with a whole index is no killed save (the index is
+    written last): kept, and passed over by the resume as before."""
+    for state_file in (True, False):
+        directory = tmp_path / str(state_file)
+        directory.mkdir()
+        notes = []
+        run = RunDirectory(str(directory), log=notes.append)
+        for step in (4, 8):
+            _checkpoint(str(directory), step)
+        with open(directory / "checkpoint", "w") as f:
+            f.write('model_checkpoint_path: "ckpt-4"\n')
+        if not state_file:
+            os.remove(directory / "checkpoint")
+        _cut_short(str(directory / "ckpt-8"))
+        run.remove_unfinished()
+        assert notes == [_cut_short_note(directory / "ckpt-8")]
+        assert not any(name.startswith("ckpt-8") for name in os.listdir(directory))
+        notes.clear()
+        run.recover_state_file()
+        assert run.resume_checkpoint() == str(directory / "ckpt-4")
+    notes.clear()
+    _checkpoint(str(directory), 12)
+    os.remove(directory / "checkpoint")
+    data = str(directory / "ckpt-12.data-00000-of-00001")
+    os.truncate(data, os.path.getsize(data) // 2)
+    run.remove_unfinished()
+    assert notes == [] and os.path.exists(data)
+    run.recover_state_file()
+    notes.clear()
+    assert run.resume_checkpoint() == str(directory / "ckpt-4")
+    assert len(notes) == 1 and notes[0].startswith(f"Note: {data} is damaged (truncated")
+
+
+def test_a_recorded_checkpoint_damaged_with_none_intact_is_kept_and_refused(tmp_path):
+    """A checkpoint the state file records as saved, its index damaged since, and nothing
+    intact: kept, and the run refuses (starting from step 0 would silently drop a run's
+    finished steps)."""
     notes = []
     run = RunDirectory(str(tmp_path), log=notes.append)
     _checkpoint(str(tmp_path), 12)
     _cut_short(str(tmp_path / "ckpt-12"))
+    run.remove_unfinished()
+    assert notes == [] and os.path.exists(tmp_path / "ckpt-12.index")
     with pytest.raises(CheckpointError) as raised:
         run.resume_checkpoint()
     assert str(raised.value) == (

@@ -878,10 +878,12 @@ def test_evaluation_takes_the_prediction_count_of_its_own_records(generated_data
         weight += float(w.sum())
     assert metrics["examples"] == 80 and weight > 200
     assert metrics["masked_lm_accuracy"] == pytest.approx(correct / (weight + 1e-5), abs=1e-6)
-    # Another sequence length is still refused, and so is a mix of prediction counts.
+    # Another sequence length is still refused (the trained model evaluated alone), and so is a
+    # mix of prediction counts.
     with pytest.raises(DataMismatchError, match="max_seq_length=64"):
         PretrainingRun(_config(tmp_path / "short", _pattern(generated_data), max_seq_length=32,
-                               eval_input_file=heldout, do_eval=True, do_train=False)).run()
+                               eval_input_file=heldout, do_eval=True, do_train=False,
+                               init_checkpoint=cfg.output_dir)).run()
     with pytest.raises(DataMismatchError, match="different max_predictions_per_seq"):
         run.task.eval_schema([heldout, generated_data["files"][0]])
 

@@ -125,6 +125,24 @@ def recorded_checkpoints(state=None) -> list[str]:
     return list(dict.fromkeys(_key(p) for p in listed))
 
 
+def cut_short_saves(directory: str) -> list[str]:
+    """The ckpt-N in `directory` that a save killed while writing left: its `.index` does not
+    open and the state file (`checkpoint`) does not record it (`recorded_checkpoints`).
+    TensorFlow renames the data files into place, writes the merged `.index` there, then
+    records the checkpoint; a recorded checkpoint, or one whose index opens, was written whole
+    and is not one of these."""
+    recorded = recorded_checkpoints(tf.train.get_checkpoint_state(directory))
+    found = []
+    for prefix in checkpoints_on_disk(directory):
+        if _key(prefix) in recorded:
+            continue
+        try:
+            tf.train.load_checkpoint(prefix)
+        except Exception:  # noqa: BLE001 - TF raises several types for a bad index
+            found.append(prefix)
+    return found
+
+
 def resume_candidates(directory: str, state=None) -> list[str]:
     """The checkpoints a run may resume from, in the order to try them: those its state file
     records (`recorded_checkpoints`), then the ckpt-N on disk it does not list, newest first.
@@ -158,11 +176,11 @@ def delivered_checkpoint(output_dir: str) -> str:
     fine-tuning run's best evaluated checkpoint where its evaluation kept one (the model its
     runner predicts with and exports, `--do_predict`, `--export_dir`), else its latest; a
     pretraining run's latest (its final encoder, as `--init_checkpoint` reads it; "best" names
-    the other)."""
-    if has_best(output_dir) \
-            and registered().get(run_model_kind(output_dir)[0]) is not registered()["pretrainer"]:
-        return "best"
-    return "latest"
+    the other), its best where only that one is left."""
+    if not has_best(output_dir):
+        return "latest"
+    pretraining = registered().get(run_model_kind(output_dir)[0]) is registered()["pretrainer"]
+    return "latest" if pretraining and latest_prefix(output_dir) else "best"
 
 
 def run_model_kind(output_dir: str) -> tuple[str, int | None]:

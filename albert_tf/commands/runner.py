@@ -423,7 +423,7 @@ def run_task(exp: ExperimentConfig, task, cfg, exporter=None,
         summary = run.run()
         raise_if_stopped(summary)
         if cfg.do_eval and "eval" in summary and run.is_chief:
-            results = evaluation_results(cfg.output_dir, task, summary)
+            results = evaluation_results(cfg.output_dir, task, summary, trained=cfg.do_train)
             write_json(os.path.join(cfg.output_dir, "eval_results.json"), results)
             print(evaluation_line(task, results))
     if not (predict or exporter) or (cfg is not None and cfg.do_train
@@ -436,15 +436,19 @@ def run_task(exp: ExperimentConfig, task, cfg, exporter=None,
     return model, summary
 
 
-def evaluation_results(output_dir: str, task, summary: dict) -> dict:
-    """eval_results.json: the evaluation of the run's model, as the official runners report it
-    (their `model.ckpt-best`, `best_trial.txt`): the best evaluated checkpoint's metrics and
-    its `global_step` (the model `--do_predict` and `--export_dir` use), the task, and the
-    evaluation just run as `last` (its metrics and step). Without a kept best (an evaluation
-    on another worker), the last one's."""
+def evaluation_results(output_dir: str, task, summary: dict, trained: bool = True) -> dict:
+    """eval_results.json. Of a training run: the evaluation of the run's model, as the official
+    runners report it (their `model.ckpt-best`, `best_trial.txt`): the best evaluated
+    checkpoint's metrics and its `global_step` (the model `--do_predict` and `--export_dir`
+    use), the task, and the evaluation just run as `last` (its metrics and step). Of an
+    evaluation alone (`trained` False: perhaps on another --dev_file), or without a readable
+    best: the evaluation just run, `last` the same."""
     last = dict(summary["eval"], global_step=int(summary.get("step") or 0))
-    best = runs.best_eval(output_dir)
-    return dict(best if best is not None else last, task=task.name, last=last)
+    best = runs.best_eval(output_dir) if trained else None
+    if not (isinstance(best, dict) and isinstance(best.get("global_step"), int)
+            and task.best_metric in best):
+        best = last
+    return dict(best, task=task.name, last=last)
 
 
 def evaluation_line(task, results: dict) -> str:

@@ -36,7 +36,10 @@ class EvaluateAndKeepBest:
             return self.last[1]
         return self.trainer.evaluate()
 
-    def write(self, step: int, metrics: dict) -> None:
+    def write(self, step: int, metrics: dict, keep_best: bool = True) -> None:
+        """The evaluation at `step` to TensorBoard and `eval_results_step_N.json`, and the
+        model to `best/` where it beats the best so far and `keep_best` (False: the model
+        evaluated is no checkpoint of the run, an `--init_checkpoint` evaluated alone)."""
         task, directory = self.trainer.task, self.directory
         metrics = dict(metrics, global_step=step)
         if not directory.is_chief:
@@ -46,7 +49,7 @@ class EvaluateAndKeepBest:
                 tf.summary.scalar(name, metrics[name])
         best = directory.best_metrics()
         key = task.best_metric
-        if best is None or metrics[key] > best[key]:
+        if keep_best and (best is None or metrics[key] > best[key]):
             directory.write_best(self.trainer.model, metrics)
         directory.write_eval(step, metrics)  # last: the evaluation is complete
         self.log(f"eval at step {step}: " + ", ".join(

@@ -22,8 +22,8 @@ import tensorflow as tf
 
 from albert_tf.checkpoints.common import CheckpointError, check_intact
 from albert_tf.checkpoints.runs import (BEST_DIR, BEST_EVAL_FILE, SETTINGS_FILE, best_eval,
-                                       best_prefix, checkpoints_on_disk, latest_prefix,
-                                       recorded_checkpoints, resume_candidates)
+                                       best_prefix, checkpoints_on_disk, cut_short_saves,
+                                       latest_prefix, resume_candidates)
 from albert_tf.config import AlbertConfig
 from albert_tf.configs.definitions import ALIASES
 from albert_tf.input_pipeline import DataMismatchError, InputPlan, list_files
@@ -126,14 +126,6 @@ def refuse_a_changed_run(output_dir: str, mine: dict) -> None:
         _refuse_other_settings(output_dir, saved, mine)
 
 
-def _is_intact(prefix: str) -> bool:
-    try:
-        check_intact(prefix)
-    except CheckpointError:
-        return False
-    return True
-
-
 def _read_json(path: str):
     with tf.io.gfile.GFile(path) as f:
         return json.load(f)
@@ -169,11 +161,8 @@ class RunDirectory:
         passed over with a one-line note naming it and the checkpoint resumed instead; a
         damaged one stays until the run saves that step again. A state file removed by hand
         is said too (the run resumes from the newest ckpt-N on disk; it started afresh beside
-        them before), and so is one whose checkpoints are all gone (a fresh start). A damaged
-        ckpt-N that no state file records is a save cut short (the process was killed while
-        writing it; TensorFlow records a checkpoint once it is whole): with none intact, the
-        run starts from step 0, said. A recorded one damaged and none intact is a
-        CheckpointError naming the damaged files."""
+        them before), and so is one whose checkpoints are all gone (a fresh start). None
+        intact is a CheckpointError naming the damaged files."""
         latest = self.latest_checkpoint()
         if latest is None:
             state = tf.train.get_checkpoint_state(self.write_dir)
@@ -184,8 +173,10 @@ class RunDirectory:
             return None
         directory = os.path.dirname(latest)
         state = tf.train.get_checkpoint_state(directory)
-        recorded = recorded_checkpoints(state)
-        damaged, gone, cut_short = [], [], []
+        if state is None:
+            self.log(f"Note: {directory} has no `checkpoint` state file (removed?); the run "
+                     "resumes from the newest intact ckpt-N on disk.")
+        damaged, gone = [], []
         for prefix in resume_candidates(directory, state):
             if not tf.io.gfile.exists(prefix + ".index"):
                 gone.append(prefix)  # listed in the state file, removed by hand since
@@ -193,55 +184,51 @@ class RunDirectory:
             try:
                 check_intact(prefix)
             except CheckpointError as e:
-                reason = str(e).split(": the checkpoint")[0]
-                (damaged if prefix in recorded else cut_short).append(reason)
+                damaged.append(str(e).split(": the checkpoint")[0])
                 continue
-            if state is None:
-                self.log(f"Note: {directory} has no `checkpoint` state file (removed?); the "
-                         "run resumes from the newest intact ckpt-N on disk.")
-            if damaged or gone or cut_short:
-                what = "; ".join(damaged + cut_short + [f"{p} is gone (its .index is missing)"
-                                                        for p in gone])
+            if damaged or gone:
+                what = "; ".join(damaged + [f"{p} is gone (its .index is missing)"
+                                            for p in gone])
                 self.log(f"Note: {what}; resuming from {prefix}, the newest intact "
                          "checkpoint.")
             return prefix
-        if damaged:
-            raise CheckpointError(
-                f"--output_dir {self.output_dir} has no intact checkpoint to resume: "
-                + "; ".join(damaged + cut_short + [f"{p} is gone" for p in gone])
-                + ". Restore a copy of the run, or start a new --output_dir "
-                "(--init_checkpoint can take the weights of another run).")
-        self.log(f"Note: {'; '.join(cut_short)}, and no `checkpoint` state file records it: "
-                 "a save cut short (the run was stopped while writing it). The run starts from "
-                 "step 0 and writes that checkpoint again.")
-        return None
+        raise CheckpointError(
+            f"--output_dir {self.output_dir} has no intact checkpoint to resume: "
+            + "; ".join(damaged + [f"{p} is gone" for p in gone])
+            + ". Restore a copy of the run, or start a new --output_dir "
+            "(--init_checkpoint can take the weights of another run).")
 
     def recover_state_file(self) -> None:
         """Where this process's checkpoint directory holds ckpt-N files but its `checkpoint`
-        state file is gone (removed by hand, a partial copy), a state file listing the intact
-        ones is written (the newest the latest), so the run resumes from it and
-        `keep_checkpoint_max` prunes them again; said in a note. A damaged one is left out (a
-        save cut short before the state file was first written; `resume_checkpoint` says it).
-        Before the checkpoint manager is made."""
+        state file is gone (removed by hand, a partial copy), a state file listing them is
+        written (the newest the latest), so the run resumes from it and `keep_checkpoint_max`
+        prunes them again; said in a note. Before the checkpoint manager is made."""
         on_disk = checkpoints_on_disk(self.write_dir)
         if not on_disk or tf.train.get_checkpoint_state(self.write_dir) is not None:
             return
-        intact = [prefix for prefix in on_disk if _is_intact(prefix)]
-        if not intact:
-            return
-        names = [os.path.basename(p) for p in intact]  # relative: read back joined with it
+        names = [os.path.basename(p) for p in on_disk]  # relative: read back joined with it
         tf.compat.v1.train.update_checkpoint_state(
             self.write_dir, names[0], all_model_checkpoint_paths=list(reversed(names)))
-        left = [os.path.basename(p) for p in on_disk if p not in intact]
         self.log(f"Note: {self.write_dir} had no `checkpoint` state file (removed?); it is "
-                 f"written again for the {len(intact)} checkpoints on disk, the newest, "
-                 f"{names[0]}, the latest"
-                 + (f" ({', '.join(left)}: damaged, left out)." if left else "."))
+                 f"written again for the {len(on_disk)} checkpoints on disk, the newest, "
+                 f"{os.path.basename(on_disk[0])}, the latest.")
 
     def remove_unfinished(self) -> None:
+        """What a killed save leaves, removed by the directory's lock holder before anything
+        reads the run: the `ckpt-N_temp` directories (`remove_unfinished_checkpoints`), and a
+        ckpt-N whose `.index` is cut short and that no state file records (`cut_short_saves`:
+        TensorFlow writes the merged index in place, then records the checkpoint), said in a
+        note. A recorded checkpoint, or one whose index opens, is never removed: a damaged one
+        is passed over or refused by `resume_checkpoint`."""
         remove_unfinished_checkpoints(self.write_dir)
         if self.is_chief:
             remove_unfinished_checkpoints(self.path(BEST_DIR))
+        for prefix in cut_short_saves(self.write_dir):
+            for name in tf.io.gfile.glob(prefix + ".index") + tf.io.gfile.glob(prefix + ".data-*"):
+                tf.io.gfile.remove(name)
+            self.log(f"Note: {prefix}.index is cut short and no `checkpoint` state file records "
+                     f"it: a save the stopped run did not finish, removed (the run saves that "
+                     "step again).")
 
     def check_model(self, albert_config: AlbertConfig, input_file: str) -> None:
         """Refuses checkpoints of another model configuration (or of an unknown one); the

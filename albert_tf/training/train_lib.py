@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from albert_tf.training import actions
 from albert_tf.training import progress
-from albert_tf.checkpoints import model_kind
+from albert_tf.checkpoints import CheckpointError, model_kind
 from albert_tf.config import AlbertConfig
 from albert_tf.configs.definitions import (PRETRAINING_DEFAULTS, RULES, SETTINGS,
                                            ExperimentSettings)
@@ -293,6 +293,8 @@ class TrainingRun:
     def _build(self):
         cfg = self.cfg
         self._check_host_memory()
+        # A killed save's leftovers go first: a save cut short is no checkpoint to match.
+        self.directory.remove_unfinished()
         self.directory.check_model(cfg.albert_config, cfg.input_file)
         model, optimizer = build_model_and_optimizer(self.task, cfg, self.strategy, cfg.seed)
         self.trainer = Trainer(self.task, cfg, self.strategy, model, optimizer, cfg.seed,
@@ -302,7 +304,6 @@ class TrainingRun:
             resumed = self.directory.latest_checkpoint() is not None
             self.directory.check_settings(self.settings(), resumed)
             self.plan = self._input_plan(resumed)
-        self.directory.remove_unfinished()
         self.directory.recover_state_file()
         self.manager = tf.train.CheckpointManager(
             self.trainer.checkpoint, self.write_dir, max_to_keep=cfg.keep_checkpoint_max,
@@ -453,6 +454,11 @@ class TrainingRun:
     def _run(self, exporter) -> dict:
         cfg = self.cfg
         summary = {"start": self._restore_or_initialize()}
+        if not cfg.do_train and summary["start"] == "fresh":
+            raise CheckpointError(
+                f"--do_eval without --do_train evaluates a checkpoint of --output_dir "
+                f"{cfg.output_dir}, and it holds none: train first (--do_train), or give "
+                "--init_checkpoint to evaluate a pretrained model.")
         if cfg.do_train:
             if note := warmup_note(cfg):
                 self._log(note)
@@ -464,8 +470,8 @@ class TrainingRun:
             metrics = self.evaluation.metrics_at(step)
             summary["eval"] = metrics
             summary.setdefault("step", int(step))  # an evaluation alone: the step evaluated
-            if not cfg.do_train:
-                self.evaluation.write(step, metrics)
+            if not cfg.do_train:  # the best kept only among the run's own checkpoints
+                self.evaluation.write(step, metrics, keep_best=summary["start"] == "resumed")
                 self.evaluation.writer.flush()
         return summary
 
