@@ -69,8 +69,9 @@ def run(exp):
     if cfg.do_train and run.is_chief:
         record_config(exp, cfg.output_dir)  # every check passed
     summary = run.run(exporter=exporter)
-    if "eval" in summary:
-        print("eval: " + format_metrics(summary["eval"]))
+    if "eval" in summary:  # the last evaluation (the official eval_results.txt's), at its step
+        print(f"eval: {format_metrics(summary['eval'])} (step {summary.get('step')}, the last "
+              "evaluation)")
     raise_if_stopped(summary)
     step = summary.get("step", int(run.optimizer.iterations.numpy()))
     print(f"done: {summary.get('status', 'evaluated')} at step {step}")

@@ -641,6 +641,12 @@ def test_text_classifier_fits_evaluates_and_predicts_files_as_lists(tmp_path, sa
                                                  r"'music' is not one of the 3 labels .* of "
                                                  r"the model \(its `labels`\)"):
         by_file.evaluate(str(tmp_path / "odd.csv"))
+    (tmp_path / "other.csv").write_text("text,kind\nA goal.,sport\n", encoding="utf-8")
+    with pytest.raises(glue.GlueDataError) as error:  # the Python API's words, not a flag's
+        by_file.evaluate(str(tmp_path / "other.csv"))
+    assert str(error.value) == (f"{tmp_path}/other.csv: line 1: no column 'body' "
+                                "(from_checkpoint's text_a_column); the file's columns are "
+                                "['text', 'kind'].")
     assert set(history.history) == {"loss", "accuracy", "val_loss", "val_accuracy"}
     # what fit, evaluate and predict were given: the files' texts and the ids of `names`
     x, y = by_file._file_data(str(tmp_path / "train.csv"), None, "train")

@@ -15,7 +15,7 @@ import tensorflow_text  # noqa: F401 - registers the SentencePiece ops the Saved
 
 from albert_tf import AlbertClassifier
 from albert_tf.checkpoints import save_albert_tf
-from albert_tf.checkpoints.conversion import read_source
+from albert_tf.checkpoints.conversion import convert, read_source
 from albert_tf.packing import pack_ids, pad_features
 from albert_tf.records import example_of
 from albert_tf.tokenization import MASK_ID, SEP_ID, Tokenizer
@@ -659,8 +659,9 @@ def test_entry_point_exports_our_model_directory(tmp_path, sample_vocab):
     cmd = [sys.executable, "-m", "albert_tf.export.export_saved_model", "--model_dir", model_dir,
            "--export_dir", str(tmp_path / "exports" / "sst2"), "--max_seq_length", "32",
            "--text_pair", "--hidden_states"]
-    proc = run_command(*cmd[2:])
+    proc = run_command(*cmd[2:], process=True)  # `python -m`, once
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr == ""  # TF's INFO lines (signatures, assets) are not shown: 10 were
     summary = json.loads(proc.stdout[proc.stdout.index("{"):])
     assert summary["export"].endswith(os.path.join("sst2", "1"))
     assert summary["signatures"] == ["classify", OFFICIAL_SIGNATURE, "serve_examples",
@@ -707,6 +708,8 @@ def test_pretraining_output_dir_latest_and_best(generated_data, sample_vocab, tm
     # convert's reader takes the same model of the run (it read best/ while the exports read
     # the latest)
     assert read_source(cfg.output_dir).record["checkpoint"] == source["checkpoint"]
+    assert convert("auto", cfg.output_dir, str(tmp_path / "converted"))["read"] \
+        == source["checkpoint"]  # and says which it read (its summary did not)
     # a run whose checkpoints were removed but best/: its best, for both (convert said "no
     # checkpoint yet")
     only_best = tmp_path / "only_best"

@@ -308,9 +308,9 @@ def test_a_run_whose_state_file_or_checkpoints_were_removed_resumes_from_what_is
     assert checkpoint_prefix(str(tmp_path)) == str(tmp_path / "ckpt-12")  # export, convert
     notes.clear()
     run.recover_state_file()  # what a run does before its checkpoint manager: they are kept
-    assert notes == [f"Note: {tmp_path} had no `checkpoint` state file (removed?); it is "
-                     "written again for the 3 checkpoints on disk, the newest, ckpt-12, the "
-                     "latest."]
+    assert notes == [f"Note: {tmp_path} had no `checkpoint` state file (a run stopped before "
+                     "it recorded its checkpoint, or the file was removed); it is written again "
+                     "for the checkpoints on disk: ckpt-4, ckpt-8, ckpt-12 (the latest)."]
     state = tf.train.get_checkpoint_state(str(tmp_path))
     assert state.model_checkpoint_path == str(tmp_path / "ckpt-12")
     assert list(state.all_model_checkpoint_paths) == [str(tmp_path / f"ckpt-{n}")

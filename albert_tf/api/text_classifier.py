@@ -728,7 +728,9 @@ class AlbertTextClassifier(RawTextModel):
             path, self.text_a_column, self.text_b_column,
             None if split == "test" else self.label_column, split,
             labels=None if adopt else self.labels, regression=regression,
-            labels_from="the model (its `labels`)")
+            labels_from="the model (its `labels`)",
+            names=("from_checkpoint's text_a_column", "from_checkpoint's text_b_column",
+                   "from_checkpoint's label_column"))
         if adopt:
             found = glue.label_set(examples)
             if len(found) != self.num_classes:

@@ -603,7 +603,9 @@ def _convert(source, input_path, output_dir, target, albert_config_file, model, 
             f"reaching one gets other ids there. AlbertTokenizer (use_fast=False) re-splits "
             f"them in the Hugging Face form, which equals ours where the vocabulary records "
             f"it (this one records {form}; --digit_comma huggingface).")
-    return {"model": model_kind(keras_model), "weights": len(report["assigned"]), "notes": notes,
+    return {"model": model_kind(keras_model),
+            "read": read.record.get("checkpoint") or read.record.get("path"),
+            "weights": len(report["assigned"]), "notes": notes,
             "parameters": keras_model.count_params(), "skipped": report["skipped"],
             "sentencepiece_model": spm_model_file or read.spm_model_file,
             "digit_comma": form, "do_lower_case": do_lower_case, "labels": read.labels,

@@ -132,8 +132,11 @@ def _guarded(main, argv):
     above it); an operating-system error (a read-only or full disk, a path blocked by a file,
     a permission) is printed as one line naming the path, exit status 1, not a traceback
     (`ALBERT_TF_VERBOSE=1` shows the traceback)."""
-    from absl import app
+    from absl import app, logging
 
+    if not os.environ.get("ALBERT_TF_VERBOSE"):
+        # TF's INFO lines (checkpoints, an export's assets and signatures) drown the progress
+        logging.set_verbosity(logging.WARNING)
     try:
         return main(argv)
     except app.UsageError as e:

@@ -535,5 +535,7 @@ def model_for_prediction(exp: ExperimentConfig, task,
         model, which = read_task_checkpoint(exp, task, latest), "latest"
         step = int(latest.rsplit("-", 1)[-1]) if latest.rsplit("-", 1)[-1].isdigit() else None
         what = f"the latest checkpoint ({latest})"
-    print(f"predicting and exporting with {what}", flush=True)
+    doing = " and ".join(part for part, asked in (("predicting", exp.get("do_predict")),
+                                                  ("exporting", exp.get("export_dir"))) if asked)
+    print(f"{doing or 'predicting'} with {what}", flush=True)
     return model, which, step

@@ -247,7 +247,9 @@ def _json_kind(value) -> str:
 def read_table_examples(path: str, text_a_column: str, text_b_column: str | None = None,
                         label_column: str | None = "label", split: str = "train",
                         labels=None, regression: bool = False,
-                        labels_from: str = "the training file") -> list[InputExample]:
+                        labels_from: str = "the training file",
+                        names: tuple = ("--text_a_column", "--text_b_column", "--label_column")
+                        ) -> list[InputExample]:
     """The examples of a table file (`albert_tf.tasks.tables.read_table`: CSV, TSV or JSON
     Lines by extension): texts from `text_a_column` (and `text_b_column`), the label from
     `label_column` (a class name, or a finite number with `regression`); a label outside
@@ -256,11 +258,11 @@ def read_table_examples(path: str, text_a_column: str, text_b_column: str | None
     empty or of labels the training file lacks, is never an error). The columns must differ
     (`check_columns`). Every error names the file, line and column: a column the file does not
     have (the columns it has listed), an empty text or label, a JSON object or array where a
-    text or label is read (other columns may hold anything)."""
+    text or label is read (other columns may hold anything), with the setting that names it
+    (`names`: the command's flags; the Python API's own words)."""
     check_columns(text_a_column, text_b_column, label_column, where=path)
     columns, rows = read_table(path)
-    wanted = [(text_a_column, "--text_a_column"), (text_b_column, "--text_b_column"),
-              (label_column, "--label_column")]
+    wanted = list(zip((text_a_column, text_b_column, label_column), names))
     has_label = label_column is not None and split != "test"
     if table_format(path) != "jsonl":  # CSV/TSV: the header names the columns once
         for name, flag in wanted:
@@ -289,9 +291,9 @@ def read_table_examples(path: str, text_a_column: str, text_b_column: str | None
         if has_label:
             if label_column not in row:
                 raise GlueDataError(f"{path}: line {number}: no column {label_column!r} "
-                                    f"(--label_column); the line's columns are {list(row)}.")
+                                    f"({names[2]}); the line's columns are {list(row)}.")
             label = _table_label(row[label_column], f"{path}: line {number}, column "
-                                 f"{label_column!r}", "--label_column", regression, labels,
+                                 f"{label_column!r}", names[2], regression, labels,
                                  labels_from)
         examples.append(InputExample(f"{split}-{len(examples)}", texts[0], texts[1], label))
     return examples

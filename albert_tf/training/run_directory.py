@@ -69,6 +69,18 @@ def remove_unfinished_checkpoints(directory: str) -> None:
             tf.io.gfile.rmtree(os.path.join(directory, name))
 
 
+def remove_cut_short_saves(directory: str, log=print) -> None:
+    """Removes each ckpt-N whose `.index` is cut short and that no state file records
+    (`cut_short_saves`: TensorFlow writes the merged index in place, then records the
+    checkpoint), said in a note. A recorded checkpoint, or one whose index opens, is never
+    removed: a damaged one is passed over or refused by `RunDirectory.resume_checkpoint`."""
+    for prefix in cut_short_saves(directory):
+        for name in tf.io.gfile.glob(prefix + ".index") + tf.io.gfile.glob(prefix + ".data-*"):
+            tf.io.gfile.remove(name)
+        log(f"Note: {prefix}.index is cut short and no `checkpoint` state file records it: a "
+            "save the stopped run did not finish, removed (the run saves that step again).")
+
+
 def dataset_file(record_file: str, name: str) -> str | None:
     """The file `name` (from the sidecar of `record_file`) resolved against the dataset's
     directory, or None when it lies outside it (an absolute path elsewhere, `..`, a symbolic
@@ -200,35 +212,30 @@ class RunDirectory:
 
     def recover_state_file(self) -> None:
         """Where this process's checkpoint directory holds ckpt-N files but its `checkpoint`
-        state file is gone (removed by hand, a partial copy), a state file listing them is
-        written (the newest the latest), so the run resumes from it and `keep_checkpoint_max`
-        prunes them again; said in a note. Before the checkpoint manager is made."""
+        state file is gone (a run stopped between writing its first checkpoint and recording
+        it, a file removed by hand, a partial copy), a state file listing them is written (the
+        newest the latest; the text TensorFlow's CheckpointManager reads), so the run resumes
+        from it and `keep_checkpoint_max` prunes them again; said in a note. Before the
+        checkpoint manager is made."""
         on_disk = checkpoints_on_disk(self.write_dir)
         if not on_disk or tf.train.get_checkpoint_state(self.write_dir) is not None:
             return
         names = [os.path.basename(p) for p in on_disk]  # relative: read back joined with it
-        tf.compat.v1.train.update_checkpoint_state(
-            self.write_dir, names[0], all_model_checkpoint_paths=list(reversed(names)))
-        self.log(f"Note: {self.write_dir} had no `checkpoint` state file (removed?); it is "
-                 f"written again for the {len(on_disk)} checkpoints on disk, the newest, "
-                 f"{os.path.basename(on_disk[0])}, the latest.")
+        write_text_atomically(os.path.join(self.write_dir, "checkpoint"), "".join(
+            [f'model_checkpoint_path: "{names[0]}"\n']
+            + [f'all_model_checkpoint_paths: "{name}"\n' for name in reversed(names)]))
+        self.log(f"Note: {self.write_dir} had no `checkpoint` state file (a run stopped before "
+                 f"it recorded its checkpoint, or the file was removed); it is written again "
+                 f"for the checkpoints on disk: {', '.join(reversed(names))} (the latest).")
 
     def remove_unfinished(self) -> None:
         """What a killed save leaves, removed by the directory's lock holder before anything
-        reads the run: the `ckpt-N_temp` directories (`remove_unfinished_checkpoints`), and a
-        ckpt-N whose `.index` is cut short and that no state file records (`cut_short_saves`:
-        TensorFlow writes the merged index in place, then records the checkpoint), said in a
-        note. A recorded checkpoint, or one whose index opens, is never removed: a damaged one
-        is passed over or refused by `resume_checkpoint`."""
+        reads the run: the `ckpt-N_temp` directories and the saves cut short
+        (`remove_cut_short_saves`)."""
         remove_unfinished_checkpoints(self.write_dir)
         if self.is_chief:
             remove_unfinished_checkpoints(self.path(BEST_DIR))
-        for prefix in cut_short_saves(self.write_dir):
-            for name in tf.io.gfile.glob(prefix + ".index") + tf.io.gfile.glob(prefix + ".data-*"):
-                tf.io.gfile.remove(name)
-            self.log(f"Note: {prefix}.index is cut short and no `checkpoint` state file records "
-                     f"it: a save the stopped run did not finish, removed (the run saves that "
-                     "step again).")
+        remove_cut_short_saves(self.write_dir, self.log)
 
     def check_model(self, albert_config: AlbertConfig, input_file: str) -> None:
         """Refuses checkpoints of another model configuration (or of an unknown one); the
