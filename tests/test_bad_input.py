@@ -270,12 +270,17 @@ def test_vocabulary_is_kept_or_refused_never_replaced_silently(prepared_corpus, 
     replaced = train_vocab(prepared_corpus["wiki"], prefix, vocab_size=400, num_threads=1,
                            overwrite=True)
     assert replaced["vocab_size"] == 400 and not replaced.get("already_complete")
+    os.remove(prefix + ".model")  # its .vocab and .json left: named (it blamed the .json)
+    with pytest.raises(VocabularyError, match=r"spm.vocab already exists and was not made from "
+                                              r"these inputs and settings \(.*spm.model is "
+                                              r"missing\);"):
+        train_vocab(prepared_corpus["wiki"], prefix, vocab_size=400, num_threads=1)
     with pytest.raises(VocabularyError, match=r"--model_prefix '.*/' names a directory"):
         train_vocab(prepared_corpus["wiki"], str(tmp_path) + "/", vocab_size=300)
     (tmp_path / "blank.txt").write_text("\n  \n")
     with pytest.raises(VocabularyError, match=r"No text in .*blank.txt: every line is empty"):
         train_vocab(str(tmp_path / "blank.txt"), str(tmp_path / "b"), vocab_size=300)
-    assert sorted(os.listdir(tmp_path)) == ["blank.txt", "spm.json", "spm.model", "spm.vocab"]
+    assert sorted(os.listdir(tmp_path)) == ["blank.txt", "spm.json", "spm.vocab"]
 
 
 def test_convert_overwrite_replaces_only_an_earlier_conversion(tmp_path):

@@ -647,6 +647,12 @@ def test_text_classifier_fits_evaluates_and_predicts_files_as_lists(tmp_path, sa
     assert str(error.value) == (f"{tmp_path}/other.csv: line 1: no column 'body' "
                                 "(from_checkpoint's text_a_column); the file's columns are "
                                 "['text', 'kind'].")
+    by_file.label_column = "body"
+    with pytest.raises(glue.GlueDataError) as error:
+        by_file.evaluate(str(tmp_path / "dev.tsv"))
+    assert "from_checkpoint's text_a_column and from_checkpoint's label_column both name the " \
+           "column 'body'" in str(error.value)
+    by_file.label_column = "kind"
     assert set(history.history) == {"loss", "accuracy", "val_loss", "val_accuracy"}
     # what fit, evaluate and predict were given: the files' texts and the ids of `names`
     x, y = by_file._file_data(str(tmp_path / "train.csv"), None, "train")

@@ -3,6 +3,7 @@
 TensorFlow's `IndexError: Read less bytes than requested`, and a resume whose latest checkpoint
 is damaged continues from the newest intact one, saying which."""
 
+import glob
 import os
 import shutil
 
@@ -157,6 +158,7 @@ def test_a_run_killed_while_writing_its_first_checkpoint_reruns_from_step_0(gene
         PretrainingRun(evaluation).run()
     assert not os.path.exists(tmp_path / "eval_only" / "best")
     assert not os.path.exists(tmp_path / "eval_only" / "ckpt-2.index")
+    assert not glob.glob(str(tmp_path / "eval_only" / "eval_results_step_*"))  # none written
     capsys.readouterr()
     summary = PretrainingRun(cfg).run()
     assert summary["start"] == "fresh" and summary["status"] == "completed"

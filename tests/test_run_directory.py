@@ -315,6 +315,10 @@ def test_a_run_whose_state_file_or_checkpoints_were_removed_resumes_from_what_is
     assert state.model_checkpoint_path == str(tmp_path / "ckpt-12")
     assert list(state.all_model_checkpoint_paths) == [str(tmp_path / f"ckpt-{n}")
                                                       for n in (4, 8, 12)]
+    # with their times, so keep_checkpoint_max prunes them (kept for good without)
+    times = list(state.all_model_checkpoint_timestamps)
+    assert times == [pytest.approx(os.path.getmtime(tmp_path / f"ckpt-{n}.index"), abs=1.0)
+                     for n in (4, 8, 12)]
     notes.clear()
     assert run.resume_checkpoint() == str(tmp_path / "ckpt-12") and notes == []
     with open(tmp_path / "checkpoint", "w") as f:
@@ -359,6 +363,12 @@ def test_a_first_save_cut_short_is_removed_and_the_run_starts_from_step_0(tmp_pa
     tf.train.Checkpoint(v=tf.Variable(30.0)).write(prefix)  # no state file: not recorded
     (tmp_path / "train_settings.json").write_text("{}")
     _cut_short(prefix)
+    run.remove_unfinished(cut_short=False)  # a worker of several: kept (refused by name)
+    assert notes == [] and os.path.exists(prefix + ".index")
+    (tmp_path / "checkpoint").write_text("not a state file {")  # unreadable: nothing known
+    run.remove_unfinished()
+    assert notes == [] and os.path.exists(prefix + ".index")
+    os.remove(tmp_path / "checkpoint")
     run.remove_unfinished()
     assert notes == [_cut_short_note(prefix)]
     assert sorted(os.listdir(tmp_path)) == ["train_settings.json"]
@@ -419,6 +429,20 @@ def test_a_recorded_checkpoint_damaged_with_none_intact_is_kept_and_refused(tmp_
         f"--output_dir {tmp_path} has no intact checkpoint to resume: {tmp_path / 'ckpt-12'}"
         ".index is damaged (truncated or corrupt). Restore a copy of the run, or start a new "
         "--output_dir (--init_checkpoint can take the weights of another run).")
+
+
+def test_a_rebuilt_state_file_lets_keep_checkpoint_max_prune_the_checkpoints_it_lists(tmp_path):
+    """The state file written again for ckpt-4, 8 and 12: a manager keeping 2 removes ckpt-4
+    and ckpt-8 at its next save (without their times it kept them, unlisted, for good)."""
+    for step in (4, 8, 12):
+        _checkpoint(str(tmp_path), step)
+    os.remove(tmp_path / "checkpoint")
+    RunDirectory(str(tmp_path), log=lambda line: None).recover_state_file()
+    manager = tf.train.CheckpointManager(tf.train.Checkpoint(v=tf.Variable(0.0)), str(tmp_path),
+                                         max_to_keep=2, checkpoint_name="ckpt")
+    manager.save(checkpoint_number=16)
+    assert sorted(n for n in os.listdir(tmp_path) if n.endswith(".index")) == [
+        "ckpt-12.index", "ckpt-16.index"]
 
 
 def test_a_resume_follows_the_state_files_order_and_a_relative_directory(tmp_path,

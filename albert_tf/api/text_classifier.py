@@ -263,6 +263,9 @@ def recorded_columns(checkpoint, text_a_column=None, text_b_column=None,
     is given, `--text_b_column`), else "text" (one text); where `label_column` is None, the
     run's `--label_column`, else "label". A `text_b_column` given with a `text_a_column`
     given is taken as it is (None: one text)."""
+    if text_a_column is not None and label_column is not None:
+        return {"text_a_column": text_a_column, "text_b_column": text_b_column,
+                "label_column": label_column}  # all given: the run's config.yaml is not read
     run = training_run(os.fspath(checkpoint))
     custom = run is not None and recorded_run_setting(run[0], "task_name", str) == "custom"
 

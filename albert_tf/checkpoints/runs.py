@@ -131,16 +131,24 @@ def cut_short_saves(directory: str) -> list[str]:
     TensorFlow renames the data files into place, writes the merged `.index` there, then
     records the checkpoint; a recorded checkpoint, or one whose index opens, was written whole
     and is not one of these."""
-    recorded = recorded_checkpoints(tf.train.get_checkpoint_state(directory))
+    state = tf.train.get_checkpoint_state(directory)
+    if state is None and tf.io.gfile.exists(os.path.join(directory, "checkpoint")):
+        return []  # a state file that does not read: nothing is known to be unrecorded
+    recorded = recorded_checkpoints(state)
     found = []
     for prefix in checkpoints_on_disk(directory):
         if _key(prefix) in recorded:
             continue
         try:
             tf.train.load_checkpoint(prefix)
-        except Exception:  # noqa: BLE001 - TF raises several types for a bad index
-            found.append(prefix)
+        except Exception as e:  # noqa: BLE001 - TF raises several types for a bad index
+            if _CUT_SHORT_INDEX.search(str(e)):  # not a read that failed (a network, a right)
+                found.append(prefix)
     return found
+
+
+# What TensorFlow says of an index file cut short (measured: truncated to 0-90%).
+_CUT_SHORT_INDEX = re.compile(r"sstable|truncated|Data loss", re.IGNORECASE)
 
 
 def resume_candidates(directory: str, state=None) -> list[str]:

@@ -132,10 +132,12 @@ def _guarded(main, argv):
     above it); an operating-system error (a read-only or full disk, a path blocked by a file,
     a permission) is printed as one line naming the path, exit status 1, not a traceback
     (`ALBERT_TF_VERBOSE=1` shows the traceback)."""
-    from absl import app, logging
+    from absl import app, flags, logging
 
-    if not os.environ.get("ALBERT_TF_VERBOSE"):
-        # TF's INFO lines (checkpoints, an export's assets and signatures) drown the progress
+    if os.environ.get("ALBERT_TF_VERBOSE", "") in ("", "0") and not (
+            "verbosity" in flags.FLAGS and flags.FLAGS["verbosity"].present):
+        # TF's INFO lines (checkpoints, an export's assets and signatures) drown the progress;
+        # absl's own --verbosity (-v), given, is kept
         logging.set_verbosity(logging.WARNING)
     try:
         return main(argv)

@@ -154,10 +154,18 @@ def _existing_vocabulary(model_prefix, files, settings, overwrite,
     try:
         with open(model_prefix + ".json", encoding="utf-8") as f:
             description = json.load(f)
-        changed = _changes(description, model_prefix, files,
-                           dict(settings, max_sentence_length=max_sentence_length))
-    except (OSError, ValueError, AttributeError, TypeError):
+        if not isinstance(description, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError):
         changed = [f"its description {model_prefix}.json is missing or unreadable"]
+    else:
+        try:
+            changed = _changes(description, model_prefix, files,
+                               dict(settings, max_sentence_length=max_sentence_length))
+        except FileNotFoundError as e:  # the .model beside it, removed
+            changed = [f"{e.filename} is missing"]
+        except (AttributeError, TypeError):  # a description of another shape
+            changed = [f"its description {model_prefix}.json is not one this version wrote"]
     if not changed:
         return description
     raise VocabularyError(

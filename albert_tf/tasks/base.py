@@ -49,6 +49,9 @@ class Task:
     best_metric = ""
     examples_term = ""
     model_inputs: tuple = ()
+    # `initialize` fills the whole model (heads too), so an --init_checkpoint is a model to
+    # evaluate alone (--do_eval without --do_train); a fine-tuning task's head starts new.
+    init_checkpoint_is_the_model = True
 
     def build_model(self, dtype=None, performance=None):
         raise NotImplementedError
@@ -132,6 +135,7 @@ class LabelledTask(Task):
 
     examples_term = "count"
     regression = False
+    init_checkpoint_is_the_model = False  # the backbone only: the head is new
     writer = ""  # the function that writes the task's records (named when a file does not fit)
 
     def expected_sidecar(self) -> dict:

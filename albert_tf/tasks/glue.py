@@ -200,16 +200,16 @@ def non_integer_numbers(labels) -> list[str]:
     return [label for label in labels if not _INTEGER.fullmatch(label)]
 
 
-def check_columns(text_a_column, text_b_column=None, label_column=None, where: str = ""):
+def check_columns(text_a_column, text_b_column=None, label_column=None, where: str = "",
+                  names: tuple = ("--text_a_column", "--text_b_column", "--label_column")):
     """The columns of a table task must differ: a text column that is the label column would
     give the model its label as text; text A and text B one column, a pair of one text twice.
-    `where` (a file's path) leads the message."""
-    named = [("--text_a_column", text_a_column), ("--text_b_column", text_b_column),
-             ("--label_column", label_column)]
+    `where` (a file's path) leads the message; `names` are the settings' names in it."""
+    named = list(zip(names, (text_a_column, text_b_column, label_column)))
     for i, (flag, name) in enumerate(named):
         for other, other_name in named[i + 1:]:
             if name is not None and name == other_name:
-                why = ("each pair would be one text twice" if other == "--text_b_column" else
+                why = ("each pair would be one text twice" if other == names[1] else
                        "the model would be given its label as its text")
                 raise GlueDataError(f"{where + ': ' if where else ''}{flag} and {other} both "
                                     f"name the column {name!r}: {why}; name different columns.")
@@ -260,7 +260,7 @@ def read_table_examples(path: str, text_a_column: str, text_b_column: str | None
     have (the columns it has listed), an empty text or label, a JSON object or array where a
     text or label is read (other columns may hold anything), with the setting that names it
     (`names`: the command's flags; the Python API's own words)."""
-    check_columns(text_a_column, text_b_column, label_column, where=path)
+    check_columns(text_a_column, text_b_column, label_column, where=path, names=names)
     columns, rows = read_table(path)
     wanted = list(zip((text_a_column, text_b_column, label_column), names))
     has_label = label_column is not None and split != "test"

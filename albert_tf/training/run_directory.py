@@ -221,21 +221,26 @@ class RunDirectory:
         if not on_disk or tf.train.get_checkpoint_state(self.write_dir) is not None:
             return
         names = [os.path.basename(p) for p in on_disk]  # relative: read back joined with it
+        # With their times (the index files'), so the manager's keep_checkpoint_max prunes
+        # them: it keeps a checkpoint recorded without a time for good.
+        times = [tf.io.gfile.stat(p + ".index").mtime_nsec / 1e9 for p in reversed(on_disk)]
         write_text_atomically(os.path.join(self.write_dir, "checkpoint"), "".join(
             [f'model_checkpoint_path: "{names[0]}"\n']
-            + [f'all_model_checkpoint_paths: "{name}"\n' for name in reversed(names)]))
+            + [f'all_model_checkpoint_paths: "{name}"\n' for name in reversed(names)]
+            + [f"all_model_checkpoint_timestamps: {t:.6f}\n" for t in times]))
         self.log(f"Note: {self.write_dir} had no `checkpoint` state file (a run stopped before "
                  f"it recorded its checkpoint, or the file was removed); it is written again "
                  f"for the checkpoints on disk: {', '.join(reversed(names))} (the latest).")
 
-    def remove_unfinished(self) -> None:
+    def remove_unfinished(self, cut_short: bool = True) -> None:
         """What a killed save leaves, removed by the directory's lock holder before anything
-        reads the run: the `ckpt-N_temp` directories and the saves cut short
-        (`remove_cut_short_saves`)."""
+        reads the run: the `ckpt-N_temp` directories and, with `cut_short`, the saves cut
+        short (`remove_cut_short_saves`)."""
         remove_unfinished_checkpoints(self.write_dir)
         if self.is_chief:
             remove_unfinished_checkpoints(self.path(BEST_DIR))
-        remove_cut_short_saves(self.write_dir, self.log)
+        if cut_short:
+            remove_cut_short_saves(self.write_dir, self.log)
 
     def check_model(self, albert_config: AlbertConfig, input_file: str) -> None:
         """Refuses checkpoints of another model configuration (or of an unknown one); the

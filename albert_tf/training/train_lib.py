@@ -293,8 +293,10 @@ class TrainingRun:
     def _build(self):
         cfg = self.cfg
         self._check_host_memory()
-        # A killed save's leftovers go first: a save cut short is no checkpoint to match.
-        self.directory.remove_unfinished()
+        # A killed save's leftovers go first: a save cut short is no checkpoint to match (one
+        # worker's view only; with several, a cut-short save is refused by name instead).
+        self.directory.remove_unfinished(cut_short=self.num_workers == 1)
+        self._refuse_an_evaluation_of_nothing()
         self.directory.check_model(cfg.albert_config, cfg.input_file)
         model, optimizer = build_model_and_optimizer(self.task, cfg, self.strategy, cfg.seed)
         self.trainer = Trainer(self.task, cfg, self.strategy, model, optimizer, cfg.seed,
@@ -451,14 +453,27 @@ class TrainingRun:
         finally:
             self._lock.release()
 
+    def _refuse_an_evaluation_of_nothing(self, checked: bool = False) -> None:
+        """--do_eval without --do_train evaluates a checkpoint of --output_dir (or, for a task
+        whose --init_checkpoint is the whole model, pretraining, that one): refused, before
+        anything is written, where there is none (`checked`: none was found); it evaluated a
+        model of random weights (or a random head) and kept it as the run's best."""
+        cfg = self.cfg
+        if cfg.do_train or (cfg.init_checkpoint and self.task.init_checkpoint_is_the_model):
+            return
+        if checked or self.directory.latest_checkpoint() is None:
+            raise CheckpointError(
+                f"--do_eval without --do_train evaluates a checkpoint of --output_dir "
+                f"{cfg.output_dir}, and it holds none: train first (--do_train), or point "
+                "--output_dir at a training run"
+                + (" (--init_checkpoint is where fine-tuning starts: its head is new)"
+                   if cfg.init_checkpoint else "") + ".")
+
     def _run(self, exporter) -> dict:
         cfg = self.cfg
         summary = {"start": self._restore_or_initialize()}
         if not cfg.do_train and summary["start"] == "fresh":
-            raise CheckpointError(
-                f"--do_eval without --do_train evaluates a checkpoint of --output_dir "
-                f"{cfg.output_dir}, and it holds none: train first (--do_train), or give "
-                "--init_checkpoint to evaluate a pretrained model.")
+            self._refuse_an_evaluation_of_nothing(checked=True)
         if cfg.do_train:
             if note := warmup_note(cfg):
                 self._log(note)
@@ -470,8 +485,9 @@ class TrainingRun:
             metrics = self.evaluation.metrics_at(step)
             summary["eval"] = metrics
             summary.setdefault("step", int(step))  # an evaluation alone: the step evaluated
-            if not cfg.do_train:  # the best kept only among the run's own checkpoints
-                self.evaluation.write(step, metrics, keep_best=summary["start"] == "resumed")
+            if not cfg.do_train:  # a best kept only where there is none: the data may differ
+                self.evaluation.write(step, metrics, keep_best=summary["start"] == "resumed"
+                                      and self.directory.best_metrics() is None)
                 self.evaluation.writer.flush()
         return summary
 
