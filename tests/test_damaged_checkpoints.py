@@ -32,6 +32,24 @@ def _arrays(prefix):
             if not name.startswith("_CHECKPOINTABLE") and "save_counter" not in name}
 
 
+def _small_run(generated_data, directory, steps: int, **settings):
+    """The tiny pretraining run of these tests: a checkpoint every 2 steps, seeded."""
+    return pretraining_config(generated_data["files"], directory,
+                              albert_config=AlbertConfig(**PRETRAINING_MODEL),
+                              train_batch_size=8, num_train_steps=steps, num_warmup_steps=1,
+                              learning_rate=1e-2, save_checkpoints_steps=2,
+                              iterations_per_loop=2, seed=11, shuffle_window=64, verbose=True,
+                              **settings)
+
+
+def _assert_same_arrays(prefix, expected):
+    """The checkpoint `prefix` holds `expected` (`_arrays`), bit for bit."""
+    got = _arrays(prefix)
+    assert got.keys() == expected.keys()
+    for name, value in expected.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
 @pytest.fixture(scope="module")
 def sources(tmp_path_factory):
     """A classifier's training run (ckpt-1) and its conversion to an official TF1 checkpoint,
@@ -88,11 +106,7 @@ def test_a_resume_passes_over_a_truncated_latest_checkpoint(generated_data, tmp_
     says on one line that ckpt-4's data file is damaged and that it resumes from ckpt-2, and
     steps 3-4 give the uninterrupted run's ckpt-4 again, bit for bit (it was
     `IndexError: Read less bytes than requested`)."""
-    cfg = pretraining_config(generated_data["files"], tmp_path / "run",
-                             albert_config=AlbertConfig(**PRETRAINING_MODEL),
-                             train_batch_size=8, num_train_steps=4, num_warmup_steps=1,
-                             learning_rate=1e-2, save_checkpoints_steps=2,
-                             iterations_per_loop=2, seed=11, shuffle_window=64, verbose=True)
+    cfg = _small_run(generated_data, tmp_path / "run", 4)
     PretrainingRun(cfg).run()
     latest = str(tmp_path / "run" / "ckpt-4")
     uninterrupted = _arrays(latest)
@@ -103,10 +117,7 @@ def test_a_resume_passes_over_a_truncated_latest_checkpoint(generated_data, tmp_
     notes = [line for line in capsys.readouterr().out.splitlines() if "damaged" in line]
     assert notes == [f"Note: {latest}{DATA} {TRUNCATED}; resuming from "
                      f"{tmp_path / 'run' / 'ckpt-2'}, the newest intact checkpoint."]
-    again = _arrays(latest)
-    assert again.keys() == uninterrupted.keys()
-    for name, value in uninterrupted.items():
-        np.testing.assert_array_equal(again[name], value, err_msg=name)
+    _assert_same_arrays(latest, uninterrupted)
 
 
 def test_our_directory_and_a_hugging_face_folder_name_their_damaged_weights(tmp_path, capsys):
@@ -135,11 +146,7 @@ def test_a_run_killed_while_writing_its_first_checkpoint_reruns_from_step_0(gene
     run's ckpt-2 bit for bit (it refused: "no intact checkpoint to resume", a clean-clone CI
     failure of the main job's kill-and-resume test). An evaluation alone of that directory is
     refused: it holds no checkpoint."""
-    cfg = pretraining_config(generated_data["files"], tmp_path / "run",
-                             albert_config=AlbertConfig(**PRETRAINING_MODEL),
-                             train_batch_size=8, num_train_steps=2, num_warmup_steps=1,
-                             learning_rate=1e-2, save_checkpoints_steps=2,
-                             iterations_per_loop=2, seed=11, shuffle_window=64, verbose=True)
+    cfg = _small_run(generated_data, tmp_path / "run", 2)
     PretrainingRun(cfg).run()
     first = str(tmp_path / "run" / "ckpt-2")
     uninterrupted = _arrays(first)
@@ -148,11 +155,9 @@ def test_a_run_killed_while_writing_its_first_checkpoint_reruns_from_step_0(gene
     # an evaluation alone of that directory: the cut-short save removed, then refused (it
     # evaluated a random model and kept it as best/)
     shutil.copytree(tmp_path / "run", tmp_path / "eval_only")
-    evaluation = pretraining_config(generated_data["files"], tmp_path / "eval_only",
-                                    albert_config=AlbertConfig(**PRETRAINING_MODEL),
-                                    do_train=False, do_eval=True,
-                                    eval_input_file=generated_data["files"][0],
-                                    eval_batch_size=8, max_eval_steps=1)
+    evaluation = _small_run(generated_data, tmp_path / "eval_only", 2, do_train=False,
+                            do_eval=True, eval_input_file=generated_data["files"][0],
+                            eval_batch_size=8, max_eval_steps=1)
     with pytest.raises(CheckpointError, match=r"^--do_eval without --do_train evaluates a "
                                               r"checkpoint of --output_dir .*, and it holds none"):
         PretrainingRun(evaluation).run()
@@ -166,7 +171,4 @@ def test_a_run_killed_while_writing_its_first_checkpoint_reruns_from_step_0(gene
     assert notes == [f"Note: {first}.index is cut short and no `checkpoint` state file records "
                      "it: a save the stopped run did not finish, removed (the run saves that "
                      "step again)."]
-    again = _arrays(first)
-    assert again.keys() == uninterrupted.keys()
-    for name, value in uninterrupted.items():
-        np.testing.assert_array_equal(again[name], value, err_msg=name)
+    _assert_same_arrays(first, uninterrupted)

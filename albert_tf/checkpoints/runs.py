@@ -119,7 +119,7 @@ def recorded_checkpoints(state=None) -> list[str]:
     """The checkpoints a state file (`state`, `tf.train.get_checkpoint_state`) records as saved:
     the latest, then the older ones it keeps, newest first. TensorFlow's CheckpointManager
     records a checkpoint once it is written whole, so a ckpt-N on disk that it does not record
-    is a save cut short (or a state file removed by hand)."""
+    was cut short, or not yet recorded (or the state file was removed by hand)."""
     listed = [state.model_checkpoint_path, *reversed(state.all_model_checkpoint_paths)] \
         if state else []
     return list(dict.fromkeys(_key(p) for p in listed))

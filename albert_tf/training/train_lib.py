@@ -453,15 +453,16 @@ class TrainingRun:
         finally:
             self._lock.release()
 
-    def _refuse_an_evaluation_of_nothing(self, checked: bool = False) -> None:
+    def _refuse_an_evaluation_of_nothing(self) -> None:
         """--do_eval without --do_train evaluates a checkpoint of --output_dir (or, for a task
         whose --init_checkpoint is the whole model, pretraining, that one): refused, before
-        anything is written, where there is none (`checked`: none was found); it evaluated a
+        anything is written, where there is none (a resume then finds none either:
+        `resume_checkpoint` starts afresh only without a latest checkpoint); it evaluated a
         model of random weights (or a random head) and kept it as the run's best."""
         cfg = self.cfg
         if cfg.do_train or (cfg.init_checkpoint and self.task.init_checkpoint_is_the_model):
             return
-        if checked or self.directory.latest_checkpoint() is None:
+        if self.directory.latest_checkpoint() is None:
             raise CheckpointError(
                 f"--do_eval without --do_train evaluates a checkpoint of --output_dir "
                 f"{cfg.output_dir}, and it holds none: train first (--do_train), or point "
@@ -472,8 +473,6 @@ class TrainingRun:
     def _run(self, exporter) -> dict:
         cfg = self.cfg
         summary = {"start": self._restore_or_initialize()}
-        if not cfg.do_train and summary["start"] == "fresh":
-            self._refuse_an_evaluation_of_nothing(checked=True)
         if cfg.do_train:
             if note := warmup_note(cfg):
                 self._log(note)
